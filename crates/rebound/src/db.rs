@@ -1,0 +1,404 @@
+//! The public API: databases, tables, sessions, transactions.
+
+use crate::catalog::{self, TableDef, MAX_NAME_LEN, MAX_TABLES, MAX_WORKERS};
+use crate::error::{Error, Result};
+use crate::heap::TableHeap;
+use crate::index::{BTree, MAX_KEY_LEN};
+use crate::medium::{Guarantee, Medium, SimDevice};
+use crate::recovery::{self, RecoveryReport};
+use crate::txn::{owned_range, Store, TableRt, TxnState};
+use parking_lot::Mutex;
+use std::fs::{File, OpenOptions};
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Name of the data file inside a database directory.
+pub const DATA_FILE: &str = "rebound.db";
+/// Largest value a table may be defined to hold.
+pub const MAX_VALUE_LEN: u32 = 1 << 20;
+
+/// How commits are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Nothing is persisted; the database lives in anonymous memory.
+    None,
+    /// FIR's log-free time-ordered storage (the default).
+    #[default]
+    LogFree,
+}
+
+/// Where the data lives.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub enum MediumChoice {
+    /// Persistent-memory emulation on tmpfs/DAX, `msync` on other filesystems.
+    #[default]
+    Auto,
+    /// Cache-line write-back and fences; the file should be on tmpfs or DAX.
+    PersistentMemory,
+    /// `msync` at commit (group commit coalesces concurrent committers).
+    Disk,
+    /// A simulated device for crash testing; the path is not used.
+    Simulated(SimDevice),
+}
+
+/// Settings for [`Database::open`].
+#[derive(Clone)]
+pub struct Options {
+    pub durability: Durability,
+    pub medium: MediumChoice,
+    /// Injected latency per persisted 256-byte line, emulating slower NVM.
+    pub persist_latency_ns: u64,
+    /// Create the directory and database when missing.
+    pub create_if_missing: bool,
+    /// Address space reserved for the data file; the file may grow to this.
+    pub max_size: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::LogFree,
+            medium: MediumChoice::Auto,
+            persist_latency_ns: 0,
+            create_if_missing: true,
+            max_size: 1 << 40,
+        }
+    }
+}
+
+/// Limits of a table; slots are fixed-size, so these size its storage.
+#[derive(Debug, Clone, Copy)]
+pub struct TableOptions {
+    pub max_key_len: u32,
+    pub max_value_len: u32,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        TableOptions { max_key_len: 64, max_value_len: 1024 }
+    }
+}
+
+/// A handle to a table; cheap to clone.
+#[derive(Clone)]
+pub struct Table {
+    rt: Arc<TableRt>,
+}
+
+impl Table {
+    pub fn name(&self) -> &str {
+        &self.rt.heap.def.name
+    }
+    pub fn options(&self) -> TableOptions {
+        TableOptions { max_key_len: self.rt.heap.def.max_key_len, max_value_len: self.rt.heap.def.max_value_len }
+    }
+    /// Number of keys in the primary index (including keys deleted by
+    /// transactions whose index clean-up is deferred).
+    pub fn approximate_len(&self) -> usize {
+        self.rt.index.len()
+    }
+}
+
+/// An open database; cheap to clone and share between threads.
+#[derive(Clone)]
+pub struct Database {
+    inner: Arc<DbInner>,
+}
+
+struct DbInner {
+    store: Store,
+    path: Option<PathBuf>,
+    sessions: Mutex<Vec<bool>>,
+    create_lock: Mutex<()>,
+    closed: AtomicBool,
+    report: RecoveryReport,
+    durability: Durability,
+    _lock: Option<File>,
+}
+
+static INSTANCES: AtomicU64 = AtomicU64::new(1);
+
+impl Database {
+    /// Opens (or creates) the database in directory `path`.
+    pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Database> {
+        let started = Instant::now();
+        let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
+        let (medium, lock, existing) = open_medium(path.as_ref(), &options)?;
+        let (store, report) = if existing {
+            recovery::recover(medium, instance, started)?
+        } else {
+            recovery::fresh(medium, instance)?
+        };
+        let path = (!matches!(options.medium, MediumChoice::Simulated(_)) && options.durability != Durability::None)
+            .then(|| path.as_ref().to_path_buf());
+        let inner = DbInner {
+            store,
+            path,
+            sessions: Mutex::new(vec![false; MAX_WORKERS]),
+            create_lock: Mutex::new(()),
+            closed: AtomicBool::new(false),
+            report,
+            durability: options.durability,
+            _lock: lock,
+        };
+        Ok(Database { inner: Arc::new(inner) })
+    }
+
+    /// Creates a table; durable when this returns.
+    pub fn create_table(&self, name: &str, options: TableOptions) -> Result<Table> {
+        self.check_open()?;
+        validate_table(name, &options)?;
+        let _guard = self.inner.create_lock.lock();
+        if self.find(name).is_some() {
+            return Err(Error::TableExists(name.to_owned()));
+        }
+        let store = &self.inner.store;
+        let id = store.tables.count();
+        if id >= MAX_TABLES {
+            return Err(Error::TooManyTables(MAX_TABLES));
+        }
+        let (slot_size, slots_per_block, block_size) = crate::heap::geometry(options.max_key_len, options.max_value_len);
+        let def = TableDef {
+            id: id as u32,
+            name: name.to_owned(),
+            max_key_len: options.max_key_len,
+            max_value_len: options.max_value_len,
+            slot_size,
+            slots_per_block,
+            block_size,
+        };
+        catalog::create_table(&store.medium, &def)?;
+        let rt = Arc::new(TableRt { heap: TableHeap::new(def), index: BTree::new(), instance: store.instance });
+        store.tables.push(rt.clone());
+        Ok(Table { rt })
+    }
+
+    /// The table called `name`, if it exists.
+    pub fn table(&self, name: &str) -> Result<Option<Table>> {
+        self.check_open()?;
+        Ok(self.find(name).map(|rt| Table { rt }))
+    }
+
+    /// Names of all tables, in creation order.
+    pub fn table_names(&self) -> Vec<String> {
+        self.inner.store.tables.iter().map(|(_, t)| t.heap.def.name.clone()).collect()
+    }
+
+    fn find(&self, name: &str) -> Option<Arc<TableRt>> {
+        self.inner.store.tables.iter().find(|(_, t)| t.heap.def.name == name).map(|(_, t)| t.clone())
+    }
+
+    /// A session for the calling thread, bound to its own region.
+    pub fn session(&self) -> Result<Session> {
+        self.check_open()?;
+        let mut sessions = self.inner.sessions.lock();
+        let worker = sessions.iter().position(|used| !used).ok_or(Error::TooManySessions(MAX_WORKERS))?;
+        sessions[worker] = true;
+        Ok(Session { db: self.clone(), worker })
+    }
+
+    /// What a successful commit survives.
+    pub fn guarantee(&self) -> Guarantee {
+        self.inner.store.medium.guarantee()
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.inner.durability
+    }
+
+    /// What the last open had to do, phase by phase.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.report
+    }
+
+    /// Size of the medium in bytes.
+    pub fn medium_size(&self) -> u64 {
+        self.inner.store.medium.len()
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// Stops accepting work and makes everything durable. Sessions still
+    /// held afterwards get [`Error::Closed`].
+    pub fn close(&self) -> Result<()> {
+        self.inner.closed.store(true, Ordering::Release);
+        let medium = &self.inner.store.medium;
+        medium.persist(0, medium.len());
+        medium.fence()
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+}
+
+/// A thread's connection to the database, owning one region per table.
+pub struct Session {
+    db: Database,
+    worker: usize,
+}
+
+impl Session {
+    /// Starts a transaction; one at a time per session.
+    pub fn begin(&mut self) -> Transaction<'_> {
+        let mut state = TxnState::begin(&self.db.inner.store, self.worker);
+        if self.db.check_open().is_err() {
+            state.poison(Error::Closed);
+        }
+        Transaction { state }
+    }
+
+    /// The worker (region) number this session writes to.
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.db.inner.sessions.lock()[self.worker] = false;
+    }
+}
+
+/// A serializable transaction. Dropping it without `commit` aborts it.
+pub struct Transaction<'s> {
+    state: TxnState<'s>,
+}
+
+impl Transaction<'_> {
+    /// This transaction's timestamp (its id).
+    pub fn id(&self) -> u64 {
+        self.state.id()
+    }
+
+    pub fn get(&mut self, table: &Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.state.get(&table.rt, key)
+    }
+
+    /// Inserts a new key; [`Error::DuplicateKey`] if it exists.
+    pub fn insert(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
+        self.state.insert(&table.rt, key, value)
+    }
+
+    /// Replaces the value of an existing key; [`Error::KeyNotFound`] otherwise.
+    pub fn update(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
+        self.state.update(&table.rt, key, value)
+    }
+
+    /// Inserts or replaces; returns whether the key existed.
+    pub fn put(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.state.put(&table.rt, key, value)
+    }
+
+    /// Deletes a key; returns whether it existed.
+    pub fn delete(&mut self, table: &Table, key: &[u8]) -> Result<bool> {
+        self.state.delete(&table.rt, key)
+    }
+
+    /// Up to `limit` live entries with keys in `range`, ascending.
+    pub fn scan<K: AsRef<[u8]>>(&mut self, table: &Table, range: impl RangeBounds<K>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.state.scan(&table.rt, owned_range(range), limit)
+    }
+
+    /// Makes the transaction durable, then visible. `Ok` means it survives
+    /// any crash the medium's [`Guarantee`] covers.
+    pub fn commit(self) -> Result<()> {
+        self.state.commit()
+    }
+
+    pub fn abort(self) {
+        self.state.abort()
+    }
+}
+
+fn validate_table(name: &str, options: &TableOptions) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(Error::InvalidTable(format!("name must be 1..={MAX_NAME_LEN} bytes")));
+    }
+    if options.max_key_len == 0 || options.max_key_len as usize > MAX_KEY_LEN {
+        return Err(Error::InvalidTable(format!("max_key_len must be 1..={MAX_KEY_LEN}")));
+    }
+    if options.max_value_len > MAX_VALUE_LEN {
+        return Err(Error::InvalidTable(format!("max_value_len must be at most {MAX_VALUE_LEN}")));
+    }
+    Ok(())
+}
+
+/// Opens the medium the options ask for; returns it, the lock file, and
+/// whether it already holds a database.
+fn open_medium(path: &Path, options: &Options) -> Result<(Medium, Option<File>, bool)> {
+    let initial = catalog::DATA_START;
+    match (&options.medium, options.durability) {
+        (_, Durability::None) => {
+            let medium = Medium::volatile(options.max_size.min(1 << 38), initial)?;
+            Ok((medium, None, false))
+        }
+        (MediumChoice::Simulated(device), _) => {
+            let existing = !device.is_empty();
+            let medium = Medium::simulated(device.clone());
+            if !existing {
+                medium.grow(initial)?;
+            }
+            Ok((medium, None, existing))
+        }
+        (choice, Durability::LogFree) => open_file_medium(path, choice, options, initial),
+    }
+}
+
+fn open_file_medium(dir: &Path, choice: &MediumChoice, options: &Options, initial: u64) -> Result<(Medium, Option<File>, bool)> {
+    let file_path = prepare_directory(dir, options.create_if_missing)?;
+    let existing = file_path.exists();
+    let file = OpenOptions::new().read(true).write(true).create(!existing).truncate(false).open(&file_path)?;
+    if file.try_lock().is_err() {
+        return Err(Error::Locked);
+    }
+    let is_tmpfs = crate::medium::on_tmpfs(dir);
+    let pmem = match choice {
+        MediumChoice::PersistentMemory => true,
+        MediumChoice::Disk => false,
+        _ => is_tmpfs,
+    };
+    let lock = file.try_clone()?;
+    let medium = if pmem {
+        Medium::persistent_memory(file, options.max_size, options.persist_latency_ns)?
+    } else {
+        Medium::disk(file, options.max_size)?
+    };
+    let has_data = existing && !medium.is_empty();
+    if !has_data {
+        medium.grow(initial)?;
+    }
+    Ok((medium, Some(lock), has_data))
+}
+
+/// Makes sure `dir` is a directory we may use; returns the data file path.
+fn prepare_directory(dir: &Path, create: bool) -> Result<PathBuf> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Error::NotADatabase(format!("{} is not a directory", dir.display())));
+    }
+    if !dir.exists() {
+        if !create {
+            return Err(Error::NotADatabase(format!("{} does not exist", dir.display())));
+        }
+        std::fs::create_dir_all(dir)?;
+    }
+    let file_path = dir.join(DATA_FILE);
+    if !file_path.exists() && std::fs::read_dir(dir)?.next().is_some() {
+        return Err(Error::NotADatabase(format!("{} holds other files and no {DATA_FILE}", dir.display())));
+    }
+    Ok(file_path)
+}

@@ -1,0 +1,62 @@
+//! The engine's one error type.
+
+/// Everything that can go wrong, as a value the caller can match on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A serialization conflict: abort and retry the transaction.
+    #[error("serialization conflict; retry the transaction")]
+    Conflict,
+    /// The file or directory was not created by this engine.
+    #[error("not a rebound database: {0}")]
+    NotADatabase(String),
+    /// The files are damaged (bad checksum, impossible offsets, truncation).
+    #[error("database is corrupt: {0}")]
+    Corrupt(String),
+    /// The file was written by an incompatible format version.
+    #[error("unsupported format version {found} (this build reads {supported})")]
+    UnsupportedVersion { found: u32, supported: u32 },
+    /// Another process (or handle) has the database open.
+    #[error("database is locked by another user")]
+    Locked,
+    #[error("no table named {0:?}")]
+    NoSuchTable(String),
+    #[error("table {0:?} already exists")]
+    TableExists(String),
+    #[error("invalid table definition: {0}")]
+    InvalidTable(String),
+    #[error("key of {len} bytes is outside 1..={max}")]
+    KeyLength { len: usize, max: usize },
+    #[error("value of {len} bytes exceeds the table's limit of {max}")]
+    ValueTooLarge { len: usize, max: usize },
+    #[error("key already exists")]
+    DuplicateKey,
+    #[error("key not found")]
+    KeyNotFound,
+    /// The handle belongs to another database or the table was not found in it.
+    #[error("table handle does not belong to this database")]
+    ForeignTable,
+    /// The transaction hit an error earlier and can only be aborted.
+    #[error("transaction can no longer commit after an earlier error")]
+    TransactionPoisoned,
+    #[error("all {0} sessions are in use")]
+    TooManySessions(usize),
+    #[error("the catalog is full ({0} tables)")]
+    TooManyTables(usize),
+    #[error("out of space: {0}")]
+    OutOfSpace(String),
+    #[error("database is closed")]
+    Closed,
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// True when retrying the same transaction may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Conflict)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,359 @@
+//! FIR's time-ordered tuple storage (FIR 4.1).
+//!
+//! A table has one *region* per worker (session slot). A region is a chain of
+//! *blocks* in the medium; a worker only ever appends to its own region, so
+//! the versions of a region are in the order their transactions began. Every
+//! block has a DRAM *tile* of version headers beside it, one per slot, that
+//! carries the MVTO metadata (see [`VersionHeader`]); only tuple contents and
+//! the writer's transaction id live in the medium.
+//!
+//! # Block layout (at a `BLOCK_ALIGN`-aligned medium offset)
+//! ```text
+//! 0    u32  magic "BLK1"            4   u32  table id
+//! 8    u32  worker (region)         12  u32  crc32c of bytes 0..12 ++ 16..24 ++ 32..48
+//! 16   u64  sequence number of the block in its region (0, 1, 2, ...)
+//! 24   u64  offset of the next block of the region, 0 = none (set once)
+//! 32   u32  capacity in slots       36  u32  slot size in bytes
+//! 40   u64  min txn: id of the transaction that allocated the block
+//! 48   16 bytes reserved
+//! 64   [u8; 256] obsolete bitmap: bit i set = slot i has a committed successor
+//! 320  slots, `slot size` bytes each
+//! ```
+//!
+//! # Slot layout (8-aligned)
+//! ```text
+//! 0   u64  txn id of the writer (low 56 bits); bit 63 set = hole (the
+//!          writer aborted); 0 = never written. A slot whose txn id is below
+//!          its block's min txn is left over from earlier use of the space.
+//! 8   u32  crc32c of (txn id ++ bytes 12..24+key+value)
+//! 12  u16  key length       14  u16  flags (bit 0 = tombstone)
+//! 16  u32  value length     20  u32  reserved (0)
+//! 24  key bytes, then value bytes, zero padded to the slot size
+//! ```
+//!
+//! # Logical address (64 bits)
+//! `region (16) | block sequence (32) | slot (16)`, as in FIR.
+//!
+//! # Invariants
+//! * Transaction ids are leased ahead in the superblock area (see catalog),
+//!   so every slot left in reused or never-linked space has a txn id below
+//!   the min txn of any block formatted later: reused space needs no zeroing.
+//! * In a region, slots are written in increasing txn-id order; the committed
+//!   slots (txn id ≤ LCTT[worker]) form a prefix, followed by at most one
+//!   uncommitted transaction's slots. Aborted slots become holes before any
+//!   later transaction of the worker commits, so they never sit behind it.
+//! * A block's header is durable before the link to it (region head or the
+//!   previous block's `next`) is written.
+//! * An obsolete bit is set only after the successor's commit is durable, so
+//!   a set bit is always true; a clear bit means nothing.
+
+mod space;
+pub mod tile;
+
+pub use space::Space;
+pub use tile::VersionHeader;
+
+use crate::catalog::{self, TableDef, MAX_WORKERS};
+use crate::error::{Error, Result};
+use crate::medium::Medium;
+use parking_lot::Mutex;
+
+pub const BLOCK_MAGIC: u32 = u32::from_le_bytes(*b"BLK1");
+pub const BLOCK_HEADER: u64 = 64;
+pub const BITMAP_OFFSET: u64 = 64;
+pub const BITMAP_BYTES: u64 = 256;
+pub const SLOTS_OFFSET: u64 = BLOCK_HEADER + BITMAP_BYTES;
+pub const MAX_SLOTS_PER_BLOCK: u32 = 2048;
+pub const BLOCK_ALIGN: u64 = 4096;
+/// Target block size; blocks of tables with large slots hold fewer slots.
+pub const TARGET_BLOCK_BYTES: u64 = 1 << 20;
+pub const SLOT_HEADER: u64 = 24;
+pub const TXN_EMPTY: u64 = 0;
+pub const HOLE_BIT: u64 = 1 << 63;
+pub const FLAG_TOMBSTONE: u16 = 1;
+
+/// A logical address: region | block | slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Addr(pub u64);
+
+impl Addr {
+    pub fn new(region: usize, block: u32, slot: u32) -> Addr {
+        Addr(((region as u64) << 48) | ((block as u64) << 16) | slot as u64)
+    }
+    pub fn region(self) -> usize {
+        (self.0 >> 48) as usize
+    }
+    pub fn block(self) -> u32 {
+        (self.0 >> 16) as u32
+    }
+    pub fn slot(self) -> u32 {
+        (self.0 & 0xFFFF) as u32
+    }
+}
+
+/// Geometry of a table's slots and blocks, derived from its limits.
+pub fn geometry(max_key_len: u32, max_value_len: u32) -> (u32, u32, u32) {
+    let slot = (SLOT_HEADER + max_key_len as u64 + max_value_len as u64).next_multiple_of(8);
+    let fit = (TARGET_BLOCK_BYTES - SLOTS_OFFSET) / slot;
+    let slots = fit.clamp(16, MAX_SLOTS_PER_BLOCK as u64);
+    let block = (SLOTS_OFFSET + slots * slot).next_multiple_of(BLOCK_ALIGN);
+    (slot as u32, slots as u32, block as u32)
+}
+
+/// One block of a region and its tile of version headers.
+pub struct Block {
+    pub offset: u64,
+    pub min_txn: u64,
+    pub tile: Box<[VersionHeader]>,
+}
+
+impl Block {
+    pub fn new(offset: u64, min_txn: u64, capacity: u32) -> Block {
+        Block { offset, min_txn, tile: (0..capacity).map(|_| VersionHeader::default()).collect() }
+    }
+}
+
+/// Where the next slot of a region goes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cursor {
+    pub block: u32,
+    pub slot: u32,
+}
+
+/// A worker's append-only part of a table.
+#[derive(Default)]
+pub struct Region {
+    pub blocks: boxcar::Vec<Block>,
+    pub cursor: Mutex<Cursor>,
+}
+
+/// Decoded slot contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotContent {
+    pub txn: u64,
+    pub tombstone: bool,
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+/// The storage of one table: its definition and its regions.
+pub struct TableHeap {
+    pub def: TableDef,
+    pub regions: Box<[Region]>,
+}
+
+impl TableHeap {
+    pub fn new(def: TableDef) -> TableHeap {
+        TableHeap { def, regions: (0..MAX_WORKERS).map(|_| Region::default()).collect() }
+    }
+
+    pub fn block(&self, addr: Addr) -> &Block {
+        &self.regions[addr.region()].blocks[addr.block() as usize]
+    }
+
+    pub fn header(&self, addr: Addr) -> &VersionHeader {
+        &self.block(addr).tile[addr.slot() as usize]
+    }
+
+    pub fn slot_offset(&self, addr: Addr) -> u64 {
+        self.block(addr).offset + SLOTS_OFFSET + addr.slot() as u64 * self.def.slot_size as u64
+    }
+
+    /// Appends an encoded slot to `worker`'s region and returns its address.
+    /// Not persisted: the commit persists and fences it.
+    /// `txn` is the appending transaction; it becomes a new block's min txn.
+    pub fn append(&self, medium: &Medium, space: &Space, worker: usize, txn: u64, slot: &[u8]) -> Result<Addr> {
+        let region = &self.regions[worker];
+        let mut cursor = region.cursor.lock();
+        if cursor.block as usize >= region.blocks.count() || cursor.slot >= self.def.slots_per_block {
+            self.add_block(medium, space, worker, txn, &mut cursor)?;
+        }
+        let addr = Addr::new(worker, cursor.block, cursor.slot);
+        cursor.slot += 1;
+        drop(cursor);
+        medium.write_bytes(self.slot_offset(addr), slot);
+        Ok(addr)
+    }
+
+    /// Allocates, formats and links a new block at the end of a region.
+    fn add_block(&self, medium: &Medium, space: &Space, worker: usize, txn: u64, cursor: &mut Cursor) -> Result<()> {
+        let seq = region_len(&self.regions[worker]);
+        let offset = space.allocate(medium, self.def.block_size as u64)?;
+        medium.zero(offset + BITMAP_OFFSET, BITMAP_BYTES);
+        medium.persist(offset + BITMAP_OFFSET, BITMAP_BYTES);
+        medium.write_bytes(offset, &self.block_header(worker, seq, txn));
+        medium.persist_now(offset, BLOCK_HEADER)?;
+        match seq.checked_sub(1) {
+            None => catalog::set_region_head(medium, self.def.id, worker, offset),
+            Some(prev) => {
+                let prev_offset = self.regions[worker].blocks[prev as usize].offset;
+                medium.store(prev_offset + 24, offset);
+                medium.persist(prev_offset + 24, 8);
+            }
+        }
+        self.regions[worker].blocks.push(Block::new(offset, txn, self.def.slots_per_block));
+        *cursor = Cursor { block: seq as u32, slot: 0 };
+        Ok(())
+    }
+
+    fn block_header(&self, worker: usize, seq: u64, min_txn: u64) -> [u8; 64] {
+        let mut h = [0u8; 64];
+        h[0..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
+        h[4..8].copy_from_slice(&self.def.id.to_le_bytes());
+        h[8..12].copy_from_slice(&(worker as u32).to_le_bytes());
+        h[16..24].copy_from_slice(&seq.to_le_bytes());
+        h[32..36].copy_from_slice(&self.def.slots_per_block.to_le_bytes());
+        h[36..40].copy_from_slice(&self.def.slot_size.to_le_bytes());
+        h[40..48].copy_from_slice(&min_txn.to_le_bytes());
+        let crc = block_header_crc(&h);
+        h[12..16].copy_from_slice(&crc.to_le_bytes());
+        h
+    }
+
+    /// Checks a block header found by following a link during recovery;
+    /// returns (next block offset, min txn).
+    pub fn validate_block(&self, medium: &Medium, offset: u64, worker: usize, seq: u64) -> Result<(u64, u64)> {
+        let bad = |why: &str| Error::Corrupt(format!("table {} region {worker} block {seq} at {offset}: {why}", self.def.id));
+        if offset < catalog::DATA_START || offset % BLOCK_ALIGN != 0 || !medium.contains(offset, self.def.block_size as u64) {
+            return Err(bad("offset outside the data area"));
+        }
+        let mut h = [0u8; 64];
+        medium.read_bytes(offset, &mut h);
+        let min_txn = u64::from_le_bytes(h[40..48].try_into().unwrap());
+        let expected = self.block_header(worker, seq, min_txn);
+        let same = h[0..24] == expected[0..24] && h[32..64] == expected[32..64];
+        if !same {
+            return Err(bad("header does not match (checksum, owner or sequence)"));
+        }
+        Ok((u64::from_le_bytes(h[24..32].try_into().unwrap()), min_txn))
+    }
+
+    /// Encodes a slot for this table into `buf`.
+    pub fn encode(&self, buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
+        buf.clear();
+        buf.extend_from_slice(&txn.to_le_bytes());
+        buf.extend_from_slice(&[0; 4]);
+        buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        buf.extend_from_slice(&(if tombstone { FLAG_TOMBSTONE } else { 0 }).to_le_bytes());
+        buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        buf.extend_from_slice(&[0; 4]);
+        buf.extend_from_slice(key);
+        buf.extend_from_slice(value);
+        let crc = slot_crc(txn, &buf[12..]);
+        buf[8..12].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Reads the first word and header of a slot: (txn, crc, key len, flags, value len).
+    fn slot_header(&self, medium: &Medium, addr: Addr) -> (u64, u32, usize, u16, usize) {
+        let at = self.slot_offset(addr);
+        let txn = medium.load(at);
+        let w1 = medium.load(at + 8);
+        let w2 = medium.load(at + 16);
+        (txn, (w1 & 0xFFFF_FFFF) as u32, ((w1 >> 32) & 0xFFFF) as usize, (w1 >> 48) as u16, (w2 & 0xFFFF_FFFF) as usize)
+    }
+
+    /// Reads the value of a slot published by a committed or own version.
+    pub fn read_value(&self, medium: &Medium, addr: Addr) -> Vec<u8> {
+        let (_, _, key_len, _, value_len) = self.slot_header(medium, addr);
+        let mut value = vec![0u8; value_len];
+        let start = self.slot_offset(addr) + SLOT_HEADER + key_len as u64;
+        read_unaligned(medium, start, &mut value);
+        value
+    }
+
+    pub fn is_tombstone(&self, medium: &Medium, addr: Addr) -> bool {
+        self.slot_header(medium, addr).3 & FLAG_TOMBSTONE != 0
+    }
+
+    pub fn read_key(&self, medium: &Medium, addr: Addr) -> Vec<u8> {
+        let (_, _, key_len, _, _) = self.slot_header(medium, addr);
+        let mut key = vec![0u8; key_len];
+        medium.read_bytes(self.slot_offset(addr) + SLOT_HEADER, &mut key);
+        key
+    }
+
+    /// Decodes and verifies a slot read back from the medium (recovery).
+    /// `None` if its bytes do not form a valid slot (torn or corrupt).
+    pub fn decode_checked(&self, medium: &Medium, addr: Addr) -> Option<SlotContent> {
+        let (txn, crc, key_len, flags, value_len) = self.slot_header(medium, addr);
+        let fits = key_len <= self.def.max_key_len as usize && value_len <= self.def.max_value_len as usize;
+        if !fits || flags & !FLAG_TOMBSTONE != 0 {
+            return None;
+        }
+        let mut bytes = vec![0u8; (SLOT_HEADER as usize - 12) + key_len + value_len];
+        read_unaligned(medium, self.slot_offset(addr) + 12, &mut bytes);
+        if slot_crc(txn, &bytes) != crc {
+            return None;
+        }
+        let body = &bytes[SLOT_HEADER as usize - 12..];
+        Some(SlotContent {
+            txn,
+            tombstone: flags & FLAG_TOMBSTONE != 0,
+            key: body[..key_len].to_vec(),
+            value: body[key_len..].to_vec(),
+        })
+    }
+
+    /// The writer txn id stored in a slot.
+    pub fn slot_txn(&self, medium: &Medium, addr: Addr) -> u64 {
+        medium.load(self.slot_offset(addr))
+    }
+
+    /// Starts writing a slot back; the caller fences.
+    pub fn persist_slot(&self, medium: &Medium, addr: Addr) {
+        let (_, _, key_len, _, value_len) = self.slot_header(medium, addr);
+        medium.persist(self.slot_offset(addr), SLOT_HEADER + (key_len + value_len) as u64);
+    }
+
+    /// Turns an aborted slot into a hole that recovery skips.
+    pub fn make_hole(&self, medium: &Medium, addr: Addr, txn: u64) {
+        let at = self.slot_offset(addr);
+        medium.store(at, txn | HOLE_BIT);
+        medium.persist(at, 8);
+        self.set_obsolete(medium, addr);
+    }
+
+    /// Clears a slot written by a transaction that never committed.
+    pub fn clear_slot(&self, medium: &Medium, addr: Addr) {
+        let at = self.slot_offset(addr);
+        medium.store(at, TXN_EMPTY);
+        medium.persist(at, 8);
+    }
+
+    /// Marks a slot obsolete in its block's bitmap (a hint for GC).
+    pub fn set_obsolete(&self, medium: &Medium, addr: Addr) {
+        let word = self.block(addr).offset + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
+        medium.fetch_or(word, 1 << (addr.slot() % 64));
+    }
+
+    pub fn is_obsolete(&self, medium: &Medium, addr: Addr) -> bool {
+        let word = self.block(addr).offset + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
+        medium.load(word) & (1 << (addr.slot() % 64)) != 0
+    }
+}
+
+fn region_len(region: &Region) -> u64 {
+    region.blocks.count() as u64
+}
+
+/// Reads bytes that start at an 8-aligned slot offset plus an arbitrary shift.
+fn read_unaligned(medium: &Medium, start: u64, out: &mut [u8]) {
+    let aligned = start & !7;
+    let shift = (start - aligned) as usize;
+    if shift == 0 {
+        return medium.read_bytes(start, out);
+    }
+    let mut tmp = vec![0u8; out.len() + shift];
+    medium.read_bytes(aligned, &mut tmp);
+    out.copy_from_slice(&tmp[shift..]);
+}
+
+fn block_header_crc(h: &[u8; 64]) -> u32 {
+    let mut crc = crc32c::crc32c(&h[0..12]);
+    crc = crc32c::crc32c_append(crc, &h[16..24]);
+    crc32c::crc32c_append(crc, &h[32..48])
+}
+
+fn slot_crc(txn: u64, rest: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&txn.to_le_bytes()), rest)
+}

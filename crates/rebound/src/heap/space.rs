@@ -1,0 +1,70 @@
+//! Allocation of block-sized extents in the medium.
+//!
+//! Nothing about free space is persisted: recovery rebuilds it from the set
+//! of blocks reachable from the catalog, so an extent allocated but never
+//! linked before a crash is simply free again. Extents are handed out with
+//! whatever they held before; block headers carry a min txn id that makes
+//! old slots recognisable (see the heap's invariants), so nothing is zeroed.
+
+use super::BLOCK_ALIGN;
+use crate::error::Result;
+use crate::medium::Medium;
+use parking_lot::Mutex;
+
+/// Growth step of the medium, so that small databases stay small.
+const MIN_GROWTH: u64 = 1 << 20;
+
+pub struct Space {
+    inner: Mutex<Extents>,
+}
+
+struct Extents {
+    /// First byte after the last allocated extent.
+    end: u64,
+    /// Free extents below `end`, as (offset, length), first fit.
+    free: Vec<(u64, u64)>,
+}
+
+impl Space {
+    /// Everything from `end` on is free; `used` lists the live extents below it.
+    pub fn new(data_start: u64, mut used: Vec<(u64, u64)>) -> Space {
+        used.sort_unstable();
+        let mut free = Vec::new();
+        let mut at = data_start;
+        for (offset, len) in used {
+            if offset > at {
+                free.push((at, offset - at));
+            }
+            at = at.max(offset + len);
+        }
+        Space { inner: Mutex::new(Extents { end: at, free }) }
+    }
+
+    /// Allocates `len` bytes (a multiple of BLOCK_ALIGN) with unspecified content.
+    pub fn allocate(&self, medium: &Medium, len: u64) -> Result<u64> {
+        debug_assert_eq!(len % BLOCK_ALIGN, 0);
+        let mut ext = self.inner.lock();
+        if let Some(i) = ext.free.iter().position(|&(_, l)| l >= len) {
+            let (offset, free_len) = ext.free[i];
+            if free_len == len {
+                ext.free.remove(i);
+            } else {
+                ext.free[i] = (offset + len, free_len - len);
+            }
+            return Ok(offset);
+        }
+        let offset = ext.end;
+        let needed = offset + len;
+        if needed > medium.len() {
+            let grown = needed.max(medium.len() + (medium.len() / 4).max(MIN_GROWTH));
+            medium.grow(grown.next_multiple_of(BLOCK_ALIGN)).or_else(|_| medium.grow(needed))?;
+        }
+        ext.end = needed;
+        Ok(offset)
+    }
+
+    /// Bytes between the data start and the end of the last extent.
+    pub fn high_water(&self) -> u64 {
+        self.inner.lock().end
+    }
+}

@@ -1,0 +1,28 @@
+//! DRAM version headers, one per slot, grouped in a tile per block.
+//!
+//! A zeroed header means "committed before this process started, no
+//! successor, never read": recovery therefore only has to allocate tiles,
+//! never fill them, and new versions overwrite all fields before the version
+//! is published through the index.
+//!
+//! Field encodings (all `AtomicU64`):
+//! * `begin`: the writer's txn id; `PENDING` bit set until it committed,
+//!   `ABORTED` once it aborted; 0 for versions recovered from the medium.
+//! * `end`: 0 = no successor; `LOCKED | ts` while a transaction with
+//!   timestamp `ts` holds the write lock; `ts` once that successor committed.
+//! * `read`: largest timestamp of a transaction that read this version.
+//! * `prev`: logical address + 1 of the previous version, 0 = none.
+
+use std::sync::atomic::AtomicU64;
+
+pub const PENDING: u64 = 1 << 63;
+pub const ABORTED: u64 = u64::MAX;
+pub const LOCKED: u64 = 1 << 63;
+
+#[derive(Default)]
+pub struct VersionHeader {
+    pub begin: AtomicU64,
+    pub end: AtomicU64,
+    pub read: AtomicU64,
+    pub prev: AtomicU64,
+}

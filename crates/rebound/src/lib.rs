@@ -1,0 +1,31 @@
+//! Rebound: an embeddable OLTP storage engine with FIR's log-free,
+//! time-ordered persistent storage, MVTO transactions and DRAM indexes.
+//!
+//! ```no_run
+//! use rebound::{Database, Options, TableOptions};
+//! let db = Database::open("/dev/shm/example", Options::default())?;
+//! let accounts = db.create_table("accounts", TableOptions::default())?;
+//! let mut session = db.session()?;
+//! let mut tx = session.begin();
+//! tx.insert(&accounts, b"alice", b"100")?;
+//! tx.commit()?; // durable once this returns
+//! # Ok::<(), rebound::Error>(())
+//! ```
+//!
+//! Layers, bottom to top (a layer only calls the ones below it):
+//! [`medium`] → `catalog` → `heap` → `index` → `txn` → `recovery` → `db`.
+#![deny(unsafe_code)]
+
+mod catalog;
+mod db;
+mod error;
+mod heap;
+mod index;
+pub mod medium;
+mod recovery;
+mod txn;
+
+pub use db::{Database, Durability, MediumChoice, Options, Session, Table, TableOptions, Transaction, DATA_FILE, MAX_VALUE_LEN};
+pub use error::{Error, Result};
+pub use medium::{Guarantee, SimDevice};
+pub use recovery::RecoveryReport;

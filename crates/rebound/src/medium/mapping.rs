@@ -1,0 +1,120 @@
+//! One reserved range of address space; the usable prefix grows in place so
+//! that addresses handed out stay valid for the mapping's lifetime.
+#![allow(unsafe_code)]
+
+use crate::error::{Error, Result};
+use memmap2::{MmapOptions, MmapRaw};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub(crate) struct Mapping {
+    raw: MmapRaw,
+    reserved: u64,
+    len: AtomicU64,
+}
+
+impl Mapping {
+    pub(crate) fn anonymous(reserve: u64, initial: u64) -> Result<Self> {
+        let mmap = MmapOptions::new().len(to_usize(reserve)?).no_reserve_swap().map_anon()?;
+        Ok(Mapping { raw: MmapRaw::from(mmap), reserved: reserve, len: AtomicU64::new(initial) })
+    }
+
+    /// Maps `reserve` bytes of `file`; only its current length is usable.
+    /// Pages past the end of the file are never touched because every access
+    /// is checked against `len`, which only grows after the file has grown.
+    pub(crate) fn file(file: &File, reserve: u64) -> Result<Self> {
+        let file_len = file.metadata()?.len();
+        let reserve = reserve.max(file_len);
+        let raw = MmapOptions::new().len(to_usize(reserve)?).map_raw(file)?;
+        Ok(Mapping { raw, reserved: reserve, len: AtomicU64::new(file_len) })
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn reserved(&self) -> u64 {
+        self.reserved
+    }
+
+    pub(crate) fn set_len(&self, len: u64) {
+        assert!(len <= self.reserved, "mapping grown past its reservation");
+        self.len.store(len, Ordering::Release);
+    }
+
+    /// The word at `off`. Offsets come from validated metadata; a bad one is
+    /// an engine bug, so it stops the program instead of reading garbage.
+    #[inline]
+    pub(crate) fn word(&self, off: u64) -> &AtomicU64 {
+        assert!(
+            off % 8 == 0 && off + 8 <= self.len(),
+            "medium word access at {off} outside 0..{}",
+            self.len()
+        );
+        // SAFETY: the offset is 8-aligned and inside the usable length, which
+        // is backed by the mapping (file grown first, or anonymous memory);
+        // the mapping lives as long as `self`, and all accesses to these bytes
+        // are atomic, so shared references to `AtomicU64` never alias
+        // non-atomic accesses.
+        unsafe { AtomicU64::from_ptr(self.raw.as_mut_ptr().add(off as usize).cast()) }
+    }
+
+    /// Address of the cache line containing `off`, for write-back only.
+    #[inline]
+    pub(crate) fn line_ptr(&self, off: u64) -> *const u8 {
+        assert!(off < self.len(), "line outside the medium");
+        self.raw.as_ptr().wrapping_add(off as usize)
+    }
+
+    pub(crate) fn msync(&self, lo: u64, hi: u64) -> std::io::Result<()> {
+        let page = 4096;
+        let start = lo / page * page;
+        if hi <= start {
+            return Ok(());
+        }
+        self.raw.flush_range(start as usize, (hi - start) as usize)
+    }
+}
+
+/// Reserves real space for `[0, len)` so that writes into it cannot fail
+/// later with SIGBUS; a full filesystem is reported here as `OutOfSpace`.
+pub(crate) fn allocate(file: &File, len: u64) -> Result<()> {
+    let current = file.metadata()?.len();
+    if len <= current {
+        return Ok(());
+    }
+    let len_i = i64::try_from(len).map_err(|_| Error::OutOfSpace("size overflow".into()))?;
+    let cur_i = current as i64;
+    // SAFETY: plain syscall on an owned, open descriptor with in-range values.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), cur_i, len_i - cur_i) };
+    match rc {
+        0 => Ok(()),
+        libc::ENOSPC | libc::EFBIG | libc::EDQUOT => {
+            // Undo a partial allocation so the file length stays meaningful.
+            let _ = file.set_len(current);
+            Err(Error::OutOfSpace(format!("cannot grow the data file to {len} bytes")))
+        }
+        libc::EOPNOTSUPP | libc::EINVAL => Ok(file.set_len(len)?),
+        errno => Err(Error::Io(std::io::Error::from_raw_os_error(errno))),
+    }
+}
+
+fn to_usize(n: u64) -> Result<usize> {
+    usize::try_from(n).map_err(|_| Error::OutOfSpace("reservation exceeds address space".into()))
+}
+
+/// Whether `dir` is on tmpfs, where a file mapping is memory that survives
+/// a process crash (the persistent-memory emulation).
+pub(crate) fn on_tmpfs(dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let Ok(c_path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs is a plain C struct of integers; all-zero is a valid value.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is NUL-terminated and `stat` is a valid out-pointer.
+    let rc = unsafe { libc::statfs(c_path.as_ptr(), &mut stat) };
+    rc == 0 && stat.f_type as i64 == TMPFS_MAGIC
+}

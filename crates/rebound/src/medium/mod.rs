@@ -1,0 +1,341 @@
+//! The persistence medium: one byte-addressable space behind one type.
+//!
+//! Every layer above reaches persistent bytes only through [`Medium`]: word
+//! loads and stores, `persist(range)` (start writing a range back) and
+//! `fence()` (wait until everything persisted so far is durable). What
+//! "durable" means depends on the backend:
+//!
+//! | backend | persist | fence | survives |
+//! |---|---|---|---|
+//! | [`Backend::PersistentMemory`] (file on tmpfs/DAX) | `clwb` per 64-byte line (`clflushopt`/`clflush` fallback) | `sfence` | process crash (tmpfs) / power loss (real DAX) |
+//! | [`Backend::Disk`] (file on a block filesystem) | widen the dirty range | `msync` of the dirty range, coalesced across threads (group commit) | power loss |
+//! | [`Backend::Simulated`] ([`SimDevice`]) | remember the lines | copy remembered lines into the durable image | simulated crashes with a seed |
+//! | [`Backend::Volatile`] (anonymous memory) | nothing | nothing | nothing (the `none` design) |
+//!
+//! # Assumptions about the medium
+//! * An aligned 8-byte store is atomic with respect to crashes: after a crash
+//!   a word holds either its old or its new value, never a mix. Wider stores
+//!   may tear at 8-byte boundaries, and unfenced 64-byte lines may or may not
+//!   have reached the medium, independently of each other and of program order.
+//! * Everything persisted before a completed `fence()` survives a crash.
+//!
+//! The simulated backend enforces exactly these assumptions and nothing more,
+//! so code that is correct on it is correct on any medium that keeps them.
+//!
+//! # Soundness
+//! All access goes through relaxed (or stronger) atomic word operations on the
+//! mapping, so concurrent readers and writers of the same bytes are never a
+//! data race in Rust's sense. Offsets are bounds-checked against the mapped
+//! length; a violation is an [`Error::Corrupt`]-style bug report from the
+//! caller, surfaced as a panic-free `Err` by the `checked_*` helpers or as a
+//! debug assertion in the hot-path variants that take already-validated offsets.
+#![allow(unsafe_code)]
+
+mod flush;
+mod mapping;
+mod sim;
+
+pub use sim::SimDevice;
+pub(crate) use mapping::on_tmpfs;
+
+use crate::error::{Error, Result};
+use mapping::Mapping;
+use parking_lot::{Condvar, Mutex};
+use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Size of a cache line, the unit the hardware writes back.
+pub const LINE: u64 = 64;
+/// Size of an NVM write unit, the unit of injected latency.
+pub const NVM_LINE: u64 = 256;
+
+/// What a successful `fence()` protects against, reported to users.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guarantee {
+    /// Nothing is persisted (the `none` design).
+    None,
+    /// Survives a crash of the process; the file lives in memory (tmpfs),
+    /// so power loss loses it unless it is real persistent memory (DAX).
+    ProcessCrash,
+    /// Survives power loss: data reached the disk with `msync`.
+    PowerLoss,
+    /// Survives simulated crashes of a [`SimDevice`].
+    Simulated,
+}
+
+pub(crate) enum Backend {
+    Volatile,
+    PersistentMemory { _file: File, flush: flush::Flusher },
+    Disk { file: File, sync: DiskSync },
+    Simulated(SimDevice),
+}
+
+/// Group commit for `msync`: a fence that arrives while a sync is running
+/// waits for the next one instead of issuing its own.
+pub(crate) struct DiskSync {
+    dirty_lo: AtomicU64,
+    dirty_hi: AtomicU64,
+    state: Mutex<SyncState>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct SyncState {
+    running: bool,
+    completed_rounds: u64,
+    last_error: Option<String>,
+}
+
+/// The persistence medium. Cheap to share behind an `Arc`.
+pub struct Medium {
+    map: Arc<Mapping>,
+    backend: Backend,
+    latency_ns_per_line: u64,
+    grow_lock: Mutex<()>,
+}
+
+impl Medium {
+    /// Anonymous memory: fast, nothing survives.
+    pub(crate) fn volatile(reserve: u64, initial: u64) -> Result<Self> {
+        let map = Mapping::anonymous(reserve, initial)?;
+        Ok(Self::with(Arc::new(map), Backend::Volatile, 0))
+    }
+
+    /// A file mapping persisted with cache-line write-back (tmpfs or DAX).
+    pub(crate) fn persistent_memory(file: File, reserve: u64, latency: u64) -> Result<Self> {
+        let map = Mapping::file(&file, reserve)?;
+        let flush = flush::Flusher::detect();
+        Ok(Self::with(Arc::new(map), Backend::PersistentMemory { _file: file, flush }, latency))
+    }
+
+    /// A file mapping persisted with `msync` (a disk filesystem).
+    pub(crate) fn disk(file: File, reserve: u64) -> Result<Self> {
+        let map = Mapping::file(&file, reserve)?;
+        let sync = DiskSync {
+            dirty_lo: AtomicU64::new(u64::MAX),
+            dirty_hi: AtomicU64::new(0),
+            state: Mutex::new(SyncState::default()),
+            done: Condvar::new(),
+        };
+        Ok(Self::with(Arc::new(map), Backend::Disk { file, sync }, 0))
+    }
+
+    /// The working image of a simulated device.
+    pub(crate) fn simulated(device: SimDevice) -> Self {
+        let map = device.working_mapping();
+        Self::with(map, Backend::Simulated(device), 0)
+    }
+
+    fn with(map: Arc<Mapping>, backend: Backend, latency_ns_per_line: u64) -> Self {
+        Medium { map, backend, latency_ns_per_line, grow_lock: Mutex::new(()) }
+    }
+
+    pub fn guarantee(&self) -> Guarantee {
+        match self.backend {
+            Backend::Volatile => Guarantee::None,
+            Backend::PersistentMemory { .. } => Guarantee::ProcessCrash,
+            Backend::Disk { .. } => Guarantee::PowerLoss,
+            Backend::Simulated(_) => Guarantee::Simulated,
+        }
+    }
+
+    /// Current usable length in bytes.
+    pub fn len(&self) -> u64 {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Grows the usable length to at least `new_len`, reserving real space so
+    /// that a full disk is an error here and never a SIGBUS later.
+    pub fn grow(&self, new_len: u64) -> Result<()> {
+        let _guard = self.grow_lock.lock();
+        if new_len <= self.len() {
+            return Ok(());
+        }
+        if new_len > self.map.reserved() {
+            return Err(Error::OutOfSpace(format!(
+                "medium would exceed its reserved size of {} bytes",
+                self.map.reserved()
+            )));
+        }
+        match &self.backend {
+            Backend::Volatile => {}
+            Backend::PersistentMemory { _file: file, .. } => mapping::allocate(file, new_len)?,
+            Backend::Disk { file, .. } => {
+                mapping::allocate(file, new_len)?;
+                file.sync_all()?;
+            }
+            Backend::Simulated(dev) => dev.grow(new_len),
+        }
+        self.map.set_len(new_len);
+        Ok(())
+    }
+
+    fn word(&self, off: u64) -> &AtomicU64 {
+        self.map.word(off)
+    }
+
+    /// Loads an aligned word with acquire ordering.
+    #[inline]
+    pub fn load(&self, off: u64) -> u64 {
+        self.word(off).load(Ordering::Acquire)
+    }
+
+    /// Stores an aligned word with release ordering; crash-atomic.
+    #[inline]
+    pub fn store(&self, off: u64, value: u64) {
+        self.word(off).store(value, Ordering::Release)
+    }
+
+    /// Sets bits in an aligned word.
+    #[inline]
+    pub fn fetch_or(&self, off: u64, bits: u64) -> u64 {
+        self.word(off).fetch_or(bits, Ordering::AcqRel)
+    }
+
+    /// Copies bytes in at an 8-aligned offset; the tail word is zero-padded.
+    pub fn write_bytes(&self, off: u64, data: &[u8]) {
+        let mut chunks = data.chunks_exact(8);
+        let mut at = off;
+        for chunk in &mut chunks {
+            let word = u64::from_le_bytes(chunk.try_into().expect("chunk of 8"));
+            self.word(at).store(word, Ordering::Relaxed);
+            at += 8;
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut tail = [0u8; 8];
+            tail[..rest.len()].copy_from_slice(rest);
+            self.word(at).store(u64::from_le_bytes(tail), Ordering::Relaxed);
+        }
+    }
+
+    /// Copies `out.len()` bytes out from an 8-aligned offset.
+    pub fn read_bytes(&self, off: u64, out: &mut [u8]) {
+        let mut at = off;
+        let mut chunks = out.chunks_exact_mut(8);
+        for chunk in &mut chunks {
+            chunk.copy_from_slice(&self.word(at).load(Ordering::Relaxed).to_le_bytes());
+            at += 8;
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
+            let word = self.word(at).load(Ordering::Relaxed).to_le_bytes();
+            rest.copy_from_slice(&word[..rest.len()]);
+        }
+    }
+
+    /// Zeroes an 8-aligned range whose length is a multiple of 8.
+    pub fn zero(&self, off: u64, len: u64) {
+        let mut at = off;
+        while at < off + len {
+            self.word(at).store(0, Ordering::Relaxed);
+            at += 8;
+        }
+    }
+
+    /// Starts writing `[off, off+len)` back to the medium. Not durable until
+    /// the next `fence()` on this thread returns.
+    pub fn persist(&self, off: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let first = off & !(LINE - 1);
+        let end = off + len;
+        match &self.backend {
+            Backend::Volatile => {}
+            Backend::PersistentMemory { flush, .. } => {
+                let mut line = first;
+                while line < end {
+                    flush.write_back(self.map.line_ptr(line));
+                    line += LINE;
+                }
+                self.inject_latency(first, end);
+            }
+            Backend::Disk { sync, .. } => {
+                sync.dirty_lo.fetch_min(first, Ordering::AcqRel);
+                sync.dirty_hi.fetch_max(end, Ordering::AcqRel);
+            }
+            Backend::Simulated(dev) => dev.note_persist(first, end),
+        }
+    }
+
+    fn inject_latency(&self, first: u64, end: u64) {
+        if self.latency_ns_per_line == 0 {
+            return;
+        }
+        let lines = (end - first).div_ceil(NVM_LINE);
+        let until = std::time::Instant::now()
+            + std::time::Duration::from_nanos(lines * self.latency_ns_per_line);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Waits until everything this thread persisted is durable.
+    pub fn fence(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Volatile => Ok(()),
+            Backend::PersistentMemory { flush, .. } => {
+                flush.fence();
+                Ok(())
+            }
+            Backend::Disk { sync, .. } => self.disk_fence(sync),
+            Backend::Simulated(dev) => {
+                dev.fence(&self.map);
+                Ok(())
+            }
+        }
+    }
+
+    /// `persist` + `fence` of one range.
+    pub fn persist_now(&self, off: u64, len: u64) -> Result<()> {
+        self.persist(off, len);
+        self.fence()
+    }
+
+    fn disk_fence(&self, sync: &DiskSync) -> Result<()> {
+        let mut state = sync.state.lock();
+        // A round that started before our persist may not cover it: wait for
+        // the running one and then make sure one more round completes.
+        let target = state.completed_rounds + if state.running { 2 } else { 1 };
+        loop {
+            if state.completed_rounds >= target {
+                return match &state.last_error {
+                    Some(e) => Err(Error::Io(std::io::Error::other(e.clone()))),
+                    None => Ok(()),
+                };
+            }
+            if state.running {
+                sync.done.wait(&mut state);
+                continue;
+            }
+            state.running = true;
+            drop(state);
+            let outcome = self.sync_dirty_range(sync);
+            state = sync.state.lock();
+            state.running = false;
+            state.completed_rounds += 1;
+            state.last_error = outcome.err().map(|e| e.to_string());
+            sync.done.notify_all();
+        }
+    }
+
+    fn sync_dirty_range(&self, sync: &DiskSync) -> std::io::Result<()> {
+        let lo = sync.dirty_lo.swap(u64::MAX, Ordering::AcqRel);
+        let hi = sync.dirty_hi.swap(0, Ordering::AcqRel);
+        if lo >= hi {
+            return Ok(());
+        }
+        self.map.msync(lo, hi.min(self.len()))
+    }
+
+    /// Reports whether `[off, off+len)` lies inside the usable length.
+    pub fn contains(&self, off: u64, len: u64) -> bool {
+        off.checked_add(len).is_some_and(|end| end <= self.len())
+    }
+}

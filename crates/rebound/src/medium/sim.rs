@@ -1,0 +1,223 @@
+//! A simulated persistence medium for crash testing.
+//!
+//! It keeps the *working* image (what the program sees) apart from the
+//! *durable* image (what would survive a crash). `persist` remembers lines;
+//! `fence` copies the remembered lines into the durable image. A crash builds
+//! a new device from the durable image plus, for every line whose working
+//! content differs, a seeded choice: lose the line, keep it, or tear it at
+//! 8-byte granularity. That is exactly the freedom real hardware has with
+//! unfenced stores, so a seed reproduces one possible crash outcome.
+//!
+//! A crash can be requested now ([`SimDevice::crash`]) or armed to happen at
+//! the n-th fence ([`SimDevice::arm_crash_at_fence`]); in the latter case the
+//! image is captured just before that fence takes effect and the program
+//! keeps running, so a test can drive a workload to completion and then
+//! recover from the captured image.
+
+use super::mapping::Mapping;
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A simulated device; clones share the same device.
+#[derive(Clone)]
+pub struct SimDevice {
+    inner: Arc<SimInner>,
+}
+
+struct SimInner {
+    working: Arc<Mapping>,
+    durable: Mutex<Vec<u8>>,
+    pending: Mutex<BTreeSet<u64>>,
+    fences: AtomicU64,
+    armed: Mutex<Option<Armed>>,
+    captured: Mutex<Option<Vec<u8>>>,
+}
+
+#[derive(Clone, Copy)]
+struct Armed {
+    at_fence: u64,
+    seed: u64,
+}
+
+/// What happened to one line at a simulated crash.
+#[derive(Clone, Copy)]
+enum LineFate {
+    Lost,
+    Kept,
+    Torn,
+}
+
+impl SimDevice {
+    /// An empty device that can grow to `capacity` bytes.
+    pub fn new(capacity: u64) -> Self {
+        Self::from_image(Vec::new(), capacity)
+    }
+
+    fn from_image(image: Vec<u8>, capacity: u64) -> Self {
+        let capacity = capacity.max(image.len() as u64);
+        let working =
+            Mapping::anonymous(capacity, image.len() as u64).expect("anonymous mapping for a simulated device");
+        let mut at = 0u64;
+        for chunk in image.chunks_exact(8) {
+            working.word(at).store(u64::from_le_bytes(chunk.try_into().unwrap()), Ordering::Relaxed);
+            at += 8;
+        }
+        SimDevice {
+            inner: Arc::new(SimInner {
+                working: Arc::new(working),
+                durable: Mutex::new(image),
+                pending: Mutex::new(BTreeSet::new()),
+                fences: AtomicU64::new(0),
+                armed: Mutex::new(None),
+                captured: Mutex::new(None),
+            }),
+        }
+    }
+
+    pub(crate) fn working_mapping(&self) -> Arc<Mapping> {
+        self.inner.working.clone()
+    }
+
+    /// Number of fences issued on this device so far.
+    pub fn fences(&self) -> u64 {
+        self.inner.fences.load(Ordering::Acquire)
+    }
+
+    /// Captures a crash image just before fence number `at_fence` (counted
+    /// from the device's creation, starting at 1) takes effect.
+    pub fn arm_crash_at_fence(&self, at_fence: u64, seed: u64) {
+        *self.inner.armed.lock() = Some(Armed { at_fence, seed });
+        *self.inner.captured.lock() = None;
+    }
+
+    /// The device as it would be found after the armed crash, once it fired.
+    pub fn take_crash(&self) -> Option<SimDevice> {
+        let image = self.inner.captured.lock().take()?;
+        Some(Self::from_image(image, self.inner.working.reserved()))
+    }
+
+    /// The device as it would be found after a crash right now.
+    pub fn crash(&self, seed: u64) -> SimDevice {
+        let image = self.crash_image(seed);
+        Self::from_image(image, self.inner.working.reserved())
+    }
+
+    /// The device after a clean power-off: everything written survives.
+    pub fn clean_copy(&self) -> SimDevice {
+        let len = self.inner.working.len();
+        let image = (0..len / 8)
+            .flat_map(|w| self.inner.working.word(w * 8).load(Ordering::Acquire).to_le_bytes())
+            .collect();
+        Self::from_image(image, self.inner.working.reserved())
+    }
+
+    /// Length of the medium in bytes.
+    pub fn len(&self) -> u64 {
+        self.inner.working.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Flips bits in both images, for corruption tests.
+    pub fn corrupt(&self, offset: u64, xor_mask: u64) {
+        let word = self.inner.working.word(offset & !7);
+        let new = word.load(Ordering::Acquire) ^ xor_mask;
+        word.store(new, Ordering::Release);
+        let mut durable = self.inner.durable.lock();
+        let at = (offset & !7) as usize;
+        durable[at..at + 8].copy_from_slice(&new.to_le_bytes());
+    }
+
+    pub(crate) fn grow(&self, new_len: u64) {
+        self.inner.durable.lock().resize(new_len as usize, 0);
+    }
+
+    pub(crate) fn note_persist(&self, first_line: u64, end: u64) {
+        let mut pending = self.inner.pending.lock();
+        let mut line = first_line;
+        while line < end {
+            pending.insert(line);
+            line += super::LINE;
+        }
+    }
+
+    pub(crate) fn fence(&self, working: &Mapping) {
+        let number = self.inner.fences.fetch_add(1, Ordering::AcqRel) + 1;
+        let armed = *self.inner.armed.lock();
+        if let Some(armed) = armed.filter(|a| a.at_fence == number) {
+            let image = self.crash_image(armed.seed);
+            *self.inner.captured.lock() = Some(image);
+        }
+        let lines = std::mem::take(&mut *self.inner.pending.lock());
+        let mut durable = self.inner.durable.lock();
+        for line in lines {
+            copy_line(working, &mut durable, line);
+        }
+    }
+
+    fn crash_image(&self, seed: u64) -> Vec<u8> {
+        let working = &self.inner.working;
+        let mut image = self.inner.durable.lock().clone();
+        let mut rng = SplitMix64(seed);
+        let len = image.len() as u64;
+        let mut line = 0;
+        while line < len {
+            let end = (line + super::LINE).min(len);
+            if line_differs(working, &image, line, end) {
+                match rng.fate() {
+                    LineFate::Lost => {}
+                    LineFate::Kept => copy_words(working, &mut image, line, end, |_| true),
+                    LineFate::Torn => copy_words(working, &mut image, line, end, |_| rng.next() & 1 == 1),
+                }
+            }
+            line = end;
+        }
+        image
+    }
+}
+
+fn line_differs(working: &Mapping, image: &[u8], line: u64, end: u64) -> bool {
+    (line..end).step_by(8).any(|at| {
+        let now = working.word(at).load(Ordering::Acquire);
+        now.to_le_bytes() != image[at as usize..at as usize + 8]
+    })
+}
+
+fn copy_words(working: &Mapping, image: &mut [u8], line: u64, end: u64, mut take: impl FnMut(u64) -> bool) {
+    for at in (line..end).step_by(8) {
+        if take(at) {
+            let now = working.word(at).load(Ordering::Acquire);
+            image[at as usize..at as usize + 8].copy_from_slice(&now.to_le_bytes());
+        }
+    }
+}
+
+fn copy_line(working: &Mapping, durable: &mut [u8], line: u64) {
+    let end = (line + super::LINE).min(durable.len() as u64).min(working.len());
+    copy_words(working, durable, line, end, |_| true);
+}
+
+/// Small deterministic generator so a seed fully determines a crash.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn fate(&mut self) -> LineFate {
+        match self.next() % 3 {
+            0 => LineFate::Lost,
+            1 => LineFate::Kept,
+            _ => LineFate::Torn,
+        }
+    }
+}

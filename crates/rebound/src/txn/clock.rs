@@ -1,0 +1,56 @@
+//! The timestamp source: one counter for txn ids, leased ahead durably.
+
+use crate::catalog;
+use crate::error::{Error, Result};
+use crate::medium::Medium;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How many ids one durable lease write covers.
+const LEASE_STEP: u64 = 1 << 20;
+
+pub struct Clock {
+    next: AtomicU64,
+    lease_end: AtomicU64,
+    lease_lock: Mutex<()>,
+}
+
+impl Clock {
+    /// Restarts after everything below `durable_lease`; raises the lease.
+    pub fn recover(medium: &Medium, durable_lease: u64) -> Result<Clock> {
+        let start = durable_lease.max(1);
+        let lease_end = start + LEASE_STEP;
+        catalog::set_txn_lease(medium, lease_end)?;
+        Ok(Clock { next: AtomicU64::new(start), lease_end: AtomicU64::new(lease_end), lease_lock: Mutex::new(()) })
+    }
+
+    /// A new, unique, increasing id, durably below the lease.
+    pub fn next(&self, medium: &Medium) -> Result<u64> {
+        let ts = self.next.fetch_add(1, Ordering::AcqRel);
+        if ts < self.lease_end.load(Ordering::Acquire) {
+            return Ok(ts);
+        }
+        self.extend_lease(medium, ts)?;
+        Ok(ts)
+    }
+
+    #[cold]
+    fn extend_lease(&self, medium: &Medium, ts: u64) -> Result<()> {
+        let _guard = self.lease_lock.lock();
+        if ts < self.lease_end.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let new_end = ts + LEASE_STEP;
+        if new_end > catalog::MAX_TXN_ID {
+            return Err(Error::OutOfSpace("transaction ids exhausted".into()));
+        }
+        catalog::set_txn_lease(medium, new_end)?;
+        self.lease_end.store(new_end, Ordering::Release);
+        Ok(())
+    }
+
+    /// The next id that would be handed out (all smaller ones are taken).
+    pub fn peek(&self) -> u64 {
+        self.next.load(Ordering::Acquire)
+    }
+}

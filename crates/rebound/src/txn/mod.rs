@@ -1,0 +1,552 @@
+//! Transactions: multi-version timestamp ordering (FIR 4.2) over the heap's
+//! version headers, with the commit protocol that makes the time-ordered
+//! heap a log.
+//!
+//! # MVTO
+//! A transaction takes its timestamp `ts` (also its txn id) at begin.
+//! * A read walks the version chain from the index's head to the newest
+//!   version with `begin ≤ ts`, raises its `read` to `ts`, then re-checks
+//!   `end`: if a writer older than `ts` locked it meanwhile, the reader waits
+//!   for that writer briefly and otherwise reports a conflict.
+//! * A write locks the head version (`end: 0 → LOCKED|ts`), then checks that
+//!   no younger transaction has read it (`read ≤ ts`) and that it is not
+//!   younger itself (`begin ≤ ts`). Lock-then-check on the writer and
+//!   mark-then-check on the reader, both sequentially consistent, mean one
+//!   of the two always sees the other.
+//! * Reading an absent key or a range records `ts` in the index leaf's gap
+//!   timestamp, so an older transaction cannot insert into it afterwards
+//!   (phantom protection); the index checks that under the leaf lock.
+//! * Writers never wait; a conflicting write aborts with [`Error::Conflict`].
+//!
+//! # Commit protocol (the durability argument)
+//! 1. write back every new slot, fence: the versions are durable;
+//! 2. LCTT[worker] = ts, write back, fence: the transaction is durable;
+//! 3. only now clear the versions' PENDING bits and set the predecessors'
+//!    `end`, so no other transaction can read or overwrite a version whose
+//!    commit is not durable, then set the predecessors' obsolete bits.
+//!
+//! Recovery treats a slot as committed iff its txn id ≤ LCTT[worker] (its
+//! region's worker). Within a worker, transactions run one at a time in ts
+//! order, so the committed slots of a region are a prefix.
+//!
+//! # Abort
+//! The new versions are marked ABORTED in DRAM, the index is pointed back at
+//! the predecessors (or the fresh key removed), locks are released, and the
+//! slots become *holes* (`txn | HOLE_BIT`) that are fenced before the abort
+//! returns — so a later commit of the same worker, whose LCTT value is larger
+//! than the aborted id, can never resurrect them.
+
+mod clock;
+
+pub use clock::Clock;
+
+use crate::catalog;
+use crate::error::{Error, Result};
+use crate::heap::tile::{ABORTED, LOCKED, PENDING};
+use crate::heap::{Addr, Space, TableHeap};
+use crate::index::{BTree, InsertError};
+use crate::medium::Medium;
+use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
+use std::sync::Arc;
+
+/// How long a reader spins on a writer that is finishing its commit.
+const WAIT_SPINS: u32 = 1 << 14;
+
+/// Everything transactions share: the medium, free space, the clock, tables.
+pub struct Store {
+    pub medium: Medium,
+    pub space: Space,
+    pub clock: Clock,
+    pub tables: boxcar::Vec<Arc<TableRt>>,
+    /// Distinguishes table handles of different open databases.
+    pub instance: u64,
+}
+
+/// A table at run time: its heap and its primary index.
+pub struct TableRt {
+    pub heap: TableHeap,
+    pub index: BTree,
+    pub instance: u64,
+}
+
+struct Write {
+    table: u32,
+    new: Addr,
+    prev: Option<Addr>,
+}
+
+/// What a write should do to an existing key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WriteKind {
+    Insert,
+    Update,
+    Delete,
+    Put,
+}
+
+/// Result of resolving the version visible to a transaction.
+enum Visible {
+    Version(Addr),
+    Absent,
+    Retry,
+}
+
+/// A transaction's private state. Dropping it without commit aborts.
+pub struct TxnState<'s> {
+    store: &'s Store,
+    worker: usize,
+    ts: u64,
+    writes: Vec<Write>,
+    buf: Vec<u8>,
+    poisoned: Option<Error>,
+}
+
+impl<'s> TxnState<'s> {
+    pub fn begin(store: &'s Store, worker: usize) -> Self {
+        let (ts, poisoned) = match store.clock.next(&store.medium) {
+            Ok(ts) => (ts, None),
+            Err(e) => (0, Some(e)),
+        };
+        TxnState { store, worker, ts, writes: Vec::new(), buf: Vec::new(), poisoned }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.ts
+    }
+
+    /// Makes every later operation fail with `error`.
+    pub fn poison(&mut self, error: Error) {
+        self.poisoned = Some(error);
+    }
+
+    fn check_usable(&mut self) -> Result<()> {
+        match self.poisoned.take() {
+            None => Ok(()),
+            Some(Error::Conflict) => {
+                self.poisoned = Some(Error::Conflict);
+                Err(Error::TransactionPoisoned)
+            }
+            Some(e) => {
+                self.poisoned = Some(Error::TransactionPoisoned);
+                Err(e)
+            }
+        }
+    }
+
+    /// Records a conflict so the transaction can only abort afterwards.
+    fn guard<T>(&mut self, result: Result<T>) -> Result<T> {
+        if let Err(Error::Conflict) = &result {
+            self.poisoned = Some(Error::Conflict);
+        }
+        result
+    }
+
+    fn table<'t>(&self, table: &'t TableRt, key: &[u8], value: Option<&[u8]>) -> Result<&'t TableRt> {
+        if table.instance != self.store.instance {
+            return Err(Error::ForeignTable);
+        }
+        let max_key = table.heap.def.max_key_len as usize;
+        if key.is_empty() || key.len() > max_key {
+            return Err(Error::KeyLength { len: key.len(), max: max_key });
+        }
+        let max_value = table.heap.def.max_value_len as usize;
+        match value {
+            Some(v) if v.len() > max_value => Err(Error::ValueTooLarge { len: v.len(), max: max_value }),
+            _ => Ok(table),
+        }
+    }
+
+    pub fn get(&mut self, table: &TableRt, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_usable()?;
+        let table = self.table(table, key, None)?;
+        let result = self.read_key(table, key);
+        self.guard(result)
+    }
+
+    fn read_key(&self, table: &TableRt, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        loop {
+            let Some(head) = table.index.get_marking_gap(key, self.ts) else {
+                return Ok(None);
+            };
+            match self.visible(table, Addr(head))? {
+                Visible::Retry => continue,
+                Visible::Absent => return Ok(None),
+                Visible::Version(addr) => return Ok(self.live_value(table, addr)),
+            }
+        }
+    }
+
+    fn live_value(&self, table: &TableRt, addr: Addr) -> Option<Vec<u8>> {
+        let medium = &self.store.medium;
+        (!table.heap.is_tombstone(medium, addr)).then(|| table.heap.read_value(medium, addr))
+    }
+
+    /// Finds the version of a chain visible at `ts`, recording the read.
+    fn visible(&self, table: &TableRt, head: Addr) -> Result<Visible> {
+        let mut addr = head;
+        loop {
+            let header = table.heap.header(addr);
+            let begin = header.begin.load(Acquire);
+            if begin == PENDING | self.ts {
+                return Ok(Visible::Version(addr));
+            }
+            let older_than_us = if begin == ABORTED {
+                false
+            } else if begin & PENDING != 0 {
+                let writer = begin & !PENDING;
+                if writer < self.ts {
+                    self.wait_for_writer(&header.begin, begin)?;
+                    continue;
+                }
+                false
+            } else {
+                begin <= self.ts
+            };
+            if older_than_us {
+                return self.check_read(&header.read, &header.end, addr);
+            }
+            match header.prev.load(Acquire) {
+                0 => return Ok(Visible::Absent),
+                prev => addr = Addr(prev - 1),
+            }
+        }
+    }
+
+    /// Mark-then-check against writers that lock the version concurrently.
+    fn check_read(&self, read: &std::sync::atomic::AtomicU64, end: &std::sync::atomic::AtomicU64, addr: Addr) -> Result<Visible> {
+        read.fetch_max(self.ts, SeqCst);
+        loop {
+            let e = end.load(SeqCst);
+            let successor = e & !LOCKED;
+            if e == 0 || successor > self.ts || (e & LOCKED != 0 && successor == self.ts) {
+                return Ok(Visible::Version(addr));
+            }
+            if e & LOCKED == 0 {
+                // A successor older than us committed after we found the head.
+                return Ok(Visible::Retry);
+            }
+            self.wait_for_writer(end, e)?;
+        }
+    }
+
+    /// Spins until `word` changes from `seen` (a writer finishing), else conflict.
+    fn wait_for_writer(&self, word: &std::sync::atomic::AtomicU64, seen: u64) -> Result<()> {
+        for i in 0..WAIT_SPINS {
+            if word.load(Acquire) != seen {
+                return Ok(());
+            }
+            if i % 256 == 255 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        Err(Error::Conflict)
+    }
+
+    pub fn insert(&mut self, table: &TableRt, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write(table, key, Some(value), WriteKind::Insert).map(|_| ())
+    }
+
+    pub fn update(&mut self, table: &TableRt, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write(table, key, Some(value), WriteKind::Update).map(|_| ())
+    }
+
+    pub fn put(&mut self, table: &TableRt, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.write(table, key, Some(value), WriteKind::Put)
+    }
+
+    pub fn delete(&mut self, table: &TableRt, key: &[u8]) -> Result<bool> {
+        self.write(table, key, None, WriteKind::Delete)
+    }
+
+    /// Returns whether the key existed (visible and not deleted) before.
+    fn write(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>, kind: WriteKind) -> Result<bool> {
+        self.check_usable()?;
+        let table = self.table(table, key, value)?;
+        let result = self.write_checked(table, key, value, kind);
+        self.guard(result)
+    }
+
+    fn write_checked(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>, kind: WriteKind) -> Result<bool> {
+        loop {
+            let head = match table.index.get_marking_gap(key, self.ts) {
+                Some(head) => Addr(head),
+                None if matches!(kind, WriteKind::Insert | WriteKind::Put) => {
+                    match self.insert_fresh(table, key, value)? {
+                        true => return Ok(false),
+                        false => continue,
+                    }
+                }
+                None => return self.missing(kind),
+            };
+            if let Some(existed) = self.write_over(table, key, value, kind, head)? {
+                return Ok(existed);
+            }
+        }
+    }
+
+    fn missing(&self, kind: WriteKind) -> Result<bool> {
+        match kind {
+            WriteKind::Update => Err(Error::KeyNotFound),
+            _ => Ok(false),
+        }
+    }
+
+    /// Writes over an existing chain; `None` means the head moved: retry.
+    fn write_over(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>, kind: WriteKind, head: Addr) -> Result<Option<bool>> {
+        let header = table.heap.header(head);
+        let begin = header.begin.load(Acquire);
+        if begin == PENDING | self.ts {
+            return self.rewrite_own(table, key, value, kind, head).map(Some);
+        }
+        if begin == ABORTED {
+            std::thread::yield_now();
+            return Ok(None);
+        }
+        if begin & PENDING != 0 || begin > self.ts {
+            return Err(Error::Conflict);
+        }
+        if header.end.compare_exchange(0, LOCKED | self.ts, SeqCst, SeqCst).is_err() {
+            return Err(Error::Conflict);
+        }
+        if header.read.load(SeqCst) > self.ts {
+            header.end.store(0, Release);
+            return Err(Error::Conflict);
+        }
+        let existed = !table.heap.is_tombstone(&self.store.medium, head);
+        if let Some(answer) = self.refuse(kind, existed) {
+            header.read.fetch_max(self.ts, SeqCst);
+            header.end.store(0, Release);
+            return answer.map(Some);
+        }
+        let new = match self.append(table, key, value) {
+            Ok(new) => new,
+            Err(e) => {
+                header.end.store(0, Release);
+                return Err(e);
+            }
+        };
+        let new_header = table.heap.header(new);
+        new_header.prev.store(head.0 + 1, Release);
+        new_header.begin.store(PENDING | self.ts, Release);
+        if table.index.compare_and_set(key, head.0, new.0, self.ts).is_err() {
+            unreachable_head_moved();
+        }
+        self.writes.push(Write { table: table.heap.def.id, new, prev: Some(head) });
+        Ok(Some(existed))
+    }
+
+    /// What a write must answer instead of writing, given whether the key exists.
+    fn refuse(&self, kind: WriteKind, existed: bool) -> Option<Result<bool>> {
+        match (kind, existed) {
+            (WriteKind::Insert, true) => Some(Err(Error::DuplicateKey)),
+            (WriteKind::Update, false) => Some(Err(Error::KeyNotFound)),
+            (WriteKind::Delete, false) => Some(Ok(false)),
+            _ => None,
+        }
+    }
+
+    /// A second write to a key this transaction already wrote: in place.
+    fn rewrite_own(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>, kind: WriteKind, own: Addr) -> Result<bool> {
+        let medium = &self.store.medium;
+        let existed = !table.heap.is_tombstone(medium, own);
+        if let Some(answer) = self.refuse(kind, existed) {
+            return answer;
+        }
+        table.heap.encode(&mut self.buf, self.ts, key, value.unwrap_or(&[]), value.is_none());
+        medium.write_bytes(table.heap.slot_offset(own), &self.buf);
+        Ok(existed)
+    }
+
+    /// Inserts a key the index does not have; false if it appeared meanwhile.
+    fn insert_fresh(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
+        let new = self.append(table, key, value)?;
+        let header = table.heap.header(new);
+        header.prev.store(0, Release);
+        header.begin.store(PENDING | self.ts, Release);
+        match table.index.insert_if_absent(key, new.0, self.ts, self.ts) {
+            Ok(()) => {
+                self.writes.push(Write { table: table.heap.def.id, new, prev: None });
+                Ok(true)
+            }
+            Err(e) => {
+                self.discard(table, new)?;
+                match e {
+                    InsertError::Phantom => Err(Error::Conflict),
+                    InsertError::Exists(_) => Ok(false),
+                }
+            }
+        }
+    }
+
+    fn append(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>) -> Result<Addr> {
+        table.heap.encode(&mut self.buf, self.ts, key, value.unwrap_or(&[]), value.is_none());
+        let store = self.store;
+        let addr = table.heap.append(&store.medium, &store.space, self.worker, self.ts, &self.buf)?;
+        let header = table.heap.header(addr);
+        header.end.store(0, Release);
+        header.read.store(0, Release);
+        Ok(addr)
+    }
+
+    /// Turns a slot that was never published into a durable hole.
+    fn discard(&self, table: &TableRt, addr: Addr) -> Result<()> {
+        table.heap.header(addr).begin.store(ABORTED, Release);
+        table.heap.make_hole(&self.store.medium, addr, self.ts);
+        self.store.medium.fence()
+    }
+
+    /// Visible live entries with keys in `range`, ascending, at most `limit`.
+    pub fn scan(&mut self, table: &TableRt, range: (Bound<Vec<u8>>, Bound<Vec<u8>>), limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.check_usable()?;
+        if table.instance != self.store.instance {
+            return Err(Error::ForeignTable);
+        }
+        let result = self.scan_checked(table, range, limit);
+        self.guard(result)
+    }
+
+    fn scan_checked(&self, table: &TableRt, range: (Bound<Vec<u8>>, Bound<Vec<u8>>), limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let (mut lower, upper) = range;
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let want = (limit - out.len()).clamp(16, 1024);
+            let batch = self.scan_batch(table, &lower, &upper, want);
+            let exhausted = batch.len() < want;
+            for (key, head) in &batch {
+                if let Some(value) = self.read_chain(table, key, Addr(*head))? {
+                    out.push((key.clone(), value));
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
+                }
+            }
+            match batch.into_iter().last() {
+                Some((key, _)) if !exhausted => lower = Bound::Excluded(key),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    fn scan_batch(&self, table: &TableRt, lower: &Bound<Vec<u8>>, upper: &Bound<Vec<u8>>, want: usize) -> Vec<(Vec<u8>, u64)> {
+        let mut batch = Vec::with_capacity(want);
+        table.index.scan(as_slice_bound(lower), as_slice_bound(upper), Some(self.ts), |key, head| {
+            batch.push((key.to_vec(), head));
+            batch.len() < want
+        });
+        batch
+    }
+
+    fn read_chain(&self, table: &TableRt, key: &[u8], head: Addr) -> Result<Option<Vec<u8>>> {
+        match self.visible(table, head)? {
+            Visible::Version(addr) => Ok(self.live_value(table, addr)),
+            Visible::Absent => Ok(None),
+            Visible::Retry => self.read_key(table, key),
+        }
+    }
+
+    /// Makes the transaction durable, then visible. On error it is aborted.
+    pub fn commit(mut self) -> Result<()> {
+        if let Some(e) = self.poisoned.take() {
+            self.rollback();
+            return Err(match e {
+                Error::Conflict => Error::Conflict,
+                _ => Error::TransactionPoisoned,
+            });
+        }
+        if self.writes.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.make_durable() {
+            self.rollback();
+            return Err(e);
+        }
+        self.publish();
+        Ok(())
+    }
+
+    fn make_durable(&self) -> Result<()> {
+        let store = self.store;
+        for w in &self.writes {
+            store.tables[w.table as usize].heap.persist_slot(&store.medium, w.new);
+        }
+        store.medium.fence()?;
+        catalog::set_last_commit(&store.medium, self.worker, self.ts);
+        store.medium.fence()
+    }
+
+    fn publish(&mut self) {
+        let store = self.store;
+        for w in self.writes.drain(..) {
+            let heap = &store.tables[w.table as usize].heap;
+            heap.header(w.new).begin.store(self.ts, Release);
+            if let Some(prev) = w.prev {
+                heap.header(prev).end.store(self.ts, Release);
+                heap.set_obsolete(&store.medium, prev);
+            }
+        }
+    }
+
+    pub fn abort(mut self) {
+        self.rollback();
+    }
+
+    fn rollback(&mut self) {
+        let store = self.store;
+        if self.writes.is_empty() {
+            return;
+        }
+        for w in self.writes.drain(..).rev() {
+            let table = &store.tables[w.table as usize];
+            let heap = &table.heap;
+            heap.header(w.new).begin.store(ABORTED, Release);
+            let key = heap.read_key(&store.medium, w.new);
+            match w.prev {
+                Some(prev) => {
+                    let _ = table.index.compare_and_set(&key, w.new.0, prev.0, self.ts);
+                    heap.header(prev).end.store(0, Release);
+                }
+                None => {
+                    table.index.remove(&key, self.ts);
+                }
+            }
+            heap.make_hole(&store.medium, w.new, self.ts);
+        }
+        // A failed fence leaves the holes unfenced; recovery then finds the
+        // slots above LCTT and drops them, which is equally correct.
+        let _ = store.medium.fence();
+    }
+}
+
+impl Drop for TxnState<'_> {
+    fn drop(&mut self) {
+        self.rollback();
+    }
+}
+
+fn as_slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_slice()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// Converts any byte-key range into owned bounds.
+pub fn owned_range<K: AsRef<[u8]>>(range: impl RangeBounds<K>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let own = |b: Bound<&K>| match b {
+        Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    (own(range.start_bound()), own(range.end_bound()))
+}
+
+/// The head of a chain is locked by us, so nobody else can repoint it.
+#[cold]
+fn unreachable_head_moved() {
+    debug_assert!(false, "index head moved while its version was locked");
+}
