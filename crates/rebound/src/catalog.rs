@@ -83,7 +83,8 @@ pub struct TableDef {
 }
 
 /// Writes a fresh superblock and makes it durable. The medium must already
-/// be at least `DATA_START` bytes and zero.
+/// be at least `DATA_START` bytes and zero. The magic word is written last,
+/// behind its own fence, so a superblock with magic is always complete.
 pub fn format(medium: &Medium, now_secs: u64) -> Result<()> {
     let mut sb = [0u8; 64];
     sb[0..8].copy_from_slice(&MAGIC);
@@ -96,8 +97,15 @@ pub fn format(medium: &Medium, now_secs: u64) -> Result<()> {
     sb[48..56].copy_from_slice(&now_secs.to_le_bytes());
     let crc = crc32c::crc32c(&sb);
     sb[12..16].copy_from_slice(&crc.to_le_bytes());
-    medium.write_bytes(0, &sb);
-    medium.persist_now(0, 64)
+    medium.write_bytes(8, &sb[8..]);
+    medium.persist_now(8, 56)?;
+    medium.write_bytes(0, &sb[..8]);
+    medium.persist_now(0, 8)
+}
+
+/// True when the medium never finished `format` (no magic word yet).
+pub fn is_unformatted(medium: &Medium) -> bool {
+    medium.len() < 8 || medium.load(0) == 0
 }
 
 /// Checks that the medium holds a superblock this build understands.

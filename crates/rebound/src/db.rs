@@ -339,50 +339,71 @@ fn validate_table(name: &str, options: &TableOptions) -> Result<()> {
 }
 
 /// Opens the medium the options ask for; returns it, the lock file, and
-/// whether it already holds a database.
+/// whether it already holds a database. A new medium comes back formatted.
 fn open_medium(path: &Path, options: &Options) -> Result<(Medium, Option<File>, bool)> {
     let initial = catalog::DATA_START;
     match (&options.medium, options.durability) {
         (_, Durability::None) => {
             let medium = Medium::volatile(options.max_size.min(1 << 38), initial)?;
+            recovery::format(&medium)?;
             Ok((medium, None, false))
         }
         (MediumChoice::Simulated(device), _) => {
-            let existing = !device.is_empty();
             let medium = Medium::simulated(device.clone());
-            if !existing {
+            // A device whose format never completed is as good as empty.
+            if catalog::is_unformatted(&medium) {
                 medium.grow(initial)?;
+                medium.zero(0, initial);
+                medium.persist_now(0, initial)?;
+                recovery::format(&medium)?;
+                return Ok((medium, None, false));
             }
-            Ok((medium, None, existing))
+            Ok((medium, None, true))
         }
-        (choice, Durability::LogFree) => open_file_medium(path, choice, options, initial),
+        (choice, Durability::LogFree) => open_file_medium(path, choice, options),
     }
 }
 
-fn open_file_medium(dir: &Path, choice: &MediumChoice, options: &Options, initial: u64) -> Result<(Medium, Option<File>, bool)> {
+fn open_file_medium(dir: &Path, choice: &MediumChoice, options: &Options) -> Result<(Medium, Option<File>, bool)> {
     let file_path = prepare_directory(dir, options.create_if_missing)?;
     let existing = file_path.exists();
-    let file = OpenOptions::new().read(true).write(true).create(!existing).truncate(false).open(&file_path)?;
+    if !existing {
+        create_data_file(dir, &file_path, choice, options)?;
+    }
+    let file = OpenOptions::new().read(true).write(true).open(&file_path)?;
     if file.try_lock().is_err() {
         return Err(Error::Locked);
     }
-    let is_tmpfs = crate::medium::on_tmpfs(dir);
+    let lock = file.try_clone()?;
+    Ok((map_file(dir, file, choice, options)?, Some(lock), existing))
+}
+
+fn map_file(dir: &Path, file: File, choice: &MediumChoice, options: &Options) -> Result<Medium> {
     let pmem = match choice {
         MediumChoice::PersistentMemory => true,
         MediumChoice::Disk => false,
-        _ => is_tmpfs,
+        _ => crate::medium::on_tmpfs(dir),
     };
-    let lock = file.try_clone()?;
-    let medium = if pmem {
-        Medium::persistent_memory(file, options.max_size, options.persist_latency_ns)?
+    if pmem {
+        Medium::persistent_memory(file, options.max_size, options.persist_latency_ns)
     } else {
-        Medium::disk(file, options.max_size)?
-    };
-    let has_data = existing && !medium.is_empty();
-    if !has_data {
-        medium.grow(initial)?;
+        Medium::disk(file, options.max_size)
     }
-    Ok((medium, Some(lock), has_data))
+}
+
+/// Formats a new data file under a temporary name and renames it into
+/// place, so `rebound.db` always holds a complete superblock.
+fn create_data_file(dir: &Path, file_path: &Path, choice: &MediumChoice, options: &Options) -> Result<()> {
+    let temp_path = dir.join(format!("{DATA_FILE}.creating"));
+    let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&temp_path)?;
+    let medium = map_file(dir, file.try_clone()?, choice, options)?;
+    medium.grow(catalog::DATA_START)?;
+    recovery::format(&medium)?;
+    file.sync_all()?;
+    drop(medium);
+    std::fs::rename(&temp_path, file_path)?;
+    File::open(dir)?.sync_all()?;
+    Ok(())
 }
 
 /// Makes sure `dir` is a directory we may use; returns the data file path.
@@ -397,6 +418,7 @@ fn prepare_directory(dir: &Path, create: bool) -> Result<PathBuf> {
         std::fs::create_dir_all(dir)?;
     }
     let file_path = dir.join(DATA_FILE);
+    let _ = std::fs::remove_file(dir.join(format!("{DATA_FILE}.creating")));
     if !file_path.exists() && std::fs::read_dir(dir)?.next().is_some() {
         return Err(Error::NotADatabase(format!("{} holds other files and no {DATA_FILE}", dir.display())));
     }

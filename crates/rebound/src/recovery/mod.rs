@@ -50,10 +50,14 @@ struct Found {
     tombstone: bool,
 }
 
+/// Formats a zeroed medium of at least `DATA_START` bytes.
+pub fn format(medium: &Medium) -> Result<()> {
+    catalog::format(medium, unix_now())
+}
+
 /// Builds an empty store on a freshly formatted medium.
 pub fn fresh(medium: Medium, instance: u64) -> Result<(Store, RecoveryReport)> {
     let start = Instant::now();
-    catalog::format(&medium, unix_now())?;
     let clock = Clock::recover(&medium, 1)?;
     let store = Store { medium, space: Space::new(catalog::DATA_START, Vec::new()), clock, tables: boxcar::Vec::new(), instance };
     let report = RecoveryReport { fresh: true, total: start.elapsed(), ..Default::default() };
