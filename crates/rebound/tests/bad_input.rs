@@ -1,0 +1,124 @@
+//! Damaged, truncated and foreign files give typed errors, never a panic,
+//! and a database that opens never serves a value it was not given.
+
+use rand::{Rng, SeedableRng};
+use rebound::{Database, Error, Options, TableOptions, DATA_FILE};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn populate(dir: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let db = Database::open(dir, Options::default()).unwrap();
+    let t = db.create_table("t", TableOptions { max_key_len: 16, max_value_len: 64 }).unwrap();
+    let mut s = db.session().unwrap();
+    let mut expected = BTreeMap::new();
+    for i in 0..300u32 {
+        let mut tx = s.begin();
+        let key = format!("key{:03}", i % 120).into_bytes();
+        let value = format!("value-{i}").into_bytes();
+        tx.put(&t, &key, &value).unwrap();
+        tx.commit().unwrap();
+        expected.insert(key, value);
+    }
+    db.close().unwrap();
+    expected
+}
+
+/// Opens and reads everything; returns the error if any step fails.
+fn open_and_read(dir: &Path) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, Error> {
+    let db = Database::open(dir, Options::default())?;
+    let mut out = BTreeMap::new();
+    let Some(t) = db.table("t")? else { return Ok(out) };
+    let mut s = db.session()?;
+    let mut tx = s.begin();
+    for (k, v) in tx.scan::<&[u8]>(&t, .., usize::MAX)? {
+        out.insert(k, v);
+    }
+    Ok(out)
+}
+
+fn fresh_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm").unwrap()
+}
+
+#[test]
+fn truncated_files_are_rejected() {
+    let dir = fresh_dir();
+    let expected = populate(dir.path());
+    let file = dir.path().join(DATA_FILE);
+    let full = std::fs::read(&file).unwrap();
+    let last_written = full.iter().rposition(|&b| b != 0).unwrap() + 1;
+    for len in [0, 7, 63, 64, 4095, 536_575, 536_576 + 4096, last_written / 2, last_written - 1] {
+        std::fs::write(&file, &full[..len]).unwrap();
+        match open_and_read(dir.path()) {
+            Err(Error::NotADatabase(_) | Error::Corrupt(_)) => {}
+            Err(e) => panic!("truncated to {len} bytes: untyped error {e}"),
+            Ok(found) => panic!("truncated to {len} of {last_written} written bytes, yet opened with {} keys", found.len()),
+        }
+    }
+    // Cutting only the unused growth space at the end loses nothing.
+    let block_end = last_written.next_multiple_of(1 << 20).min(full.len());
+    std::fs::write(&file, &full[..block_end]).unwrap();
+    assert_eq!(open_and_read(dir.path()).unwrap(), expected);
+}
+
+#[test]
+fn zeroed_and_foreign_files_are_rejected() {
+    let dir = fresh_dir();
+    populate(dir.path());
+    let file = dir.path().join(DATA_FILE);
+    let len = std::fs::metadata(&file).unwrap().len() as usize;
+    std::fs::write(&file, vec![0u8; len]).unwrap();
+    assert!(matches!(open_and_read(dir.path()), Err(Error::NotADatabase(_))));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    std::fs::write(&file, (0..len).map(|_| rng.gen()).collect::<Vec<u8>>()).unwrap();
+    assert!(matches!(open_and_read(dir.path()), Err(Error::NotADatabase(_))));
+    std::fs::write(&file, b"SQLite format 3\0 and then some more bytes").unwrap();
+    assert!(matches!(open_and_read(dir.path()), Err(Error::NotADatabase(_))));
+}
+
+#[test]
+fn another_programs_directory_is_left_alone() {
+    let dir = fresh_dir();
+    std::fs::write(dir.path().join("settings.ini"), b"[user]\nname = x\n").unwrap();
+    assert!(matches!(Database::open(dir.path(), Options::default()), Err(Error::NotADatabase(_))));
+    assert!(!dir.path().join(DATA_FILE).exists(), "must not write into a foreign directory");
+    let file = dir.path().join("settings.ini");
+    assert!(matches!(Database::open(&file, Options::default()), Err(Error::NotADatabase(_))));
+}
+
+#[test]
+fn bit_flips_never_panic_or_serve_wrong_values() {
+    let seed: u64 = std::env::var("REBOUND_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen());
+    println!("seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let dir = fresh_dir();
+    let expected = populate(dir.path());
+    let file = dir.path().join(DATA_FILE);
+    let original = std::fs::read(&file).unwrap();
+    let written = written_ranges(&original);
+    let (mut rejected, mut survived) = (0, 0);
+    for trial in 0..300 {
+        let mut bytes = original.clone();
+        let (start, end) = written[rng.gen_range(0..written.len())];
+        let at = rng.gen_range(start..end);
+        bytes[at] ^= 1 << rng.gen_range(0..8);
+        std::fs::write(&file, &bytes).unwrap();
+        match open_and_read(dir.path()) {
+            Ok(found) => {
+                survived += 1;
+                for (k, v) in &found {
+                    assert_eq!(expected.get(k), Some(v), "seed {seed} trial {trial}: flip at {at} served a wrong value");
+                }
+            }
+            Err(Error::NotADatabase(_) | Error::Corrupt(_)) => rejected += 1,
+            Err(e) => panic!("seed {seed} trial {trial}: flip at {at} gave an untyped error {e}"),
+        }
+    }
+    println!("bit flips: {rejected} rejected, {survived} opened with correct values");
+    assert!(rejected > 0);
+}
+
+/// Non-zero 64-byte lines of the file: the places a flip can matter.
+fn written_ranges(bytes: &[u8]) -> Vec<(usize, usize)> {
+    bytes.chunks(64).enumerate().filter(|(_, c)| c.iter().any(|&b| b != 0)).map(|(i, c)| (i * 64, i * 64 + c.len())).collect()
+}

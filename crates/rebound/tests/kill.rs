@@ -1,0 +1,182 @@
+//! Real process kills: a child process commits transactions and reports
+//! them; the parent sends SIGKILL at a random moment, reopens the database
+//! and checks it against what the child acknowledged.
+//!
+//! The child is this test binary re-run with `--ignored --exact child`.
+//! Each child thread owns a disjoint key range, so the expected value of every
+//! key is known: the value of the last acknowledged transaction that wrote
+//! it, or — only for the one transaction per thread that was in flight — the
+//! in-flight value on all of its keys or on none of them.
+
+use rand::{Rng, SeedableRng};
+use rebound::{Database, Options, TableOptions};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const THREADS: u64 = 2;
+const KEYS_PER_THREAD: u64 = 300;
+const KEYS_PER_TXN: usize = 3;
+
+fn key(thread: u64, k: u64) -> [u8; 8] {
+    (thread * KEYS_PER_THREAD + k).to_be_bytes()
+}
+
+fn value(thread: u64, seq: u64) -> Vec<u8> {
+    let mut v = format!("{thread}:{seq}:").into_bytes();
+    v.resize(100, b'.');
+    v
+}
+
+fn parse_value(v: &[u8]) -> (u64, u64) {
+    let text = std::str::from_utf8(v).unwrap();
+    let mut parts = text.split(':');
+    (parts.next().unwrap().parse().unwrap(), parts.next().unwrap().parse().unwrap())
+}
+
+/// The child: commits forever until killed, reporting intent and commit.
+#[test]
+#[ignore = "run by the kill test as its child process"]
+fn child() {
+    let dir = std::env::var("REBOUND_KILL_DIR").expect("run by the parent test");
+    let db = Database::open(&dir, Options::default()).unwrap();
+    let table = match db.table("kv").unwrap() {
+        Some(t) => t,
+        None => db.create_table("kv", TableOptions { max_key_len: 8, max_value_len: 100 }).unwrap(),
+    };
+    let start_seq: u64 = std::env::var("REBOUND_KILL_SEQ").unwrap().parse().unwrap();
+    let out = std::sync::Mutex::new(std::io::stdout());
+    // The test harness leaves its own line open; start ours on a fresh one.
+    writeln!(out.lock().unwrap()).unwrap();
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (db, table, out) = (&db, &table, &out);
+            scope.spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(start_seq ^ thread);
+                let mut session = db.session().unwrap();
+                for seq in start_seq.. {
+                    let keys: Vec<u64> = (0..KEYS_PER_TXN).map(|_| rng.gen_range(0..KEYS_PER_THREAD)).collect();
+                    let line = format!("B {thread} {seq} {}", keys.iter().map(u64::to_string).collect::<Vec<_>>().join(" "));
+                    writeln!(out.lock().unwrap(), "{line}").unwrap();
+                    let mut tx = session.begin();
+                    for &k in &keys {
+                        tx.put(table, &key(thread, k), &value(thread, seq)).unwrap();
+                    }
+                    tx.commit().unwrap();
+                    writeln!(out.lock().unwrap(), "C {thread} {seq}").unwrap();
+                }
+            });
+        }
+    });
+}
+
+#[derive(Default)]
+struct Oracle {
+    /// Acknowledged value (seq) per key.
+    acked: HashMap<(u64, u64), u64>,
+    /// Per thread: the transaction announced but not acknowledged.
+    in_flight: HashMap<u64, (u64, Vec<u64>)>,
+}
+
+impl Oracle {
+    fn record(&mut self, line: &str) {
+        let mut parts = line.split_whitespace();
+        let kind = parts.next();
+        if !matches!(kind, Some("B" | "C")) {
+            return;
+        }
+        let nums: Vec<u64> = parts.map(|p| p.parse().unwrap()).collect();
+        match kind {
+            Some("B") => {
+                self.in_flight.insert(nums[0], (nums[1], nums[2..].to_vec()));
+            }
+            Some("C") => {
+                let (seq, keys) = self.in_flight.remove(&nums[0]).expect("commit without intent");
+                assert_eq!(seq, nums[1]);
+                for k in keys {
+                    self.acked.insert((nums[0], k), seq);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Checks the reopened database; returns the keys of in-flight
+    /// transactions that turned out committed (they become acknowledged).
+    fn check(&mut self, dir: &Path, cycle: usize) {
+        let db = Database::open(dir, Options::default()).unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
+        let table = db.table("kv").unwrap().expect("table exists after its first commit");
+        let mut session = db.session().unwrap();
+        let mut tx = session.begin();
+        let mut found = HashMap::new();
+        for (k, v) in tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap() {
+            let id = u64::from_be_bytes(k.as_slice().try_into().unwrap());
+            let (thread, seq) = parse_value(&v);
+            assert_eq!(thread, id / KEYS_PER_THREAD, "cycle {cycle}: key {id} holds another thread's value");
+            found.insert((thread, id % KEYS_PER_THREAD), seq);
+        }
+        let mut in_flight_applied = HashMap::new();
+        for (&(thread, k), &seq) in &found {
+            let expected = self.acked.get(&(thread, k)).copied();
+            if Some(seq) == expected {
+                continue;
+            }
+            let (flight_seq, flight_keys) = self.in_flight.get(&thread).unwrap_or_else(|| panic!("cycle {cycle}: key {k} of thread {thread} has seq {seq}, acknowledged {expected:?}, nothing in flight"));
+            assert!(seq == *flight_seq && flight_keys.contains(&k), "cycle {cycle}: key {k} of thread {thread} has seq {seq}, acknowledged {expected:?}");
+            in_flight_applied.insert(thread, *flight_seq);
+        }
+        for (&(thread, k), &seq) in &self.acked {
+            let got = found.get(&(thread, k)).copied();
+            let ok = got == Some(seq) || in_flight_applied.contains_key(&thread) && self.in_flight[&thread].1.contains(&k);
+            assert!(ok, "cycle {cycle}: acknowledged seq {seq} of key {k} (thread {thread}) lost, found {got:?}");
+        }
+        for (thread, (seq, keys)) in &self.in_flight {
+            if in_flight_applied.contains_key(thread) {
+                for k in keys {
+                    assert_eq!(found.get(&(*thread, *k)), Some(seq), "cycle {cycle}: in-flight txn {seq} of thread {thread} is half applied");
+                    self.acked.insert((*thread, *k), *seq);
+                }
+            }
+        }
+        self.in_flight.clear();
+    }
+}
+
+#[test]
+fn sigkill_at_random_moments_loses_no_acknowledged_commit() {
+    let seed: u64 = std::env::var("REBOUND_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen());
+    println!("seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let mut oracle = Oracle::default();
+    for cycle in 0..20 {
+        let kill_after = rng.gen_range(1..1500);
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "child", "--nocapture", "--test-threads=1"])
+            .env("REBOUND_KILL_DIR", dir.path())
+            .env("REBOUND_KILL_SEQ", (cycle as u64 * 1_000_000).to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut commits = 0;
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            commits += line.starts_with("C ") as usize;
+            oracle.record(&line);
+            if commits >= kill_after {
+                break;
+            }
+        }
+        child.kill().unwrap();
+        // Everything the child wrote before it died is still in the pipe.
+        for line in lines {
+            oracle.record(&line.unwrap());
+        }
+        child.wait().unwrap();
+        oracle.check(dir.path(), cycle);
+    }
+    assert!(!oracle.acked.is_empty());
+}
