@@ -111,3 +111,32 @@ fn reopen_file_database_keeps_commits() {
         assert_eq!(tx.get(&t, &k.to_be_bytes()).unwrap(), Some((4000 + k).to_le_bytes().to_vec()));
     }
 }
+
+#[test]
+fn disk_backend_with_concurrent_committers_keeps_commits() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let options = || Options { medium: MediumChoice::Disk, ..Options::default() };
+    {
+        let db = Database::open(dir.path(), options()).unwrap();
+        assert_eq!(db.guarantee(), rebound::Guarantee::PowerLoss);
+        let t = db.create_table("t", TableOptions::default()).unwrap();
+        std::thread::scope(|scope| {
+            for thread in 0..4u32 {
+                let (db, t) = (&db, &t);
+                scope.spawn(move || {
+                    let mut s = db.session().unwrap();
+                    for i in 0..100u32 {
+                        let mut tx = s.begin();
+                        tx.insert(t, &(thread * 1000 + i).to_be_bytes(), b"v").unwrap();
+                        tx.commit().unwrap();
+                    }
+                });
+            }
+        });
+    }
+    let db = Database::open(dir.path(), options()).unwrap();
+    let t = db.table("t").unwrap().unwrap();
+    let mut s = db.session().unwrap();
+    let mut tx = s.begin();
+    assert_eq!(tx.scan::<&[u8]>(&t, .., usize::MAX).unwrap().len(), 400);
+}

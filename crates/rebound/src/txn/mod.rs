@@ -271,7 +271,10 @@ impl<'s> TxnState<'s> {
 
     fn write_checked(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>, kind: WriteKind) -> Result<bool> {
         loop {
-            let head = match table.index.get_marking_gap(key, self.ts) {
+            // Inserting needs no gap mark: the pending index entry is what
+            // later readers and writers of the key meet. Reporting a key as
+            // missing is a read of the gap, so that path marks it.
+            let head = match table.index.get(key) {
                 Some(head) => Addr(head),
                 None if matches!(kind, WriteKind::Insert | WriteKind::Put) => {
                     match self.insert_fresh(table, key, value)? {
@@ -279,7 +282,10 @@ impl<'s> TxnState<'s> {
                         false => continue,
                     }
                 }
-                None => return self.missing(kind),
+                None => match table.index.get_marking_gap(key, self.ts) {
+                    Some(head) => Addr(head),
+                    None => return self.missing(kind),
+                },
             };
             if let Some(existed) = self.write_over(table, key, value, kind, head)? {
                 return Ok(existed);
