@@ -9,8 +9,23 @@ const ROWS: u64 = 100_000;
 
 fn open(durability: Durability) -> (tempfile::TempDir, Database, Table) {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let db = Database::open(dir.path().join("db"), Options { durability, ..Options::default() }).unwrap();
-    let table = db.create_table("usertable", TableOptions { max_key_len: 8, max_value_len: 100 }).unwrap();
+    let db = Database::open(
+        dir.path().join("db"),
+        Options {
+            durability,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let table = db
+        .create_table(
+            "usertable",
+            TableOptions {
+                max_key_len: 8,
+                max_value_len: 100,
+            },
+        )
+        .unwrap();
     let mut session = db.session().unwrap();
     for chunk in (0..ROWS).collect::<Vec<_>>().chunks(1000) {
         let mut tx = session.begin();
@@ -23,7 +38,9 @@ fn open(durability: Durability) -> (tempfile::TempDir, Database, Table) {
 }
 
 fn next_key(state: &mut u64) -> [u8; 8] {
-    *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     ((*state >> 33) % ROWS).to_be_bytes()
 }
 

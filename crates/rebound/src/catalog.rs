@@ -111,7 +111,9 @@ pub fn is_unformatted(medium: &Medium) -> bool {
 /// Checks that the medium holds a superblock this build understands.
 pub fn validate_superblock(medium: &Medium) -> Result<()> {
     if medium.len() < 64 {
-        return Err(Error::NotADatabase("file is too short for a superblock".into()));
+        return Err(Error::NotADatabase(
+            "file is too short for a superblock".into(),
+        ));
     }
     let mut sb = [0u8; 64];
     medium.read_bytes(0, &mut sb);
@@ -125,7 +127,10 @@ pub fn validate_superblock(medium: &Medium) -> Result<()> {
     }
     let version = u32::from_le_bytes(sb[8..12].try_into().unwrap());
     if version != FORMAT_VERSION {
-        return Err(Error::UnsupportedVersion { found: version, supported: FORMAT_VERSION });
+        return Err(Error::UnsupportedVersion {
+            found: version,
+            supported: FORMAT_VERSION,
+        });
     }
     let geometry_ok = read_u32(&sb, 16) == MAX_WORKERS as u32
         && read_u32(&sb, 20) == MAX_TABLES as u32
@@ -133,10 +138,15 @@ pub fn validate_superblock(medium: &Medium) -> Result<()> {
         && read_u64(&sb, 32) == CATALOG_OFFSET
         && read_u64(&sb, 40) == DATA_START;
     if !geometry_ok {
-        return Err(Error::Corrupt("superblock geometry does not match this format".into()));
+        return Err(Error::Corrupt(
+            "superblock geometry does not match this format".into(),
+        ));
     }
     if medium.len() < DATA_START {
-        return Err(Error::Corrupt(format!("file truncated to {} bytes", medium.len())));
+        return Err(Error::Corrupt(format!(
+            "file truncated to {} bytes",
+            medium.len()
+        )));
     }
     Ok(())
 }
@@ -145,7 +155,8 @@ pub const LEASE_OFFSET: u64 = 64;
 
 /// The durable txn-id lease; 1 for a fresh file.
 pub fn txn_lease(medium: &Medium) -> Result<u64> {
-    unpack_checked(medium.load(LEASE_OFFSET)).ok_or_else(|| Error::Corrupt("txn-id lease fails its check".into()))
+    unpack_checked(medium.load(LEASE_OFFSET))
+        .ok_or_else(|| Error::Corrupt("txn-id lease fails its check".into()))
 }
 
 /// Raises the lease to `n` and makes it durable.
@@ -222,7 +233,11 @@ pub fn read_tables(medium: &Medium) -> Result<Vec<TableDef>> {
         match medium.load(at) {
             0 => continue,
             1 => tables.push(read_descriptor(medium, id)?),
-            other => return Err(Error::Corrupt(format!("table descriptor {id} has state {other}"))),
+            other => {
+                return Err(Error::Corrupt(format!(
+                    "table descriptor {id} has state {other}"
+                )))
+            }
         }
     }
     Ok(tables)
@@ -233,7 +248,9 @@ fn read_descriptor(medium: &Medium, id: u32) -> Result<TableDef> {
     medium.read_bytes(descriptor(id), &mut body);
     let stored_crc = read_u32(&body, 8);
     if crc32c::crc32c(&body[16..128]) != stored_crc || read_u32(&body, 12) != id {
-        return Err(Error::Corrupt(format!("table descriptor {id} fails its checksum")));
+        return Err(Error::Corrupt(format!(
+            "table descriptor {id} fails its checksum"
+        )));
     }
     let name_len = read_u32(&body, 36) as usize;
     let name = (name_len <= MAX_NAME_LEN)

@@ -80,7 +80,10 @@ pub struct TableOptions {
 
 impl Default for TableOptions {
     fn default() -> Self {
-        TableOptions { max_key_len: 64, max_value_len: 1024 }
+        TableOptions {
+            max_key_len: 64,
+            max_value_len: 1024,
+        }
     }
 }
 
@@ -95,7 +98,10 @@ impl Table {
         &self.rt.heap.def.name
     }
     pub fn options(&self) -> TableOptions {
-        TableOptions { max_key_len: self.rt.heap.def.max_key_len, max_value_len: self.rt.heap.def.max_value_len }
+        TableOptions {
+            max_key_len: self.rt.heap.def.max_key_len,
+            max_value_len: self.rt.heap.def.max_value_len,
+        }
     }
     /// Number of keys in the primary index (including keys deleted by
     /// transactions whose index clean-up is deferred).
@@ -134,7 +140,8 @@ impl Database {
         } else {
             recovery::fresh(medium, instance)?
         };
-        let path = (!matches!(options.medium, MediumChoice::Simulated(_)) && options.durability != Durability::None)
+        let path = (!matches!(options.medium, MediumChoice::Simulated(_))
+            && options.durability != Durability::None)
             .then(|| path.as_ref().to_path_buf());
         let inner = DbInner {
             store,
@@ -146,7 +153,9 @@ impl Database {
             durability: options.durability,
             _lock: lock,
         };
-        Ok(Database { inner: Arc::new(inner) })
+        Ok(Database {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Creates a table; durable when this returns.
@@ -162,7 +171,8 @@ impl Database {
         if id >= MAX_TABLES {
             return Err(Error::TooManyTables(MAX_TABLES));
         }
-        let (slot_size, slots_per_block, block_size) = crate::heap::geometry(options.max_key_len, options.max_value_len);
+        let (slot_size, slots_per_block, block_size) =
+            crate::heap::geometry(options.max_key_len, options.max_value_len);
         let def = TableDef {
             id: id as u32,
             name: name.to_owned(),
@@ -173,7 +183,11 @@ impl Database {
             block_size,
         };
         catalog::create_table(&store.medium, &def)?;
-        let rt = Arc::new(TableRt { heap: TableHeap::new(def), index: BTree::new(), instance: store.instance });
+        let rt = Arc::new(TableRt {
+            heap: TableHeap::new(def),
+            index: BTree::new(),
+            instance: store.instance,
+        });
         store.tables.push(rt.clone());
         Ok(Table { rt })
     }
@@ -186,20 +200,36 @@ impl Database {
 
     /// Names of all tables, in creation order.
     pub fn table_names(&self) -> Vec<String> {
-        self.inner.store.tables.iter().map(|(_, t)| t.heap.def.name.clone()).collect()
+        self.inner
+            .store
+            .tables
+            .iter()
+            .map(|(_, t)| t.heap.def.name.clone())
+            .collect()
     }
 
     fn find(&self, name: &str) -> Option<Arc<TableRt>> {
-        self.inner.store.tables.iter().find(|(_, t)| t.heap.def.name == name).map(|(_, t)| t.clone())
+        self.inner
+            .store
+            .tables
+            .iter()
+            .find(|(_, t)| t.heap.def.name == name)
+            .map(|(_, t)| t.clone())
     }
 
     /// A session for the calling thread, bound to its own region.
     pub fn session(&self) -> Result<Session> {
         self.check_open()?;
         let mut sessions = self.inner.sessions.lock();
-        let worker = sessions.iter().position(|used| !used).ok_or(Error::TooManySessions(MAX_WORKERS))?;
+        let worker = sessions
+            .iter()
+            .position(|used| !used)
+            .ok_or(Error::TooManySessions(MAX_WORKERS))?;
         sessions[worker] = true;
-        Ok(Session { db: self.clone(), worker })
+        Ok(Session {
+            db: self.clone(),
+            worker,
+        })
     }
 
     /// What a successful commit survives.
@@ -310,7 +340,12 @@ impl Transaction<'_> {
     }
 
     /// Up to `limit` live entries with keys in `range`, ascending.
-    pub fn scan<K: AsRef<[u8]>>(&mut self, table: &Table, range: impl RangeBounds<K>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub fn scan<K: AsRef<[u8]>>(
+        &mut self,
+        table: &Table,
+        range: impl RangeBounds<K>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.state.scan(&table.rt, owned_range(range), limit)
     }
 
@@ -327,13 +362,19 @@ impl Transaction<'_> {
 
 fn validate_table(name: &str, options: &TableOptions) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
-        return Err(Error::InvalidTable(format!("name must be 1..={MAX_NAME_LEN} bytes")));
+        return Err(Error::InvalidTable(format!(
+            "name must be 1..={MAX_NAME_LEN} bytes"
+        )));
     }
     if options.max_key_len == 0 || options.max_key_len as usize > MAX_KEY_LEN {
-        return Err(Error::InvalidTable(format!("max_key_len must be 1..={MAX_KEY_LEN}")));
+        return Err(Error::InvalidTable(format!(
+            "max_key_len must be 1..={MAX_KEY_LEN}"
+        )));
     }
     if options.max_value_len > MAX_VALUE_LEN {
-        return Err(Error::InvalidTable(format!("max_value_len must be at most {MAX_VALUE_LEN}")));
+        return Err(Error::InvalidTable(format!(
+            "max_value_len must be at most {MAX_VALUE_LEN}"
+        )));
     }
     Ok(())
 }
@@ -364,7 +405,11 @@ fn open_medium(path: &Path, options: &Options) -> Result<(Medium, Option<File>, 
     }
 }
 
-fn open_file_medium(dir: &Path, choice: &MediumChoice, options: &Options) -> Result<(Medium, Option<File>, bool)> {
+fn open_file_medium(
+    dir: &Path,
+    choice: &MediumChoice,
+    options: &Options,
+) -> Result<(Medium, Option<File>, bool)> {
     let file_path = prepare_directory(dir, options.create_if_missing)?;
     let existing = file_path.exists();
     if !existing {
@@ -393,9 +438,19 @@ fn map_file(dir: &Path, file: File, choice: &MediumChoice, options: &Options) ->
 
 /// Formats a new data file under a temporary name and renames it into
 /// place, so `rebound.db` always holds a complete superblock.
-fn create_data_file(dir: &Path, file_path: &Path, choice: &MediumChoice, options: &Options) -> Result<()> {
+fn create_data_file(
+    dir: &Path,
+    file_path: &Path,
+    choice: &MediumChoice,
+    options: &Options,
+) -> Result<()> {
     let temp_path = dir.join(format!("{DATA_FILE}.creating"));
-    let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&temp_path)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&temp_path)?;
     let medium = map_file(dir, file.try_clone()?, choice, options)?;
     medium.grow(catalog::DATA_START)?;
     recovery::format(&medium)?;
@@ -409,18 +464,27 @@ fn create_data_file(dir: &Path, file_path: &Path, choice: &MediumChoice, options
 /// Makes sure `dir` is a directory we may use; returns the data file path.
 fn prepare_directory(dir: &Path, create: bool) -> Result<PathBuf> {
     if dir.exists() && !dir.is_dir() {
-        return Err(Error::NotADatabase(format!("{} is not a directory", dir.display())));
+        return Err(Error::NotADatabase(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
     }
     if !dir.exists() {
         if !create {
-            return Err(Error::NotADatabase(format!("{} does not exist", dir.display())));
+            return Err(Error::NotADatabase(format!(
+                "{} does not exist",
+                dir.display()
+            )));
         }
         std::fs::create_dir_all(dir)?;
     }
     let file_path = dir.join(DATA_FILE);
     let _ = std::fs::remove_file(dir.join(format!("{DATA_FILE}.creating")));
     if !file_path.exists() && std::fs::read_dir(dir)?.next().is_some() {
-        return Err(Error::NotADatabase(format!("{} holds other files and no {DATA_FILE}", dir.display())));
+        return Err(Error::NotADatabase(format!(
+            "{} holds other files and no {DATA_FILE}",
+            dir.display()
+        )));
     }
     Ok(file_path)
 }

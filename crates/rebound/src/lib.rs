@@ -25,7 +25,10 @@ pub mod medium;
 mod recovery;
 mod txn;
 
-pub use db::{Database, Durability, MediumChoice, Options, Session, Table, TableOptions, Transaction, DATA_FILE, MAX_VALUE_LEN};
+pub use db::{
+    Database, Durability, MediumChoice, Options, Session, Table, TableOptions, Transaction,
+    DATA_FILE, MAX_VALUE_LEN,
+};
 pub use error::{Error, Result};
 pub use medium::{Guarantee, SimDevice};
 pub use recovery::RecoveryReport;

@@ -8,7 +8,15 @@ use std::path::Path;
 
 fn populate(dir: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let db = Database::open(dir, Options::default()).unwrap();
-    let t = db.create_table("t", TableOptions { max_key_len: 16, max_value_len: 64 }).unwrap();
+    let t = db
+        .create_table(
+            "t",
+            TableOptions {
+                max_key_len: 16,
+                max_value_len: 64,
+            },
+        )
+        .unwrap();
     let mut s = db.session().unwrap();
     let mut expected = BTreeMap::new();
     for i in 0..300u32 {
@@ -27,7 +35,9 @@ fn populate(dir: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
 fn open_and_read(dir: &Path) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, Error> {
     let db = Database::open(dir, Options::default())?;
     let mut out = BTreeMap::new();
-    let Some(t) = db.table("t")? else { return Ok(out) };
+    let Some(t) = db.table("t")? else {
+        return Ok(out);
+    };
     let mut s = db.session()?;
     let mut tx = s.begin();
     for (k, v) in tx.scan::<&[u8]>(&t, .., usize::MAX)? {
@@ -47,12 +57,25 @@ fn truncated_files_are_rejected() {
     let file = dir.path().join(DATA_FILE);
     let full = std::fs::read(&file).unwrap();
     let last_written = full.iter().rposition(|&b| b != 0).unwrap() + 1;
-    for len in [0, 7, 63, 64, 4095, 536_575, 536_576 + 4096, last_written / 2, last_written - 1] {
+    for len in [
+        0,
+        7,
+        63,
+        64,
+        4095,
+        536_575,
+        536_576 + 4096,
+        last_written / 2,
+        last_written - 1,
+    ] {
         std::fs::write(&file, &full[..len]).unwrap();
         match open_and_read(dir.path()) {
             Err(Error::NotADatabase(_) | Error::Corrupt(_)) => {}
             Err(e) => panic!("truncated to {len} bytes: untyped error {e}"),
-            Ok(found) => panic!("truncated to {len} of {last_written} written bytes, yet opened with {} keys", found.len()),
+            Ok(found) => panic!(
+                "truncated to {len} of {last_written} written bytes, yet opened with {} keys",
+                found.len()
+            ),
         }
     }
     // Cutting only the unused growth space at the end loses nothing.
@@ -68,27 +91,48 @@ fn zeroed_and_foreign_files_are_rejected() {
     let file = dir.path().join(DATA_FILE);
     let len = std::fs::metadata(&file).unwrap().len() as usize;
     std::fs::write(&file, vec![0u8; len]).unwrap();
-    assert!(matches!(open_and_read(dir.path()), Err(Error::NotADatabase(_))));
+    assert!(matches!(
+        open_and_read(dir.path()),
+        Err(Error::NotADatabase(_))
+    ));
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     std::fs::write(&file, (0..len).map(|_| rng.gen()).collect::<Vec<u8>>()).unwrap();
-    assert!(matches!(open_and_read(dir.path()), Err(Error::NotADatabase(_))));
+    assert!(matches!(
+        open_and_read(dir.path()),
+        Err(Error::NotADatabase(_))
+    ));
     std::fs::write(&file, b"SQLite format 3\0 and then some more bytes").unwrap();
-    assert!(matches!(open_and_read(dir.path()), Err(Error::NotADatabase(_))));
+    assert!(matches!(
+        open_and_read(dir.path()),
+        Err(Error::NotADatabase(_))
+    ));
 }
 
 #[test]
 fn another_programs_directory_is_left_alone() {
     let dir = fresh_dir();
     std::fs::write(dir.path().join("settings.ini"), b"[user]\nname = x\n").unwrap();
-    assert!(matches!(Database::open(dir.path(), Options::default()), Err(Error::NotADatabase(_))));
-    assert!(!dir.path().join(DATA_FILE).exists(), "must not write into a foreign directory");
+    assert!(matches!(
+        Database::open(dir.path(), Options::default()),
+        Err(Error::NotADatabase(_))
+    ));
+    assert!(
+        !dir.path().join(DATA_FILE).exists(),
+        "must not write into a foreign directory"
+    );
     let file = dir.path().join("settings.ini");
-    assert!(matches!(Database::open(&file, Options::default()), Err(Error::NotADatabase(_))));
+    assert!(matches!(
+        Database::open(&file, Options::default()),
+        Err(Error::NotADatabase(_))
+    ));
 }
 
 #[test]
 fn bit_flips_never_panic_or_serve_wrong_values() {
-    let seed: u64 = std::env::var("REBOUND_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen());
+    let seed: u64 = std::env::var("REBOUND_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::thread_rng().gen());
     println!("seed {seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let dir = fresh_dir();
@@ -107,7 +151,11 @@ fn bit_flips_never_panic_or_serve_wrong_values() {
             Ok(found) => {
                 survived += 1;
                 for (k, v) in &found {
-                    assert_eq!(expected.get(k), Some(v), "seed {seed} trial {trial}: flip at {at} served a wrong value");
+                    assert_eq!(
+                        expected.get(k),
+                        Some(v),
+                        "seed {seed} trial {trial}: flip at {at} served a wrong value"
+                    );
                 }
             }
             Err(Error::NotADatabase(_) | Error::Corrupt(_)) => rejected += 1,
@@ -120,5 +168,10 @@ fn bit_flips_never_panic_or_serve_wrong_values() {
 
 /// Non-zero 64-byte lines of the file: the places a flip can matter.
 fn written_ranges(bytes: &[u8]) -> Vec<(usize, usize)> {
-    bytes.chunks(64).enumerate().filter(|(_, c)| c.iter().any(|&b| b != 0)).map(|(i, c)| (i * 64, i * 64 + c.len())).collect()
+    bytes
+        .chunks(64)
+        .enumerate()
+        .filter(|(_, c)| c.iter().any(|&b| b != 0))
+        .map(|(i, c)| (i * 64, i * 64 + c.len()))
+        .collect()
 }

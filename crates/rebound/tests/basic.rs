@@ -3,7 +3,10 @@
 use rebound::{Database, Durability, Error, MediumChoice, Options, SimDevice, TableOptions};
 
 fn sim_options(device: &SimDevice) -> Options {
-    Options { medium: MediumChoice::Simulated(device.clone()), ..Options::default() }
+    Options {
+        medium: MediumChoice::Simulated(device.clone()),
+        ..Options::default()
+    }
 }
 
 #[test]
@@ -13,23 +16,38 @@ fn crud_and_scan_round_trip() {
     let mut s = db.session().unwrap();
     let mut tx = s.begin();
     for i in 0..100u32 {
-        tx.insert(&t, format!("k{i:03}").as_bytes(), &i.to_le_bytes()).unwrap();
+        tx.insert(&t, format!("k{i:03}").as_bytes(), &i.to_le_bytes())
+            .unwrap();
     }
-    assert!(matches!(tx.insert(&t, b"k000", b"x"), Err(Error::DuplicateKey)));
+    assert!(matches!(
+        tx.insert(&t, b"k000", b"x"),
+        Err(Error::DuplicateKey)
+    ));
     tx.commit().unwrap();
 
     let mut tx = s.begin();
-    assert_eq!(tx.get(&t, b"k007").unwrap(), Some(7u32.to_le_bytes().to_vec()));
+    assert_eq!(
+        tx.get(&t, b"k007").unwrap(),
+        Some(7u32.to_le_bytes().to_vec())
+    );
     tx.update(&t, b"k007", b"seven").unwrap();
     assert_eq!(tx.get(&t, b"k007").unwrap(), Some(b"seven".to_vec()));
     assert!(tx.delete(&t, b"k008").unwrap());
     assert!(!tx.delete(&t, b"k008").unwrap());
-    assert!(matches!(tx.update(&t, b"nope", b"x"), Err(Error::KeyNotFound)));
+    assert!(matches!(
+        tx.update(&t, b"nope", b"x"),
+        Err(Error::KeyNotFound)
+    ));
     tx.commit().unwrap();
 
     let mut tx = s.begin();
-    let rows = tx.scan(&t, b"k005".as_slice()..b"k010".as_slice(), 100).unwrap();
-    let keys: Vec<_> = rows.iter().map(|(k, _)| String::from_utf8(k.clone()).unwrap()).collect();
+    let rows = tx
+        .scan(&t, b"k005".as_slice()..b"k010".as_slice(), 100)
+        .unwrap();
+    let keys: Vec<_> = rows
+        .iter()
+        .map(|(k, _)| String::from_utf8(k.clone()).unwrap())
+        .collect();
     assert_eq!(keys, ["k005", "k006", "k007", "k009"]);
     assert_eq!(rows[2].1, b"seven");
     assert_eq!(tx.scan::<&[u8]>(&t, .., 3).unwrap().len(), 3);
@@ -68,20 +86,63 @@ fn aborted_writes_are_invisible_and_stay_dead_after_reopen() {
 
 #[test]
 fn limits_are_typed_errors() {
-    let db = Database::open("unused", Options { durability: Durability::None, ..Options::default() }).unwrap();
-    let t = db.create_table("t", TableOptions { max_key_len: 8, max_value_len: 16 }).unwrap();
-    assert!(matches!(db.create_table("t", TableOptions::default()), Err(Error::TableExists(_))));
-    assert!(matches!(db.create_table("big", TableOptions { max_key_len: 10_000, max_value_len: 1 }), Err(Error::InvalidTable(_))));
+    let db = Database::open(
+        "unused",
+        Options {
+            durability: Durability::None,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let t = db
+        .create_table(
+            "t",
+            TableOptions {
+                max_key_len: 8,
+                max_value_len: 16,
+            },
+        )
+        .unwrap();
+    assert!(matches!(
+        db.create_table("t", TableOptions::default()),
+        Err(Error::TableExists(_))
+    ));
+    assert!(matches!(
+        db.create_table(
+            "big",
+            TableOptions {
+                max_key_len: 10_000,
+                max_value_len: 1
+            }
+        ),
+        Err(Error::InvalidTable(_))
+    ));
     let mut s = db.session().unwrap();
     let mut tx = s.begin();
-    assert!(matches!(tx.insert(&t, b"k", &[0u8; 17]), Err(Error::ValueTooLarge { len: 17, max: 16 })));
-    assert!(matches!(tx.insert(&t, b"123456789", b"v"), Err(Error::KeyLength { .. })));
-    assert!(matches!(tx.insert(&t, b"", b"v"), Err(Error::KeyLength { .. })));
+    assert!(matches!(
+        tx.insert(&t, b"k", &[0u8; 17]),
+        Err(Error::ValueTooLarge { len: 17, max: 16 })
+    ));
+    assert!(matches!(
+        tx.insert(&t, b"123456789", b"v"),
+        Err(Error::KeyLength { .. })
+    ));
+    assert!(matches!(
+        tx.insert(&t, b"", b"v"),
+        Err(Error::KeyLength { .. })
+    ));
     tx.insert(&t, b"k", &[1u8; 16]).unwrap();
     tx.commit().unwrap();
     assert!(db.table("missing").unwrap().is_none());
 
-    let other = Database::open("unused", Options { durability: Durability::None, ..Options::default() }).unwrap();
+    let other = Database::open(
+        "unused",
+        Options {
+            durability: Durability::None,
+            ..Options::default()
+        },
+    )
+    .unwrap();
     let foreign = other.create_table("t", TableOptions::default()).unwrap();
     let mut tx = s.begin();
     assert!(matches!(tx.get(&foreign, b"k"), Err(Error::ForeignTable)));
@@ -97,10 +158,14 @@ fn reopen_file_database_keeps_commits() {
         let mut s = db.session().unwrap();
         for i in 0..5000u32 {
             let mut tx = s.begin();
-            tx.put(&t, &(i % 1000).to_be_bytes(), &i.to_le_bytes()).unwrap();
+            tx.put(&t, &(i % 1000).to_be_bytes(), &i.to_le_bytes())
+                .unwrap();
             tx.commit().unwrap();
         }
-        assert!(matches!(Database::open(&path, Options::default()), Err(Error::Locked)));
+        assert!(matches!(
+            Database::open(&path, Options::default()),
+            Err(Error::Locked)
+        ));
     }
     let db = Database::open(&path, Options::default()).unwrap();
     assert_eq!(db.recovery_report().versions_committed, 5000);
@@ -108,14 +173,20 @@ fn reopen_file_database_keeps_commits() {
     let mut s = db.session().unwrap();
     let mut tx = s.begin();
     for k in 0..1000u32 {
-        assert_eq!(tx.get(&t, &k.to_be_bytes()).unwrap(), Some((4000 + k).to_le_bytes().to_vec()));
+        assert_eq!(
+            tx.get(&t, &k.to_be_bytes()).unwrap(),
+            Some((4000 + k).to_le_bytes().to_vec())
+        );
     }
 }
 
 #[test]
 fn disk_backend_with_concurrent_committers_keeps_commits() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let options = || Options { medium: MediumChoice::Disk, ..Options::default() };
+    let options = || Options {
+        medium: MediumChoice::Disk,
+        ..Options::default()
+    };
     {
         let db = Database::open(dir.path(), options()).unwrap();
         assert_eq!(db.guarantee(), rebound::Guarantee::PowerLoss);
@@ -127,7 +198,8 @@ fn disk_backend_with_concurrent_committers_keeps_commits() {
                     let mut s = db.session().unwrap();
                     for i in 0..100u32 {
                         let mut tx = s.begin();
-                        tx.insert(t, &(thread * 1000 + i).to_be_bytes(), b"v").unwrap();
+                        tx.insert(t, &(thread * 1000 + i).to_be_bytes(), b"v")
+                            .unwrap();
                         tx.commit().unwrap();
                     }
                 });

@@ -20,11 +20,20 @@ const TABLES: [&str; 2] = ["alpha", "beta"];
 type Model = BTreeMap<(usize, Vec<u8>), Vec<u8>>;
 
 fn open(device: &SimDevice) -> Result<Database, Error> {
-    Database::open("unused", Options { medium: MediumChoice::Simulated(device.clone()), ..Options::default() })
+    Database::open(
+        "unused",
+        Options {
+            medium: MediumChoice::Simulated(device.clone()),
+            ..Options::default()
+        },
+    )
 }
 
 fn table_options() -> TableOptions {
-    TableOptions { max_key_len: 16, max_value_len: 40 }
+    TableOptions {
+        max_key_len: 16,
+        max_value_len: 40,
+    }
 }
 
 /// One committed transaction's effects, in order.
@@ -47,11 +56,21 @@ fn value(rng: &mut StdRng) -> Vec<u8> {
 }
 
 /// Runs `txns` random transactions, applying committed ones to `model`.
-fn workload(db: &Database, device: &SimDevice, seed: u64, txns: usize, key_space: u32, model: &mut Model) -> Run {
+fn workload(
+    db: &Database,
+    device: &SimDevice,
+    seed: u64,
+    txns: usize,
+    key_space: u32,
+    model: &mut Model,
+) -> Run {
     let mut rng = StdRng::seed_from_u64(seed);
     let tables: Vec<Table> = TABLES.iter().map(|n| table(db, n)).collect();
     let mut sessions: Vec<Session> = (0..3).map(|_| db.session().unwrap()).collect();
-    let mut run = Run { commits: Vec::new(), fence_spans: Vec::new() };
+    let mut run = Run {
+        commits: Vec::new(),
+        fence_spans: Vec::new(),
+    };
     for _ in 0..txns {
         let session = &mut sessions[rng.gen_range(0..3)];
         let mut view = model.clone();
@@ -63,10 +82,13 @@ fn workload(db: &Database, device: &SimDevice, seed: u64, txns: usize, key_space
             let k = key(&mut rng, key_space);
             let current = view.get(&(t, k.clone())).cloned();
             let outcome = match rng.gen_range(0..10) {
-                0..=1 => tx.get(&tables[t], &k).map(|got| assert_eq!(got, current, "read of {k:?} in txn (seed {seed})")),
+                0..=1 => tx
+                    .get(&tables[t], &k)
+                    .map(|got| assert_eq!(got, current, "read of {k:?} in txn (seed {seed})")),
                 2..=4 => {
                     let v = value(&mut rng);
-                    tx.put(&tables[t], &k, &v).map(|_| effects.push((t, k.clone(), Some(v))))
+                    tx.put(&tables[t], &k, &v)
+                        .map(|_| effects.push((t, k.clone(), Some(v))))
                 }
                 5 => {
                     let v = value(&mut rng);
@@ -106,7 +128,8 @@ fn workload(db: &Database, device: &SimDevice, seed: u64, txns: usize, key_space
             (_, 1) => drop(tx),
             _ => {
                 let before = device.fences();
-                tx.commit().unwrap_or_else(|e| panic!("commit failed: {e} (seed {seed})"));
+                tx.commit()
+                    .unwrap_or_else(|e| panic!("commit failed: {e} (seed {seed})"));
                 run.fence_spans.push((before, device.fences()));
                 for (t, k, v) in &effects {
                     apply(model, *t, k.clone(), v.clone());
@@ -138,9 +161,15 @@ fn contents(db: &Database) -> Model {
     let mut tx = session.begin();
     let mut out = Model::new();
     for (t, name) in TABLES.iter().enumerate() {
-        let Some(table) = db.table(name).unwrap() else { continue };
+        let Some(table) = db.table(name).unwrap() else {
+            continue;
+        };
         for (k, v) in tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap() {
-            assert_eq!(tx.get(&table, &k).unwrap().as_ref(), Some(&v), "get disagrees with scan");
+            assert_eq!(
+                tx.get(&table, &k).unwrap().as_ref(),
+                Some(&v),
+                "get disagrees with scan"
+            );
             out.insert((t, k), v);
         }
     }
@@ -169,9 +198,18 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64) {
     let mut model = Model::new();
     let run = workload(&db, &device, seed, txns, key_space, &mut model);
     drop(db);
-    let Some(crashed) = device.take_crash() else { return };
-    let acked = run.fence_spans.iter().filter(|(_, end)| *end < crash_at).count();
-    let in_flight = run.fence_spans.iter().any(|&(start, end)| start < crash_at && crash_at <= end);
+    let Some(crashed) = device.take_crash() else {
+        return;
+    };
+    let acked = run
+        .fence_spans
+        .iter()
+        .filter(|(_, end)| *end < crash_at)
+        .count();
+    let in_flight = run
+        .fence_spans
+        .iter()
+        .any(|&(start, end)| start < crash_at && crash_at <= end);
 
     let db = open(&crashed).unwrap_or_else(|e| panic!("recovery failed: {e}; {ctx}"));
     let got = contents(&db);
@@ -185,10 +223,22 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64) {
     // resurrected behind the next commits before later writes cover them.
     let mut model = got;
     let more = 1 + (seed ^ crash_at) as usize % 4;
-    workload(&db, &crashed, seed.wrapping_add(1), more, key_space, &mut model);
+    workload(
+        &db,
+        &crashed,
+        seed.wrapping_add(1),
+        more,
+        key_space,
+        &mut model,
+    );
     drop(db);
-    let again = open(&crashed.crash(seed.rotate_left(17))).unwrap_or_else(|e| panic!("second recovery failed: {e}; {ctx}"));
-    assert_eq!(contents(&again), model, "state after recovery, more work and a second crash; {ctx}");
+    let again = open(&crashed.crash(seed.rotate_left(17)))
+        .unwrap_or_else(|e| panic!("second recovery failed: {e}; {ctx}"));
+    assert_eq!(
+        contents(&again),
+        model,
+        "state after recovery, more work and a second crash; {ctx}"
+    );
 }
 
 fn fences_of(seed: u64, txns: usize, key_space: u32) -> u64 {
@@ -202,7 +252,10 @@ fn fences_of(seed: u64, txns: usize, key_space: u32) -> u64 {
 }
 
 fn base_seed() -> u64 {
-    std::env::var("REBOUND_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen())
+    std::env::var("REBOUND_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::thread_rng().gen())
 }
 
 #[test]
@@ -237,8 +290,19 @@ fn crash_at_random_fences_of_larger_workloads() {
 
 #[test]
 fn replay() {
-    let (Ok(seed), Ok(at)) = (std::env::var("REBOUND_SEED"), std::env::var("REBOUND_CRASH_AT")) else { return };
-    let txns = std::env::var("REBOUND_TXNS").ok().and_then(|s| s.parse().ok()).unwrap_or(400);
-    let keys = std::env::var("REBOUND_KEYS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
+    let (Ok(seed), Ok(at)) = (
+        std::env::var("REBOUND_SEED"),
+        std::env::var("REBOUND_CRASH_AT"),
+    ) else {
+        return;
+    };
+    let txns = std::env::var("REBOUND_TXNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
+    let keys = std::env::var("REBOUND_KEYS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
     crash_case(seed.parse().unwrap(), txns, keys, at.parse().unwrap());
 }

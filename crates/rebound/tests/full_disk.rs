@@ -12,21 +12,38 @@ fn full_disk_is_an_error_and_keeps_acknowledged_commits() {
     let limit = 6 << 20;
     set_file_size_limit(limit);
     let db = Database::open(dir.path(), Options::default()).unwrap();
-    let t = db.create_table("t", TableOptions { max_key_len: 8, max_value_len: 1000 }).unwrap();
+    let t = db
+        .create_table(
+            "t",
+            TableOptions {
+                max_key_len: 8,
+                max_value_len: 1000,
+            },
+        )
+        .unwrap();
     let mut s = db.session().unwrap();
     let mut acknowledged = 0u64;
     let failure = loop {
         let mut tx = s.begin();
-        match tx.insert(&t, &acknowledged.to_be_bytes(), &[7u8; 1000]).and_then(|_| tx.commit()) {
+        match tx
+            .insert(&t, &acknowledged.to_be_bytes(), &[7u8; 1000])
+            .and_then(|_| tx.commit())
+        {
             Ok(()) => acknowledged += 1,
             Err(e) => break e,
         }
         assert!(acknowledged < 1_000_000, "the size limit never took effect");
     };
-    assert!(matches!(failure, Error::OutOfSpace(_)), "expected OutOfSpace, got {failure}");
+    assert!(
+        matches!(failure, Error::OutOfSpace(_)),
+        "expected OutOfSpace, got {failure}"
+    );
     // Reads still work on a full disk.
     let mut tx = s.begin();
-    assert_eq!(tx.get(&t, &0u64.to_be_bytes()).unwrap(), Some(vec![7u8; 1000]));
+    assert_eq!(
+        tx.get(&t, &0u64.to_be_bytes()).unwrap(),
+        Some(vec![7u8; 1000])
+    );
     drop(tx);
     drop(s);
     drop(db);
@@ -42,7 +59,10 @@ fn full_disk_is_an_error_and_keeps_acknowledged_commits() {
 
 #[allow(unsafe_code)]
 fn set_file_size_limit(bytes: u64) {
-    let limit = libc::rlimit { rlim_cur: bytes, rlim_max: libc::RLIM_INFINITY };
+    let limit = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: libc::RLIM_INFINITY,
+    };
     // SAFETY: setrlimit/signal on the calling process with valid arguments;
     // ignoring SIGXFSZ turns "file too large" into an EFBIG error return.
     unsafe {

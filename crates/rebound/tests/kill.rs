@@ -32,7 +32,10 @@ fn value(thread: u64, seq: u64) -> Vec<u8> {
 fn parse_value(v: &[u8]) -> (u64, u64) {
     let text = std::str::from_utf8(v).unwrap();
     let mut parts = text.split(':');
-    (parts.next().unwrap().parse().unwrap(), parts.next().unwrap().parse().unwrap())
+    (
+        parts.next().unwrap().parse().unwrap(),
+        parts.next().unwrap().parse().unwrap(),
+    )
 }
 
 /// The child: commits forever until killed, reporting intent and commit.
@@ -43,7 +46,15 @@ fn child() {
     let db = Database::open(&dir, Options::default()).unwrap();
     let table = match db.table("kv").unwrap() {
         Some(t) => t,
-        None => db.create_table("kv", TableOptions { max_key_len: 8, max_value_len: 100 }).unwrap(),
+        None => db
+            .create_table(
+                "kv",
+                TableOptions {
+                    max_key_len: 8,
+                    max_value_len: 100,
+                },
+            )
+            .unwrap(),
     };
     let start_seq: u64 = std::env::var("REBOUND_KILL_SEQ").unwrap().parse().unwrap();
     let out = std::sync::Mutex::new(std::io::stdout());
@@ -56,8 +67,16 @@ fn child() {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(start_seq ^ thread);
                 let mut session = db.session().unwrap();
                 for seq in start_seq.. {
-                    let keys: Vec<u64> = (0..KEYS_PER_TXN).map(|_| rng.gen_range(0..KEYS_PER_THREAD)).collect();
-                    let line = format!("B {thread} {seq} {}", keys.iter().map(u64::to_string).collect::<Vec<_>>().join(" "));
+                    let keys: Vec<u64> = (0..KEYS_PER_TXN)
+                        .map(|_| rng.gen_range(0..KEYS_PER_THREAD))
+                        .collect();
+                    let line = format!(
+                        "B {thread} {seq} {}",
+                        keys.iter()
+                            .map(u64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    );
                     writeln!(out.lock().unwrap(), "{line}").unwrap();
                     let mut tx = session.begin();
                     for &k in &keys {
@@ -89,10 +108,14 @@ impl Oracle {
         let nums: Vec<u64> = parts.map(|p| p.parse().unwrap()).collect();
         match kind {
             Some("B") => {
-                self.in_flight.insert(nums[0], (nums[1], nums[2..].to_vec()));
+                self.in_flight
+                    .insert(nums[0], (nums[1], nums[2..].to_vec()));
             }
             Some("C") => {
-                let (seq, keys) = self.in_flight.remove(&nums[0]).expect("commit without intent");
+                let (seq, keys) = self
+                    .in_flight
+                    .remove(&nums[0])
+                    .expect("commit without intent");
                 assert_eq!(seq, nums[1]);
                 for k in keys {
                     self.acked.insert((nums[0], k), seq);
@@ -105,15 +128,23 @@ impl Oracle {
     /// Checks the reopened database; returns the keys of in-flight
     /// transactions that turned out committed (they become acknowledged).
     fn check(&mut self, dir: &Path, cycle: usize) {
-        let db = Database::open(dir, Options::default()).unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
-        let table = db.table("kv").unwrap().expect("table exists after its first commit");
+        let db = Database::open(dir, Options::default())
+            .unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
+        let table = db
+            .table("kv")
+            .unwrap()
+            .expect("table exists after its first commit");
         let mut session = db.session().unwrap();
         let mut tx = session.begin();
         let mut found = HashMap::new();
         for (k, v) in tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap() {
             let id = u64::from_be_bytes(k.as_slice().try_into().unwrap());
             let (thread, seq) = parse_value(&v);
-            assert_eq!(thread, id / KEYS_PER_THREAD, "cycle {cycle}: key {id} holds another thread's value");
+            assert_eq!(
+                thread,
+                id / KEYS_PER_THREAD,
+                "cycle {cycle}: key {id} holds another thread's value"
+            );
             found.insert((thread, id % KEYS_PER_THREAD), seq);
         }
         let mut in_flight_applied = HashMap::new();
@@ -128,13 +159,19 @@ impl Oracle {
         }
         for (&(thread, k), &seq) in &self.acked {
             let got = found.get(&(thread, k)).copied();
-            let ok = got == Some(seq) || in_flight_applied.contains_key(&thread) && self.in_flight[&thread].1.contains(&k);
+            let ok = got == Some(seq)
+                || in_flight_applied.contains_key(&thread)
+                    && self.in_flight[&thread].1.contains(&k);
             assert!(ok, "cycle {cycle}: acknowledged seq {seq} of key {k} (thread {thread}) lost, found {got:?}");
         }
         for (thread, (seq, keys)) in &self.in_flight {
             if in_flight_applied.contains_key(thread) {
                 for k in keys {
-                    assert_eq!(found.get(&(*thread, *k)), Some(seq), "cycle {cycle}: in-flight txn {seq} of thread {thread} is half applied");
+                    assert_eq!(
+                        found.get(&(*thread, *k)),
+                        Some(seq),
+                        "cycle {cycle}: in-flight txn {seq} of thread {thread} is half applied"
+                    );
                     self.acked.insert((*thread, *k), *seq);
                 }
             }
@@ -145,7 +182,10 @@ impl Oracle {
 
 #[test]
 fn sigkill_at_random_moments_loses_no_acknowledged_commit() {
-    let seed: u64 = std::env::var("REBOUND_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen());
+    let seed: u64 = std::env::var("REBOUND_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::thread_rng().gen());
     println!("seed {seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
@@ -153,7 +193,13 @@ fn sigkill_at_random_moments_loses_no_acknowledged_commit() {
     for cycle in 0..20 {
         let kill_after = rng.gen_range(1..1500);
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--ignored", "--exact", "child", "--nocapture", "--test-threads=1"])
+            .args([
+                "--ignored",
+                "--exact",
+                "child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("REBOUND_KILL_DIR", dir.path())
             .env("REBOUND_KILL_SEQ", (cycle as u64 * 1_000_000).to_string())
             .stdout(Stdio::piped())

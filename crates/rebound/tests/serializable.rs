@@ -25,7 +25,12 @@ fn total(db: &Database, table: &Table) -> i64 {
 }
 
 /// Moves a random amount between two random accounts; false on conflict.
-fn transfer(db: &Database, table: &Table, session: &mut rebound::Session, rng: &mut impl Rng) -> bool {
+fn transfer(
+    db: &Database,
+    table: &Table,
+    session: &mut rebound::Session,
+    rng: &mut impl Rng,
+) -> bool {
     let (from, to) = (rng.gen_range(0..ACCOUNTS), rng.gen_range(0..ACCOUNTS));
     let amount = rng.gen_range(1..50);
     let mut tx = session.begin();
@@ -56,12 +61,28 @@ fn concurrent_transfers_conserve_money_and_survive_a_crash() {
     let seed: u64 = rand::thread_rng().gen();
     println!("seed {seed}");
     let device = SimDevice::new(1 << 30);
-    let db = Database::open("unused", Options { medium: MediumChoice::Simulated(device.clone()), ..Options::default() }).unwrap();
-    let table = db.create_table("accounts", TableOptions { max_key_len: 4, max_value_len: 8 }).unwrap();
+    let db = Database::open(
+        "unused",
+        Options {
+            medium: MediumChoice::Simulated(device.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let table = db
+        .create_table(
+            "accounts",
+            TableOptions {
+                max_key_len: 4,
+                max_value_len: 8,
+            },
+        )
+        .unwrap();
     let mut session = db.session().unwrap();
     let mut tx = session.begin();
     for i in 0..ACCOUNTS {
-        tx.insert(&table, &account(i), &START_BALANCE.to_le_bytes()).unwrap();
+        tx.insert(&table, &account(i), &START_BALANCE.to_le_bytes())
+            .unwrap();
     }
     tx.commit().unwrap();
     drop(session);
@@ -91,25 +112,51 @@ fn concurrent_transfers_conserve_money_and_survive_a_crash() {
                 let mut tx = session.begin();
                 if let Ok(rows) = tx.scan::<&[u8]>(&table, .., usize::MAX) {
                     let sum: i64 = rows.iter().map(|(_, v)| balance(v)).sum();
-                    assert_eq!(sum, START_BALANCE * ACCOUNTS as i64, "auditor saw money appear or vanish");
+                    assert_eq!(
+                        sum,
+                        START_BALANCE * ACCOUNTS as i64,
+                        "auditor saw money appear or vanish"
+                    );
                     audits += 1;
                 }
             }
         });
     });
     stop.store(true, Ordering::Release);
-    println!("committed {} conflicts {}", committed.load(Ordering::Relaxed), conflicts.load(Ordering::Relaxed));
+    println!(
+        "committed {} conflicts {}",
+        committed.load(Ordering::Relaxed),
+        conflicts.load(Ordering::Relaxed)
+    );
     assert!(committed.load(Ordering::Relaxed) > 0);
     assert_eq!(total(&db, &table), START_BALANCE * ACCOUNTS as i64);
 
     let crashed = device.crash(seed);
-    let db = Database::open("unused", Options { medium: MediumChoice::Simulated(crashed), ..Options::default() }).unwrap();
+    let db = Database::open(
+        "unused",
+        Options {
+            medium: MediumChoice::Simulated(crashed),
+            ..Options::default()
+        },
+    )
+    .unwrap();
     let table = db.table("accounts").unwrap().unwrap();
-    assert_eq!(total(&db, &table), START_BALANCE * ACCOUNTS as i64, "seed {seed}: total changed across the crash");
+    assert_eq!(
+        total(&db, &table),
+        START_BALANCE * ACCOUNTS as i64,
+        "seed {seed}: total changed across the crash"
+    );
 }
 
 fn two_doctors() -> (Database, Table) {
-    let db = Database::open("unused", Options { durability: rebound::Durability::None, ..Options::default() }).unwrap();
+    let db = Database::open(
+        "unused",
+        Options {
+            durability: rebound::Durability::None,
+            ..Options::default()
+        },
+    )
+    .unwrap();
     let table = db.create_table("oncall", TableOptions::default()).unwrap();
     let mut s = db.session().unwrap();
     let mut tx = s.begin();
@@ -127,15 +174,26 @@ fn write_skew_is_prevented() {
     let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
     let mut t1 = s1.begin();
     let mut t2 = s2.begin();
-    let on_call = |tx: &mut rebound::Transaction, who: &[u8]| tx.get(&table, who).unwrap() == Some(b"1".to_vec());
+    let on_call = |tx: &mut rebound::Transaction, who: &[u8]| {
+        tx.get(&table, who).unwrap() == Some(b"1".to_vec())
+    };
     assert!(on_call(&mut t1, b"alice") && on_call(&mut t1, b"bob"));
     assert!(on_call(&mut t2, b"alice") && on_call(&mut t2, b"bob"));
     let r1 = t1.update(&table, b"alice", b"0").and_then(|_| t1.commit());
     let r2 = t2.update(&table, b"bob", b"0").and_then(|_| t2.commit());
-    assert!(r1.is_err() || r2.is_err(), "both doctors went off call: write skew");
-    assert!(r1.is_ok() || r2.is_ok(), "at least one transaction should commit");
+    assert!(
+        r1.is_err() || r2.is_err(),
+        "both doctors went off call: write skew"
+    );
+    assert!(
+        r1.is_ok() || r2.is_ok(),
+        "at least one transaction should commit"
+    );
     let mut tx = s1.begin();
-    let still = [b"alice".as_slice(), b"bob"].iter().filter(|w| tx.get(&table, w).unwrap() == Some(b"1".to_vec())).count();
+    let still = [b"alice".as_slice(), b"bob"]
+        .iter()
+        .filter(|w| tx.get(&table, w).unwrap() == Some(b"1".to_vec()))
+        .count();
     assert_eq!(still, 1);
 }
 
@@ -146,9 +204,18 @@ fn phantom_insert_is_prevented() {
     let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
     let mut older = s1.begin();
     let mut younger = s2.begin();
-    assert_eq!(younger.scan(&table, b"a".as_slice()..b"z".as_slice(), 10).unwrap().len(), 2);
+    assert_eq!(
+        younger
+            .scan(&table, b"a".as_slice()..b"z".as_slice(), 10)
+            .unwrap()
+            .len(),
+        2
+    );
     assert_eq!(younger.get(&table, b"carol").unwrap(), None);
-    assert!(matches!(older.insert(&table, b"carol", b"1"), Err(Error::Conflict)));
+    assert!(matches!(
+        older.insert(&table, b"carol", b"1"),
+        Err(Error::Conflict)
+    ));
     younger.commit().unwrap();
     assert!(older.commit().is_err());
 }

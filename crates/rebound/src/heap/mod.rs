@@ -100,16 +100,23 @@ pub fn geometry(max_key_len: u32, max_value_len: u32) -> (u32, u32, u32) {
     (slot as u32, slots as u32, block as u32)
 }
 
-/// One block of a region and its tile of version headers.
+/// One block of a region and its tile of version headers. The tile is
+/// created on first use, so recovery never touches DRAM metadata of blocks
+/// nobody reads (a zeroed header already means "committed, no successor").
 pub struct Block {
     pub offset: u64,
     pub min_txn: u64,
-    pub tile: Box<[VersionHeader]>,
+    capacity: u32,
+    tile: std::sync::OnceLock<Box<[VersionHeader]>>,
 }
 
 impl Block {
     pub fn new(offset: u64, min_txn: u64, capacity: u32) -> Block {
-        Block { offset, min_txn, tile: (0..capacity).map(|_| VersionHeader::default()).collect() }
+        Block { offset, min_txn, capacity, tile: std::sync::OnceLock::new() }
+    }
+
+    pub fn tile(&self) -> &[VersionHeader] {
+        self.tile.get_or_init(|| (0..self.capacity).map(|_| VersionHeader::default()).collect())
     }
 }
 
@@ -144,7 +151,10 @@ pub struct TableHeap {
 
 impl TableHeap {
     pub fn new(def: TableDef) -> TableHeap {
-        TableHeap { def, regions: (0..MAX_WORKERS).map(|_| Region::default()).collect() }
+        TableHeap {
+            def,
+            regions: (0..MAX_WORKERS).map(|_| Region::default()).collect(),
+        }
     }
 
     pub fn block(&self, addr: Addr) -> &Block {
@@ -152,7 +162,7 @@ impl TableHeap {
     }
 
     pub fn header(&self, addr: Addr) -> &VersionHeader {
-        &self.block(addr).tile[addr.slot() as usize]
+        &self.block(addr).tile()[addr.slot() as usize]
     }
 
     pub fn slot_offset(&self, addr: Addr) -> u64 {
@@ -162,10 +172,18 @@ impl TableHeap {
     /// Appends an encoded slot to `worker`'s region and returns its address.
     /// Not persisted: the commit persists and fences it.
     /// `txn` is the appending transaction; it becomes a new block's min txn.
-    pub fn append(&self, medium: &Medium, space: &Space, worker: usize, txn: u64, slot: &[u8]) -> Result<Addr> {
+    pub fn append(
+        &self,
+        medium: &Medium,
+        space: &Space,
+        worker: usize,
+        txn: u64,
+        slot: &[u8],
+    ) -> Result<Addr> {
         let region = &self.regions[worker];
         let mut cursor = region.cursor.lock();
-        if cursor.block as usize >= region.blocks.count() || cursor.slot >= self.def.slots_per_block {
+        if cursor.block as usize >= region.blocks.count() || cursor.slot >= self.def.slots_per_block
+        {
             self.add_block(medium, space, worker, txn, &mut cursor)?;
         }
         let addr = Addr::new(worker, cursor.block, cursor.slot);
@@ -176,7 +194,14 @@ impl TableHeap {
     }
 
     /// Allocates, formats and links a new block at the end of a region.
-    fn add_block(&self, medium: &Medium, space: &Space, worker: usize, txn: u64, cursor: &mut Cursor) -> Result<()> {
+    fn add_block(
+        &self,
+        medium: &Medium,
+        space: &Space,
+        worker: usize,
+        txn: u64,
+        cursor: &mut Cursor,
+    ) -> Result<()> {
         let seq = region_len(&self.regions[worker]);
         let offset = space.allocate(medium, self.def.block_size as u64)?;
         medium.zero(offset + BITMAP_OFFSET, BITMAP_BYTES);
@@ -191,8 +216,13 @@ impl TableHeap {
                 medium.persist(prev_offset + 24, 8);
             }
         }
-        self.regions[worker].blocks.push(Block::new(offset, txn, self.def.slots_per_block));
-        *cursor = Cursor { block: seq as u32, slot: 0 };
+        self.regions[worker]
+            .blocks
+            .push(Block::new(offset, txn, self.def.slots_per_block));
+        *cursor = Cursor {
+            block: seq as u32,
+            slot: 0,
+        };
         Ok(())
     }
 
@@ -212,9 +242,23 @@ impl TableHeap {
 
     /// Checks a block header found by following a link during recovery;
     /// returns (next block offset, min txn).
-    pub fn validate_block(&self, medium: &Medium, offset: u64, worker: usize, seq: u64) -> Result<(u64, u64)> {
-        let bad = |why: &str| Error::Corrupt(format!("table {} region {worker} block {seq} at {offset}: {why}", self.def.id));
-        if offset < catalog::DATA_START || offset % BLOCK_ALIGN != 0 || !medium.contains(offset, self.def.block_size as u64) {
+    pub fn validate_block(
+        &self,
+        medium: &Medium,
+        offset: u64,
+        worker: usize,
+        seq: u64,
+    ) -> Result<(u64, u64)> {
+        let bad = |why: &str| {
+            Error::Corrupt(format!(
+                "table {} region {worker} block {seq} at {offset}: {why}",
+                self.def.id
+            ))
+        };
+        if offset < catalog::DATA_START
+            || !offset.is_multiple_of(BLOCK_ALIGN)
+            || !medium.contains(offset, self.def.block_size as u64)
+        {
             return Err(bad("offset outside the data area"));
         }
         let mut h = [0u8; 64];
@@ -249,7 +293,13 @@ impl TableHeap {
         let txn = medium.load(at);
         let w1 = medium.load(at + 8);
         let w2 = medium.load(at + 16);
-        (txn, (w1 & 0xFFFF_FFFF) as u32, ((w1 >> 32) & 0xFFFF) as usize, (w1 >> 48) as u16, (w2 & 0xFFFF_FFFF) as usize)
+        (
+            txn,
+            (w1 & 0xFFFF_FFFF) as u32,
+            ((w1 >> 32) & 0xFFFF) as usize,
+            (w1 >> 48) as u16,
+            (w2 & 0xFFFF_FFFF) as usize,
+        )
     }
 
     /// Reads the value of a slot published by a committed or own version.
@@ -276,7 +326,8 @@ impl TableHeap {
     /// `None` if its bytes do not form a valid slot (torn or corrupt).
     pub fn decode_checked(&self, medium: &Medium, addr: Addr) -> Option<SlotContent> {
         let (txn, crc, key_len, flags, value_len) = self.slot_header(medium, addr);
-        let fits = key_len <= self.def.max_key_len as usize && value_len <= self.def.max_value_len as usize;
+        let fits = key_len <= self.def.max_key_len as usize
+            && value_len <= self.def.max_value_len as usize;
         if !fits || flags & !FLAG_TOMBSTONE != 0 {
             return None;
         }
@@ -302,7 +353,10 @@ impl TableHeap {
     /// Starts writing a slot back; the caller fences.
     pub fn persist_slot(&self, medium: &Medium, addr: Addr) {
         let (_, _, key_len, _, value_len) = self.slot_header(medium, addr);
-        medium.persist(self.slot_offset(addr), SLOT_HEADER + (key_len + value_len) as u64);
+        medium.persist(
+            self.slot_offset(addr),
+            SLOT_HEADER + (key_len + value_len) as u64,
+        );
     }
 
     /// Turns an aborted slot into a hole that recovery skips.
@@ -324,11 +378,6 @@ impl TableHeap {
     pub fn set_obsolete(&self, medium: &Medium, addr: Addr) {
         let word = self.block(addr).offset + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
         medium.fetch_or(word, 1 << (addr.slot() % 64));
-    }
-
-    pub fn is_obsolete(&self, medium: &Medium, addr: Addr) -> bool {
-        let word = self.block(addr).offset + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
-        medium.load(word) & (1 << (addr.slot() % 64)) != 0
     }
 }
 

@@ -37,7 +37,9 @@ impl Space {
             }
             at = at.max(offset + len);
         }
-        Space { inner: Mutex::new(Extents { end: at, free }) }
+        Space {
+            inner: Mutex::new(Extents { end: at, free }),
+        }
     }
 
     /// Allocates `len` bytes (a multiple of BLOCK_ALIGN) with unspecified content.
@@ -57,14 +59,11 @@ impl Space {
         let needed = offset + len;
         if needed > medium.len() {
             let grown = needed.max(medium.len() + (medium.len() / 4).max(MIN_GROWTH));
-            medium.grow(grown.next_multiple_of(BLOCK_ALIGN)).or_else(|_| medium.grow(needed))?;
+            medium
+                .grow(grown.next_multiple_of(BLOCK_ALIGN))
+                .or_else(|_| medium.grow(needed))?;
         }
         ext.end = needed;
         Ok(offset)
-    }
-
-    /// Bytes between the data start and the end of the last extent.
-    pub fn high_water(&self) -> u64 {
-        self.inner.lock().end
     }
 }

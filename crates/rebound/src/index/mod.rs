@@ -46,7 +46,13 @@ impl BTree {
         }
         r
     }
-    pub fn insert_if_absent(&self, key: &[u8], value: u64, writer_ts: u64, _ut: u64) -> Result<(), InsertError> {
+    pub fn insert_if_absent(
+        &self,
+        key: &[u8],
+        value: u64,
+        writer_ts: u64,
+        _ut: u64,
+    ) -> Result<(), InsertError> {
         let mut m = self.map.write();
         if let Some(v) = m.get(key) {
             return Err(InsertError::Exists(*v));
@@ -57,7 +63,13 @@ impl BTree {
         m.insert(key.to_vec(), value);
         Ok(())
     }
-    pub fn compare_and_set(&self, key: &[u8], expected: u64, new: u64, _ut: u64) -> Result<(), Option<u64>> {
+    pub fn compare_and_set(
+        &self,
+        key: &[u8],
+        expected: u64,
+        new: u64,
+        _ut: u64,
+    ) -> Result<(), Option<u64>> {
         let mut m = self.map.write();
         match m.get_mut(key) {
             Some(v) if *v == expected => {
@@ -73,7 +85,13 @@ impl BTree {
     pub fn remove(&self, key: &[u8], _ut: u64) -> Option<u64> {
         self.map.write().remove(key)
     }
-    pub fn scan(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, reader_ts: Option<u64>, mut visit: impl FnMut(&[u8], u64) -> bool) {
+    pub fn scan(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        reader_ts: Option<u64>,
+        mut visit: impl FnMut(&[u8], u64) -> bool,
+    ) {
         let m = self.map.read();
         if let Some(ts) = reader_ts {
             self.gap.fetch_max(ts, Ordering::SeqCst);
@@ -85,6 +103,10 @@ impl BTree {
         }
     }
     pub fn to_vec(&self) -> Vec<(Vec<u8>, u64)> {
-        self.map.read().iter().map(|(k, v)| (k.clone(), *v)).collect()
+        self.map
+            .read()
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
     }
 }

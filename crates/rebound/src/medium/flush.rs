@@ -7,6 +7,7 @@ pub(crate) enum Instruction {
     ClflushOpt,
     Clflush,
     /// Not x86-64: `persist` relies on the file backend's own syncing.
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
     Unsupported,
 }
 
@@ -16,7 +17,9 @@ pub(crate) struct Flusher {
 
 impl Flusher {
     pub(crate) fn detect() -> Self {
-        Flusher { instruction: detect_instruction() }
+        Flusher {
+            instruction: detect_instruction(),
+        }
     }
 
     #[allow(dead_code)]

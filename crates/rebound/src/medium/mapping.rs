@@ -16,8 +16,15 @@ pub(crate) struct Mapping {
 
 impl Mapping {
     pub(crate) fn anonymous(reserve: u64, initial: u64) -> Result<Self> {
-        let mmap = MmapOptions::new().len(to_usize(reserve)?).no_reserve_swap().map_anon()?;
-        Ok(Mapping { raw: MmapRaw::from(mmap), reserved: reserve, len: AtomicU64::new(initial) })
+        let mmap = MmapOptions::new()
+            .len(to_usize(reserve)?)
+            .no_reserve_swap()
+            .map_anon()?;
+        Ok(Mapping {
+            raw: MmapRaw::from(mmap),
+            reserved: reserve,
+            len: AtomicU64::new(initial),
+        })
     }
 
     /// Maps `reserve` bytes of `file`; only its current length is usable.
@@ -27,7 +34,11 @@ impl Mapping {
         let file_len = file.metadata()?.len();
         let reserve = reserve.max(file_len);
         let raw = MmapOptions::new().len(to_usize(reserve)?).map_raw(file)?;
-        Ok(Mapping { raw, reserved: reserve, len: AtomicU64::new(file_len) })
+        Ok(Mapping {
+            raw,
+            reserved: reserve,
+            len: AtomicU64::new(file_len),
+        })
     }
 
     pub(crate) fn len(&self) -> u64 {
@@ -48,7 +59,7 @@ impl Mapping {
     #[inline]
     pub(crate) fn word(&self, off: u64) -> &AtomicU64 {
         assert!(
-            off % 8 == 0 && off + 8 <= self.len(),
+            off.is_multiple_of(8) && off + 8 <= self.len(),
             "medium word access at {off} outside 0..{}",
             self.len()
         );
@@ -93,7 +104,9 @@ pub(crate) fn allocate(file: &File, len: u64) -> Result<()> {
         libc::ENOSPC | libc::EFBIG | libc::EDQUOT => {
             // Undo a partial allocation so the file length stays meaningful.
             let _ = file.set_len(current);
-            Err(Error::OutOfSpace(format!("cannot grow the data file to {len} bytes")))
+            Err(Error::OutOfSpace(format!(
+                "cannot grow the data file to {len} bytes"
+            )))
         }
         libc::EOPNOTSUPP | libc::EINVAL => Ok(file.set_len(len)?),
         errno => Err(Error::Io(std::io::Error::from_raw_os_error(errno))),

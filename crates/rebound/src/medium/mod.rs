@@ -35,8 +35,8 @@ mod flush;
 mod mapping;
 mod sim;
 
-pub use sim::SimDevice;
 pub(crate) use mapping::on_tmpfs;
+pub use sim::SimDevice;
 
 use crate::error::{Error, Result};
 use mapping::Mapping;
@@ -106,7 +106,11 @@ impl Medium {
     pub(crate) fn persistent_memory(file: File, reserve: u64, latency: u64) -> Result<Self> {
         let map = Mapping::file(&file, reserve)?;
         let flush = flush::Flusher::detect();
-        Ok(Self::with(Arc::new(map), Backend::PersistentMemory { _file: file, flush }, latency))
+        Ok(Self::with(
+            Arc::new(map),
+            Backend::PersistentMemory { _file: file, flush },
+            latency,
+        ))
     }
 
     /// A file mapping persisted with `msync` (a disk filesystem).
@@ -128,7 +132,12 @@ impl Medium {
     }
 
     fn with(map: Arc<Mapping>, backend: Backend, latency_ns_per_line: u64) -> Self {
-        Medium { map, backend, latency_ns_per_line, grow_lock: Mutex::new(()) }
+        Medium {
+            map,
+            backend,
+            latency_ns_per_line,
+            grow_lock: Mutex::new(()),
+        }
     }
 
     pub fn guarantee(&self) -> Guarantee {
@@ -210,7 +219,8 @@ impl Medium {
         if !rest.is_empty() {
             let mut tail = [0u8; 8];
             tail[..rest.len()].copy_from_slice(rest);
-            self.word(at).store(u64::from_le_bytes(tail), Ordering::Relaxed);
+            self.word(at)
+                .store(u64::from_le_bytes(tail), Ordering::Relaxed);
         }
     }
 

@@ -57,11 +57,14 @@ impl SimDevice {
 
     fn from_image(image: Vec<u8>, capacity: u64) -> Self {
         let capacity = capacity.max(image.len() as u64);
-        let working =
-            Mapping::anonymous(capacity, image.len() as u64).expect("anonymous mapping for a simulated device");
+        let working = Mapping::anonymous(capacity, image.len() as u64)
+            .expect("anonymous mapping for a simulated device");
         let mut at = 0u64;
         for chunk in image.chunks_exact(8) {
-            working.word(at).store(u64::from_le_bytes(chunk.try_into().unwrap()), Ordering::Relaxed);
+            working.word(at).store(
+                u64::from_le_bytes(chunk.try_into().unwrap()),
+                Ordering::Relaxed,
+            );
             at += 8;
         }
         SimDevice {
@@ -108,7 +111,13 @@ impl SimDevice {
     pub fn clean_copy(&self) -> SimDevice {
         let len = self.inner.working.len();
         let image = (0..len / 8)
-            .flat_map(|w| self.inner.working.word(w * 8).load(Ordering::Acquire).to_le_bytes())
+            .flat_map(|w| {
+                self.inner
+                    .working
+                    .word(w * 8)
+                    .load(Ordering::Acquire)
+                    .to_le_bytes()
+            })
             .collect();
         Self::from_image(image, self.inner.working.reserved())
     }
@@ -171,7 +180,9 @@ impl SimDevice {
                 match rng.fate() {
                     LineFate::Lost => {}
                     LineFate::Kept => copy_words(working, &mut image, line, end, |_| true),
-                    LineFate::Torn => copy_words(working, &mut image, line, end, |_| rng.next() & 1 == 1),
+                    LineFate::Torn => {
+                        copy_words(working, &mut image, line, end, |_| rng.next() & 1 == 1)
+                    }
                 }
             }
             line = end;
@@ -187,7 +198,13 @@ fn line_differs(working: &Mapping, image: &[u8], line: u64, end: u64) -> bool {
     })
 }
 
-fn copy_words(working: &Mapping, image: &mut [u8], line: u64, end: u64, mut take: impl FnMut(u64) -> bool) {
+fn copy_words(
+    working: &Mapping,
+    image: &mut [u8],
+    line: u64,
+    end: u64,
+    mut take: impl FnMut(u64) -> bool,
+) {
     for at in (line..end).step_by(8) {
         if take(at) {
             let now = working.word(at).load(Ordering::Acquire);
@@ -197,7 +214,9 @@ fn copy_words(working: &Mapping, image: &mut [u8], line: u64, end: u64, mut take
 }
 
 fn copy_line(working: &Mapping, durable: &mut [u8], line: u64) {
-    let end = (line + super::LINE).min(durable.len() as u64).min(working.len());
+    let end = (line + super::LINE)
+        .min(durable.len() as u64)
+        .min(working.len());
     copy_words(working, durable, line, end, |_| true);
 }
 

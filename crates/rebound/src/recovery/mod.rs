@@ -59,8 +59,12 @@ pub fn format(medium: &Medium) -> Result<()> {
 pub fn fresh(medium: Medium, instance: u64) -> Result<(Store, RecoveryReport)> {
     let start = Instant::now();
     let clock = Clock::recover(&medium, 1)?;
-    let store = Store { medium, space: Space::new(catalog::DATA_START, Vec::new()), clock, tables: boxcar::Vec::new(), instance };
-    let report = RecoveryReport { fresh: true, total: start.elapsed(), ..Default::default() };
+    let store = Store::new(medium, Space::new(catalog::DATA_START, Vec::new()), clock, boxcar::Vec::new(), instance);
+    let report = RecoveryReport {
+        fresh: true,
+        total: start.elapsed(),
+        ..Default::default()
+    };
     Ok((store, report))
 }
 
@@ -71,10 +75,14 @@ pub fn recover(medium: Medium, instance: u64, started: Instant) -> Result<(Store
     catalog::validate_superblock(&medium)?;
     let defs = catalog::read_tables(&medium)?;
     validate_defs(&defs)?;
-    let lctt = (0..MAX_WORKERS).map(|w| catalog::last_commit(&medium, w)).collect::<Result<Vec<_>>>()?;
+    let lctt = (0..MAX_WORKERS)
+        .map(|w| catalog::last_commit(&medium, w))
+        .collect::<Result<Vec<_>>>()?;
     let lease = catalog::txn_lease(&medium)?;
     if lctt.iter().any(|&t| t >= lease.max(1)) {
-        return Err(Error::Corrupt("a committed txn id is not below the txn-id lease".into()));
+        return Err(Error::Corrupt(
+            "a committed txn id is not below the txn-id lease".into(),
+        ));
     }
     report.metadata = phase.elapsed();
     report.tables = defs.len();
@@ -95,14 +103,21 @@ pub fn recover(medium: Medium, instance: u64, started: Instant) -> Result<(Store
     for (heap, found) in scanned {
         let index = build_index(found);
         report.index_entries += index.len() as u64;
-        tables.push(Arc::new(TableRt { heap, index, instance }));
+        tables.push(Arc::new(TableRt {
+            heap,
+            index,
+            instance,
+        }));
     }
     report.index_build = phase.elapsed();
 
     let clock = Clock::recover(&medium, lease)?;
     let space = Space::new(catalog::DATA_START, extents);
     report.total = started.elapsed();
-    Ok((Store { medium, space, clock, tables, instance }, report))
+    Ok((
+        Store::new(medium, space, clock, tables, instance),
+        report,
+    ))
 }
 
 fn validate_defs(defs: &[TableDef]) -> Result<()> {
@@ -112,13 +127,22 @@ fn validate_defs(defs: &[TableDef]) -> Result<()> {
             && def.max_key_len as usize <= crate::index::MAX_KEY_LEN
             && (slot, slots, block) == (def.slot_size, def.slots_per_block, def.block_size);
         if !sane {
-            return Err(Error::Corrupt(format!("table {:?} has an impossible geometry", def.name)));
+            return Err(Error::Corrupt(format!(
+                "table {:?} has an impossible geometry",
+                def.name
+            )));
         }
     }
     Ok(())
 }
 
-fn scan_table(medium: &Medium, heap: &TableHeap, lctt: &[u64], extents: &mut Vec<(u64, u64)>, report: &mut RecoveryReport) -> Result<Vec<Found>> {
+fn scan_table(
+    medium: &Medium,
+    heap: &TableHeap,
+    lctt: &[u64],
+    extents: &mut Vec<(u64, u64)>,
+    report: &mut RecoveryReport,
+) -> Result<Vec<Found>> {
     let mut found = Vec::new();
     for (worker, &last_commit) in lctt.iter().enumerate() {
         load_blocks(medium, heap, worker, extents)?;
@@ -129,7 +153,12 @@ fn scan_table(medium: &Medium, heap: &TableHeap, lctt: &[u64], extents: &mut Vec
 }
 
 /// Follows a region's block chain, validating every header.
-fn load_blocks(medium: &Medium, heap: &TableHeap, worker: usize, extents: &mut Vec<(u64, u64)>) -> Result<()> {
+fn load_blocks(
+    medium: &Medium,
+    heap: &TableHeap,
+    worker: usize,
+    extents: &mut Vec<(u64, u64)>,
+) -> Result<()> {
     let region = &heap.regions[worker];
     let block_size = heap.def.block_size as u64;
     let max_blocks = medium.len() / block_size;
@@ -137,10 +166,15 @@ fn load_blocks(medium: &Medium, heap: &TableHeap, worker: usize, extents: &mut V
     let mut seq = 0u64;
     while offset != 0 {
         if seq >= max_blocks {
-            return Err(Error::Corrupt(format!("block chain of table {} region {worker} loops", heap.def.id)));
+            return Err(Error::Corrupt(format!(
+                "block chain of table {} region {worker} loops",
+                heap.def.id
+            )));
         }
         let (next, min_txn) = heap.validate_block(medium, offset, worker, seq)?;
-        region.blocks.push(Block::new(offset, min_txn, heap.def.slots_per_block));
+        region
+            .blocks
+            .push(Block::new(offset, min_txn, heap.def.slots_per_block));
         extents.push((offset, block_size));
         offset = next;
         seq += 1;
@@ -149,7 +183,14 @@ fn load_blocks(medium: &Medium, heap: &TableHeap, worker: usize, extents: &mut V
 }
 
 /// Redo (collect committed versions) and undo (clear the tail) of one region.
-fn scan_region(medium: &Medium, heap: &TableHeap, worker: usize, last_commit: u64, found: &mut Vec<Found>, report: &mut RecoveryReport) -> Result<()> {
+fn scan_region(
+    medium: &Medium,
+    heap: &TableHeap,
+    worker: usize,
+    last_commit: u64,
+    found: &mut Vec<Found>,
+    report: &mut RecoveryReport,
+) -> Result<()> {
     let region = &heap.regions[worker];
     let capacity = heap.def.slots_per_block;
     let mut tail: Option<Cursor> = None;
@@ -162,7 +203,9 @@ fn scan_region(medium: &Medium, heap: &TableHeap, worker: usize, last_commit: u6
             let committed = current && word & HOLE_BIT == 0 && txn <= last_commit;
             if tail.is_some() {
                 if committed {
-                    return Err(Error::Corrupt(format!("committed version after the uncommitted tail at {addr:?}")));
+                    return Err(Error::Corrupt(format!(
+                        "committed version after the uncommitted tail at {addr:?}"
+                    )));
                 }
                 if word != 0 {
                     heap.clear_slot(medium, addr);
@@ -175,20 +218,33 @@ fn scan_region(medium: &Medium, heap: &TableHeap, worker: usize, last_commit: u6
                 continue;
             }
             if !committed {
-                tail = Some(Cursor { block: b as u32, slot: s });
+                tail = Some(Cursor {
+                    block: b as u32,
+                    slot: s,
+                });
                 if word != 0 {
                     heap.clear_slot(medium, addr);
                     report.versions_undone += current as u64;
                 }
                 continue;
             }
-            let content = heap.decode_checked(medium, addr).ok_or_else(|| Error::Corrupt(format!("committed version at {addr:?} fails its checksum")))?;
+            let content = heap.decode_checked(medium, addr).ok_or_else(|| {
+                Error::Corrupt(format!("committed version at {addr:?} fails its checksum"))
+            })?;
             report.versions_committed += 1;
-            found.push(Found { key: content.key, txn, addr, tombstone: content.tombstone });
+            found.push(Found {
+                key: content.key,
+                txn,
+                addr,
+                tombstone: content.tombstone,
+            });
         }
     }
     let blocks = region.blocks.count() as u32;
-    *region.cursor.lock() = tail.unwrap_or(Cursor { block: blocks.saturating_sub(1), slot: if blocks == 0 { 0 } else { capacity } });
+    *region.cursor.lock() = tail.unwrap_or(Cursor {
+        block: blocks.saturating_sub(1),
+        slot: if blocks == 0 { 0 } else { capacity },
+    });
     Ok(())
 }
 
@@ -202,9 +258,17 @@ fn build_index(mut found: Vec<Found>) -> BTree {
             _ => latest.push(f),
         }
     }
-    BTree::bulk_load(latest.into_iter().filter(|f| !f.tombstone).map(|f| (f.key, f.addr.0)))
+    BTree::bulk_load(
+        latest
+            .into_iter()
+            .filter(|f| !f.tombstone)
+            .map(|f| (f.key, f.addr.0)),
+    )
 }
 
 fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }

@@ -21,7 +21,11 @@ impl Clock {
         let start = durable_lease.max(1);
         let lease_end = start + LEASE_STEP;
         catalog::set_txn_lease(medium, lease_end)?;
-        Ok(Clock { next: AtomicU64::new(start), lease_end: AtomicU64::new(lease_end), lease_lock: Mutex::new(()) })
+        Ok(Clock {
+            next: AtomicU64::new(start),
+            lease_end: AtomicU64::new(lease_end),
+            lease_lock: Mutex::new(()),
+        })
     }
 
     /// A new, unique, increasing id, durably below the lease.
@@ -49,8 +53,8 @@ impl Clock {
         Ok(())
     }
 
-    /// The next id that would be handed out (all smaller ones are taken).
+    /// The next id that would be handed out: every id below it is taken.
     pub fn peek(&self) -> u64 {
-        self.next.load(Ordering::Acquire)
+        self.next.load(Ordering::SeqCst)
     }
 }

@@ -47,6 +47,7 @@ use crate::heap::{Addr, Space, TableHeap};
 use crate::index::{BTree, InsertError};
 use crate::medium::Medium;
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
 use std::sync::Arc;
 
@@ -61,6 +62,23 @@ pub struct Store {
     pub tables: boxcar::Vec<Arc<TableRt>>,
     /// Distinguishes table handles of different open databases.
     pub instance: u64,
+    /// Per worker: timestamp of its running transaction, 0 when idle.
+    pub active: Box<[AtomicU64]>,
+}
+
+impl Store {
+    pub fn new(medium: Medium, space: Space, clock: Clock, tables: boxcar::Vec<Arc<TableRt>>, instance: u64) -> Store {
+        let active = (0..crate::catalog::MAX_WORKERS).map(|_| AtomicU64::new(0)).collect();
+        Store { medium, space, clock, tables, instance, active }
+    }
+
+    /// A timestamp at or below every transaction that was running at the
+    /// time of the call or starts later: versions of older transactions
+    /// were complete (committed or aborted) before this call began.
+    pub fn low_water(&self) -> u64 {
+        let now = self.clock.peek();
+        self.active.iter().map(|a| a.load(SeqCst)).filter(|&ts| ts != 0).fold(now, u64::min)
+    }
 }
 
 /// A table at run time: its heap and its primary index.
@@ -104,11 +122,21 @@ pub struct TxnState<'s> {
 
 impl<'s> TxnState<'s> {
     pub fn begin(store: &'s Store, worker: usize) -> Self {
+        // Announce a lower bound before taking the timestamp, so that
+        // `low_water` never misses a transaction that is just starting.
+        store.active[worker].store(store.clock.peek(), SeqCst);
         let (ts, poisoned) = match store.clock.next(&store.medium) {
             Ok(ts) => (ts, None),
             Err(e) => (0, Some(e)),
         };
-        TxnState { store, worker, ts, writes: Vec::new(), buf: Vec::new(), poisoned }
+        TxnState {
+            store,
+            worker,
+            ts,
+            writes: Vec::new(),
+            buf: Vec::new(),
+            poisoned,
+        }
     }
 
     pub fn id(&self) -> u64 {
@@ -142,17 +170,28 @@ impl<'s> TxnState<'s> {
         result
     }
 
-    fn table<'t>(&self, table: &'t TableRt, key: &[u8], value: Option<&[u8]>) -> Result<&'t TableRt> {
+    fn table<'t>(
+        &self,
+        table: &'t TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<&'t TableRt> {
         if table.instance != self.store.instance {
             return Err(Error::ForeignTable);
         }
         let max_key = table.heap.def.max_key_len as usize;
         if key.is_empty() || key.len() > max_key {
-            return Err(Error::KeyLength { len: key.len(), max: max_key });
+            return Err(Error::KeyLength {
+                len: key.len(),
+                max: max_key,
+            });
         }
         let max_value = table.heap.def.max_value_len as usize;
         match value {
-            Some(v) if v.len() > max_value => Err(Error::ValueTooLarge { len: v.len(), max: max_value }),
+            Some(v) if v.len() > max_value => Err(Error::ValueTooLarge {
+                len: v.len(),
+                max: max_value,
+            }),
             _ => Ok(table),
         }
     }
@@ -214,7 +253,12 @@ impl<'s> TxnState<'s> {
     }
 
     /// Mark-then-check against writers that lock the version concurrently.
-    fn check_read(&self, read: &std::sync::atomic::AtomicU64, end: &std::sync::atomic::AtomicU64, addr: Addr) -> Result<Visible> {
+    fn check_read(
+        &self,
+        read: &std::sync::atomic::AtomicU64,
+        end: &std::sync::atomic::AtomicU64,
+        addr: Addr,
+    ) -> Result<Visible> {
         read.fetch_max(self.ts, SeqCst);
         loop {
             let e = end.load(SeqCst);
@@ -246,11 +290,13 @@ impl<'s> TxnState<'s> {
     }
 
     pub fn insert(&mut self, table: &TableRt, key: &[u8], value: &[u8]) -> Result<()> {
-        self.write(table, key, Some(value), WriteKind::Insert).map(|_| ())
+        self.write(table, key, Some(value), WriteKind::Insert)
+            .map(|_| ())
     }
 
     pub fn update(&mut self, table: &TableRt, key: &[u8], value: &[u8]) -> Result<()> {
-        self.write(table, key, Some(value), WriteKind::Update).map(|_| ())
+        self.write(table, key, Some(value), WriteKind::Update)
+            .map(|_| ())
     }
 
     pub fn put(&mut self, table: &TableRt, key: &[u8], value: &[u8]) -> Result<bool> {
@@ -262,14 +308,26 @@ impl<'s> TxnState<'s> {
     }
 
     /// Returns whether the key existed (visible and not deleted) before.
-    fn write(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>, kind: WriteKind) -> Result<bool> {
+    fn write(
+        &mut self,
+        table: &TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+        kind: WriteKind,
+    ) -> Result<bool> {
         self.check_usable()?;
         let table = self.table(table, key, value)?;
         let result = self.write_checked(table, key, value, kind);
         self.guard(result)
     }
 
-    fn write_checked(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>, kind: WriteKind) -> Result<bool> {
+    fn write_checked(
+        &mut self,
+        table: &TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+        kind: WriteKind,
+    ) -> Result<bool> {
         loop {
             // Inserting needs no gap mark: the pending index entry is what
             // later readers and writers of the key meet. Reporting a key as
@@ -301,7 +359,14 @@ impl<'s> TxnState<'s> {
     }
 
     /// Writes over an existing chain; `None` means the head moved: retry.
-    fn write_over(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>, kind: WriteKind, head: Addr) -> Result<Option<bool>> {
+    fn write_over(
+        &mut self,
+        table: &TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+        kind: WriteKind,
+        head: Addr,
+    ) -> Result<Option<bool>> {
         let header = table.heap.header(head);
         let begin = header.begin.load(Acquire);
         if begin == PENDING | self.ts {
@@ -314,7 +379,11 @@ impl<'s> TxnState<'s> {
         if begin & PENDING != 0 || begin > self.ts {
             return Err(Error::Conflict);
         }
-        if header.end.compare_exchange(0, LOCKED | self.ts, SeqCst, SeqCst).is_err() {
+        if header
+            .end
+            .compare_exchange(0, LOCKED | self.ts, SeqCst, SeqCst)
+            .is_err()
+        {
             return Err(Error::Conflict);
         }
         if header.read.load(SeqCst) > self.ts {
@@ -337,10 +406,18 @@ impl<'s> TxnState<'s> {
         let new_header = table.heap.header(new);
         new_header.prev.store(head.0 + 1, Release);
         new_header.begin.store(PENDING | self.ts, Release);
-        if table.index.compare_and_set(key, head.0, new.0, self.ts).is_err() {
+        if table
+            .index
+            .compare_and_set(key, head.0, new.0, self.ts)
+            .is_err()
+        {
             unreachable_head_moved();
         }
-        self.writes.push(Write { table: table.heap.def.id, new, prev: Some(head) });
+        self.writes.push(Write {
+            table: table.heap.def.id,
+            new,
+            prev: Some(head),
+        });
         Ok(Some(existed))
     }
 
@@ -355,13 +432,26 @@ impl<'s> TxnState<'s> {
     }
 
     /// A second write to a key this transaction already wrote: in place.
-    fn rewrite_own(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>, kind: WriteKind, own: Addr) -> Result<bool> {
+    fn rewrite_own(
+        &mut self,
+        table: &TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+        kind: WriteKind,
+        own: Addr,
+    ) -> Result<bool> {
         let medium = &self.store.medium;
         let existed = !table.heap.is_tombstone(medium, own);
         if let Some(answer) = self.refuse(kind, existed) {
             return answer;
         }
-        table.heap.encode(&mut self.buf, self.ts, key, value.unwrap_or(&[]), value.is_none());
+        table.heap.encode(
+            &mut self.buf,
+            self.ts,
+            key,
+            value.unwrap_or(&[]),
+            value.is_none(),
+        );
         medium.write_bytes(table.heap.slot_offset(own), &self.buf);
         Ok(existed)
     }
@@ -374,7 +464,11 @@ impl<'s> TxnState<'s> {
         header.begin.store(PENDING | self.ts, Release);
         match table.index.insert_if_absent(key, new.0, self.ts, self.ts) {
             Ok(()) => {
-                self.writes.push(Write { table: table.heap.def.id, new, prev: None });
+                self.writes.push(Write {
+                    table: table.heap.def.id,
+                    new,
+                    prev: None,
+                });
                 Ok(true)
             }
             Err(e) => {
@@ -388,9 +482,18 @@ impl<'s> TxnState<'s> {
     }
 
     fn append(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>) -> Result<Addr> {
-        table.heap.encode(&mut self.buf, self.ts, key, value.unwrap_or(&[]), value.is_none());
+        table.heap.encode(
+            &mut self.buf,
+            self.ts,
+            key,
+            value.unwrap_or(&[]),
+            value.is_none(),
+        );
         let store = self.store;
-        let addr = table.heap.append(&store.medium, &store.space, self.worker, self.ts, &self.buf)?;
+        let addr =
+            table
+                .heap
+                .append(&store.medium, &store.space, self.worker, self.ts, &self.buf)?;
         let header = table.heap.header(addr);
         header.end.store(0, Release);
         header.read.store(0, Release);
@@ -405,7 +508,12 @@ impl<'s> TxnState<'s> {
     }
 
     /// Visible live entries with keys in `range`, ascending, at most `limit`.
-    pub fn scan(&mut self, table: &TableRt, range: (Bound<Vec<u8>>, Bound<Vec<u8>>), limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub fn scan(
+        &mut self,
+        table: &TableRt,
+        range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.check_usable()?;
         if table.instance != self.store.instance {
             return Err(Error::ForeignTable);
@@ -414,7 +522,12 @@ impl<'s> TxnState<'s> {
         self.guard(result)
     }
 
-    fn scan_checked(&self, table: &TableRt, range: (Bound<Vec<u8>>, Bound<Vec<u8>>), limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn scan_checked(
+        &self,
+        table: &TableRt,
+        range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let (mut lower, upper) = range;
         let mut out = Vec::new();
         while out.len() < limit {
@@ -437,12 +550,23 @@ impl<'s> TxnState<'s> {
         Ok(out)
     }
 
-    fn scan_batch(&self, table: &TableRt, lower: &Bound<Vec<u8>>, upper: &Bound<Vec<u8>>, want: usize) -> Vec<(Vec<u8>, u64)> {
+    fn scan_batch(
+        &self,
+        table: &TableRt,
+        lower: &Bound<Vec<u8>>,
+        upper: &Bound<Vec<u8>>,
+        want: usize,
+    ) -> Vec<(Vec<u8>, u64)> {
         let mut batch = Vec::with_capacity(want);
-        table.index.scan(as_slice_bound(lower), as_slice_bound(upper), Some(self.ts), |key, head| {
-            batch.push((key.to_vec(), head));
-            batch.len() < want
-        });
+        table.index.scan(
+            as_slice_bound(lower),
+            as_slice_bound(upper),
+            Some(self.ts),
+            |key, head| {
+                batch.push((key.to_vec(), head));
+                batch.len() < want
+            },
+        );
         batch
     }
 
@@ -477,7 +601,9 @@ impl<'s> TxnState<'s> {
     fn make_durable(&self) -> Result<()> {
         let store = self.store;
         for w in &self.writes {
-            store.tables[w.table as usize].heap.persist_slot(&store.medium, w.new);
+            store.tables[w.table as usize]
+                .heap
+                .persist_slot(&store.medium, w.new);
         }
         store.medium.fence()?;
         catalog::set_last_commit(&store.medium, self.worker, self.ts);
@@ -530,6 +656,7 @@ impl<'s> TxnState<'s> {
 impl Drop for TxnState<'_> {
     fn drop(&mut self) {
         self.rollback();
+        self.store.active[self.worker].store(0, SeqCst);
     }
 }
 
