@@ -326,7 +326,7 @@ impl TableHeap {
     /// `None` if its bytes do not form a valid slot (torn or corrupt).
     pub fn decode_checked(&self, medium: &Medium, addr: Addr) -> Option<SlotContent> {
         let (txn, crc, key_len, flags, value_len) = self.slot_header(medium, addr);
-        let fits = key_len <= self.def.max_key_len as usize
+        let fits = (1..=self.def.max_key_len as usize).contains(&key_len)
             && value_len <= self.def.max_value_len as usize;
         if !fits || flags & !FLAG_TOMBSTONE != 0 {
             return None;

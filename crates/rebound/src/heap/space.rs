@@ -66,4 +66,24 @@ impl Space {
         ext.end = needed;
         Ok(offset)
     }
+
+    /// Returns an extent nobody references any more.
+    pub fn free(&self, offset: u64, len: u64) {
+        let mut ext = self.inner.lock();
+        let at = ext.free.partition_point(|&(o, _)| o < offset);
+        ext.free.insert(at, (offset, len));
+        merge_neighbours(&mut ext.free, at);
+    }
+}
+
+/// Coalesces the extent at `at` with adjacent free extents.
+fn merge_neighbours(free: &mut Vec<(u64, u64)>, at: usize) {
+    if at + 1 < free.len() && free[at].0 + free[at].1 == free[at + 1].0 {
+        free[at].1 += free[at + 1].1;
+        free.remove(at + 1);
+    }
+    if at > 0 && free[at - 1].0 + free[at - 1].1 == free[at].0 {
+        free[at - 1].1 += free[at].1;
+        free.remove(at);
+    }
 }

@@ -1,112 +1,495 @@
-//! TEMPORARY stand-in with the index interface; replaced by the OLC B+-tree.
-use parking_lot::RwLock;
-use std::collections::BTreeMap;
-use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+//! The in-memory index: a concurrent ordered map from byte-string keys
+//! (`memcmp` order, 1..=[`MAX_KEY_LEN`] bytes) to `u64` values, built as a
+//! B+-tree synchronized with optimistic lock coupling (Leis, Scheibner,
+//! Kemper, Neumann: "The ART of practical synchronization", DaMoN 2016).
+//!
+//! It is our own structure, rather than a crate, because checkpointing needs
+//! its internals: per-node update times, leaf-order traversal and skipping of
+//! unchanged subtrees ([`BTree::walk`]), and per-leaf gap read timestamps for
+//! phantom protection under MVTO.
+//!
+//! # Node layout
+//!
+//! Every node, inner or leaf, is one 4096-byte allocation aligned to 64
+//! bytes, made of 512 native-endian 64-bit words (`node.rs`):
+//!
+//! | bytes       | word      | field                                                        |
+//! |-------------|-----------|--------------------------------------------------------------|
+//! | 0..8        | 0         | `version`: bit 0 obsolete, bit 1 locked, bits 2.. counter     |
+//! | 8..16       | 1         | header: bits 0..16 slot count, 16..32 `heap_start` (body word index), 32..48 dead heap words, 48..64 zero |
+//! | 16..24      | 2         | inner: address of the leftmost child (keys below the first separator); leaf: 0 |
+//! | 24..32      | 3         | level: 0 for leaves, parent = child + 1; immutable            |
+//! | 32..4080    | 4..510    | body: 506 words, slots from the front, key-tail heap from the back |
+//! | 4080..4088  | 510       | `update_time` (max `ut` of writes routed through the node)    |
+//! | 4088..4096  | 511       | `gap_read_ts` (leaves; 0 and unused in inner nodes)           |
+//!
+//! Slot `i` occupies body words `3i..3i+3`, slots sorted by key:
+//! * head: the first 8 key bytes as a big-endian word, zero-padded, so most
+//!   comparisons (all of them for keys up to 8 bytes) are one `u64` compare;
+//! * meta: bits 0..16 key length, bits 16..32 body word index of the tail;
+//! * payload: the value (leaf) or the child's address (inner: child for keys
+//!   >= this slot's key and below the next slot's key).
+//!
+//! A key of `len` bytes keeps bytes 8.. as `(len - 1) / 8` big-endian,
+//! zero-padded tail words in the heap, which grows down from the end of the
+//! body (`heap_start`). An entry thus needs 3 + (len - 1) / 8 words: 3 for an
+//! 8-byte key (168 per node), at most 66 for a 512-byte key (7 per node, more
+//! than the 4 required). Removal shifts the slots down and leaves the tail as
+//! a dead hole; an insert that does not fit contiguously compacts the node in
+//! place first and splits only if the live entries really fill it. Splits cut
+//! by bytes, not entry count, so both halves always fit. Leaf splits push up
+//! the shortest prefix of the right half's first key that still exceeds the
+//! left half's last key (suffix truncation); inner splits push up their middle
+//! separator.
+//!
+//! # Version lock protocol
+//!
+//! * Optimistic read: load `version` (Acquire), waiting while it is locked and
+//!   restarting if obsolete; read node words with Relaxed atomic loads; then
+//!   `validate`: an Acquire fence and a reload that must equal the first load.
+//!   Node words are atomics, so a racing read is never a data race, and every
+//!   count, offset and length read optimistically is clamped into the node, so
+//!   torn data can never index out of bounds or panic; results are used only
+//!   once validation confirms them.
+//! * Coupling: going down, a reader follows child `i` only after validating
+//!   the parent (that is what makes the child address trustworthy), takes the
+//!   child's version, and validates the parent again, so the child version
+//!   belongs to a moment when the child was linked where the reader found it.
+//!   The root pointer is re-read after taking the root's version, because a
+//!   root split shrinks the old root's key range without the reader's key
+//!   being able to tell.
+//! * Writers lock only what they modify, by CAS from the version their
+//!   optimistic read saw (SeqCst, never waiting, so no lock order can
+//!   deadlock), then issue a Release fence before touching words. Unlocking
+//!   adds 4 to the locked version (clearing the lock bit) if anything changed,
+//!   and restores the old version if nothing did, so readers that overlapped
+//!   a lock taken in vain need not restart.
+//! * A point write locks only its leaf. A split additionally locks the parent
+//!   (or, for the root, publishes a new root before unlocking); if the parent
+//!   has no room for the separator, both locks are released untouched and the
+//!   parent is split first. Every failed attempt restarts from the root.
+//! * The obsolete bit is part of the protocol but never set today: nodes are
+//!   never unlinked (see below).
+//!
+//! # Phantom protection (`gap_read_ts`)
+//!
+//! A reader that finds a key absent, or scans a range, does `fetch_max` of its
+//! timestamp on each leaf it read and only then validates that leaf; an
+//! inserter takes the leaf's write lock and only then loads `gap_read_ts`,
+//! refusing with [`InsertError::Phantom`] if it exceeds the writer's
+//! timestamp. All four operations are SeqCst, so either the inserter sees the
+//! mark or the reader sees the lock and reads again (finding the new key). A
+//! split copies the leaf's `gap_read_ts` to the new right half under the lock.
+//! Marks are per leaf, so they over-approximate the gap that was read.
+//!
+//! # Update times
+//!
+//! Every write does `fetch_max(ut)` on every node of its root-to-leaf path,
+//! top-down, before it locks the leaf (so also when it then fails, e.g. with
+//! `Exists`); a split raises the node to `ut` and gives the new half the same
+//! time; a new root takes the old root's time. Hence once a write returns,
+//! every node whose key range contains its key has `update_time >= ut`, and
+//! whenever a leaf snapshot includes a write, the leaf and the nodes on the
+//! path to it already had `update_time >= ut`. A walk that skips subtrees
+//! whose update time is below `T` therefore misses no write with `ut >= T`
+//! that completed before the walk started. (Writes concurrent with the walk
+//! may or may not be seen; the checkpoint protocol must cover them.)
+//!
+//! # Reclamation
+//!
+//! Nodes are never replaced or unlinked: splits happen in place (the node
+//! keeps its lower half and a new node takes the upper half), the old root
+//! stays as the new root's leftmost child, and removal never merges or frees
+//! nodes (leaves may become underfull or empty; scans simply find nothing in
+//! them). A node reference therefore stays valid as long as the tree is
+//! borrowed, and all nodes are freed by `Drop`, which has exclusive access.
+//! No epoch scheme is needed because nothing is retired while the tree is
+//! shared. The cost is that memory of emptied key ranges is only reused by
+//! later inserts into the same ranges.
+//!
+//! # Iteration
+//!
+//! Leaves are not linked. [`BTree::scan`] and [`BTree::walk`] visit one leaf
+//! per descent and resume from the leaf's upper fence key (the separator to
+//! the right of the path, copied during the validated descent), so concurrent
+//! splits can neither hide nor repeat keys, and no sibling pointers need
+//! maintaining.
+//!
+//! # Invariants (when no writer holds a lock)
+//!
+//! * Keys within a node are strictly ascending; every key in the subtree of
+//!   inner-node child `i` lies in `[separator(i-1), separator(i))`, bounds
+//!   inherited from the parent at the ends.
+//! * All leaves are at level 0, and every child has its parent's level - 1.
+//! * `heap_start >= 3 * count`, and tails of live slots lie in
+//!   `heap_start..506`, disjoint from one another.
+//! * Every node is referenced exactly once: by the root cell or by one slot of
+//!   one parent.
+//! * A node's key range never grows; it only shrinks when the node splits.
+//! * `update_time` of a node is >= that of every write routed through it;
+//!   `gap_read_ts` of a leaf is >= the timestamp of every gap read of its keys.
+
+mod build;
+mod iter;
+mod key;
+mod node;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crossbeam_utils::Backoff;
+
+use key::InlineKey;
+use node::{NoRoom, Node, ReadGuard, Restart, RootCell, WriteGuard};
 
 pub const MAX_KEY_LEN: usize = 512;
 
+/// A path is at most this deep. Inner nodes that split keep at least three
+/// children each, so even 2^64 keys could not come close.
+const MAX_HEIGHT: usize = 48;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InsertError {
+    /// The key is present, with this value.
     Exists(u64),
+    /// A reader with a later timestamp has read the gap this key would fill.
     Phantom,
 }
 
-#[derive(Default)]
+/// Concurrent ordered map from byte-string keys to `u64` values; see the
+/// module documentation.
 pub struct BTree {
-    map: RwLock<BTreeMap<Vec<u8>, u64>>,
-    gap: AtomicU64,
+    root: RootCell,
+    /// Changed under the leaf lock of the insert or removal, so it is exact
+    /// whenever no write is in flight.
+    len: AtomicUsize,
+    /// Nodes allocated; exact whenever no split is in flight, since nodes are
+    /// only freed with the tree.
+    nodes: AtomicUsize,
 }
+
+impl Default for BTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What a leaf operation did under the leaf lock.
+enum LeafOutcome<T> {
+    Done(T),
+    /// The leaf must split before the operation can proceed.
+    Full,
+}
+
+use LeafOutcome::{Done, Full};
 
 impl BTree {
     pub fn new() -> Self {
-        Self::default()
+        Self::from_root(Node::empty_leaf(), 0, 1)
     }
-    pub fn bulk_load<K: AsRef<[u8]>>(entries: impl IntoIterator<Item = (K, u64)>) -> Self {
-        let t = Self::new();
-        for (k, v) in entries {
-            t.map.write().insert(k.as_ref().to_vec(), v);
+
+    fn from_root(root: Box<Node>, len: usize, nodes: usize) -> Self {
+        Self {
+            root: RootCell::new(root),
+            len: AtomicUsize::new(len),
+            nodes: AtomicUsize::new(nodes),
         }
-        t
     }
+
+    /// Number of entries; exact when no insert or removal is in flight.
     pub fn len(&self) -> usize {
-        self.map.read().len()
+        self.len.load(Relaxed)
     }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Levels from root to leaves; 1 for a tree that is a single leaf.
+    pub fn height(&self) -> usize {
+        self.root.height()
+    }
+
+    /// Number of nodes; exact when no split is in flight (nodes are never
+    /// freed before the tree is dropped, so empty leaves still count).
+    pub fn node_count(&self) -> usize {
+        self.nodes.load(Relaxed)
+    }
+
     pub fn get(&self, key: &[u8]) -> Option<u64> {
-        self.map.read().get(key).copied()
+        self.lookup(key, None)
     }
-    pub fn get_marking_gap(&self, key: &[u8], ts: u64) -> Option<u64> {
-        let m = self.map.read();
-        let r = m.get(key).copied();
-        if r.is_none() {
-            self.gap.fetch_max(ts, Ordering::SeqCst);
-        }
-        r
+
+    /// Like [`get`](Self::get); when the key is absent, records `reader_ts`
+    /// into the covering leaf's gap_read_ts.
+    pub fn get_marking_gap(&self, key: &[u8], reader_ts: u64) -> Option<u64> {
+        self.lookup(key, Some(reader_ts))
     }
+
+    fn lookup(&self, key: &[u8], gap_reader: Option<u64>) -> Option<u64> {
+        // A key of illegal length can never be inserted, so no gap needs marking.
+        let key = InlineKey::new(key)?;
+        retry(|| {
+            let leaf = self.descend(Some(&key), |_, _| {})?;
+            let (slot, found) = leaf.node().search(&key);
+            if found {
+                let value = leaf.node().value(slot);
+                leaf.validate()?;
+                return Ok(Some(value));
+            }
+            match gap_reader {
+                Some(reader_ts) => leaf.mark_gap_and_validate(reader_ts)?,
+                None => leaf.validate()?,
+            }
+            Ok(None)
+        })
+    }
+
+    /// Inserts when absent. `Err(Exists(v))` if present; `Err(Phantom)` if the
+    /// covering leaf's gap_read_ts > `writer_ts`.
+    ///
+    /// # Panics
+    /// If the key is empty or longer than [`MAX_KEY_LEN`].
     pub fn insert_if_absent(
         &self,
         key: &[u8],
         value: u64,
         writer_ts: u64,
-        _ut: u64,
+        ut: u64,
     ) -> Result<(), InsertError> {
-        let mut m = self.map.write();
-        if let Some(v) = m.get(key) {
-            return Err(InsertError::Exists(*v));
-        }
-        if self.gap.load(Ordering::SeqCst) > writer_ts {
-            return Err(InsertError::Phantom);
-        }
-        m.insert(key.to_vec(), value);
-        Ok(())
+        let key = key_to_store(key);
+        self.modify_leaf(&key, ut, |leaf| {
+            let (slot, found) = leaf.search(&key);
+            if found {
+                return Done(Err(InsertError::Exists(leaf.value(slot))));
+            }
+            if leaf.gap_read_ts() > writer_ts {
+                return Done(Err(InsertError::Phantom));
+            }
+            match self.insert_new(leaf, slot, &key, value) {
+                Ok(()) => Done(Ok(())),
+                Err(NoRoom) => Full,
+            }
+        })
     }
+
+    /// Replaces the value of an existing key only if it currently equals
+    /// `expected`. `Err(current)` otherwise (`None` if absent).
+    ///
+    /// # Panics
+    /// If the key is empty or longer than [`MAX_KEY_LEN`].
     pub fn compare_and_set(
         &self,
         key: &[u8],
         expected: u64,
         new: u64,
-        _ut: u64,
+        ut: u64,
     ) -> Result<(), Option<u64>> {
-        let mut m = self.map.write();
-        match m.get_mut(key) {
-            Some(v) if *v == expected => {
-                *v = new;
-                Ok(())
+        let key = key_to_store(key);
+        self.modify_leaf(&key, ut, |leaf| {
+            let (slot, found) = leaf.search(&key);
+            if !found {
+                return Done(Err(None));
             }
-            other => Err(other.copied()),
-        }
+            let current = leaf.value(slot);
+            if current != expected {
+                return Done(Err(Some(current)));
+            }
+            leaf.set_value(slot, new);
+            Done(Ok(()))
+        })
     }
-    pub fn upsert(&self, key: &[u8], value: u64, _ut: u64) -> Option<u64> {
-        self.map.write().insert(key.to_vec(), value)
+
+    /// Unconditional upsert (for recovery and tests); ignores gap marks.
+    /// Returns the previous value.
+    ///
+    /// # Panics
+    /// If the key is empty or longer than [`MAX_KEY_LEN`].
+    pub fn upsert(&self, key: &[u8], value: u64, ut: u64) -> Option<u64> {
+        let key = key_to_store(key);
+        self.modify_leaf(&key, ut, |leaf| {
+            let (slot, found) = leaf.search(&key);
+            if found {
+                let previous = leaf.value(slot);
+                leaf.set_value(slot, value);
+                return Done(Some(previous));
+            }
+            match self.insert_new(leaf, slot, &key, value) {
+                Ok(()) => Done(None),
+                Err(NoRoom) => Full,
+            }
+        })
     }
-    pub fn remove(&self, key: &[u8], _ut: u64) -> Option<u64> {
-        self.map.write().remove(key)
+
+    /// Removes the key, returning its value. Leaves are never merged.
+    ///
+    /// # Panics
+    /// If the key is empty or longer than [`MAX_KEY_LEN`].
+    pub fn remove(&self, key: &[u8], ut: u64) -> Option<u64> {
+        let key = key_to_store(key);
+        self.modify_leaf(&key, ut, |leaf| {
+            let (slot, found) = leaf.search(&key);
+            if !found {
+                return Done(None);
+            }
+            let value = leaf.remove_entry(slot);
+            self.len.fetch_sub(1, Relaxed);
+            Done(Some(value))
+        })
     }
-    pub fn scan(
+
+    fn insert_new(
         &self,
-        lower: Bound<&[u8]>,
-        upper: Bound<&[u8]>,
-        reader_ts: Option<u64>,
-        mut visit: impl FnMut(&[u8], u64) -> bool,
-    ) {
-        let m = self.map.read();
-        if let Some(ts) = reader_ts {
-            self.gap.fetch_max(ts, Ordering::SeqCst);
-        }
-        for (k, v) in m.range::<[u8], _>((lower, upper)) {
-            if !visit(k, *v) {
-                break;
+        leaf: &mut WriteGuard<'_>,
+        slot: usize,
+        key: &InlineKey,
+        value: u64,
+    ) -> Result<(), NoRoom> {
+        leaf.insert_entry(slot, key, value)?;
+        // Under the leaf lock, so a removal of this key cannot decrement first.
+        self.len.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// Runs `apply` on the locked leaf covering `key`, after marking the path
+    /// with `ut`; splits and retries while `apply` reports the leaf full.
+    fn modify_leaf<T>(
+        &self,
+        key: &InlineKey,
+        ut: u64,
+        mut apply: impl FnMut(&mut WriteGuard<'_>) -> LeafOutcome<T>,
+    ) -> T {
+        let backoff = Backoff::new();
+        loop {
+            let Ok(path) = self.descend_for_write(key, ut) else {
+                backoff.snooze();
+                continue;
+            };
+            let Some(mut leaf) = path.leaf().upgrade() else {
+                backoff.snooze();
+                continue;
+            };
+            match apply(&mut leaf) {
+                Done(result) => return result,
+                Full => self.split(&path, path.depth - 1, leaf, ut),
             }
         }
     }
-    pub fn to_vec(&self) -> Vec<(Vec<u8>, u64)> {
-        self.map
-            .read()
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .collect()
+
+    /// Splits the locked node at `path[depth]`, splitting ancestors first
+    /// where they lack room for the separator. Gives up silently when a lock
+    /// cannot be had; the caller retries from the root either way.
+    fn split(&self, path: &WritePath<'_>, depth: usize, mut node: WriteGuard<'_>, ut: u64) {
+        if depth == 0 {
+            if self.root.grow(node, ut) {
+                self.nodes.fetch_add(2, Relaxed);
+            }
+            return;
+        }
+        let parent_read = path.at(depth - 1);
+        let Some(mut parent) = parent_read.upgrade() else {
+            return;
+        };
+        match node.split_if(ut, |separator| parent.has_room_for(separator)) {
+            Some(half) => {
+                parent.insert_child(half);
+                self.nodes.fetch_add(1, Relaxed);
+            }
+            None => {
+                // Both unlock untouched, keeping their versions, so the path
+                // is still valid for splitting the parent.
+                drop(node);
+                drop(parent);
+                if let Some(parent) = parent_read.upgrade() {
+                    self.split(path, depth - 1, parent, ut);
+                }
+            }
+        }
+    }
+
+    fn descend_for_write(&self, key: &InlineKey, ut: u64) -> Result<WritePath<'_>, Restart> {
+        let mut path = WritePath::new();
+        self.descend(Some(key), |guard, _| {
+            guard.node().mark_update_time(ut);
+            path.push(*guard);
+        })?;
+        Ok(path)
+    }
+
+    /// Optimistic lock coupling from the root to the leaf covering `key`
+    /// (`None`: the leftmost leaf). `visit` sees each node with the child
+    /// index about to be followed (`None` at the leaf); whatever it reads from
+    /// an inner node is validated when the descent moves on.
+    fn descend<'a>(
+        &'a self,
+        key: Option<&InlineKey>,
+        mut visit: impl FnMut(&ReadGuard<'a>, Option<usize>),
+    ) -> Result<ReadGuard<'a>, Restart> {
+        let mut guard = self.root.read()?;
+        while !guard.node().is_leaf() {
+            let child = guard.node().child_index(key);
+            visit(&guard, Some(child));
+            guard = step_down(&guard, child)?;
+        }
+        visit(&guard, None);
+        Ok(guard)
+    }
+}
+
+fn step_down<'a>(parent: &ReadGuard<'a>, child: usize) -> Result<ReadGuard<'a>, Restart> {
+    let child = parent.child(child)?.read_lock()?;
+    // The child's version must be one it had while still linked where we found it.
+    parent.validate()?;
+    Ok(child)
+}
+
+fn retry<T>(mut attempt: impl FnMut() -> Result<T, Restart>) -> T {
+    let backoff = Backoff::new();
+    loop {
+        if let Ok(value) = attempt() {
+            return value;
+        }
+        backoff.snooze();
+    }
+}
+
+fn key_to_store(key: &[u8]) -> InlineKey {
+    InlineKey::new(key).unwrap_or_else(|| {
+        panic!(
+            "index keys must be 1..={MAX_KEY_LEN} bytes long, got {}",
+            key.len()
+        )
+    })
+}
+
+/// The optimistic reads of one root-to-leaf descent, kept so that a split
+/// can lock the parents at exactly the versions the descent validated.
+struct WritePath<'a> {
+    guards: [Option<ReadGuard<'a>>; MAX_HEIGHT],
+    depth: usize,
+}
+
+impl<'a> WritePath<'a> {
+    fn new() -> Self {
+        Self {
+            guards: [None; MAX_HEIGHT],
+            depth: 0,
+        }
+    }
+
+    fn push(&mut self, guard: ReadGuard<'a>) {
+        assert!(self.depth < MAX_HEIGHT, "tree deeper than MAX_HEIGHT");
+        self.guards[self.depth] = Some(guard);
+        self.depth += 1;
+    }
+
+    fn at(&self, depth: usize) -> ReadGuard<'a> {
+        self.guards[depth].expect("within the recorded path")
+    }
+
+    fn leaf(&self) -> ReadGuard<'a> {
+        self.at(self.depth - 1)
     }
 }

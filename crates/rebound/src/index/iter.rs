@@ -1,0 +1,346 @@
+//! Ordered traversal: range scans and the checkpoint walk.
+//!
+//! Both visit one leaf per descent from the root. The descent copies the
+//! leaf's upper fence (the nearest separator right of the path) from the
+//! validated inner nodes; the leaf's entries are copied and validated, and
+//! the next descent resumes at the fence. A node's key range only ever
+//! shrinks (splits keep the lower half in place), so the leaf found for the
+//! fence always starts exactly at the fence: no key is skipped or repeated,
+//! whatever splits happen in between.
+
+use std::ops::Bound;
+
+use super::key::InlineKey;
+use super::node::{Node, ReadGuard, Restart};
+use super::{retry, step_down, BTree, MAX_KEY_LEN};
+
+/// Where a scan starts, normalized so every key is a legal stored key.
+enum Start {
+    First,
+    AtOrAfter(InlineKey),
+    After(InlineKey),
+}
+
+impl Start {
+    fn new(bound: Bound<&[u8]>) -> Self {
+        match bound {
+            Bound::Unbounded => Self::First,
+            // Every stored key is nonempty, so it sorts above "".
+            Bound::Included([]) | Bound::Excluded([]) => Self::First,
+            Bound::Included(key) if key.len() <= MAX_KEY_LEN => Self::AtOrAfter(legal(key)),
+            // A stored key exceeds a longer key iff it exceeds its 512-byte prefix.
+            Bound::Included(key) | Bound::Excluded(key) => {
+                Self::After(legal(&key[..key.len().min(MAX_KEY_LEN)]))
+            }
+        }
+    }
+
+    fn key(&self) -> Option<&InlineKey> {
+        match self {
+            Self::First => None,
+            Self::AtOrAfter(key) | Self::After(key) => Some(key),
+        }
+    }
+
+    fn first_slot(&self, leaf: &Node) -> usize {
+        match self {
+            Self::First => 0,
+            Self::AtOrAfter(key) => leaf.search(key).0,
+            Self::After(key) => {
+                let (slot, found) = leaf.search(key);
+                slot + usize::from(found)
+            }
+        }
+    }
+}
+
+/// Where a scan ends, normalized like [`Start`].
+enum End {
+    Last,
+    Before(InlineKey),
+    AtOrBefore(InlineKey),
+    /// No key can satisfy the bound.
+    Nothing,
+}
+
+impl End {
+    fn new(bound: Bound<&[u8]>) -> Self {
+        match bound {
+            Bound::Unbounded => Self::Last,
+            Bound::Included([]) | Bound::Excluded([]) => Self::Nothing,
+            Bound::Excluded(key) if key.len() <= MAX_KEY_LEN => Self::Before(legal(key)),
+            // A stored key is below a longer key iff it is <= its 512-byte prefix.
+            Bound::Included(key) | Bound::Excluded(key) => {
+                Self::AtOrBefore(legal(&key[..key.len().min(MAX_KEY_LEN)]))
+            }
+        }
+    }
+
+    fn admits(&self, key: &InlineKey) -> bool {
+        match self {
+            Self::Last => true,
+            Self::Before(end) => key < end,
+            Self::AtOrBefore(end) => key <= end,
+            Self::Nothing => false,
+        }
+    }
+
+    fn admits_slot(&self, leaf: &Node, slot: usize) -> bool {
+        match self {
+            Self::Last => true,
+            Self::Before(end) => leaf.compare_key(slot, end).is_lt(),
+            Self::AtOrBefore(end) => leaf.compare_key(slot, end).is_le(),
+            Self::Nothing => false,
+        }
+    }
+}
+
+fn legal(key: &[u8]) -> InlineKey {
+    InlineKey::new(key).expect("bounds are normalized to legal key lengths")
+}
+
+/// Entries copied out of one leaf, so that callbacks run only after the copy
+/// has been validated and while no lock is held.
+#[derive(Default)]
+struct Batch {
+    keys: Vec<u8>,
+    /// End offset of each key in `keys`, and its value.
+    entries: Vec<(usize, u64)>,
+}
+
+impl Batch {
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.entries.clear();
+    }
+
+    fn push(&mut self, leaf: &Node, slot: usize) {
+        leaf.append_key(slot, &mut self.keys);
+        self.entries.push((self.keys.len(), leaf.value(slot)));
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> {
+        let mut start = 0;
+        self.entries.iter().map(move |&(end, value)| {
+            let key = &self.keys[start..end];
+            start = end;
+            (key, value)
+        })
+    }
+}
+
+/// Key range of the node a descent has reached, from the separators around
+/// the path: `[lower, upper)`, `None` meaning unbounded.
+#[derive(Default)]
+struct Fences {
+    lower: Option<InlineKey>,
+    upper: Option<InlineKey>,
+}
+
+impl Fences {
+    /// Narrows to child `child` of `parent`; validated when the descent moves on.
+    fn narrow(&mut self, parent: &Node, child: usize) {
+        if child > 0 {
+            self.lower = Some(parent.key(child - 1));
+        }
+        self.narrow_upper(parent, child);
+    }
+
+    fn narrow_upper(&mut self, parent: &Node, child: usize) {
+        if child < parent.count() {
+            self.upper = Some(parent.key(child));
+        }
+    }
+}
+
+impl BTree {
+    /// Visits entries with `lower <= key < upper` (`Bound` semantics) in
+    /// ascending order until `visit` returns false.
+    ///
+    /// With `reader_ts`, every leaf read gets `gap_read_ts` raised to it
+    /// before its copy is validated, so no writer with an older timestamp can
+    /// later insert into the scanned range. Each leaf's entries are a
+    /// validated snapshot; `visit` runs on a copy, never under a lock. Keys
+    /// present throughout the scan are visited exactly once; keys inserted or
+    /// removed concurrently may or may not be.
+    pub fn scan(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        reader_ts: Option<u64>,
+        mut visit: impl FnMut(&[u8], u64) -> bool,
+    ) {
+        let end = End::new(upper);
+        if matches!(end, End::Nothing) {
+            return;
+        }
+        let mut start = Start::new(lower);
+        let mut batch = Batch::default();
+        loop {
+            let next = retry(|| self.scan_leaf(&start, &end, reader_ts, &mut batch));
+            if !batch.iter().all(|(key, value)| visit(key, value)) {
+                return;
+            }
+            match next {
+                Some(fence) => start = Start::AtOrAfter(fence),
+                None => return,
+            }
+        }
+    }
+
+    /// Copies the in-range entries of the leaf covering `start` into `batch`;
+    /// returns where the next leaf starts, if the range goes on past it.
+    fn scan_leaf(
+        &self,
+        start: &Start,
+        end: &End,
+        reader_ts: Option<u64>,
+        batch: &mut Batch,
+    ) -> Result<Option<InlineKey>, Restart> {
+        batch.clear();
+        let mut fences = Fences::default();
+        let leaf = self.descend(start.key(), |guard, child| {
+            if let Some(child) = child {
+                fences.narrow_upper(guard.node(), child);
+            }
+        })?;
+        let node = leaf.node();
+        let count = node.count();
+        let mut slot = start.first_slot(node);
+        while slot < count && end.admits_slot(node, slot) {
+            batch.push(node, slot);
+            slot += 1;
+        }
+        match reader_ts {
+            Some(reader_ts) => leaf.mark_gap_and_validate(reader_ts)?,
+            None => leaf.validate()?,
+        }
+        let stopped_at_end = slot < count;
+        Ok(match stopped_at_end {
+            true => None,
+            false => fences.upper.filter(|fence| end.admits(fence)),
+        })
+    }
+
+    /// All entries in key order (for tests and cross-checks).
+    pub fn to_vec(&self) -> Vec<(Vec<u8>, u64)> {
+        let mut entries = Vec::with_capacity(self.len());
+        self.scan(Bound::Unbounded, Bound::Unbounded, None, |key, value| {
+            entries.push((key.to_vec(), value));
+            true
+        });
+        entries
+    }
+
+    /// Depth-first, pre-order walk for checkpointing.
+    ///
+    /// `on_subtree(min, max, update_time, is_leaf)` is called once per node
+    /// reached, before anything below it, with the node's key range
+    /// `[min, max)` (`None` = unbounded) and its update time; returning false
+    /// skips the node's whole subtree. `on_entry(key, value)` is called for
+    /// the entries of every leaf not skipped.
+    ///
+    /// It may run concurrently with writers, and guarantees:
+    /// * entries come in strictly ascending key order, each key at most once;
+    /// * every entry present for the whole walk is reported, unless a subtree
+    ///   containing it was skipped;
+    /// * the entries of one leaf are one validated snapshot of that leaf, and
+    ///   that leaf's reported `update_time` is >= the `ut` of every write the
+    ///   snapshot contains (writers mark before they modify the leaf, and the
+    ///   time is read at the snapshot's version). Inner nodes are reported
+    ///   before their leaves are read, so their times can predate writes that
+    ///   land meanwhile; skipping on them can only miss writes concurrent
+    ///   with the walk. Every write that completed before the walk started is
+    ///   reflected in the times of all nodes covering its key;
+    /// * there is no snapshot across leaves: entries written concurrently may
+    ///   or may not appear;
+    /// * `min`/`max` are the node's range when it was reached, validated
+    ///   against its ancestors. Each node is reported at most once. A node
+    ///   created by a concurrent split is reported only if its range reaches
+    ///   past the walk's position, then with its full range, whose lower part
+    ///   the walk has already covered via the node it split from.
+    pub fn walk(
+        &self,
+        mut on_subtree: impl FnMut(Option<&[u8]>, Option<&[u8]>, u64, bool) -> bool,
+        mut on_entry: impl FnMut(&[u8], u64),
+    ) {
+        let mut walker = Walker::default();
+        loop {
+            let next = retry(|| walker.step(self, &mut on_subtree));
+            for (key, value) in walker.batch.iter() {
+                on_entry(key, value);
+            }
+            match next {
+                Some(fence) => walker.position = Some(fence),
+                None => return,
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Walker {
+    /// Everything below this key has been walked; `None` before the start.
+    position: Option<InlineKey>,
+    /// Ids of reported nodes whose range may still contain `position`: the
+    /// previous path, plus nodes reported by attempts that then restarted.
+    /// Ranges only shrink, so a node that left the path is never reached again.
+    reported: Vec<usize>,
+    batch: Batch,
+}
+
+impl Walker {
+    /// One descent to the leaf containing `position`: reports the nodes not
+    /// reported yet, copies the leaf into `batch`, returns where to resume.
+    fn step(
+        &mut self,
+        tree: &BTree,
+        on_subtree: &mut impl FnMut(Option<&[u8]>, Option<&[u8]>, u64, bool) -> bool,
+    ) -> Result<Option<InlineKey>, Restart> {
+        self.batch.clear();
+        let mut fences = Fences::default();
+        let mut path = Vec::new();
+        let mut guard = tree.root.read()?;
+        loop {
+            let node = guard.node();
+            path.push(node.id());
+            if !self.reported.contains(&node.id()) && !self.report(&guard, &fences, on_subtree)? {
+                self.reported = path;
+                return Ok(fences.upper);
+            }
+            if node.is_leaf() {
+                self.copy_leaf(&guard)?;
+                self.reported = path;
+                return Ok(fences.upper);
+            }
+            let child = node.child_index(self.position.as_ref());
+            fences.narrow(node, child);
+            guard = step_down(&guard, child)?;
+        }
+    }
+
+    /// Calls `on_subtree` for a validated node; false means skip the subtree.
+    fn report(
+        &mut self,
+        guard: &ReadGuard<'_>,
+        fences: &Fences,
+        on_subtree: &mut impl FnMut(Option<&[u8]>, Option<&[u8]>, u64, bool) -> bool,
+    ) -> Result<bool, Restart> {
+        let node = guard.node();
+        let update_time = node.update_time();
+        guard.validate()?;
+        self.reported.push(node.id());
+        let lower = fences.lower.as_ref().map(InlineKey::as_bytes);
+        let upper = fences.upper.as_ref().map(InlineKey::as_bytes);
+        Ok(on_subtree(lower, upper, update_time, node.is_leaf()))
+    }
+
+    fn copy_leaf(&mut self, leaf: &ReadGuard<'_>) -> Result<(), Restart> {
+        let node = leaf.node();
+        let first = self.position.as_ref().map_or(0, |key| node.search(key).0);
+        for slot in first..node.count() {
+            self.batch.push(node, slot);
+        }
+        leaf.validate()
+    }
+}

@@ -1,0 +1,969 @@
+//! Fixed-size 4 KiB nodes, their version lock, and the index's only `unsafe`:
+//! turning a validated child word or the root pointer back into a node
+//! reference, and freeing the nodes when the tree is dropped.
+//!
+//! Everything an optimistic reader may touch while a writer changes it is an
+//! atomic, so an optimistic read is never a data race. Every count, offset and
+//! length read from node memory is clamped into the node before it is used as
+//! an index, so a torn read yields garbage that version validation rejects but
+//! never an out-of-bounds access or a panic. The one value whose garbage would
+//! be dangerous, a child address, is only dereferenced after validation, and
+//! that rule is enforced by the API: [`ReadGuard::child`] is the only way to
+//! follow a child word, and it validates first.
+#![allow(unsafe_code)]
+
+use std::array;
+use std::cmp::Ordering;
+use std::ptr;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64};
+
+use crossbeam_utils::Backoff;
+
+use super::key::{compare_stored, shortest_separator, tail_words, InlineKey};
+use super::MAX_KEY_LEN;
+
+pub(crate) const NODE_BYTES: usize = 4096;
+const NODE_WORDS: usize = NODE_BYTES / 8;
+/// version, header, leftmost, level.
+const HEADER_WORDS: usize = 4;
+/// update_time and gap_read_ts sit at the far end of the node, away from the
+/// version word every reader polls, because writers bump update_time on every
+/// node of their path and would otherwise keep invalidating that cache line.
+const TRAILER_WORDS: usize = 2;
+pub(crate) const BODY_WORDS: usize = NODE_WORDS - HEADER_WORDS - TRAILER_WORDS;
+/// head, meta, payload.
+const SLOT_WORDS: usize = 3;
+const MAX_SLOTS: usize = BODY_WORDS / SLOT_WORDS;
+const MAX_ENTRY_WORDS: usize = SLOT_WORDS + tail_words(MAX_KEY_LEN);
+const _: () = assert!(
+    BODY_WORDS >= 4 * MAX_ENTRY_WORDS,
+    "a node must hold four maximal keys"
+);
+const _: () = assert!(
+    BODY_WORDS < 1 << 16 && MAX_KEY_LEN < 1 << 16,
+    "16-bit fields"
+);
+const _: () = assert!(std::mem::size_of::<Node>() == NODE_BYTES);
+
+const OBSOLETE: u64 = 0b01;
+const LOCKED: u64 = 0b10;
+const VERSION_STEP: u64 = 0b100;
+
+/// The optimistic read or lock attempt saw a concurrent change; start over.
+#[derive(Debug)]
+pub(crate) struct Restart;
+
+/// The entry does not fit even after compaction; the node must be split.
+#[derive(Debug)]
+pub(crate) struct NoRoom;
+
+#[repr(C, align(64))]
+pub(crate) struct Node {
+    version: AtomicU64,
+    header: AtomicU64,
+    /// Inner nodes: the child for keys below the first separator.
+    leftmost: AtomicU64,
+    /// 0 for leaves. Never changes after construction, so it needs no atomic.
+    level: u64,
+    body: [AtomicU64; BODY_WORDS],
+    update_time: AtomicU64,
+    gap_read_ts: AtomicU64,
+}
+
+/// The mutable bookkeeping word of a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Header {
+    count: usize,
+    /// Body word where the key-tail heap starts; it grows down from the end.
+    heap_start: usize,
+    /// Heap words left behind by removed entries, reclaimed by compaction.
+    dead: usize,
+}
+
+impl Header {
+    const EMPTY: Header = Header {
+        count: 0,
+        heap_start: BODY_WORDS,
+        dead: 0,
+    };
+
+    /// Clamped so that any bit pattern, torn or not, decodes to in-bounds values.
+    #[inline]
+    fn decode(raw: u64) -> Self {
+        let field = |shift: u32| (raw >> shift) as usize & 0xFFFF;
+        Self {
+            count: field(0).min(MAX_SLOTS),
+            heap_start: field(16).min(BODY_WORDS),
+            dead: field(32).min(BODY_WORDS),
+        }
+    }
+
+    fn encode(self) -> u64 {
+        self.count as u64 | (self.heap_start as u64) << 16 | (self.dead as u64) << 32
+    }
+
+    fn free_words(self) -> usize {
+        self.heap_start.saturating_sub(self.count * SLOT_WORDS)
+    }
+}
+
+fn encode_meta(len: usize, tail_offset: usize) -> u64 {
+    len as u64 | (tail_offset as u64) << 16
+}
+
+/// Key length and tail offset, clamped so the tail always lies in the body.
+#[inline]
+fn decode_meta(raw: u64) -> (usize, usize) {
+    let len = (raw as usize & 0xFFFF).min(MAX_KEY_LEN);
+    let tail_offset = ((raw >> 16) as usize & 0xFFFF).min(BODY_WORDS - tail_words(len));
+    (len, tail_offset)
+}
+
+/// Slot-array logic shared by live nodes (atomic words, possibly read
+/// optimistically) and [`Page`]s (plain words, private to one thread).
+trait SlotView {
+    /// Body word `index`; callers keep `index < BODY_WORDS`.
+    fn word(&self, index: usize) -> u64;
+    fn header(&self) -> Header;
+
+    #[inline]
+    fn slot_word(&self, slot: usize, field: usize) -> u64 {
+        self.word(slot.min(MAX_SLOTS - 1) * SLOT_WORDS + field)
+    }
+
+    #[inline]
+    fn slot_head(&self, slot: usize) -> u64 {
+        self.slot_word(slot, 0)
+    }
+
+    #[inline]
+    fn slot_layout(&self, slot: usize) -> (usize, usize) {
+        decode_meta(self.slot_word(slot, 1))
+    }
+
+    #[inline]
+    fn slot_payload(&self, slot: usize) -> u64 {
+        self.slot_word(slot, 2)
+    }
+
+    #[inline]
+    fn compare_slot(&self, slot: usize, key: &InlineKey) -> Ordering {
+        let head = self.slot_head(slot);
+        if head != key.word(0) {
+            return head.cmp(&key.word(0));
+        }
+        let (len, tail_offset) = self.slot_layout(slot);
+        let word_at = |index: usize| match index {
+            0 => head,
+            _ => self.word(tail_offset + index - 1),
+        };
+        compare_stored(len, word_at, key)
+    }
+
+    /// First slot whose key is >= `key`, and whether it is equal.
+    #[inline]
+    fn find(&self, key: &InlineKey) -> (usize, bool) {
+        let (mut low, mut high) = (0, self.header().count);
+        while low < high {
+            let mid = (low + high) / 2;
+            match self.compare_slot(mid, key) {
+                Ordering::Less => low = mid + 1,
+                Ordering::Greater => high = mid,
+                Ordering::Equal => return (mid, true),
+            }
+        }
+        (low, false)
+    }
+
+    fn key_at(&self, slot: usize) -> InlineKey {
+        let (len, tail_offset) = self.slot_layout(slot);
+        let tail = (0..tail_words(len)).map(|index| self.word(tail_offset + index));
+        InlineKey::from_words(len, std::iter::once(self.slot_head(slot)).chain(tail))
+    }
+
+    fn entry_words(&self, slot: usize) -> usize {
+        SLOT_WORDS + tail_words(self.slot_layout(slot).0)
+    }
+}
+
+/// A plain, thread-private image of a node's contents, used to build nodes
+/// and to rewrite them wholesale (splits, compaction).
+#[derive(Clone)]
+struct Page {
+    header: Header,
+    leftmost: u64,
+    body: [u64; BODY_WORDS],
+}
+
+impl SlotView for Page {
+    fn word(&self, index: usize) -> u64 {
+        self.body[index]
+    }
+
+    fn header(&self) -> Header {
+        self.header
+    }
+}
+
+impl Page {
+    fn empty(leftmost: u64) -> Self {
+        Self {
+            header: Header::EMPTY,
+            leftmost,
+            body: [0; BODY_WORDS],
+        }
+    }
+
+    fn used_words(&self) -> usize {
+        BODY_WORDS - self.header.free_words()
+    }
+
+    fn push(
+        &mut self,
+        len: usize,
+        head: u64,
+        tail: impl ExactSizeIterator<Item = u64>,
+        payload: u64,
+    ) {
+        let tail_len = tail.len();
+        assert!(
+            self.header.free_words() >= SLOT_WORDS + tail_len,
+            "page overflow"
+        );
+        let tail_offset = self.header.heap_start - tail_len;
+        for (dst, word) in self.body[tail_offset..].iter_mut().zip(tail) {
+            *dst = word;
+        }
+        let first = self.header.count * SLOT_WORDS;
+        self.body[first..first + SLOT_WORDS].copy_from_slice(&[
+            head,
+            encode_meta(len, tail_offset),
+            payload,
+        ]);
+        self.header.count += 1;
+        self.header.heap_start = tail_offset;
+    }
+
+    fn push_key(&mut self, key: &InlineKey, payload: u64) {
+        self.push(key.len(), key.word(0), key.tail(), payload);
+    }
+
+    fn push_copy(&mut self, source: &Page, slot: usize) {
+        let (len, tail_offset) = source.slot_layout(slot);
+        let tail = source.body[tail_offset..tail_offset + tail_words(len)].iter();
+        self.push(
+            len,
+            source.slot_head(slot),
+            tail.copied(),
+            source.slot_payload(slot),
+        );
+    }
+}
+
+impl SlotView for Node {
+    #[inline]
+    fn word(&self, index: usize) -> u64 {
+        self.body[index].load(Relaxed)
+    }
+
+    #[inline]
+    fn header(&self) -> Header {
+        Header::decode(self.header.load(Relaxed))
+    }
+}
+
+/// Read accessors. Unless the caller holds the node's write lock, every result
+/// is optimistic: meaningful only once the caller's [`ReadGuard`] validates.
+impl Node {
+    fn from_page(level: u64, page: &Page, update_time: u64, gap_read_ts: u64) -> Box<Node> {
+        Box::new(Node {
+            version: AtomicU64::new(0),
+            header: AtomicU64::new(page.header.encode()),
+            leftmost: AtomicU64::new(page.leftmost),
+            level,
+            body: array::from_fn(|index| AtomicU64::new(page.body[index])),
+            update_time: AtomicU64::new(update_time),
+            gap_read_ts: AtomicU64::new(gap_read_ts),
+        })
+    }
+
+    pub(crate) fn empty_leaf() -> Box<Node> {
+        Self::from_page(0, &Page::empty(0), 0, 0)
+    }
+
+    /// Stable identity: nodes are never freed or moved while the tree is shared.
+    pub(crate) fn id(&self) -> usize {
+        ptr::from_ref(self).addr()
+    }
+
+    #[inline]
+    pub(crate) fn is_leaf(&self) -> bool {
+        self.level == 0
+    }
+
+    pub(crate) fn level(&self) -> usize {
+        self.level as usize
+    }
+
+    #[inline]
+    pub(crate) fn count(&self) -> usize {
+        self.header().count
+    }
+
+    /// First slot whose key is >= `key`, and whether it is equal.
+    #[inline]
+    pub(crate) fn search(&self, key: &InlineKey) -> (usize, bool) {
+        self.find(key)
+    }
+
+    /// The child covering `key` (`None` = below every key): 0 is the leftmost
+    /// child, `i > 0` the child of slot `i - 1`.
+    #[inline]
+    pub(crate) fn child_index(&self, key: Option<&InlineKey>) -> usize {
+        key.map_or(0, |key| {
+            let (slot, found) = self.find(key);
+            slot + usize::from(found)
+        })
+    }
+
+    /// The value of a leaf slot.
+    #[inline]
+    pub(crate) fn value(&self, slot: usize) -> u64 {
+        self.slot_payload(slot)
+    }
+
+    pub(crate) fn key(&self, slot: usize) -> InlineKey {
+        self.key_at(slot)
+    }
+
+    #[inline]
+    pub(crate) fn compare_key(&self, slot: usize, key: &InlineKey) -> Ordering {
+        self.compare_slot(slot, key)
+    }
+
+    /// Appends the slot's key bytes to `out` without building an [`InlineKey`].
+    pub(crate) fn append_key(&self, slot: usize, out: &mut Vec<u8>) {
+        let (len, tail_offset) = self.slot_layout(slot);
+        let start = out.len();
+        out.extend_from_slice(&self.slot_head(slot).to_be_bytes());
+        for index in 0..tail_words(len) {
+            out.extend_from_slice(&self.word(tail_offset + index).to_be_bytes());
+        }
+        out.truncate(start + len);
+    }
+
+    pub(crate) fn update_time(&self) -> u64 {
+        self.update_time.load(Acquire)
+    }
+
+    /// Path marking. The plain load first avoids dirtying the cache line of
+    /// hot upper nodes when a concurrent writer already raised the mark.
+    #[inline]
+    pub(crate) fn mark_update_time(&self, ut: u64) {
+        if self.update_time.load(Relaxed) < ut {
+            self.update_time.fetch_max(ut, Relaxed);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn gap_read_ts(&self) -> u64 {
+        self.gap_read_ts.load(SeqCst)
+    }
+
+    /// Starts an optimistic read, waiting out a writer that holds the lock.
+    #[inline]
+    pub(crate) fn read_lock(&self) -> Result<ReadGuard<'_>, Restart> {
+        let backoff = Backoff::new();
+        loop {
+            let version = self.version.load(Acquire);
+            if version & OBSOLETE != 0 {
+                return Err(Restart);
+            }
+            if version & LOCKED == 0 {
+                return Ok(ReadGuard {
+                    node: self,
+                    version,
+                });
+            }
+            backoff.snooze();
+        }
+    }
+
+    /// Child addresses of an inner node that nobody else can see any more.
+    fn owned_children(&mut self) -> Vec<*mut Node> {
+        if self.is_leaf() {
+            return Vec::new();
+        }
+        let count = self.count();
+        let leftmost = *self.leftmost.get_mut();
+        std::iter::once(leftmost)
+            .chain((0..count).map(|slot| self.slot_payload(slot)))
+            .map(|raw| ptr::with_exposed_provenance_mut(raw as usize))
+            .collect()
+    }
+}
+
+/// Turns an owned node into the word stored in a parent slot. Ownership moves
+/// into the tree; [`RootCell`]'s `Drop` takes it back.
+fn into_child_word(node: Box<Node>) -> u64 {
+    Box::into_raw(node).expose_provenance() as u64
+}
+
+/// An optimistic read of one node: the version seen when the read began.
+/// Only [`Node::read_lock`] creates one, so `version` is always a version the
+/// node really had while unlocked.
+#[derive(Clone, Copy)]
+pub(crate) struct ReadGuard<'a> {
+    node: &'a Node,
+    version: u64,
+}
+
+impl<'a> ReadGuard<'a> {
+    #[inline]
+    pub(crate) fn node(&self) -> &'a Node {
+        self.node
+    }
+
+    /// Succeeds iff no writer locked the node since the read began, so every
+    /// value read from it in between was a consistent snapshot.
+    #[inline]
+    pub(crate) fn validate(&self) -> Result<(), Restart> {
+        // Orders the preceding relaxed reads of node words before the recheck.
+        fence(Acquire);
+        if self.node.version.load(Relaxed) == self.version {
+            Ok(())
+        } else {
+            Err(Restart)
+        }
+    }
+
+    /// Records `reader_ts` as having read this leaf's gaps, then validates.
+    ///
+    /// Pairs with an inserter, which locks (a SeqCst CAS on the version) and
+    /// then loads gap_read_ts (SeqCst). In the single order of SeqCst
+    /// operations either our fetch_max precedes the inserter's load, so the
+    /// inserter sees our mark, or the inserter's lock precedes our version
+    /// load, so validation fails and we redo the read.
+    pub(crate) fn mark_gap_and_validate(&self, reader_ts: u64) -> Result<(), Restart> {
+        debug_assert!(self.node.is_leaf());
+        self.node.gap_read_ts.fetch_max(reader_ts, SeqCst);
+        fence(Acquire);
+        if self.node.version.load(SeqCst) == self.version {
+            Ok(())
+        } else {
+            Err(Restart)
+        }
+    }
+
+    /// Follows child `index` (see [`Node::child_index`]) of this inner node.
+    #[inline]
+    pub(crate) fn child(&self, index: usize) -> Result<&'a Node, Restart> {
+        assert!(!self.node.is_leaf(), "leaves have no children");
+        // A stale index could name a slot past the end, whose word holds no child.
+        if index > self.node.count() {
+            return Err(Restart);
+        }
+        let raw = match index {
+            0 => self.node.leftmost.load(Relaxed),
+            _ => self.node.slot_payload(index - 1),
+        };
+        self.validate()?;
+        let child: *const Node = ptr::with_exposed_provenance(raw as usize);
+        // SAFETY: `raw` was read between observing `version` unlocked (Acquire
+        // load in `read_lock`) and observing it unchanged after an Acquire
+        // fence (`validate`). Writers set the lock bit and issue a Release
+        // fence before changing any word, so had any writer changed the node
+        // in between, validation would have failed (seqlock argument): `raw`
+        // is the leftmost word or a payload word of slot < count of an inner
+        // node as a completed writer left it. Those words only ever hold
+        // addresses exposed from `Box::into_raw` of a fully built node
+        // (`into_child_word`, or moves of such words between nodes by splits,
+        // which never duplicate or drop them). The Acquire version load
+        // synchronized with the Release unlock of the writer that published
+        // the word, so the child's initialization is visible. Nodes are freed
+        // only by `RootCell::drop`, which needs exclusive access, while `'a`
+        // borrows the tree shared.
+        Ok(unsafe { &*child })
+    }
+
+    /// Takes the write lock if the node is still at the version this read saw.
+    /// Never waits, so lock order cannot deadlock.
+    #[inline]
+    pub(crate) fn upgrade(&self) -> Option<WriteGuard<'a>> {
+        self.node
+            .version
+            .compare_exchange(self.version, self.version | LOCKED, SeqCst, Relaxed)
+            .ok()?;
+        // Keeps the word writes that follow from becoming visible before the
+        // lock bit (see `validate`).
+        fence(Release);
+        Some(WriteGuard {
+            node: self.node,
+            version: self.version,
+            dirty: false,
+        })
+    }
+}
+
+/// The write lock on a node. Dropping it unlocks: with a new version if
+/// anything changed, with the old version if nothing did, so optimistic
+/// readers that overlapped a lock taken in vain need not restart.
+pub(crate) struct WriteGuard<'a> {
+    node: &'a Node,
+    version: u64,
+    dirty: bool,
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        let next = if self.dirty {
+            self.version.wrapping_add(VERSION_STEP)
+        } else {
+            self.version
+        };
+        self.node.version.store(next, Release);
+    }
+}
+
+/// The right half of a split node and the key that routes to it.
+pub(crate) struct SplitOff {
+    separator: InlineKey,
+    right: Box<Node>,
+}
+
+impl<'a> WriteGuard<'a> {
+    fn begin_write(&mut self) -> &'a Node {
+        self.dirty = true;
+        self.node
+    }
+
+    fn assert_leaf(&self) {
+        assert!(self.node.is_leaf(), "entries live in leaves only");
+    }
+
+    /// Loaded after the lock was taken; see [`ReadGuard::mark_gap_and_validate`].
+    pub(crate) fn gap_read_ts(&self) -> u64 {
+        self.node.gap_read_ts.load(SeqCst)
+    }
+
+    pub(crate) fn search(&self, key: &InlineKey) -> (usize, bool) {
+        self.node.find(key)
+    }
+
+    pub(crate) fn value(&self, slot: usize) -> u64 {
+        self.node.slot_payload(slot)
+    }
+
+    pub(crate) fn set_value(&mut self, slot: usize, value: u64) {
+        self.assert_leaf();
+        assert!(slot < self.node.count());
+        let node = self.begin_write();
+        node.body[slot * SLOT_WORDS + 2].store(value, Relaxed);
+    }
+
+    pub(crate) fn insert_entry(
+        &mut self,
+        slot: usize,
+        key: &InlineKey,
+        value: u64,
+    ) -> Result<(), NoRoom> {
+        self.assert_leaf();
+        self.insert_slot(slot, key, value)
+    }
+
+    pub(crate) fn remove_entry(&mut self, slot: usize) -> u64 {
+        self.assert_leaf();
+        let header = self.node.header();
+        assert!(slot < header.count);
+        let value = self.node.slot_payload(slot);
+        let (len, _) = self.node.slot_layout(slot);
+        let node = self.begin_write();
+        for word in slot * SLOT_WORDS..(header.count - 1) * SLOT_WORDS {
+            node.body[word].store(node.body[word + SLOT_WORDS].load(Relaxed), Relaxed);
+        }
+        let header = match header.count - 1 {
+            0 => Header::EMPTY,
+            count => Header {
+                count,
+                dead: header.dead + tail_words(len),
+                ..header
+            },
+        };
+        node.header.store(header.encode(), Relaxed);
+        value
+    }
+
+    /// Whether `key` fits, counting space that compaction would reclaim.
+    pub(crate) fn has_room_for(&self, key: &InlineKey) -> bool {
+        let header = self.node.header();
+        header.free_words() + header.dead >= SLOT_WORDS + tail_words(key.len())
+    }
+
+    fn insert_slot(&mut self, slot: usize, key: &InlineKey, payload: u64) -> Result<(), NoRoom> {
+        if !self.has_room_for(key) {
+            return Err(NoRoom);
+        }
+        let tail_len = tail_words(key.len());
+        if self.node.header().free_words() < SLOT_WORDS + tail_len {
+            self.compact();
+        }
+        let header = self.node.header();
+        assert!(slot <= header.count);
+        let node = self.begin_write();
+        let body = &node.body;
+        let first = slot * SLOT_WORDS;
+        for word in (first..header.count * SLOT_WORDS).rev() {
+            body[word + SLOT_WORDS].store(body[word].load(Relaxed), Relaxed);
+        }
+        let tail_offset = header.heap_start - tail_len;
+        for (index, word) in key.tail().enumerate() {
+            body[tail_offset + index].store(word, Relaxed);
+        }
+        body[first].store(key.word(0), Relaxed);
+        body[first + 1].store(encode_meta(key.len(), tail_offset), Relaxed);
+        body[first + 2].store(payload, Relaxed);
+        let header = Header {
+            count: header.count + 1,
+            heap_start: tail_offset,
+            ..header
+        };
+        node.header.store(header.encode(), Relaxed);
+        Ok(())
+    }
+
+    fn snapshot(&self) -> Page {
+        Page {
+            header: self.node.header(),
+            leftmost: self.node.leftmost.load(Relaxed),
+            body: array::from_fn(|index| self.node.body[index].load(Relaxed)),
+        }
+    }
+
+    fn store_page(&mut self, page: &Page) {
+        let node = self.begin_write();
+        let slots_end = page.header.count * SLOT_WORDS;
+        let heap_start = page.header.heap_start;
+        let live = (0..slots_end).chain(heap_start..BODY_WORDS);
+        for index in live {
+            node.body[index].store(page.body[index], Relaxed);
+        }
+        node.leftmost.store(page.leftmost, Relaxed);
+        node.header.store(page.header.encode(), Relaxed);
+    }
+
+    /// Squeezes out the heap holes that removals left.
+    fn compact(&mut self) {
+        let old = self.snapshot();
+        let mut fresh = Page::empty(old.leftmost);
+        for slot in 0..old.header.count {
+            fresh.push_copy(&old, slot);
+        }
+        self.store_page(&fresh);
+    }
+
+    /// Splits the node in place if `accept` approves the separator (the caller
+    /// checks that the parent has room for it): the node keeps the lower half,
+    /// the returned new node gets the upper half. Both halves carry the node's
+    /// update time raised to `ut`, and the leaf gap mark.
+    pub(crate) fn split_if(
+        &mut self,
+        ut: u64,
+        accept: impl FnOnce(&InlineKey) -> bool,
+    ) -> Option<SplitOff> {
+        let page = self.snapshot();
+        let plan = SplitPlan::choose(&page, self.node.is_leaf());
+        if !accept(&plan.separator) {
+            return None;
+        }
+        let (left, right) = plan.halves(&page, self.node.is_leaf());
+        self.node.mark_update_time(ut);
+        let right = Node::from_page(
+            self.node.level,
+            &right,
+            self.node.update_time(),
+            self.gap_read_ts(),
+        );
+        self.store_page(&left);
+        Some(SplitOff {
+            separator: plan.separator,
+            right,
+        })
+    }
+
+    /// Links the right half of a split child into this inner node.
+    pub(crate) fn insert_child(&mut self, half: SplitOff) {
+        assert_eq!(
+            half.right.level + 1,
+            self.node.level,
+            "child one level down"
+        );
+        assert!(self.has_room_for(&half.separator), "caller checked room");
+        let (slot, found) = self.node.find(&half.separator);
+        assert!(!found, "separators are unique");
+        let right = into_child_word(half.right);
+        self.insert_slot(slot, &half.separator, right)
+            .expect("room was checked");
+    }
+}
+
+/// Where to cut a node: slots `..left_len` stay, slots `right_start..` move.
+/// For inner nodes the slot in between moves up as the separator and its child
+/// becomes the right node's leftmost child.
+struct SplitPlan {
+    left_len: usize,
+    right_start: usize,
+    separator: InlineKey,
+}
+
+impl SplitPlan {
+    /// Cuts by bytes, not entry count, so both halves fit whatever the key sizes.
+    fn choose(page: &Page, is_leaf: bool) -> Self {
+        let count = page.header.count;
+        let total: usize = (0..count).map(|slot| page.entry_words(slot)).sum();
+        let mut running = 0;
+        let middle = (0..count)
+            .position(|slot| {
+                running += page.entry_words(slot);
+                2 * running >= total
+            })
+            .unwrap_or(0);
+        if is_leaf {
+            assert!(count >= 2, "a full leaf has several entries");
+            let left_len = (middle + 1).clamp(1, count - 1);
+            let separator = shortest_separator(&page.key_at(left_len - 1), &page.key_at(left_len));
+            Self {
+                left_len,
+                right_start: left_len,
+                separator,
+            }
+        } else {
+            assert!(count >= 1, "a full inner node has separators");
+            let left_len = middle.min(count - 1);
+            Self {
+                left_len,
+                right_start: left_len + 1,
+                separator: page.key_at(left_len),
+            }
+        }
+    }
+
+    fn halves(&self, page: &Page, is_leaf: bool) -> (Page, Page) {
+        let mut left = Page::empty(page.leftmost);
+        for slot in 0..self.left_len {
+            left.push_copy(page, slot);
+        }
+        let right_leftmost = if is_leaf {
+            0
+        } else {
+            page.slot_payload(self.left_len)
+        };
+        let mut right = Page::empty(right_leftmost);
+        for slot in self.right_start..page.header.count {
+            right.push_copy(page, slot);
+        }
+        (left, right)
+    }
+}
+
+/// Fills one leaf for bulk loading; entries must come in ascending order.
+pub(crate) struct LeafBuilder {
+    page: Page,
+}
+
+impl LeafBuilder {
+    pub(crate) fn new() -> Self {
+        Self {
+            page: Page::empty(0),
+        }
+    }
+
+    /// Whether `key` fits without filling the node past `fill_words`.
+    pub(crate) fn fits(&self, key: &InlineKey, fill_words: usize) -> bool {
+        self.page.used_words() + SLOT_WORDS + tail_words(key.len()) <= fill_words
+    }
+
+    pub(crate) fn push(&mut self, key: &InlineKey, value: u64) {
+        self.page.push_key(key, value);
+    }
+
+    pub(crate) fn finish(self) -> Box<Node> {
+        Node::from_page(0, &self.page, 0, 0)
+    }
+}
+
+/// Fills one inner node for bulk loading. Children stay owned boxes until
+/// `finish`, so an unfinished builder frees them instead of leaking.
+pub(crate) struct InnerBuilder {
+    level: u64,
+    leftmost: Box<Node>,
+    children: Vec<(InlineKey, Box<Node>)>,
+    used_words: usize,
+}
+
+impl InnerBuilder {
+    pub(crate) fn new(leftmost: Box<Node>) -> Self {
+        Self {
+            level: leftmost.level + 1,
+            leftmost,
+            children: Vec::new(),
+            used_words: 0,
+        }
+    }
+
+    pub(crate) fn fits(&self, separator: &InlineKey, fill_words: usize) -> bool {
+        self.used_words + SLOT_WORDS + tail_words(separator.len()) <= fill_words
+    }
+
+    /// `separator` must exceed every key under the children pushed so far.
+    pub(crate) fn push(&mut self, separator: InlineKey, child: Box<Node>) {
+        assert_eq!(child.level + 1, self.level, "children share a level");
+        self.used_words += SLOT_WORDS + tail_words(separator.len());
+        self.children.push((separator, child));
+    }
+
+    pub(crate) fn finish(self) -> Box<Node> {
+        let mut page = Page::empty(into_child_word(self.leftmost));
+        for (separator, child) in self.children {
+            page.push_key(&separator, into_child_word(child));
+        }
+        Node::from_page(self.level, &page, 0, 0)
+    }
+}
+
+/// Owner of the whole node graph: the root pointer, and through it every node.
+pub(crate) struct RootCell {
+    root: AtomicPtr<Node>,
+}
+
+impl RootCell {
+    pub(crate) fn new(root: Box<Node>) -> Self {
+        Self {
+            root: AtomicPtr::new(Box::into_raw(root)),
+        }
+    }
+
+    #[inline]
+    fn load(&self) -> (*mut Node, &Node) {
+        let root = self.root.load(Acquire);
+        // SAFETY: the cell always holds a pointer from `Box::into_raw` of a
+        // fully built node (`new`, `grow`), published with a Release store that
+        // this Acquire load synchronizes with. A replaced root stays linked as
+        // the new root's leftmost child, and nodes are freed only by `drop`,
+        // which needs `&mut self`, while the result borrows `&self`.
+        (root, unsafe { &*root })
+    }
+
+    /// Starts an optimistic read of the current root.
+    #[inline]
+    pub(crate) fn read(&self) -> Result<ReadGuard<'_>, Restart> {
+        let (root, node) = self.load();
+        let guard = node.read_lock()?;
+        // A root that split after we loaded it covers only the lower half of
+        // the key space; its version says nothing about that, the pointer does.
+        if self.root.load(Acquire) != root {
+            return Err(Restart);
+        }
+        Ok(guard)
+    }
+
+    pub(crate) fn height(&self) -> usize {
+        self.load().1.level() + 1
+    }
+
+    /// Splits the locked root and puts a new root above both halves. Returns
+    /// false if `old_root` is no longer the root.
+    pub(crate) fn grow(&self, mut old_root: WriteGuard<'_>, ut: u64) -> bool {
+        let current = self.root.load(Acquire);
+        if !ptr::eq(current.cast_const(), old_root.node) {
+            return false;
+        }
+        let Some(half) = old_root.split_if(ut, |_| true) else {
+            return false;
+        };
+        let mut page = Page::empty(current.expose_provenance() as u64);
+        page.push_key(&half.separator, into_child_word(half.right));
+        let update_time = old_root.node.update_time();
+        let new_root = Node::from_page(old_root.node.level + 1, &page, update_time, 0);
+        // Published before `old_root` unlocks, so a reader that sees the
+        // shrunken old root also sees that it is no longer the root.
+        self.root.store(Box::into_raw(new_root), Release);
+        true
+    }
+}
+
+impl Drop for RootCell {
+    fn drop(&mut self) {
+        let mut pending = vec![*self.root.get_mut()];
+        while let Some(raw) = pending.pop() {
+            // SAFETY: every pointer in `pending` came from `Box::into_raw` and
+            // is referenced exactly once in the tree (the root cell or a single
+            // parent slot: splits move child words, never copy them), so each
+            // node is freed exactly once. `&mut self` means no reader or writer
+            // still borrows the tree.
+            let mut node = unsafe { Box::from_raw(raw) };
+            pending.extend(node.owned_children());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_is_one_page_with_room_for_long_keys() {
+        assert_eq!(std::mem::size_of::<Node>(), 4096);
+        assert_eq!(std::mem::align_of::<Node>(), 64);
+        const { assert!(BODY_WORDS / MAX_ENTRY_WORDS >= 7) };
+    }
+
+    #[test]
+    fn any_header_or_meta_word_decodes_in_bounds() {
+        for raw in [0, u64::MAX, 0xFFFF_FFFF, 0x1234_5678_9ABC_DEF0] {
+            let header = Header::decode(raw);
+            assert!(header.count <= MAX_SLOTS && header.heap_start <= BODY_WORDS);
+            let (len, tail_offset) = decode_meta(raw);
+            assert!(len <= MAX_KEY_LEN && tail_offset + tail_words(len) <= BODY_WORDS);
+        }
+    }
+
+    #[test]
+    fn garbage_slots_read_without_panicking() {
+        let mut page = Page::empty(0);
+        page.header = Header::decode(u64::MAX);
+        page.body = [u64::MAX; BODY_WORDS];
+        let key = InlineKey::new(&[0xFF; MAX_KEY_LEN]).unwrap();
+        let _ = page.find(&key);
+        let _ = page.key_at(MAX_SLOTS + 10);
+    }
+
+    #[test]
+    fn removal_holes_are_compacted_away() {
+        let root = RootCell::new(Node::empty_leaf());
+        let (_, node) = root.load();
+        let guard = node.read_lock().unwrap();
+        let mut leaf = guard.upgrade().unwrap();
+        let long_key = |i: u8| InlineKey::new(&[i; MAX_KEY_LEN]).unwrap();
+        // A permanent entry keeps the leaf from resetting to empty, so holes pile up.
+        let anchor = InlineKey::new(&[0xFF]).unwrap();
+        leaf.insert_entry(0, &anchor, 1).unwrap();
+        let fits = (BODY_WORDS - SLOT_WORDS) / MAX_ENTRY_WORDS;
+        for round in 0..20u8 {
+            for i in 0..fits as u8 {
+                leaf.insert_entry(usize::from(i), &long_key(i), u64::from(round))
+                    .unwrap();
+            }
+            assert!(leaf.insert_entry(0, &long_key(200), 0).is_err());
+            for _ in 0..fits {
+                leaf.remove_entry(0);
+            }
+        }
+        assert!(node.header().dead > 0);
+        leaf.insert_entry(0, &long_key(3), 9).unwrap();
+        drop(leaf);
+        assert_eq!(node.key(0), long_key(3));
+        assert_eq!(node.value(0), 9);
+        assert_eq!(node.key(1), anchor);
+    }
+}
