@@ -28,6 +28,10 @@
 //! found anywhere in the medium is below the lease, and recovery restarts the
 //! id counter at the lease.
 //!
+//! Checkpoint root (superblock area, offset 128): one word `(check8 << 56) |
+//! offset` of the newest complete index checkpoint, 0 = none. Switching it
+//! with one 8-byte store is what makes a checkpoint complete.
+//!
 //! LCTT entry `w` (at 4096 + 64·w): one word `(check8 << 56) | txn_id`,
 //! where `check8` is the low byte of crc32c(txn_id); 0 means "no commit yet".
 //! It is written with one 8-byte store, so it is crash-atomic, and the check
@@ -177,6 +181,19 @@ fn pack(n: u64) -> u64 {
 fn unpack_checked(word: u64) -> Option<u64> {
     let n = word & MAX_TXN_ID;
     (word == 0 || word >> 56 == check8(n)).then_some(n)
+}
+
+pub const CHECKPOINT_ROOT_OFFSET: u64 = 128;
+
+/// Offset of the newest complete checkpoint, 0 if none.
+pub fn checkpoint_root(medium: &Medium) -> Result<u64> {
+    unpack_checked(medium.load(CHECKPOINT_ROOT_OFFSET)).ok_or_else(|| Error::Corrupt("checkpoint root fails its check".into()))
+}
+
+/// Points the root at a complete, durable checkpoint and makes that durable.
+pub fn set_checkpoint_root(medium: &Medium, offset: u64) -> Result<()> {
+    medium.store(CHECKPOINT_ROOT_OFFSET, pack(offset));
+    medium.persist_now(CHECKPOINT_ROOT_OFFSET, 8)
 }
 
 fn lctt_entry(worker: usize) -> u64 {

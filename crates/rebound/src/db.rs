@@ -1,6 +1,7 @@
 //! The public API: databases, tables, sessions, transactions.
 
 use crate::catalog::{self, TableDef, MAX_NAME_LEN, MAX_TABLES, MAX_WORKERS};
+use crate::checkpoint::{CheckpointMode, CheckpointStats, Checkpointer};
 use crate::error::{Error, Result};
 use crate::heap::TableHeap;
 use crate::index::{BTree, MAX_KEY_LEN};
@@ -13,7 +14,7 @@ use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Name of the data file inside a database directory.
 pub const DATA_FILE: &str = "rebound.db";
@@ -57,6 +58,13 @@ pub struct Options {
     pub create_if_missing: bool,
     /// Address space reserved for the data file; the file may grow to this.
     pub max_size: u64,
+    /// Index checkpoints and the recovery design they imply.
+    pub checkpoint: CheckpointMode,
+    /// A checkpoint is taken when this much time has passed since the last
+    /// one and something was written...
+    pub checkpoint_interval: Duration,
+    /// ...or when this many versions were written since the last one.
+    pub checkpoint_after_versions: u64,
 }
 
 impl Default for Options {
@@ -67,6 +75,9 @@ impl Default for Options {
             persist_latency_ns: 0,
             create_if_missing: true,
             max_size: 1 << 40,
+            checkpoint: CheckpointMode::CostModel,
+            checkpoint_interval: Duration::from_secs(10),
+            checkpoint_after_versions: 1 << 20,
         }
     }
 }
@@ -118,6 +129,9 @@ pub struct Database {
 
 struct DbInner {
     store: Store,
+    checkpointer: Mutex<Checkpointer>,
+    last_checkpoint: Mutex<Option<CheckpointStats>>,
+    background: Mutex<Option<Background>>,
     path: Option<PathBuf>,
     sessions: Mutex<Vec<bool>>,
     create_lock: Mutex<()>,
@@ -135,16 +149,22 @@ impl Database {
         let started = Instant::now();
         let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
         let (medium, lock, existing) = open_medium(path.as_ref(), &options)?;
-        let (store, report) = if existing {
-            recovery::recover(medium, instance, started)?
+        let use_checkpoint = options.checkpoint != CheckpointMode::Off;
+        let (store, report, durable) = if existing {
+            recovery::recover(medium, instance, started, use_checkpoint)?
         } else {
-            recovery::fresh(medium, instance)?
+            let (store, report) = recovery::fresh(medium, instance)?;
+            (store, report, None)
         };
         let path = (!matches!(options.medium, MediumChoice::Simulated(_))
             && options.durability != Durability::None)
             .then(|| path.as_ref().to_path_buf());
+        let persistent = options.durability != Durability::None;
         let inner = DbInner {
             store,
+            checkpointer: Mutex::new(Checkpointer::new(options.checkpoint, durable)),
+            last_checkpoint: Mutex::new(None),
+            background: Mutex::new(None),
             path,
             sessions: Mutex::new(vec![false; MAX_WORKERS]),
             create_lock: Mutex::new(()),
@@ -153,9 +173,22 @@ impl Database {
             durability: options.durability,
             _lock: lock,
         };
-        Ok(Database {
-            inner: Arc::new(inner),
-        })
+        let db = Database { inner: Arc::new(inner) };
+        if persistent && options.checkpoint != CheckpointMode::Off {
+            *db.inner.background.lock() = Some(Background::start(&db.inner, &options));
+        }
+        Ok(db)
+    }
+
+    /// Takes an index checkpoint now (the background thread also takes them).
+    pub fn checkpoint(&self) -> Result<CheckpointStats> {
+        self.check_open()?;
+        self.inner.take_checkpoint()
+    }
+
+    /// Statistics of the most recent checkpoint of this process.
+    pub fn last_checkpoint(&self) -> Option<CheckpointStats> {
+        self.inner.last_checkpoint.lock().clone()
     }
 
     /// Creates a table; durable when this returns.
@@ -183,11 +216,7 @@ impl Database {
             block_size,
         };
         catalog::create_table(&store.medium, &def)?;
-        let rt = Arc::new(TableRt {
-            heap: TableHeap::new(def),
-            index: BTree::new(),
-            instance: store.instance,
-        });
+        let rt = Arc::new(TableRt::new(TableHeap::new(def), BTree::new(), store.instance));
         store.tables.push(rt.clone());
         Ok(Table { rt })
     }
@@ -259,9 +288,16 @@ impl Database {
     /// held afterwards get [`Error::Closed`].
     pub fn close(&self) -> Result<()> {
         self.inner.closed.store(true, Ordering::Release);
-        let medium = &self.inner.store.medium;
-        medium.persist(0, medium.len());
-        medium.fence()
+        if let Some(background) = self.inner.background.lock().take() {
+            background.stop();
+        }
+        // A planned shutdown leaves a fresh checkpoint, so the next open
+        // redoes nothing (HiEngine 5.2.4); every commit is already durable.
+        let mode = self.inner.checkpointer.lock().mode();
+        if mode != CheckpointMode::Off && self.inner.durability != Durability::None {
+            self.inner.take_checkpoint()?;
+        }
+        self.inner.store.medium.fence()
     }
 
     fn check_open(&self) -> Result<()> {
@@ -487,4 +523,79 @@ fn prepare_directory(dir: &Path, create: bool) -> Result<PathBuf> {
         )));
     }
     Ok(file_path)
+}
+
+impl DbInner {
+    fn take_checkpoint(&self) -> Result<CheckpointStats> {
+        let mut checkpointer = self.checkpointer.lock();
+        if checkpointer.mode() == CheckpointMode::Off {
+            return Err(Error::InvalidOption("index checkpoints are off".into()));
+        }
+        let stats = checkpointer.take(&self.store)?;
+        *self.last_checkpoint.lock() = Some(stats.clone());
+        Ok(stats)
+    }
+}
+
+impl Drop for DbInner {
+    fn drop(&mut self) {
+        if let Some(background) = self.background.get_mut().take() {
+            background.signal_stop();
+        }
+    }
+}
+
+/// The checkpoint thread: wakes up periodically and takes a checkpoint when
+/// enough time has passed or enough versions were written.
+struct Background {
+    shared: Arc<(Mutex<bool>, parking_lot::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    fn start(inner: &Arc<DbInner>, options: &Options) -> Background {
+        let shared = Arc::new((Mutex::new(false), parking_lot::Condvar::new()));
+        let weak = Arc::downgrade(inner);
+        let (interval, volume) = (options.checkpoint_interval, options.checkpoint_after_versions);
+        let stop = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("rebound-checkpoint".into())
+            .spawn(move || checkpoint_loop(weak, stop, interval, volume))
+            .expect("spawn the checkpoint thread");
+        Background { shared, thread: Some(thread) }
+    }
+
+    fn signal_stop(&self) {
+        *self.shared.0.lock() = true;
+        self.shared.1.notify_all();
+    }
+
+    fn stop(mut self) {
+        self.signal_stop();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn checkpoint_loop(db: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, parking_lot::Condvar)>, interval: Duration, volume: u64) {
+    let tick = interval.min(Duration::from_millis(50));
+    let (mut last_time, mut last_versions) = (Instant::now(), 0u64);
+    loop {
+        {
+            let mut stopped = stop.0.lock();
+            if !*stopped {
+                stop.1.wait_for(&mut stopped, tick);
+            }
+            if *stopped {
+                return;
+            }
+        }
+        let Some(inner) = db.upgrade() else { return };
+        let written = inner.store.versions_written();
+        let due = written - last_versions >= volume || (written > last_versions && last_time.elapsed() >= interval);
+        if due && inner.take_checkpoint().is_ok() {
+            (last_time, last_versions) = (Instant::now(), written);
+        }
+    }
 }

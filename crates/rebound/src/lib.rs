@@ -17,6 +17,7 @@
 #![deny(unsafe_code)]
 
 mod catalog;
+mod checkpoint;
 mod db;
 mod error;
 mod heap;
@@ -29,6 +30,7 @@ pub use db::{
     Database, Durability, MediumChoice, Options, Session, Table, TableOptions, Transaction,
     DATA_FILE, MAX_VALUE_LEN,
 };
+pub use checkpoint::{CheckpointMode, CheckpointStats};
 pub use error::{Error, Result};
 pub use medium::{Guarantee, SimDevice};
 pub use recovery::RecoveryReport;

@@ -105,19 +105,19 @@ pub fn geometry(max_key_len: u32, max_value_len: u32) -> (u32, u32, u32) {
 /// nobody reads (a zeroed header already means "committed, no successor").
 pub struct Block {
     pub offset: u64,
-    pub min_txn: u64,
     capacity: u32,
     tile: std::sync::OnceLock<Box<[VersionHeader]>>,
 }
 
 impl Block {
-    pub fn new(offset: u64, min_txn: u64, capacity: u32) -> Block {
-        Block { offset, min_txn, capacity, tile: std::sync::OnceLock::new() }
+    pub fn new(offset: u64, capacity: u32) -> Block {
+        Block { offset, capacity, tile: std::sync::OnceLock::new() }
     }
 
     pub fn tile(&self) -> &[VersionHeader] {
         self.tile.get_or_init(|| (0..self.capacity).map(|_| VersionHeader::default()).collect())
     }
+
 }
 
 /// Where the next slot of a region goes.
@@ -216,9 +216,12 @@ impl TableHeap {
                 medium.persist(prev_offset + 24, 8);
             }
         }
+        // Fenced here, not at commit, so the link is durable even if the
+        // session moves to another thread (x86 fences are per core).
+        medium.fence()?;
         self.regions[worker]
             .blocks
-            .push(Block::new(offset, txn, self.def.slots_per_block));
+            .push(Block::new(offset, self.def.slots_per_block));
         *cursor = Cursor {
             block: seq as u32,
             slot: 0,
@@ -303,12 +306,20 @@ impl TableHeap {
     }
 
     /// Reads the value of a slot published by a committed or own version.
-    pub fn read_value(&self, medium: &Medium, addr: Addr) -> Vec<u8> {
-        let (_, _, key_len, _, value_len) = self.slot_header(medium, addr);
-        let mut value = vec![0u8; value_len];
-        let start = self.slot_offset(addr) + SLOT_HEADER + key_len as u64;
-        read_unaligned(medium, start, &mut value);
-        value
+    /// Reads and verifies a slot's value; `None` if the slot fails its
+    /// checksum (damaged medium), so a damaged value is never served.
+    pub fn read_value(&self, medium: &Medium, addr: Addr) -> Option<Vec<u8>> {
+        let (txn, crc, key_len, _, value_len) = self.slot_header(medium, addr);
+        if key_len > self.def.max_key_len as usize || value_len > self.def.max_value_len as usize {
+            return None;
+        }
+        let covered = (SLOT_HEADER as usize - 12) + key_len + value_len;
+        let mut bytes = vec![0u8; covered];
+        read_unaligned(medium, self.slot_offset(addr) + 12, &mut bytes);
+        if slot_crc(txn & crate::catalog::MAX_TXN_ID, &bytes) != crc {
+            return None;
+        }
+        Some(bytes.split_off(covered - value_len))
     }
 
     pub fn is_tombstone(&self, medium: &Medium, addr: Addr) -> bool {

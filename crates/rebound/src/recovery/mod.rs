@@ -1,21 +1,25 @@
-//! Restart: turn whatever the medium holds into a consistent store.
+//! Restart: turn whatever the medium holds into a consistent store (FIR 4.4).
 //!
-//! This is the full-scan ("Zen-style", no index checkpoint) design: every
-//! region is walked from its first block, committed versions are collected,
-//! the uncommitted tail of each region is cleared (undo), and each primary
-//! index is bulk-loaded bottom-up from the newest committed version per key.
-//! It stays as the no-checkpoint design and as a cross-check for the
-//! checkpoint-based recovery.
+//! Two designs share this code:
+//! * **From an index checkpoint** (default): load each table's sorted run
+//!   from the newest complete checkpoint, redo only versions with txn id ≥
+//!   the checkpoint's `t_low` (found by binary search on the blocks' min
+//!   txn, so work is proportional to the versions written since), undo the
+//!   uncommitted tails, merge, and bulk-load each index bottom-up.
+//! * **Full scan** (`CheckpointMode::Off`, the Zen-style design and a
+//!   cross-check): every region is walked from its first block.
 //!
 //! A slot is committed iff `min_txn(block) ≤ txn ≤ LCTT[worker]` and it is
 //! not a hole. The first slot that is not (and is not a hole) starts the
 //! region's tail; every written slot after it is cleared, and a committed
 //! slot after it means the medium broke the prefix invariant: `Corrupt`.
+//! Tables are recovered in parallel.
 
 use crate::catalog::{self, TableDef, MAX_TXN_ID, MAX_WORKERS};
+use crate::checkpoint::{self, CheckpointImage, Durable, TableSection};
 use crate::error::{Error, Result};
 use crate::heap::{Addr, Block, Cursor, Space, TableHeap, HOLE_BIT};
-use crate::index::BTree;
+use crate::index::{BTree, MAX_KEY_LEN};
 use crate::medium::Medium;
 use crate::txn::{Clock, Store, TableRt};
 use std::sync::Arc;
@@ -26,11 +30,17 @@ use std::time::{Duration, Instant};
 pub struct RecoveryReport {
     /// True when the medium was freshly formatted (nothing to recover).
     pub fresh: bool,
-    /// Superblock, catalog and LCTT.
+    /// True when an index checkpoint was the starting point.
+    pub from_checkpoint: bool,
+    /// Sequence number of that checkpoint.
+    pub checkpoint_sequence: u64,
+    /// Versions with txn ids from here on were redone.
+    pub redo_from_txn: u64,
+    /// Superblock, catalog, LCTT, checkpoint image.
     pub metadata: Duration,
-    /// Walking regions: redo of committed versions and undo of the tails.
+    /// Scanning regions: redo of committed versions and undo of the tails.
     pub undo_redo: Duration,
-    /// Bottom-up index builds.
+    /// Merging checkpoint runs with redo and bulk-loading the indexes.
     pub index_build: Duration,
     /// From the start of `open` until transactions are accepted.
     pub total: Duration,
@@ -39,6 +49,7 @@ pub struct RecoveryReport {
     pub versions_scanned: u64,
     pub versions_committed: u64,
     pub versions_undone: u64,
+    pub checkpoint_entries: u64,
     pub index_entries: u64,
 }
 
@@ -48,6 +59,15 @@ struct Found {
     txn: u64,
     addr: Addr,
     tombstone: bool,
+}
+
+/// Counts one region scan contributes to the report.
+#[derive(Default)]
+struct ScanCounts {
+    blocks: u64,
+    scanned: u64,
+    committed: u64,
+    undone: u64,
 }
 
 /// Formats a zeroed medium of at least `DATA_START` bytes.
@@ -60,215 +80,272 @@ pub fn fresh(medium: Medium, instance: u64) -> Result<(Store, RecoveryReport)> {
     let start = Instant::now();
     let clock = Clock::recover(&medium, 1)?;
     let store = Store::new(medium, Space::new(catalog::DATA_START, Vec::new()), clock, boxcar::Vec::new(), instance);
-    let report = RecoveryReport {
-        fresh: true,
-        total: start.elapsed(),
-        ..Default::default()
-    };
+    let report = RecoveryReport { fresh: true, total: start.elapsed(), ..Default::default() };
     Ok((store, report))
 }
 
-/// Recovers a store from a medium that holds a database.
-pub fn recover(medium: Medium, instance: u64, started: Instant) -> Result<(Store, RecoveryReport)> {
+/// Recovers a store from a medium that holds a database; also returns the
+/// checkpoint in force, if any.
+pub fn recover(medium: Medium, instance: u64, started: Instant, use_checkpoint: bool) -> Result<(Store, RecoveryReport, Option<Durable>)> {
     let mut report = RecoveryReport::default();
     let phase = Instant::now();
     catalog::validate_superblock(&medium)?;
     let defs = catalog::read_tables(&medium)?;
     validate_defs(&defs)?;
-    let lctt = (0..MAX_WORKERS)
-        .map(|w| catalog::last_commit(&medium, w))
-        .collect::<Result<Vec<_>>>()?;
+    let lctt = (0..MAX_WORKERS).map(|w| catalog::last_commit(&medium, w)).collect::<Result<Vec<_>>>()?;
     let lease = catalog::txn_lease(&medium)?;
     if lctt.iter().any(|&t| t >= lease.max(1)) {
-        return Err(Error::Corrupt(
-            "a committed txn id is not below the txn-id lease".into(),
-        ));
+        return Err(Error::Corrupt("a committed txn id is not below the txn-id lease".into()));
     }
+    let image = match catalog::checkpoint_root(&medium)? {
+        0 => None,
+        root => Some((root, CheckpointImage::read(&medium, root)?)),
+    };
+    let base = image.as_ref().filter(|_| use_checkpoint).map(|(_, img)| img);
+    report.from_checkpoint = base.is_some();
+    report.checkpoint_sequence = base.map_or(0, |i| i.sequence);
+    report.redo_from_txn = base.map_or(0, |i| i.t_low);
     report.metadata = phase.elapsed();
     report.tables = defs.len();
 
-    let phase = Instant::now();
+    let results = recover_tables(&medium, defs, &lctt, base, instance)?;
     let mut extents = Vec::new();
-    let mut scanned = Vec::with_capacity(defs.len());
-    for def in defs {
-        let heap = TableHeap::new(def);
-        let found = scan_table(&medium, &heap, &lctt, &mut extents, &mut report)?;
-        scanned.push((heap, found));
-    }
-    medium.fence()?;
-    report.undo_redo = phase.elapsed();
-
-    let phase = Instant::now();
     let tables = boxcar::Vec::new();
-    for (heap, found) in scanned {
-        let index = build_index(found);
-        report.index_entries += index.len() as u64;
-        tables.push(Arc::new(TableRt {
-            heap,
-            index,
-            instance,
-        }));
+    for (table, counts, times) in results {
+        for (_, region) in table.heap.regions.iter().enumerate() {
+            extents.extend(region.blocks.iter().map(|(_, b)| (b.offset, table.heap.def.block_size as u64)));
+        }
+        report.blocks += counts.blocks;
+        report.versions_scanned += counts.scanned;
+        report.versions_committed += counts.committed;
+        report.versions_undone += counts.undone;
+        report.undo_redo = report.undo_redo.max(times.0);
+        report.index_build = report.index_build.max(times.1);
+        report.checkpoint_entries += times.2;
+        report.index_entries += table.index.len() as u64;
+        tables.push(table);
     }
-    report.index_build = phase.elapsed();
-
+    let durable = image.map(|(offset, img)| {
+        extents.push((offset, img.len.next_multiple_of(crate::heap::BLOCK_ALIGN)));
+        Durable { offset, len: img.len.next_multiple_of(crate::heap::BLOCK_ALIGN), sequence: img.sequence, t_low: img.t_low, usable_as_base: false }
+    });
+    medium.fence()?;
     let clock = Clock::recover(&medium, lease)?;
     let space = Space::new(catalog::DATA_START, extents);
     report.total = started.elapsed();
-    Ok((
-        Store::new(medium, space, clock, tables, instance),
-        report,
-    ))
+    Ok((Store::new(medium, space, clock, tables, instance), report, durable))
+}
+
+type TableResult = (Arc<TableRt>, ScanCounts, (Duration, Duration, u64));
+
+/// Recovers every table, in parallel.
+fn recover_tables(medium: &Medium, defs: Vec<TableDef>, lctt: &[u64], base: Option<&CheckpointImage>, instance: u64) -> Result<Vec<TableResult>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = defs
+            .into_iter()
+            .map(|def| {
+                let section = base.and_then(|img| img.table(def.id));
+                let t_low = base.map_or(0, |img| img.t_low);
+                scope.spawn(move || recover_table(medium, def, lctt, section, t_low, instance))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::Corrupt("recovery thread failed".into())))).collect()
+    })
+}
+
+fn recover_table(medium: &Medium, def: TableDef, lctt: &[u64], section: Option<TableSection>, t_low: u64, instance: u64) -> Result<TableResult> {
+    let phase = Instant::now();
+    let heap = TableHeap::new(def);
+    let lists = section.as_ref().map(|s| s.block_lists());
+    let mut counts = ScanCounts::default();
+    let mut found = Vec::new();
+    for (worker, &last_commit) in lctt.iter().enumerate() {
+        let listed = lists.as_ref().map_or(&[][..], |l| l[worker]);
+        load_blocks(medium, &heap, worker, listed)?;
+        counts.blocks += heap.regions[worker].blocks.count() as u64;
+        scan_region(medium, &heap, worker, last_commit, t_low, &mut found, &mut counts)?;
+    }
+    let undo_redo = phase.elapsed();
+    let phase = Instant::now();
+    let checkpoint_entries = section.as_ref().map_or(0, |s| s.entry_count);
+    let entries = merge(medium, &heap, section.as_ref(), found)?;
+    let index = BTree::bulk_load(entries);
+    let table = Arc::new(TableRt::new(heap, index, instance));
+    Ok((table, counts, (undo_redo, phase.elapsed(), checkpoint_entries)))
 }
 
 fn validate_defs(defs: &[TableDef]) -> Result<()> {
     for (i, def) in defs.iter().enumerate() {
         let (slot, slots, block) = crate::heap::geometry(def.max_key_len, def.max_value_len);
         let sane = def.id as usize == i
-            && def.max_key_len as usize <= crate::index::MAX_KEY_LEN
+            && (1..=MAX_KEY_LEN).contains(&(def.max_key_len as usize))
             && (slot, slots, block) == (def.slot_size, def.slots_per_block, def.block_size);
         if !sane {
-            return Err(Error::Corrupt(format!(
-                "table {:?} has an impossible geometry",
-                def.name
-            )));
+            return Err(Error::Corrupt(format!("table {:?} has an impossible geometry", def.name)));
         }
     }
     Ok(())
 }
 
-fn scan_table(
-    medium: &Medium,
-    heap: &TableHeap,
-    lctt: &[u64],
-    extents: &mut Vec<(u64, u64)>,
-    report: &mut RecoveryReport,
-) -> Result<Vec<Found>> {
-    let mut found = Vec::new();
-    for (worker, &last_commit) in lctt.iter().enumerate() {
-        load_blocks(medium, heap, worker, extents)?;
-        report.blocks += heap.regions[worker].blocks.count() as u64;
-        scan_region(medium, heap, worker, last_commit, &mut found, report)?;
-    }
-    Ok(found)
-}
-
-/// Follows a region's block chain, validating every header.
-fn load_blocks(
-    medium: &Medium,
-    heap: &TableHeap,
-    worker: usize,
-    extents: &mut Vec<(u64, u64)>,
-) -> Result<()> {
+/// Registers a region's blocks: those listed by the checkpoint (bounds
+/// checked only; headers are validated when scanned), then the chain that
+/// continues from the last of them (or from the region head), validated.
+fn load_blocks(medium: &Medium, heap: &TableHeap, worker: usize, listed: &[u8]) -> Result<()> {
     let region = &heap.regions[worker];
     let block_size = heap.def.block_size as u64;
+    for offset in checkpoint::offsets(listed) {
+        if !block_in_bounds(medium, offset, block_size) {
+            return Err(Error::Corrupt(format!("checkpoint lists a block outside the medium at {offset}")));
+        }
+        region.blocks.push(Block::new(offset, heap.def.slots_per_block));
+    }
+    let mut seq = region.blocks.count() as u64;
+    let mut offset = match seq.checked_sub(1) {
+        None => catalog::region_head(medium, heap.def.id, worker),
+        Some(last) => heap.validate_block(medium, region.blocks[last as usize].offset, worker, last)?.0,
+    };
     let max_blocks = medium.len() / block_size;
-    let mut offset = catalog::region_head(medium, heap.def.id, worker);
-    let mut seq = 0u64;
     while offset != 0 {
         if seq >= max_blocks {
-            return Err(Error::Corrupt(format!(
-                "block chain of table {} region {worker} loops",
-                heap.def.id
-            )));
+            return Err(Error::Corrupt(format!("block chain of table {} region {worker} loops", heap.def.id)));
         }
-        let (next, min_txn) = heap.validate_block(medium, offset, worker, seq)?;
-        region
-            .blocks
-            .push(Block::new(offset, min_txn, heap.def.slots_per_block));
-        extents.push((offset, block_size));
+        let (next, _) = heap.validate_block(medium, offset, worker, seq)?;
+        region.blocks.push(Block::new(offset, heap.def.slots_per_block));
         offset = next;
         seq += 1;
     }
     Ok(())
 }
 
-/// Redo (collect committed versions) and undo (clear the tail) of one region.
-fn scan_region(
-    medium: &Medium,
-    heap: &TableHeap,
-    worker: usize,
-    last_commit: u64,
-    found: &mut Vec<Found>,
-    report: &mut RecoveryReport,
-) -> Result<()> {
+fn block_in_bounds(medium: &Medium, offset: u64, size: u64) -> bool {
+    offset >= catalog::DATA_START && offset.is_multiple_of(crate::heap::BLOCK_ALIGN) && medium.contains(offset, size)
+}
+
+/// Index of the first block that can hold a slot with txn id ≥ `t_low`:
+/// the block before the first one allocated at or after `t_low`.
+fn first_block_from(medium: &Medium, heap: &TableHeap, worker: usize, t_low: u64) -> Result<usize> {
+    let blocks = &heap.regions[worker].blocks;
+    let (mut lo, mut hi) = (0usize, blocks.count());
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let (_, min_txn) = heap.validate_block(medium, blocks[mid].offset, worker, mid as u64)?;
+        if min_txn < t_low {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo.saturating_sub(1))
+}
+
+/// Redo (collect committed versions with txn ≥ `t_low`) and undo (clear
+/// the tail) of one region.
+fn scan_region(medium: &Medium, heap: &TableHeap, worker: usize, last_commit: u64, t_low: u64, found: &mut Vec<Found>, counts: &mut ScanCounts) -> Result<()> {
     let region = &heap.regions[worker];
     let capacity = heap.def.slots_per_block;
+    let first = if t_low == 0 { 0 } else { first_block_from(medium, heap, worker, t_low)? };
     let mut tail: Option<Cursor> = None;
-    for (b, block) in region.blocks.iter() {
+    for b in first..region.blocks.count() {
+        let (_, min_txn) = heap.validate_block(medium, region.blocks[b].offset, worker, b as u64)?;
         for s in 0..capacity {
             let addr = Addr::new(worker, b as u32, s);
             let word = heap.slot_txn(medium, addr);
             let txn = word & MAX_TXN_ID;
-            let current = word != 0 && txn >= block.min_txn;
+            let current = word != 0 && txn >= min_txn;
             let committed = current && word & HOLE_BIT == 0 && txn <= last_commit;
             if tail.is_some() {
                 if committed {
-                    return Err(Error::Corrupt(format!(
-                        "committed version after the uncommitted tail at {addr:?}"
-                    )));
+                    return Err(Error::Corrupt(format!("committed version after the uncommitted tail at {addr:?}")));
                 }
-                if word != 0 {
-                    heap.clear_slot(medium, addr);
-                    report.versions_undone += current as u64;
-                }
+                undo(medium, heap, addr, word, current, counts);
                 continue;
             }
-            report.versions_scanned += current as u64;
+            if current && txn < t_low && (committed || word & HOLE_BIT != 0) {
+                continue;
+            }
+            counts.scanned += current as u64;
             if current && word & HOLE_BIT != 0 {
                 continue;
             }
             if !committed {
-                tail = Some(Cursor {
-                    block: b as u32,
-                    slot: s,
-                });
-                if word != 0 {
-                    heap.clear_slot(medium, addr);
-                    report.versions_undone += current as u64;
-                }
+                tail = Some(Cursor { block: b as u32, slot: s });
+                undo(medium, heap, addr, word, current, counts);
                 continue;
             }
-            let content = heap.decode_checked(medium, addr).ok_or_else(|| {
-                Error::Corrupt(format!("committed version at {addr:?} fails its checksum"))
-            })?;
-            report.versions_committed += 1;
-            found.push(Found {
-                key: content.key,
-                txn,
-                addr,
-                tombstone: content.tombstone,
-            });
+            let content = heap.decode_checked(medium, addr).ok_or_else(|| Error::Corrupt(format!("committed version at {addr:?} fails its checksum")))?;
+            counts.committed += 1;
+            found.push(Found { key: content.key, txn, addr, tombstone: content.tombstone });
         }
     }
     let blocks = region.blocks.count() as u32;
-    *region.cursor.lock() = tail.unwrap_or(Cursor {
-        block: blocks.saturating_sub(1),
-        slot: if blocks == 0 { 0 } else { capacity },
-    });
+    *region.cursor.lock() = tail.unwrap_or(Cursor { block: blocks.saturating_sub(1), slot: if blocks == 0 { 0 } else { capacity } });
     Ok(())
 }
 
-/// The newest committed version per key, tombstones dropped, loaded bottom-up.
-fn build_index(mut found: Vec<Found>) -> BTree {
-    found.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.txn.cmp(&b.txn)));
-    let mut latest: Vec<Found> = Vec::with_capacity(found.len());
-    for f in found {
+fn undo(medium: &Medium, heap: &TableHeap, addr: Addr, word: u64, current: bool, counts: &mut ScanCounts) {
+    if word != 0 {
+        heap.clear_slot(medium, addr);
+        counts.undone += current as u64;
+    }
+}
+
+/// The newest committed version per key from the checkpoint run and the
+/// redone versions, tombstones dropped, in key order.
+fn merge(medium: &Medium, heap: &TableHeap, section: Option<&TableSection>, mut redo: Vec<Found>) -> Result<Vec<(Vec<u8>, u64)>> {
+    redo.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.txn.cmp(&b.txn)));
+    let mut latest: Vec<Found> = Vec::with_capacity(redo.len());
+    for f in redo {
         match latest.last_mut() {
             Some(last) if last.key == f.key => *last = f,
             _ => latest.push(f),
         }
     }
-    BTree::bulk_load(
-        latest
-            .into_iter()
-            .filter(|f| !f.tombstone)
-            .map(|f| (f.key, f.addr.0)),
-    )
+    let checkpointed = match section {
+        Some(s) => checked_entries(heap, s)?,
+        None => Vec::new(),
+    };
+    let mut out = Vec::with_capacity(checkpointed.len() + latest.len());
+    let mut redo = latest.into_iter().peekable();
+    for (key, addr) in checkpointed {
+        while let Some(f) = redo.next_if(|f| f.key.as_slice() < key) {
+            push_live(&mut out, f);
+        }
+        match redo.next_if(|f| f.key.as_slice() == key) {
+            Some(f) if f.txn > heap.slot_txn(medium, Addr(addr)) & MAX_TXN_ID => push_live(&mut out, f),
+            _ => out.push((key.to_vec(), addr)),
+        }
+    }
+    redo.for_each(|f| push_live(&mut out, f));
+    Ok(out)
+}
+
+fn push_live(out: &mut Vec<(Vec<u8>, u64)>, f: Found) {
+    if !f.tombstone {
+        out.push((f.key, f.addr.0));
+    }
+}
+
+/// The checkpoint's entries, checked so that nothing later can misbehave:
+/// strictly ascending keys of a valid length, addresses of existing slots.
+fn checked_entries<'a>(heap: &TableHeap, section: &TableSection<'a>) -> Result<Vec<(&'a [u8], u64)>> {
+    let bad = |why: &str| Error::Corrupt(format!("checkpoint run of table {}: {why}", heap.def.id));
+    let entries: Vec<_> = section.entries().collect();
+    if entries.len() as u64 != section.entry_count {
+        return Err(bad("entry count does not match"));
+    }
+    for (i, (key, addr)) in entries.iter().enumerate() {
+        if !(1..=heap.def.max_key_len as usize).contains(&key.len()) || (i > 0 && entries[i - 1].0 >= *key) {
+            return Err(bad("keys out of order or of a bad length"));
+        }
+        let a = Addr(*addr);
+        let exists = a.region() < MAX_WORKERS && (a.block() as usize) < heap.regions[a.region()].blocks.count() && a.slot() < heap.def.slots_per_block;
+        if !exists {
+            return Err(bad("address of a slot that does not exist"));
+        }
+    }
+    Ok(entries)
 }
 
 fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }

@@ -37,8 +37,10 @@
 //! than the aborted id, can never resurrect them.
 
 mod clock;
+mod sampler;
 
 pub use clock::Clock;
+pub use sampler::{Sample, UpdateSampler};
 
 use crate::catalog;
 use crate::error::{Error, Result};
@@ -47,6 +49,7 @@ use crate::heap::{Addr, Space, TableHeap};
 use crate::index::{BTree, InsertError};
 use crate::medium::Medium;
 use std::ops::{Bound, RangeBounds};
+use crossbeam_utils::CachePadded;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
 use std::sync::Arc;
@@ -64,12 +67,20 @@ pub struct Store {
     pub instance: u64,
     /// Per worker: timestamp of its running transaction, 0 when idle.
     pub active: Box<[AtomicU64]>,
+    /// Per worker: versions written by its committed transactions.
+    pub written: Box<[CachePadded<AtomicU64>]>,
 }
 
 impl Store {
     pub fn new(medium: Medium, space: Space, clock: Clock, tables: boxcar::Vec<Arc<TableRt>>, instance: u64) -> Store {
         let active = (0..crate::catalog::MAX_WORKERS).map(|_| AtomicU64::new(0)).collect();
-        Store { medium, space, clock, tables, instance, active }
+        let written = (0..crate::catalog::MAX_WORKERS).map(|_| CachePadded::new(AtomicU64::new(0))).collect();
+        Store { medium, space, clock, tables, instance, active, written }
+    }
+
+    /// Versions written by committed transactions since open.
+    pub fn versions_written(&self) -> u64 {
+        self.written.iter().map(|w| w.load(Acquire)).sum()
     }
 
     /// A timestamp at or below every transaction that was running at the
@@ -86,6 +97,31 @@ pub struct TableRt {
     pub heap: TableHeap,
     pub index: BTree,
     pub instance: u64,
+    pub sampler: UpdateSampler,
+}
+
+impl TableRt {
+    pub fn new(heap: TableHeap, index: BTree, instance: u64) -> TableRt {
+        TableRt { heap, index, instance, sampler: UpdateSampler::default() }
+    }
+
+    /// The newest committed version of a chain, `None` if there is none or
+    /// it is a tombstone. Versions of running or aborted transactions are
+    /// traced back to their predecessor (FIR 4.3.2).
+    pub fn committed_version(&self, medium: &Medium, head: Addr) -> Option<Addr> {
+        let mut addr = head;
+        loop {
+            let header = self.heap.header(addr);
+            let begin = header.begin.load(Acquire);
+            if begin & PENDING == 0 {
+                return (!self.heap.is_tombstone(medium, addr)).then_some(addr);
+            }
+            match header.prev.load(Acquire) {
+                0 => return None,
+                prev => addr = Addr(prev - 1),
+            }
+        }
+    }
 }
 
 struct Write {
@@ -211,14 +247,20 @@ impl<'s> TxnState<'s> {
             match self.visible(table, Addr(head))? {
                 Visible::Retry => continue,
                 Visible::Absent => return Ok(None),
-                Visible::Version(addr) => return Ok(self.live_value(table, addr)),
+                Visible::Version(addr) => return self.live_value(table, addr),
             }
         }
     }
 
-    fn live_value(&self, table: &TableRt, addr: Addr) -> Option<Vec<u8>> {
+    fn live_value(&self, table: &TableRt, addr: Addr) -> Result<Option<Vec<u8>>> {
         let medium = &self.store.medium;
-        (!table.heap.is_tombstone(medium, addr)).then(|| table.heap.read_value(medium, addr))
+        if table.heap.is_tombstone(medium, addr) {
+            return Ok(None);
+        }
+        match table.heap.read_value(medium, addr) {
+            Some(value) => Ok(Some(value)),
+            None => Err(Error::Corrupt(format!("version at {addr:?} of table {:?} fails its checksum", table.heap.def.name))),
+        }
     }
 
     /// Finds the version of a chain visible at `ts`, recording the read.
@@ -317,6 +359,7 @@ impl<'s> TxnState<'s> {
     ) -> Result<bool> {
         self.check_usable()?;
         let table = self.table(table, key, value)?;
+        table.sampler.record(key);
         let result = self.write_checked(table, key, value, kind);
         self.guard(result)
     }
@@ -572,7 +615,7 @@ impl<'s> TxnState<'s> {
 
     fn read_chain(&self, table: &TableRt, key: &[u8], head: Addr) -> Result<Option<Vec<u8>>> {
         match self.visible(table, head)? {
-            Visible::Version(addr) => Ok(self.live_value(table, addr)),
+            Visible::Version(addr) => self.live_value(table, addr),
             Visible::Absent => Ok(None),
             Visible::Retry => self.read_key(table, key),
         }
@@ -612,6 +655,7 @@ impl<'s> TxnState<'s> {
 
     fn publish(&mut self) {
         let store = self.store;
+        store.written[self.worker].fetch_add(self.writes.len() as u64, Release);
         for w in self.writes.drain(..) {
             let heap = &store.tables[w.table as usize].heap;
             heap.header(w.new).begin.store(self.ts, Release);

@@ -1,0 +1,260 @@
+//! Index leaf checkpoints (FIR 4.3) with HiEngine's correctness rules.
+//!
+//! A checkpoint is one sorted run per table of `key → logical address of
+//! the newest committed version`, plus each region's block list and a redo
+//! low-water mark `t_low`. Recovery loads the runs, redoes only versions
+//! with txn id ≥ `t_low`, and bulk-loads the indexes bottom-up.
+//!
+//! # Why it is correct although not transaction-consistent
+//! * `t_low` is taken before the index is read and is at or below the
+//!   timestamp of every transaction running then or later. Any version the
+//!   scan did not see as committed belongs to such a transaction, so redo
+//!   from `t_low` finds it.
+//! * Entries of running transactions are traced back to their last
+//!   committed version (FIR 4.3.2); tombstones and keys with no committed
+//!   version are left out (deletes are index tombstones until clean-up,
+//!   HiEngine's deferred deletion, so a deleted key can never be missing
+//!   from the checkpoint while its tombstone is not yet committed).
+//! * Incremental checkpoints skip a subtree whose update time (the largest
+//!   txn id that wrote below it) is below the previous checkpoint's
+//!   `t_low`: every write the previous checkpoint can have missed comes from
+//!   a transaction with a timestamp at or above it, so a skipped subtree
+//!   holds exactly what the previous checkpoint recorded, which is copied.
+//! * The image is written to a fresh extent and fenced before the root
+//!   pointer switches to it, so a crash mid-checkpoint leaves the previous
+//!   checkpoint in force; its extent is freed only after the switch.
+//!
+//! # Image layout (little-endian, at a 4096-aligned extent)
+//! ```text
+//! 0   [u8; 8]  magic "RBCKPT01"
+//! 8   u64      sequence number
+//! 16  u64      t_low: recovery redoes versions with txn id ≥ t_low
+//! 24  u64      image length in bytes
+//! 32  u32      table count          36  u32  crc32c of bytes 64..length
+//! 40  u32      crc32c of bytes 0..40
+//! 44  20 bytes reserved
+//! 64  per table:
+//!       u32 table id, u32 reserved, u64 entry count, u64 entry bytes,
+//!       MAX_WORKERS × u64 block count, then all block offsets (u64) region
+//!       by region, then the entries: u16 key length, key, u64 address
+//!       (unaligned), strictly ascending by key
+//! ```
+
+mod cost;
+mod image;
+
+pub use cost::CostModel;
+pub use image::{offsets, CheckpointImage, TableSection};
+
+use crate::catalog;
+use crate::error::Result;
+use crate::heap::Addr;
+use crate::medium::Medium;
+use crate::txn::{Store, TableRt};
+use std::ops::Bound;
+use std::time::{Duration, Instant};
+
+/// Which index checkpoints to take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CheckpointMode {
+    /// No index checkpoints: recovery scans every version (Zen-style).
+    Off,
+    /// Always all leaf entries.
+    Full,
+    /// Changed leaves merged with the previous checkpoint (full when there is none).
+    Incremental,
+    /// Full or incremental per checkpoint, by FIR's time-cost model.
+    #[default]
+    CostModel,
+}
+
+/// What one checkpoint did.
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointStats {
+    pub sequence: u64,
+    pub incremental: bool,
+    pub t_low: u64,
+    pub duration: Duration,
+    pub entries: u64,
+    /// Entries read from the live index (resolved through version chains).
+    pub entries_resolved: u64,
+    /// Entries copied from the previous checkpoint for skipped subtrees.
+    pub entries_copied: u64,
+    pub subtrees_skipped: u64,
+    pub bytes: u64,
+    /// Time spent collecting entries (traversal, resolution, merge).
+    pub collect_time: Duration,
+    /// FIR's skew coefficient α of the sampled updates (eq. 2).
+    pub alpha: f64,
+    pub predicted_full_ns: f64,
+    pub predicted_incremental_ns: f64,
+}
+
+/// The durable checkpoint currently in force.
+#[derive(Debug, Clone, Copy)]
+pub struct Durable {
+    pub offset: u64,
+    pub len: u64,
+    pub sequence: u64,
+    pub t_low: u64,
+    /// False right after recovery: the live index then holds redone
+    /// versions the image lacks, so the next checkpoint must be full.
+    pub usable_as_base: bool,
+}
+
+/// Takes checkpoints one at a time and remembers the one in force.
+pub struct Checkpointer {
+    mode: CheckpointMode,
+    current: Option<Durable>,
+    cost: CostModel,
+}
+
+impl Checkpointer {
+    pub fn new(mode: CheckpointMode, current: Option<Durable>) -> Checkpointer {
+        Checkpointer { mode, current, cost: CostModel::default() }
+    }
+
+    pub fn mode(&self) -> CheckpointMode {
+        self.mode
+    }
+
+    /// Takes one checkpoint of every table and makes it the one in force.
+    pub fn take(&mut self, store: &Store) -> Result<CheckpointStats> {
+        let started = Instant::now();
+        let t_low = store.low_water();
+        let base = self.current.filter(|c| c.usable_as_base);
+        let samples: Vec<_> = store.tables.iter().map(|(_, t)| t.sampler.drain()).collect();
+        let mut stats = CheckpointStats { t_low, ..Default::default() };
+        let incremental = self.choose(store, base.is_some(), &samples, &mut stats);
+        stats.incremental = incremental;
+        let previous = match (incremental, base) {
+            (true, Some(b)) => Some(CheckpointImage::read(&store.medium, b.offset)?),
+            _ => None,
+        };
+        let sequence = self.current.map_or(1, |c| c.sequence + 1);
+        let collect_start = Instant::now();
+        let mut image = image::Builder::new(sequence, t_low);
+        for (_, table) in store.tables.iter() {
+            let prev_section = previous.as_ref().and_then(|p| p.table(table.heap.def.id));
+            let entries = match (prev_section, base) {
+                (Some(section), Some(b)) => incremental_entries(&store.medium, table, &section, b.t_low, &mut stats),
+                _ => full_entries(&store.medium, table, &mut stats),
+            };
+            image.add_table(table, &entries);
+        }
+        stats.collect_time = collect_start.elapsed();
+        let bytes = image.finish();
+        stats.bytes = bytes.len() as u64;
+        let written = self.write(store, bytes, sequence, t_low)?;
+        stats.sequence = sequence;
+        stats.entries = stats.entries_resolved + stats.entries_copied;
+        stats.duration = started.elapsed();
+        self.cost.observe(&stats);
+        self.current = Some(written);
+        Ok(stats)
+    }
+
+    fn choose(&self, store: &Store, have_base: bool, samples: &[crate::txn::Sample], stats: &mut CheckpointStats) -> bool {
+        if !have_base {
+            return false;
+        }
+        match self.mode {
+            CheckpointMode::Full | CheckpointMode::Off => false,
+            CheckpointMode::Incremental => true,
+            CheckpointMode::CostModel => {
+                let prediction = self.cost.predict(store, samples);
+                stats.alpha = prediction.alpha;
+                stats.predicted_full_ns = prediction.full_ns;
+                stats.predicted_incremental_ns = prediction.incremental_ns;
+                prediction.incremental_ns < prediction.full_ns
+            }
+        }
+    }
+
+    /// Writes the image to a new extent, switches the root, frees the old one.
+    fn write(&mut self, store: &Store, bytes: Vec<u8>, sequence: u64, t_low: u64) -> Result<Durable> {
+        let len = (bytes.len() as u64).next_multiple_of(crate::heap::BLOCK_ALIGN);
+        let offset = store.space.allocate(&store.medium, len)?;
+        store.medium.write_bytes(offset, &bytes);
+        store.medium.persist_now(offset, bytes.len() as u64)?;
+        catalog::set_checkpoint_root(&store.medium, offset)?;
+        if let Some(old) = self.current {
+            store.space.free(old.offset, old.len);
+        }
+        Ok(Durable { offset, len, sequence, t_low, usable_as_base: true })
+    }
+}
+
+/// An entry of a run under construction: key and committed address.
+pub type Entry = (Vec<u8>, u64);
+
+/// All leaf entries, each resolved to its newest committed version.
+fn full_entries(medium: &Medium, table: &TableRt, stats: &mut CheckpointStats) -> Vec<Entry> {
+    let mut entries = Vec::with_capacity(table.index.len());
+    table.index.scan(Bound::Unbounded, Bound::Unbounded, None, |key, head| {
+        if let Some(addr) = table.committed_version(medium, Addr(head)) {
+            entries.push((key.to_vec(), addr.0));
+        }
+        true
+    });
+    stats.entries_resolved += entries.len() as u64;
+    entries
+}
+
+/// One step of the incremental walk, in key order.
+enum Item {
+    Entry(Vec<u8>, u64),
+    Skip(Option<Vec<u8>>, Option<Vec<u8>>),
+}
+
+/// Changed leaves from the live index, unchanged subtrees from the previous run.
+fn incremental_entries(medium: &Medium, table: &TableRt, previous: &TableSection, base_t_low: u64, stats: &mut CheckpointStats) -> Vec<Entry> {
+    let items = std::cell::RefCell::new(Vec::new());
+    table.index.walk(
+        |lower, upper, update_time, _is_leaf| {
+            if update_time < base_t_low {
+                items.borrow_mut().push(Item::Skip(lower.map(<[u8]>::to_vec), upper.map(<[u8]>::to_vec)));
+                return false;
+            }
+            true
+        },
+        |key, head| items.borrow_mut().push(Item::Entry(key.to_vec(), head)),
+    );
+    let items = items.into_inner();
+    let mut merged = Merger::default();
+    let mut old = previous.entries().peekable();
+    for item in items {
+        match item {
+            Item::Entry(key, head) => {
+                if let Some(addr) = table.committed_version(medium, Addr(head)) {
+                    stats.entries_resolved += merged.push(key, addr.0) as u64;
+                }
+            }
+            Item::Skip(lower, upper) => {
+                stats.subtrees_skipped += 1;
+                while old.next_if(|(k, _)| lower.as_deref().is_some_and(|l| *k < l)).is_some() {}
+                while let Some((key, addr)) = old.next_if(|(k, _)| upper.as_deref().is_none_or(|u| *k < u)) {
+                    stats.entries_copied += merged.push(key.to_vec(), addr) as u64;
+                }
+            }
+        }
+    }
+    merged.entries
+}
+
+/// Collects entries in strictly ascending key order; a repeated or smaller
+/// key (a walk restart can report a range twice) is dropped.
+#[derive(Default)]
+struct Merger {
+    entries: Vec<Entry>,
+}
+
+impl Merger {
+    fn push(&mut self, key: Vec<u8>, addr: u64) -> bool {
+        if self.entries.last().is_some_and(|(last, _)| *last >= key) {
+            return false;
+        }
+        self.entries.push((key, addr));
+        true
+    }
+}
