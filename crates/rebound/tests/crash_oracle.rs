@@ -13,20 +13,22 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rebound::{Database, Error, MediumChoice, Options, Session, SimDevice, Table, TableOptions};
+use rebound::{CheckpointMode, Database, Error, MediumChoice, Options, Session, SimDevice, Table, TableOptions};
 use std::collections::BTreeMap;
 
 const TABLES: [&str; 2] = ["alpha", "beta"];
 type Model = BTreeMap<(usize, Vec<u8>), Vec<u8>>;
 
-fn open(device: &SimDevice) -> Result<Database, Error> {
-    Database::open(
-        "unused",
-        Options {
-            medium: MediumChoice::Simulated(device.clone()),
-            ..Options::default()
-        },
-    )
+fn open(device: &SimDevice, mode: CheckpointMode) -> Result<Database, Error> {
+    // Checkpoints are taken by the workload at seeded points, not by time.
+    let options = Options {
+        medium: MediumChoice::Simulated(device.clone()),
+        checkpoint: mode,
+        checkpoint_interval: std::time::Duration::from_secs(3600),
+        checkpoint_after_versions: u64::MAX,
+        ..Options::default()
+    };
+    Database::open("unused", options)
 }
 
 fn table_options() -> TableOptions {
@@ -63,6 +65,7 @@ fn workload(
     txns: usize,
     key_space: u32,
     model: &mut Model,
+    mode: CheckpointMode,
 ) -> Run {
     let mut rng = StdRng::seed_from_u64(seed);
     let tables: Vec<Table> = TABLES.iter().map(|n| table(db, n)).collect();
@@ -72,12 +75,19 @@ fn workload(
         fence_spans: Vec::new(),
     };
     for _ in 0..txns {
+        if mode != CheckpointMode::Off && rng.gen_ratio(1, 6) {
+            db.checkpoint().unwrap_or_else(|e| panic!("checkpoint failed: {e} (seed {seed})"));
+        }
         let session = &mut sessions[rng.gen_range(0..3)];
         let mut view = model.clone();
         let mut effects = Effects::new();
         let mut tx = session.begin();
         let mut failed = false;
         for _ in 0..rng.gen_range(1..=6) {
+            // A checkpoint while this transaction's versions are pending.
+            if mode != CheckpointMode::Off && rng.gen_ratio(1, 12) {
+                db.checkpoint().unwrap_or_else(|e| panic!("checkpoint failed: {e} (seed {seed})"));
+            }
             let t = rng.gen_range(0..tables.len());
             let k = key(&mut rng, key_space);
             let current = view.get(&(t, k.clone())).cloned();
@@ -187,32 +197,26 @@ fn model_after(commits: &[Effects], n: usize) -> Model {
 }
 
 /// Runs the workload with a crash armed at `crash_at`, recovers and checks.
-fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64) {
-    let ctx = format!("seed {seed} crash at fence {crash_at} (replay: REBOUND_SEED={seed} REBOUND_CRASH_AT={crash_at} REBOUND_TXNS={txns} REBOUND_KEYS={key_space})");
+fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: CheckpointMode) {
+    let ctx = format!("seed {seed} crash at fence {crash_at} mode {mode:?} (replay: REBOUND_SEED={seed} REBOUND_CRASH_AT={crash_at} REBOUND_TXNS={txns} REBOUND_KEYS={key_space} REBOUND_MODE={mode:?})");
     let device = SimDevice::new(1 << 30);
     device.arm_crash_at_fence(crash_at, seed ^ crash_at);
-    let db = open(&device).unwrap();
+    let db = open(&device, mode).unwrap();
     for name in TABLES {
         table(&db, name);
     }
     let mut model = Model::new();
-    let run = workload(&db, &device, seed, txns, key_space, &mut model);
+    let run = workload(&db, &device, seed, txns, key_space, &mut model, mode);
     drop(db);
-    let Some(crashed) = device.take_crash() else {
-        return;
-    };
-    let acked = run
-        .fence_spans
-        .iter()
-        .filter(|(_, end)| *end < crash_at)
-        .count();
-    let in_flight = run
-        .fence_spans
-        .iter()
-        .any(|&(start, end)| start < crash_at && crash_at <= end);
+    let Some(crashed) = device.take_crash() else { return };
+    let acked = run.fence_spans.iter().filter(|(_, end)| *end < crash_at).count();
+    let in_flight = run.fence_spans.iter().any(|&(start, end)| start < crash_at && crash_at <= end);
 
-    let db = open(&crashed).unwrap_or_else(|e| panic!("recovery failed: {e}; {ctx}"));
+    // Cross-check: the same crash image recovered by a full scan.
+    let full_scan = open(&crashed.clean_copy(), CheckpointMode::Off).unwrap_or_else(|e| panic!("full-scan recovery failed: {e}; {ctx}"));
+    let db = open(&crashed, mode).unwrap_or_else(|e| panic!("recovery failed: {e}; {ctx}"));
     let got = contents(&db);
+    assert_eq!(got, contents(&full_scan), "checkpoint recovery differs from a full-scan rebuild; {ctx}");
     let expected = model_after(&run.commits, acked);
     let matches_acked = got == expected;
     let matches_next = in_flight && got == model_after(&run.commits, acked + 1);
@@ -223,31 +227,19 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64) {
     // resurrected behind the next commits before later writes cover them.
     let mut model = got;
     let more = 1 + (seed ^ crash_at) as usize % 4;
-    workload(
-        &db,
-        &crashed,
-        seed.wrapping_add(1),
-        more,
-        key_space,
-        &mut model,
-    );
+    workload(&db, &crashed, seed.wrapping_add(1), more, key_space, &mut model, mode);
     drop(db);
-    let again = open(&crashed.crash(seed.rotate_left(17)))
-        .unwrap_or_else(|e| panic!("second recovery failed: {e}; {ctx}"));
-    assert_eq!(
-        contents(&again),
-        model,
-        "state after recovery, more work and a second crash; {ctx}"
-    );
+    let again = open(&crashed.crash(seed.rotate_left(17)), mode).unwrap_or_else(|e| panic!("second recovery failed: {e}; {ctx}"));
+    assert_eq!(contents(&again), model, "state after recovery, more work and a second crash; {ctx}");
 }
 
-fn fences_of(seed: u64, txns: usize, key_space: u32) -> u64 {
+fn fences_of(seed: u64, txns: usize, key_space: u32, mode: CheckpointMode) -> u64 {
     let device = SimDevice::new(1 << 30);
-    let db = open(&device).unwrap();
+    let db = open(&device, mode).unwrap();
     for name in TABLES {
         table(&db, name);
     }
-    workload(&db, &device, seed, txns, key_space, &mut Model::new());
+    workload(&db, &device, seed, txns, key_space, &mut Model::new(), mode);
     device.fences()
 }
 
@@ -258,15 +250,17 @@ fn base_seed() -> u64 {
         .unwrap_or_else(|| rand::thread_rng().gen())
 }
 
+const MODES: [CheckpointMode; 4] = [CheckpointMode::Off, CheckpointMode::Full, CheckpointMode::Incremental, CheckpointMode::CostModel];
+
 #[test]
 fn crash_at_every_fence_of_small_workloads() {
     let base = base_seed();
     println!("crash_at_every_fence_of_small_workloads: base seed {base}");
-    for i in 0..3 {
-        let seed = base.wrapping_add(i);
-        let fences = fences_of(seed, 25, 12);
+    for (i, mode) in [CheckpointMode::Off, CheckpointMode::Incremental, CheckpointMode::CostModel].into_iter().enumerate() {
+        let seed = base.wrapping_add(i as u64);
+        let fences = fences_of(seed, 25, 12, mode);
         for crash_at in 1..=fences + 1 {
-            crash_case(seed, 25, 12, crash_at);
+            crash_case(seed, 25, 12, crash_at, mode);
         }
     }
 }
@@ -277,11 +271,12 @@ fn crash_at_random_fences_of_larger_workloads() {
     println!("crash_at_random_fences_of_larger_workloads: base seed {base}");
     let mut rng = StdRng::seed_from_u64(base);
     let mut cases = 0;
-    for i in 0..10 {
+    for i in 0..12 {
         let seed = base.wrapping_add(1000 + i);
-        let fences = fences_of(seed, 400, 200);
-        for _ in 0..100 {
-            crash_case(seed, 400, 200, rng.gen_range(1..=fences));
+        let mode = MODES[i as usize % MODES.len()];
+        let fences = fences_of(seed, 300, 200, mode);
+        for _ in 0..84 {
+            crash_case(seed, 300, 200, rng.gen_range(1..=fences), mode);
             cases += 1;
         }
     }
@@ -290,19 +285,14 @@ fn crash_at_random_fences_of_larger_workloads() {
 
 #[test]
 fn replay() {
-    let (Ok(seed), Ok(at)) = (
-        std::env::var("REBOUND_SEED"),
-        std::env::var("REBOUND_CRASH_AT"),
-    ) else {
-        return;
+    let (Ok(seed), Ok(at)) = (std::env::var("REBOUND_SEED"), std::env::var("REBOUND_CRASH_AT")) else { return };
+    let txns = std::env::var("REBOUND_TXNS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let keys = std::env::var("REBOUND_KEYS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
+    let mode = match std::env::var("REBOUND_MODE").as_deref() {
+        Ok("Off") => CheckpointMode::Off,
+        Ok("Full") => CheckpointMode::Full,
+        Ok("Incremental") => CheckpointMode::Incremental,
+        _ => CheckpointMode::CostModel,
     };
-    let txns = std::env::var("REBOUND_TXNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(400);
-    let keys = std::env::var("REBOUND_KEYS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    crash_case(seed.parse().unwrap(), txns, keys, at.parse().unwrap());
+    crash_case(seed.parse().unwrap(), txns, keys, at.parse().unwrap(), mode);
 }
