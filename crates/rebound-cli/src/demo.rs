@@ -27,7 +27,12 @@ pub struct DemoArgs {
 
 impl Default for DemoArgs {
     fn default() -> Self {
-        DemoArgs { dir: None, rows: 200_000, seconds: 3.0, threads: 2 }
+        DemoArgs {
+            dir: None,
+            rows: 200_000,
+            seconds: 3.0,
+            threads: 2,
+        }
     }
 }
 
@@ -63,7 +68,11 @@ pub fn run(args: DemoArgs) -> BoxResult<()> {
 }
 
 fn tempfile_dir() -> BoxResult<PathBuf> {
-    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let base = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
     let dir = base.join(format!("rebound-demo-{}", std::process::id()));
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
@@ -72,7 +81,10 @@ fn tempfile_dir() -> BoxResult<PathBuf> {
 }
 
 fn table_options() -> TableOptions {
-    TableOptions { max_key_len: 8, max_value_len: VALUE_LEN as u32 }
+    TableOptions {
+        max_key_len: 8,
+        max_value_len: VALUE_LEN as u32,
+    }
 }
 
 fn usertable(db: &Database) -> BoxResult<Table> {
@@ -85,9 +97,18 @@ fn usertable(db: &Database) -> BoxResult<Table> {
 /// One second of single-key update transactions per design, same process.
 fn compare_designs(dir: &Path) -> BoxResult<()> {
     let mut rates = Vec::new();
-    for (name, durability) in [("none", Durability::None), ("log-free", Durability::LogFree)] {
+    for (name, durability) in [
+        ("none", Durability::None),
+        ("log-free", Durability::LogFree),
+    ] {
         let path = dir.join(format!("compare-{name}"));
-        let db = Database::open(&path, Options { durability, ..Options::default() })?;
+        let db = Database::open(
+            &path,
+            Options {
+                durability,
+                ..Options::default()
+            },
+        )?;
         let table = usertable(&db)?;
         let mut session = db.session()?;
         let mut tx = session.begin();
@@ -98,7 +119,11 @@ fn compare_designs(dir: &Path) -> BoxResult<()> {
         let (start, mut n) = (Instant::now(), 0u64);
         while start.elapsed() < Duration::from_secs(1) {
             let mut tx = session.begin();
-            tx.update(&table, &(n * 7919 % 10_000).to_be_bytes(), &[n as u8; VALUE_LEN])?;
+            tx.update(
+                &table,
+                &(n * 7919 % 10_000).to_be_bytes(),
+                &[n as u8; VALUE_LEN],
+            )?;
             tx.commit()?;
             n += 1;
         }
@@ -109,13 +134,21 @@ fn compare_designs(dir: &Path) -> BoxResult<()> {
             std::fs::remove_dir_all(&path)?;
         }
     }
-    println!("single-key update txns, 1 thread: none {:.0}/s, log-free {:.0}/s (ratio {:.2})", rates[0], rates[1], rates[1] / rates[0]);
+    println!(
+        "single-key update txns, 1 thread: none {:.0}/s, log-free {:.0}/s (ratio {:.2})",
+        rates[0],
+        rates[1],
+        rates[1] / rates[0]
+    );
     Ok(())
 }
 
 fn load(dir: &Path, rows: u64) -> BoxResult<()> {
     let db = Database::open(dir, Options::default())?;
-    println!("durability guarantee of a commit here: {:?}", db.guarantee());
+    println!(
+        "durability guarantee of a commit here: {:?}",
+        db.guarantee()
+    );
     let table = usertable(&db)?;
     let mut session = db.session()?;
     let start = Instant::now();
@@ -149,7 +182,12 @@ fn crash_child(dir: &Path, args: &DemoArgs) -> BoxResult<(Vec<Option<u64>>, Dura
     let mut child = Command::new(std::env::current_exe()?)
         .args(["demo-child", "--dir"])
         .arg(dir)
-        .args(["--rows", &args.rows.to_string(), "--threads", &args.threads.to_string()])
+        .args([
+            "--rows",
+            &args.rows.to_string(),
+            "--threads",
+            &args.threads.to_string(),
+        ])
         .stdout(Stdio::piped())
         .spawn()?;
     let stdout = child.stdout.take().ok_or("no child stdout")?;
@@ -212,7 +250,10 @@ fn reopen_and_verify(dir: &Path, args: &DemoArgs, acked: &[Option<u64>]) -> BoxR
     tx.commit()?;
     let first_txn = start.elapsed();
     let r = db.recovery_report();
-    println!("reopened after the crash: first transaction served {:.1} ms after open began", first_txn.as_secs_f64() * 1e3);
+    println!(
+        "reopened after the crash: first transaction served {:.1} ms after open began",
+        first_txn.as_secs_f64() * 1e3
+    );
     println!(
         "  recovery phases: metadata {:.2} ms, undo/redo scan {:.1} ms, index build {:.1} ms (total {:.1} ms)",
         ms(r.metadata), ms(r.undo_redo), ms(r.index_build), ms(r.total)
@@ -232,16 +273,24 @@ fn reopen_and_verify(dir: &Path, args: &DemoArgs, acked: &[Option<u64>]) -> BoxR
 /// Every key must hold its thread's last acknowledged write to it or a
 /// later write of the same thread to the same key (commits the child made
 /// after its last report), never an older one or anything else.
-fn verify(table: &Table, session: &mut rebound::Session, args: &DemoArgs, acked: &[Option<u64>]) -> BoxResult<(u64, u64)> {
+fn verify(
+    table: &Table,
+    session: &mut rebound::Session,
+    args: &DemoArgs,
+    acked: &[Option<u64>],
+) -> BoxResult<(u64, u64)> {
     let mut tx = session.begin();
     let (mut checked, mut lost) = (0, 0);
     let share = args.rows / args.threads;
     for (thread, last) in acked.iter().enumerate() {
-        let (thread, Some(last)) = (thread as u64, *last) else { continue };
+        let (thread, Some(last)) = (thread as u64, *last) else {
+            continue;
+        };
         for seq in last.saturating_sub(share - 1)..=last {
             let key = key_of(args.rows, args.threads, thread, seq);
             let got = tx.get(table, &key.to_be_bytes())?.ok_or("row missing")?;
-            let ok = parse_seq(&got, thread).is_some_and(|s| s >= seq && key_of(args.rows, args.threads, thread, s) == key);
+            let ok = parse_seq(&got, thread)
+                .is_some_and(|s| s >= seq && key_of(args.rows, args.threads, thread, s) == key);
             checked += 1;
             lost += !ok as u64;
         }

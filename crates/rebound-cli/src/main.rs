@@ -1,12 +1,24 @@
 //! `rebound`: demonstrations and measurements of the Rebound engine, built
 //! only on its public API.
 
+mod bench;
+mod chart;
+mod common;
+mod compare;
+mod crash;
 mod demo;
+mod gen;
+mod tpcc;
+mod ycsb;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "rebound", version, about = "Rebound storage engine: demo and tools")]
+#[command(
+    name = "rebound",
+    version,
+    about = "Rebound storage engine: demo, benchmarks, crash harness and charts"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -17,16 +29,44 @@ enum Command {
     /// Load rows, run updates in a child process, kill it with SIGKILL,
     /// reopen, verify every acknowledged commit and print the recovery report.
     Demo(demo::DemoArgs),
+    /// YCSB workloads A-F: throughput, abort rate, latency percentiles.
+    Ycsb(ycsb::YcsbArgs),
+    /// TPC-C: all five transactions in the standard mix, then the
+    /// consistency check.
+    Tpcc(tpcc::TpccArgs),
+    /// Check TPC-C consistency conditions 1-4 on an existing database.
+    TpccCheck(tpcc::CheckArgs),
+    /// Run YCSB or TPC-C in a child process, SIGKILL it, recover, verify,
+    /// and keep running: throughput over time across the crash.
+    Crash(crash::CrashArgs),
+    /// Run one workload on several durability designs; ratios to `none`.
+    /// Designs: none, log-free.
+    Compare(compare::CompareArgs),
+    /// Render SVG/PNG charts from result JSON files.
+    Chart(chart::ChartArgs),
     /// The child process of `demo` (not for direct use).
     #[command(hide = true)]
     DemoChild(demo::ChildArgs),
+    /// The child process of `crash` (not for direct use).
+    #[command(hide = true)]
+    CrashChild(crash::CrashChildArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
-    let result = match cli.command.unwrap_or(Command::Demo(demo::DemoArgs::default())) {
+    let result = match cli
+        .command
+        .unwrap_or(Command::Demo(demo::DemoArgs::default()))
+    {
         Command::Demo(args) => demo::run(args),
+        Command::Ycsb(args) => ycsb::run(args),
+        Command::Tpcc(args) => tpcc::run(args),
+        Command::TpccCheck(args) => tpcc::check_command(args),
+        Command::Crash(args) => crash::run(args),
+        Command::Compare(args) => compare::run(args),
+        Command::Chart(args) => chart::run(args),
         Command::DemoChild(args) => demo::child(args),
+        Command::CrashChild(args) => crash::child(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

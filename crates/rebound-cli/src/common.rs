@@ -1,0 +1,639 @@
+//! Helpers shared by the subcommands: database directories, durability
+//! designs, retry loops, the multi-threaded driver, statistics and result
+//! files.
+
+use clap::Args;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use rebound::{Database, Durability, Options, Session, Transaction};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Every durability design the tool can run, name → [`Options`]. Adding a
+/// design is one line here.
+pub fn designs() -> Vec<(&'static str, Options)> {
+    vec![
+        (
+            "none",
+            Options {
+                durability: Durability::None,
+                ..Options::default()
+            },
+        ),
+        ("log-free", Options::default()),
+    ]
+}
+
+/// The [`Options`] of design `name`.
+pub fn design_options(name: &str) -> BoxResult<Options> {
+    designs()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, o)| o)
+        .ok_or_else(|| {
+            let names: Vec<_> = designs().into_iter().map(|(n, _)| n).collect();
+            format!("unknown design {name:?}; known: {}", names.join(", ")).into()
+        })
+}
+
+/// Names of all designs, in [`designs`] order.
+pub fn design_names() -> Vec<&'static str> {
+    designs().into_iter().map(|(n, _)| n).collect()
+}
+
+/// Where a database lives and whether to remove it afterwards.
+#[derive(Args, Clone, Debug, Serialize, Deserialize)]
+pub struct DirArgs {
+    /// Database directory (default: a fresh directory under /dev/shm,
+    /// removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Keep the scratch database directory instead of removing it.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// A database directory; a scratch one is removed on drop unless kept.
+pub struct DbDir {
+    pub path: PathBuf,
+    remove: bool,
+}
+
+impl DbDir {
+    pub fn new(args: &DirArgs, label: &str) -> BoxResult<DbDir> {
+        if let Some(dir) = &args.dir {
+            return Ok(DbDir {
+                path: dir.clone(),
+                remove: false,
+            });
+        }
+        let path = scratch_dir(label)?;
+        if args.keep {
+            eprintln!("keeping database directory {}", path.display());
+        }
+        Ok(DbDir {
+            path,
+            remove: !args.keep,
+        })
+    }
+
+    /// A subdirectory for one design of a comparison.
+    pub fn sub(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for DbDir {
+    fn drop(&mut self) {
+        if self.remove && self.path.exists() {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// A fresh, not yet existing directory under /dev/shm (tmpfs emulates
+/// persistent memory), or the system temp dir where there is no /dev/shm.
+pub fn scratch_dir(label: &str) -> BoxResult<PathBuf> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let base = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = base.join(format!(
+        "rebound-{label}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    Ok(dir)
+}
+
+/// Opens design `design` in `dir`.
+pub fn open_design(dir: &Path, design: &str) -> BoxResult<Database> {
+    Ok(Database::open(dir, design_options(design)?)?)
+}
+
+/// What a transaction body asks for: commit with a result, or roll back
+/// (a user abort, such as TPC-C's invalid New-Order item).
+pub enum Flow<T> {
+    Commit(T),
+    Rollback,
+}
+
+/// The end of a logical transaction after its retries.
+pub struct Done<T> {
+    /// `None` when the body asked for a rollback.
+    pub value: Option<T>,
+    /// Attempts that ended in `Error::Conflict` before the last one.
+    pub conflicts: u64,
+}
+
+/// Runs `body` in a fresh transaction until it commits (or rolls back),
+/// retrying every `Error::Conflict`. Other errors are returned.
+pub fn run_txn<T>(
+    session: &mut Session,
+    mut body: impl FnMut(&mut Transaction<'_>) -> rebound::Result<Flow<T>>,
+) -> rebound::Result<Done<T>> {
+    let mut conflicts = 0;
+    loop {
+        let mut tx = session.begin();
+        let outcome = match body(&mut tx) {
+            Ok(Flow::Commit(v)) => tx.commit().map(|()| Some(v)),
+            Ok(Flow::Rollback) => {
+                tx.abort();
+                Ok(None)
+            }
+            Err(e) => {
+                tx.abort();
+                Err(e)
+            }
+        };
+        match outcome {
+            Ok(value) => return Ok(Done { value, conflicts }),
+            Err(e) if e.is_retryable() => {
+                conflicts += 1;
+                if conflicts % 8 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A progress bar on stderr (drawn only when stderr is a terminal).
+pub fn progress(len: u64, what: &str, unit: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    let template = format!(
+        "{{msg:>10}} [{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} {unit} ({{per_sec}}, eta {{eta}})"
+    );
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style);
+    }
+    bar.set_message(what.to_owned());
+    bar
+}
+
+/// Milliseconds since the Unix epoch (comparable across processes).
+pub fn unix_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .unwrap_or(0.0)
+}
+
+/// One throughput sample: `txn_per_s` over the 100 ms ending at `t_ms`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Sample {
+    /// Milliseconds since the Unix epoch at the end of the interval.
+    pub unix_ms: f64,
+    /// Seconds since the start of the run (or of the crash experiment).
+    pub t_s: f64,
+    pub txn_per_s: f64,
+    /// Which process produced it: "run", "before-crash", "after-recovery".
+    pub phase: String,
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Latency {
+    pub mean_us: f64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
+}
+
+impl Latency {
+    pub fn from_histogram(h: &Histogram<u64>) -> Latency {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        Latency {
+            mean_us: h.mean(),
+            p50_us: h.value_at_quantile(0.5),
+            p90_us: h.value_at_quantile(0.9),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+        }
+    }
+}
+
+/// Per transaction type counters.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct KindStats {
+    pub name: String,
+    pub committed: u64,
+    pub rolled_back: u64,
+    pub conflicts: u64,
+    pub latency: Latency,
+}
+
+/// Result of one measured run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RunStats {
+    pub seconds: f64,
+    /// Logical transactions that committed.
+    pub committed: u64,
+    /// Logical transactions rolled back on purpose (TPC-C 1 % New-Order).
+    pub rolled_back: u64,
+    /// Attempts that hit `Error::Conflict` and were retried.
+    pub conflicts: u64,
+    pub txn_per_s: f64,
+    /// conflicts / (committed + rolled_back + conflicts).
+    pub abort_rate: f64,
+    pub latency: Latency,
+    pub kinds: Vec<KindStats>,
+    pub series: Vec<Sample>,
+}
+
+/// How long a run lasts.
+#[derive(Clone, Copy, Debug)]
+pub enum Limit {
+    Time(Duration),
+    Txns(u64),
+}
+
+/// One worker thread's transaction generator and executor.
+pub trait Worker: Send {
+    /// Runs one logical transaction to its end, retrying conflicts.
+    /// Returns its kind (index into the kind names) and the outcome.
+    fn run_one(&mut self, session: &mut Session) -> rebound::Result<(usize, Done<()>)>;
+}
+
+/// What the driver reports while running (the crash child prints samples).
+pub trait Observer: Sync {
+    fn sample(&self, _s: &Sample) {}
+}
+
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// How [`drive`] runs.
+pub struct DriveSpec<'a> {
+    pub limit: Limit,
+    /// Progress bar label.
+    pub label: &'a str,
+    /// Phase recorded in the samples.
+    pub phase: &'a str,
+    pub show_progress: bool,
+    pub observer: &'a dyn Observer,
+}
+
+/// Runs `workers` (one thread and one session each) until the limit,
+/// sampling throughput every 100 ms.
+pub fn drive<W: Worker>(
+    db: &Database,
+    workers: Vec<W>,
+    kind_names: &[&str],
+    spec: &DriveSpec<'_>,
+) -> BoxResult<RunStats> {
+    let DriveSpec {
+        limit,
+        label,
+        phase,
+        show_progress,
+        observer,
+    } = *spec;
+    let kinds = kind_names.len();
+    let committed = AtomicU64::new(0);
+    let claimed = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let failure: Mutex<Option<String>> = Mutex::new(None);
+    type PerThread = (Vec<KindStats>, Vec<Histogram<u64>>, Histogram<u64>);
+    let results: Mutex<Vec<PerThread>> = Mutex::new(Vec::new());
+    let start = Instant::now();
+    let mut series = Vec::new();
+    let bar = match limit {
+        Limit::Time(d) => progress((d.as_secs_f64() * 10.0).ceil() as u64, label, "x100ms"),
+        Limit::Txns(n) => progress(n, label, "txns"),
+    };
+    if !show_progress {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    std::thread::scope(|scope| {
+        for mut worker in workers {
+            let (committed, claimed, stop, failure, results) =
+                (&committed, &claimed, &stop, &failure, &results);
+            scope.spawn(move || {
+                let mut stats: Vec<KindStats> = kind_names
+                    .iter()
+                    .map(|n| KindStats {
+                        name: n.to_string(),
+                        ..Default::default()
+                    })
+                    .collect();
+                let mut hists: Vec<_> = (0..kinds).map(|_| new_histogram()).collect();
+                let mut all = new_histogram();
+                let mut session = match db.session() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        *failure.lock().unwrap() = Some(e.to_string());
+                        stop.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    if let Limit::Txns(n) = limit {
+                        if claimed.fetch_add(1, Ordering::Relaxed) >= n {
+                            break;
+                        }
+                    }
+                    let t0 = Instant::now();
+                    match worker.run_one(&mut session) {
+                        Ok((kind, done)) => {
+                            let us = t0.elapsed().as_micros().max(1) as u64;
+                            let k = &mut stats[kind];
+                            k.conflicts += done.conflicts;
+                            if done.value.is_some() {
+                                k.committed += 1;
+                            } else {
+                                k.rolled_back += 1;
+                            }
+                            let _ = hists[kind].record(us);
+                            let _ = all.record(us);
+                            committed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            *failure.lock().unwrap() = Some(e.to_string());
+                            stop.store(true, Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                }
+                results.lock().unwrap().push((stats, hists, all));
+            });
+        }
+        // The sampler: this thread.
+        let mut last = (start, 0u64);
+        let tick = Duration::from_millis(100);
+        let mut next = start + tick;
+        loop {
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            }
+            next += tick;
+            let now = Instant::now();
+            let n = committed.load(Ordering::Relaxed);
+            let dt = (now - last.0).as_secs_f64();
+            let sample = Sample {
+                unix_ms: unix_ms(),
+                t_s: (now - start).as_secs_f64(),
+                txn_per_s: (n - last.1) as f64 / dt.max(1e-9),
+                phase: phase.to_owned(),
+            };
+            observer.sample(&sample);
+            series.push(sample);
+            last = (now, n);
+            match limit {
+                Limit::Time(d) => {
+                    bar.set_position(((now - start).as_secs_f64() * 10.0) as u64);
+                    if now - start >= d {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+                Limit::Txns(total) => {
+                    bar.set_position(n);
+                    if n >= total {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    if let Some(e) = failure.into_inner().unwrap() {
+        return Err(format!("a worker failed: {e}").into());
+    }
+    let mut kinds_out: Vec<KindStats> = kind_names
+        .iter()
+        .map(|n| KindStats {
+            name: n.to_string(),
+            ..Default::default()
+        })
+        .collect();
+    let mut hists: Vec<_> = (0..kinds).map(|_| new_histogram()).collect();
+    let mut all = new_histogram();
+    for (stats, h, a) in results.into_inner().unwrap() {
+        for (i, s) in stats.into_iter().enumerate() {
+            kinds_out[i].committed += s.committed;
+            kinds_out[i].rolled_back += s.rolled_back;
+            kinds_out[i].conflicts += s.conflicts;
+            let _ = hists[i].add(&h[i]);
+        }
+        let _ = all.add(&a);
+    }
+    for (k, h) in kinds_out.iter_mut().zip(&hists) {
+        k.latency = Latency::from_histogram(h);
+    }
+    let committed: u64 = kinds_out.iter().map(|k| k.committed).sum();
+    let rolled_back: u64 = kinds_out.iter().map(|k| k.rolled_back).sum();
+    let conflicts: u64 = kinds_out.iter().map(|k| k.conflicts).sum();
+    let attempts = committed + rolled_back + conflicts;
+    Ok(RunStats {
+        seconds,
+        committed,
+        rolled_back,
+        conflicts,
+        txn_per_s: (committed + rolled_back) as f64 / seconds,
+        abort_rate: if attempts == 0 {
+            0.0
+        } else {
+            conflicts as f64 / attempts as f64
+        },
+        latency: Latency::from_histogram(&all),
+        kinds: kinds_out,
+        series,
+    })
+}
+
+/// Where result files go.
+#[derive(Args, Clone, Debug, Serialize, Deserialize)]
+pub struct OutArgs {
+    /// Directory for the JSON and CSV result files.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Base name of the result files (default: derived from the command).
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+impl OutArgs {
+    pub fn base(&self, default: &str) -> String {
+        self.name.clone().unwrap_or_else(|| {
+            let secs = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            format!("{default}-{secs}")
+        })
+    }
+}
+
+/// Facts about the machine and build recorded with every result.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Environment {
+    pub rebound_version: String,
+    pub build: String,
+    pub cores: usize,
+    pub unix_time_s: u64,
+    pub command_line: Vec<String>,
+}
+
+impl Environment {
+    pub fn capture() -> Environment {
+        Environment {
+            rebound_version: env!("CARGO_PKG_VERSION").to_owned(),
+            build: if cfg!(debug_assertions) {
+                "debug".into()
+            } else {
+                "release".into()
+            },
+            cores: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            unix_time_s: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            command_line: std::env::args().collect(),
+        }
+    }
+}
+
+/// Writes `value` as pretty JSON to `dir/base.json`; returns the path.
+pub fn write_json<T: Serialize>(dir: &Path, base: &str, value: &T) -> BoxResult<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{base}.json"));
+    std::fs::write(&path, serde_json::to_vec_pretty(value)?)?;
+    Ok(path)
+}
+
+/// Writes rows (serde structs) to `dir/base.csv`; returns the path.
+pub fn write_csv<T: Serialize>(dir: &Path, base: &str, rows: &[T]) -> BoxResult<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{base}.csv"));
+    let mut w = csv::Writer::from_path(&path)?;
+    for r in rows {
+        w.serialize(r)?;
+    }
+    w.flush()?;
+    Ok(path)
+}
+
+/// One flat CSV row summarising a run.
+#[derive(Serialize)]
+pub struct SummaryRow {
+    pub benchmark: String,
+    pub workload: String,
+    pub design: String,
+    pub threads: usize,
+    pub seconds: f64,
+    pub committed: u64,
+    pub rolled_back: u64,
+    pub conflicts: u64,
+    pub txn_per_s: f64,
+    pub abort_rate: f64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    pub config: String,
+}
+
+impl SummaryRow {
+    pub fn new(
+        benchmark: &str,
+        workload: &str,
+        design: &str,
+        threads: usize,
+        stats: &RunStats,
+        config: String,
+    ) -> SummaryRow {
+        SummaryRow {
+            benchmark: benchmark.into(),
+            workload: workload.into(),
+            design: design.into(),
+            threads,
+            seconds: stats.seconds,
+            committed: stats.committed,
+            rolled_back: stats.rolled_back,
+            conflicts: stats.conflicts,
+            txn_per_s: stats.txn_per_s,
+            abort_rate: stats.abort_rate,
+            p50_us: stats.latency.p50_us,
+            p90_us: stats.latency.p90_us,
+            p99_us: stats.latency.p99_us,
+            p999_us: stats.latency.p999_us,
+            max_us: stats.latency.max_us,
+            config,
+        }
+    }
+}
+
+/// One line for the terminal.
+pub fn describe(stats: &RunStats) -> String {
+    format!(
+        "{:.0} txn/s ({} committed, {} rolled back in {:.2} s), abort rate {:.2} % ({} conflicts retried), latency p50 {} us p99 {} us p99.9 {} us",
+        stats.txn_per_s,
+        stats.committed,
+        stats.rolled_back,
+        stats.seconds,
+        stats.abort_rate * 100.0,
+        stats.conflicts,
+        stats.latency.p50_us,
+        stats.latency.p99_us,
+        stats.latency.p999_us
+    )
+}
+
+/// The durability facts of an open database, for the record.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DesignRecord {
+    pub design: String,
+    pub durability: String,
+    pub guarantee: String,
+    pub persist_latency_ns: u64,
+    pub path: Option<PathBuf>,
+}
+
+impl DesignRecord {
+    pub fn of(name: &str, db: &Database) -> DesignRecord {
+        let opts = design_options(name).unwrap_or_default();
+        DesignRecord {
+            design: name.to_owned(),
+            durability: format!("{:?}", db.durability()),
+            guarantee: format!("{:?}", db.guarantee()),
+            persist_latency_ns: opts.persist_latency_ns,
+            path: db.path().map(Path::to_path_buf),
+        }
+    }
+}
+
+/// What loading the initial data took.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LoadStats {
+    pub rows: u64,
+    pub seconds: f64,
+    pub rows_per_s: f64,
+}

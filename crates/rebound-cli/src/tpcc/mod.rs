@@ -1,0 +1,328 @@
+//! TPC-C: nine tables (plus two index tables the transactions maintain
+//! themselves), the five transactions in the standard mix, loading, and
+//! the consistency conditions 1–4 as a checker.
+
+pub mod check;
+pub mod load;
+pub mod schema;
+pub mod txns;
+
+use crate::common::{
+    describe, drive, open_design, write_csv, write_json, BoxResult, DbDir, DesignRecord, DirArgs,
+    DriveSpec, Environment, OutArgs, RunStats, SummaryRow,
+};
+use crate::ycsb::LimitArgs;
+use clap::Args;
+use rebound::{Database, Table};
+use schema::*;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// NURand run-time constants (clause 2.1.6): C for C_LAST at load and at
+/// run time differ by 66 (allowed: 65..=119 except 96 and 112).
+pub const C_LAST_LOAD: u64 = 157;
+pub const C_LAST_RUN: u64 = 223;
+pub const C_ID: u64 = 259;
+pub const C_OL_I_ID: u64 = 7911;
+
+/// The five transactions, in mix order.
+pub const KINDS: [&str; 5] = [
+    "new_order",
+    "payment",
+    "order_status",
+    "delivery",
+    "stock_level",
+];
+
+/// Scale and mix parameters shared by `tpcc`, `compare` and `crash`.
+#[derive(Args, Clone, Debug, Serialize, Deserialize)]
+pub struct TpccConfig {
+    /// Number of warehouses (the scale factor).
+    #[arg(long, default_value_t = 1)]
+    pub warehouses: u16,
+    /// Worker threads (each with its own session; home warehouse =
+    /// thread mod warehouses).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Items (100 000 in the specification; smaller only for tests).
+    #[arg(long, default_value_t = 100_000)]
+    pub items: u32,
+    /// Customers per district, which is also the number of initial orders
+    /// per district (3 000 in the specification).
+    #[arg(long, default_value_t = 3000)]
+    pub customers: u32,
+    /// Fraction of New-Order lines supplied by a remote warehouse.
+    #[arg(long, default_value_t = 0.01)]
+    pub remote_new_order: f64,
+    /// Fraction of Payments for a customer of a remote warehouse.
+    #[arg(long, default_value_t = 0.15)]
+    pub remote_payment: f64,
+    /// Fraction of New-Orders rolled back by an unused item number.
+    #[arg(long, default_value_t = 0.01)]
+    pub rollback: f64,
+    /// Percentages of New-Order, Payment, Order-Status, Delivery and
+    /// Stock-Level (the standard mix).
+    #[arg(long, value_delimiter = ',', default_value = "45,43,4,4,4")]
+    pub mix: Vec<u32>,
+    /// Seed of the loader and the workers.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+impl Default for TpccConfig {
+    fn default() -> Self {
+        TpccConfig {
+            warehouses: 1,
+            threads: 2,
+            items: 100_000,
+            customers: 3000,
+            remote_new_order: 0.01,
+            remote_payment: 0.15,
+            rollback: 0.01,
+            mix: vec![45, 43, 4, 4, 4],
+            seed: 42,
+        }
+    }
+}
+
+impl TpccConfig {
+    pub fn validate(&self) -> BoxResult<()> {
+        if self.warehouses == 0 || self.threads == 0 {
+            return Err("--warehouses and --threads must be positive".into());
+        }
+        if self.items < 15 || self.customers < 10 {
+            return Err("--items must be at least 15 and --customers at least 10".into());
+        }
+        if self.mix.len() != 5 || self.mix.iter().sum::<u32>() != 100 {
+            return Err("--mix must be five percentages adding up to 100".into());
+        }
+        Ok(())
+    }
+
+    /// Orders per district whose NEW-ORDER row exists after the load
+    /// (the last 900 of 3000 in the specification).
+    pub fn initial_new_orders(&self) -> u32 {
+        self.customers * 900 / 3000
+    }
+
+    /// Largest last-name number used (999, fewer for tiny scales so every
+    /// name exists).
+    pub fn max_name(&self) -> u32 {
+        999.min(self.customers - 1)
+    }
+
+    pub fn initial_orders_total(&self) -> u64 {
+        self.customers as u64 * DISTRICTS as u64 * self.warehouses as u64
+    }
+}
+
+/// Handles of all TPC-C tables.
+#[derive(Clone)]
+pub struct Tables {
+    pub warehouse: Table,
+    pub district: Table,
+    pub customer: Table,
+    pub customer_name: Table,
+    pub history: Table,
+    pub new_order: Table,
+    pub order: Table,
+    pub order_customer: Table,
+    pub order_line: Table,
+    pub item: Table,
+    pub stock: Table,
+}
+
+impl Tables {
+    /// Opens the tables, creating the missing ones.
+    pub fn open(db: &Database) -> BoxResult<Tables> {
+        let t = |def: &TableDef| -> BoxResult<Table> {
+            Ok(match db.table(def.name)? {
+                Some(t) => t,
+                None => db.create_table(def.name, def.options())?,
+            })
+        };
+        Ok(Tables {
+            warehouse: t(&WAREHOUSE)?,
+            district: t(&DISTRICT)?,
+            customer: t(&CUSTOMER)?,
+            customer_name: t(&CUSTOMER_NAME)?,
+            history: t(&HISTORY)?,
+            new_order: t(&NEW_ORDER)?,
+            order: t(&ORDER)?,
+            order_customer: t(&ORDER_CUSTOMER)?,
+            order_line: t(&ORDER_LINE)?,
+            item: t(&ITEM)?,
+            stock: t(&STOCK)?,
+        })
+    }
+
+    /// Opens existing tables only.
+    pub fn existing(db: &Database) -> BoxResult<Tables> {
+        for def in ALL_TABLES {
+            if db.table(def.name)?.is_none() {
+                return Err(format!("not a TPC-C database: no table {:?}", def.name).into());
+            }
+        }
+        Tables::open(db)
+    }
+}
+
+/// Shared between the workers of one run.
+pub struct Shared {
+    /// Per (w, d): every NEW-ORDER row below this o_id has been delivered
+    /// (an in-memory hint that lets Delivery skip deleted rows).
+    pub delivered_below: Vec<std::sync::atomic::AtomicU32>,
+    /// Committed New-Orders (reported by the crash child).
+    pub new_orders: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(cfg: &TpccConfig) -> Arc<Shared> {
+        Arc::new(Shared {
+            delivered_below: (0..cfg.warehouses as usize * DISTRICTS as usize)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
+            new_orders: AtomicU64::new(0),
+        })
+    }
+}
+
+/// Runs the mix on a loaded database.
+pub fn run_on(
+    db: &Database,
+    cfg: &TpccConfig,
+    spec: &DriveSpec<'_>,
+    shared: &Arc<Shared>,
+) -> BoxResult<RunStats> {
+    let tables = Tables::existing(db)?;
+    let workers: Vec<_> = (0..cfg.threads)
+        .map(|t| txns::TpccWorker::new(&tables, cfg, t, shared.clone()))
+        .collect();
+    drive(db, workers, &KINDS, spec)
+}
+
+#[derive(Args, Clone, Debug, Serialize, Deserialize)]
+pub struct TpccArgs {
+    #[command(flatten)]
+    pub cfg: TpccConfig,
+    #[command(flatten)]
+    pub limit: LimitArgs,
+    /// Durability design (see `rebound compare --help`).
+    #[arg(long, default_value = "log-free")]
+    pub design: String,
+    /// Skip the consistency check after the run.
+    #[arg(long)]
+    pub no_check: bool,
+    /// Only load (if needed) and check an existing database in --dir.
+    #[arg(long)]
+    pub check_only: bool,
+    #[command(flatten)]
+    pub dir: DirArgs,
+    #[command(flatten)]
+    pub out: OutArgs,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct TpccResult {
+    pub benchmark: String,
+    pub config: TpccArgs,
+    pub design: DesignRecord,
+    pub environment: Environment,
+    pub load: load::LoadStats,
+    pub result: RunStats,
+    pub check: Option<check::CheckReport>,
+}
+
+pub fn run(args: TpccArgs) -> BoxResult<()> {
+    args.cfg.validate()?;
+    if args.check_only {
+        let dir = args.dir.dir.clone().ok_or("--check-only needs --dir")?;
+        return check_command(CheckArgs { dir });
+    }
+    let dir = DbDir::new(&args.dir, "tpcc")?;
+    let db = open_design(&dir.path, &args.design)?;
+    let load = load::load(&db, &args.cfg, true)?;
+    println!(
+        "tpcc: loaded {} warehouse(s), {} rows in {:.2} s ({:.0} rows/s), design {}",
+        args.cfg.warehouses, load.rows, load.seconds, load.rows_per_s, args.design
+    );
+    let shared = Shared::new(&args.cfg);
+    let spec = DriveSpec {
+        limit: args.limit.limit(),
+        label: "tpcc",
+        phase: "run",
+        show_progress: true,
+        observer: &crate::common::NoObserver,
+    };
+    let stats = run_on(&db, &args.cfg, &spec, &shared)?;
+    println!("tpcc: {}", describe(&stats));
+    for k in &stats.kinds {
+        println!(
+            "  {:<12} {:>9} committed {:>6} rolled back {:>8} conflicts  p50 {:>6} us  p99 {:>7} us",
+            k.name, k.committed, k.rolled_back, k.conflicts, k.latency.p50_us, k.latency.p99_us
+        );
+    }
+    let check = if args.no_check {
+        None
+    } else {
+        let report = check::check(&db)?;
+        println!("consistency: {}", report.summary());
+        Some(report)
+    };
+    let base = args.out.base(&format!("tpcc-{}", args.design));
+    let result = TpccResult {
+        benchmark: "tpcc".into(),
+        design: DesignRecord::of(&args.design, &db),
+        environment: Environment::capture(),
+        load,
+        result: stats,
+        check: check.clone(),
+        config: args.clone(),
+    };
+    let json = write_json(&args.out.out, &base, &result)?;
+    let row = SummaryRow::new(
+        "tpcc",
+        &format!("tpcc-w{}", args.cfg.warehouses),
+        &args.design,
+        args.cfg.threads,
+        &result.result,
+        serde_json::to_string(&args)?,
+    );
+    let csv = write_csv(&args.out.out, &base, &[row])?;
+    println!("results: {} {}", json.display(), csv.display());
+    if let Some(c) = check {
+        if !c.ok {
+            return Err("TPC-C consistency check failed".into());
+        }
+    }
+    Ok(())
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct CheckArgs {
+    /// Directory of an existing TPC-C database (log-free design).
+    #[arg(long)]
+    pub dir: std::path::PathBuf,
+}
+
+/// `rebound tpcc-check`: opens an existing database and checks it.
+pub fn check_command(args: CheckArgs) -> BoxResult<()> {
+    let db = Database::open(
+        &args.dir,
+        rebound::Options {
+            create_if_missing: false,
+            ..rebound::Options::default()
+        },
+    )?;
+    let report = check::check(&db)?;
+    println!("{}", report.summary());
+    for v in report.violations.iter().take(20) {
+        println!("  {v}");
+    }
+    if report.ok {
+        Ok(())
+    } else {
+        Err("TPC-C consistency check failed".into())
+    }
+}

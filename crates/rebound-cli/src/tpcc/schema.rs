@@ -1,0 +1,756 @@
+//! TPC-C tables: big-endian keys (so that byte order is key order and
+//! range scans work) and fixed-layout little-endian row values.
+
+use rebound::TableOptions;
+
+pub const DISTRICTS: u8 = 10;
+
+/// Table names, key and value sizes.
+pub struct TableDef {
+    pub name: &'static str,
+    pub key_len: u32,
+    pub value_len: u32,
+}
+
+pub const WAREHOUSE: TableDef = TableDef {
+    name: "warehouse",
+    key_len: 2,
+    value_len: Warehouse::LEN as u32,
+};
+pub const DISTRICT: TableDef = TableDef {
+    name: "district",
+    key_len: 3,
+    value_len: District::LEN as u32,
+};
+pub const CUSTOMER: TableDef = TableDef {
+    name: "customer",
+    key_len: 7,
+    value_len: Customer::LEN as u32,
+};
+/// Secondary index (w, d, last, first, c_id) → empty, kept by the
+/// transactions themselves, for the by-last-name lookups.
+pub const CUSTOMER_NAME: TableDef = TableDef {
+    name: "customer_name",
+    key_len: 3 + NAME_LEN as u32 * 2 + 4,
+    value_len: 0,
+};
+pub const HISTORY: TableDef = TableDef {
+    name: "history",
+    key_len: 15,
+    value_len: History::LEN as u32,
+};
+pub const NEW_ORDER: TableDef = TableDef {
+    name: "new_order",
+    key_len: 7,
+    value_len: 0,
+};
+pub const ORDER: TableDef = TableDef {
+    name: "order",
+    key_len: 7,
+    value_len: Order::LEN as u32,
+};
+/// Secondary index (w, d, c_id, o_id) → empty, for Order-Status.
+pub const ORDER_CUSTOMER: TableDef = TableDef {
+    name: "order_customer",
+    key_len: 11,
+    value_len: 0,
+};
+pub const ORDER_LINE: TableDef = TableDef {
+    name: "order_line",
+    key_len: 8,
+    value_len: OrderLine::LEN as u32,
+};
+pub const ITEM: TableDef = TableDef {
+    name: "item",
+    key_len: 4,
+    value_len: Item::LEN as u32,
+};
+pub const STOCK: TableDef = TableDef {
+    name: "stock",
+    key_len: 6,
+    value_len: Stock::LEN as u32,
+};
+
+pub const ALL_TABLES: [&TableDef; 11] = [
+    &WAREHOUSE,
+    &DISTRICT,
+    &CUSTOMER,
+    &CUSTOMER_NAME,
+    &HISTORY,
+    &NEW_ORDER,
+    &ORDER,
+    &ORDER_CUSTOMER,
+    &ORDER_LINE,
+    &ITEM,
+    &STOCK,
+];
+
+impl TableDef {
+    pub fn options(&self) -> TableOptions {
+        TableOptions {
+            max_key_len: self.key_len,
+            max_value_len: self.value_len,
+        }
+    }
+}
+
+/// Length of the fixed first/last name fields in the name index.
+pub const NAME_LEN: usize = 16;
+
+// ---- keys ----
+
+pub fn k_warehouse(w: u16) -> Vec<u8> {
+    w.to_be_bytes().to_vec()
+}
+
+pub fn k_district(w: u16, d: u8) -> Vec<u8> {
+    let mut k = w.to_be_bytes().to_vec();
+    k.push(d);
+    k
+}
+
+pub fn k_customer(w: u16, d: u8, c: u32) -> Vec<u8> {
+    let mut k = k_district(w, d);
+    k.extend_from_slice(&c.to_be_bytes());
+    k
+}
+
+fn padded(s: &str) -> [u8; NAME_LEN] {
+    let mut b = [0u8; NAME_LEN];
+    let n = s.len().min(NAME_LEN);
+    b[..n].copy_from_slice(&s.as_bytes()[..n]);
+    b
+}
+
+/// Prefix of all name-index keys of customers called `last` in (w, d).
+pub fn k_customer_name_prefix(w: u16, d: u8, last: &str) -> Vec<u8> {
+    let mut k = k_district(w, d);
+    k.extend_from_slice(&padded(last));
+    k
+}
+
+pub fn k_customer_name(w: u16, d: u8, last: &str, first: &str, c: u32) -> Vec<u8> {
+    let mut k = k_customer_name_prefix(w, d, last);
+    k.extend_from_slice(&padded(first));
+    k.extend_from_slice(&c.to_be_bytes());
+    k
+}
+
+/// The customer id at the end of a name-index key.
+pub fn customer_name_c_id(k: &[u8]) -> Option<u32> {
+    let tail = k.get(k.len().checked_sub(4)?..)?;
+    Some(u32::from_be_bytes(tail.try_into().ok()?))
+}
+
+pub fn k_history(w: u16, d: u8, txn: u64, seq: u32) -> Vec<u8> {
+    let mut k = k_district(w, d);
+    k.extend_from_slice(&txn.to_be_bytes());
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// Key of ORDER and NEW-ORDER rows.
+pub fn k_order(w: u16, d: u8, o: u32) -> Vec<u8> {
+    k_customer(w, d, o)
+}
+
+pub fn k_order_customer(w: u16, d: u8, c: u32, o: u32) -> Vec<u8> {
+    let mut k = k_customer(w, d, c);
+    k.extend_from_slice(&o.to_be_bytes());
+    k
+}
+
+pub fn k_order_line(w: u16, d: u8, o: u32, ol: u8) -> Vec<u8> {
+    let mut k = k_order(w, d, o);
+    k.push(ol);
+    k
+}
+
+pub fn k_item(i: u32) -> Vec<u8> {
+    i.to_be_bytes().to_vec()
+}
+
+pub fn k_stock(w: u16, i: u32) -> Vec<u8> {
+    let mut k = w.to_be_bytes().to_vec();
+    k.extend_from_slice(&i.to_be_bytes());
+    k
+}
+
+/// Splits a key into (w, d, o) for ORDER / NEW-ORDER / ORDER-LINE keys.
+pub fn parse_order_key(k: &[u8]) -> Option<(u16, u8, u32)> {
+    Some((
+        u16::from_be_bytes(k.get(0..2)?.try_into().ok()?),
+        *k.get(2)?,
+        u32::from_be_bytes(k.get(3..7)?.try_into().ok()?),
+    ))
+}
+
+pub fn parse_u32_at(k: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(k.get(at..at + 4)?.try_into().ok()?))
+}
+
+// ---- values ----
+
+/// Appends fixed-width fields.
+pub struct Enc(pub Vec<u8>);
+
+impl Enc {
+    pub fn new(cap: usize) -> Enc {
+        Enc(Vec::with_capacity(cap))
+    }
+    pub fn u8(mut self, v: u8) -> Self {
+        self.0.push(v);
+        self
+    }
+    pub fn u16(mut self, v: u16) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u32(mut self, v: u32) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn i32(mut self, v: i32) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u64(mut self, v: u64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn i64(mut self, v: i64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// A string in exactly `width` bytes, zero-padded (truncated if longer).
+    pub fn str(mut self, s: &str, width: usize) -> Self {
+        let b = s.as_bytes();
+        let n = b.len().min(width);
+        self.0.extend_from_slice(&b[..n]);
+        self.0.resize(self.0.len() + width - n, 0);
+        self
+    }
+}
+
+/// Reads fixed-width fields in order.
+pub struct Dec<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Dec<'a> {
+    pub fn new(b: &'a [u8]) -> Dec<'a> {
+        Dec { b, at: 0 }
+    }
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        let s = self
+            .b
+            .get(self.at..self.at + n)
+            .expect("row shorter than its layout");
+        self.at += n;
+        s
+    }
+    pub fn u8(&mut self) -> u8 {
+        self.take(1)[0]
+    }
+    pub fn u16(&mut self) -> u16 {
+        u16::from_le_bytes(self.take(2).try_into().unwrap())
+    }
+    pub fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take(4).try_into().unwrap())
+    }
+    pub fn i32(&mut self) -> i32 {
+        i32::from_le_bytes(self.take(4).try_into().unwrap())
+    }
+    pub fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take(8).try_into().unwrap())
+    }
+    pub fn i64(&mut self) -> i64 {
+        i64::from_le_bytes(self.take(8).try_into().unwrap())
+    }
+    pub fn str(&mut self, width: usize) -> String {
+        let b = self.take(width);
+        let end = b.iter().position(|&c| c == 0).unwrap_or(width);
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    }
+}
+
+/// Street, city, state and zip, shared by several tables.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Address {
+    pub street_1: String,
+    pub street_2: String,
+    pub city: String,
+    pub state: String,
+    pub zip: String,
+}
+
+impl Address {
+    const LEN: usize = 20 + 20 + 20 + 2 + 9;
+    fn enc(&self, e: Enc) -> Enc {
+        e.str(&self.street_1, 20)
+            .str(&self.street_2, 20)
+            .str(&self.city, 20)
+            .str(&self.state, 2)
+            .str(&self.zip, 9)
+    }
+    fn dec(d: &mut Dec) -> Address {
+        Address {
+            street_1: d.str(20),
+            street_2: d.str(20),
+            city: d.str(20),
+            state: d.str(2),
+            zip: d.str(9),
+        }
+    }
+}
+
+/// Money is in cents; tax and discount rates in units of 1/10000.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Warehouse {
+    pub name: String,
+    pub address: Address,
+    pub tax: u32,
+    pub ytd: i64,
+}
+
+impl Warehouse {
+    pub const LEN: usize = 10 + Address::LEN + 4 + 8;
+    pub fn encode(&self) -> Vec<u8> {
+        self.address
+            .enc(Enc::new(Self::LEN).str(&self.name, 10))
+            .u32(self.tax)
+            .i64(self.ytd)
+            .0
+    }
+    pub fn decode(b: &[u8]) -> Warehouse {
+        let mut d = Dec::new(b);
+        Warehouse {
+            name: d.str(10),
+            address: Address::dec(&mut d),
+            tax: d.u32(),
+            ytd: d.i64(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct District {
+    pub name: String,
+    pub address: Address,
+    pub tax: u32,
+    pub ytd: i64,
+    pub next_o_id: u32,
+}
+
+impl District {
+    pub const LEN: usize = 10 + Address::LEN + 4 + 8 + 4;
+    pub fn encode(&self) -> Vec<u8> {
+        self.address
+            .enc(Enc::new(Self::LEN).str(&self.name, 10))
+            .u32(self.tax)
+            .i64(self.ytd)
+            .u32(self.next_o_id)
+            .0
+    }
+    pub fn decode(b: &[u8]) -> District {
+        let mut d = Dec::new(b);
+        District {
+            name: d.str(10),
+            address: Address::dec(&mut d),
+            tax: d.u32(),
+            ytd: d.i64(),
+            next_o_id: d.u32(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Customer {
+    pub first: String,
+    pub middle: String,
+    pub last: String,
+    pub address: Address,
+    pub phone: String,
+    pub since: u64,
+    pub credit: String,
+    pub credit_lim: i64,
+    pub discount: u32,
+    pub balance: i64,
+    pub ytd_payment: i64,
+    pub payment_cnt: u32,
+    pub delivery_cnt: u32,
+    pub data: String,
+}
+
+impl Customer {
+    pub const LEN: usize = 16 + 2 + 16 + Address::LEN + 16 + 8 + 2 + 8 + 4 + 8 + 8 + 4 + 4 + 500;
+    pub fn encode(&self) -> Vec<u8> {
+        self.address
+            .enc(
+                Enc::new(Self::LEN)
+                    .str(&self.first, 16)
+                    .str(&self.middle, 2)
+                    .str(&self.last, 16),
+            )
+            .str(&self.phone, 16)
+            .u64(self.since)
+            .str(&self.credit, 2)
+            .i64(self.credit_lim)
+            .u32(self.discount)
+            .i64(self.balance)
+            .i64(self.ytd_payment)
+            .u32(self.payment_cnt)
+            .u32(self.delivery_cnt)
+            .str(&self.data, 500)
+            .0
+    }
+    pub fn decode(b: &[u8]) -> Customer {
+        let mut d = Dec::new(b);
+        Customer {
+            first: d.str(16),
+            middle: d.str(2),
+            last: d.str(16),
+            address: Address::dec(&mut d),
+            phone: d.str(16),
+            since: d.u64(),
+            credit: d.str(2),
+            credit_lim: d.i64(),
+            discount: d.u32(),
+            balance: d.i64(),
+            ytd_payment: d.i64(),
+            payment_cnt: d.u32(),
+            delivery_cnt: d.u32(),
+            data: d.str(500),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct History {
+    pub c_id: u32,
+    pub c_d_id: u8,
+    pub c_w_id: u16,
+    pub d_id: u8,
+    pub w_id: u16,
+    pub date: u64,
+    pub amount: i64,
+    pub data: String,
+}
+
+impl History {
+    pub const LEN: usize = 4 + 1 + 2 + 1 + 2 + 8 + 8 + 24;
+    pub fn encode(&self) -> Vec<u8> {
+        Enc::new(Self::LEN)
+            .u32(self.c_id)
+            .u8(self.c_d_id)
+            .u16(self.c_w_id)
+            .u8(self.d_id)
+            .u16(self.w_id)
+            .u64(self.date)
+            .i64(self.amount)
+            .str(&self.data, 24)
+            .0
+    }
+    #[cfg(test)]
+    pub fn decode(b: &[u8]) -> History {
+        let mut d = Dec::new(b);
+        History {
+            c_id: d.u32(),
+            c_d_id: d.u8(),
+            c_w_id: d.u16(),
+            d_id: d.u8(),
+            w_id: d.u16(),
+            date: d.u64(),
+            amount: d.i64(),
+            data: d.str(24),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Order {
+    pub c_id: u32,
+    pub entry_d: u64,
+    /// 0 = null (not delivered).
+    pub carrier_id: u8,
+    pub ol_cnt: u8,
+    pub all_local: u8,
+}
+
+impl Order {
+    pub const LEN: usize = 4 + 8 + 1 + 1 + 1;
+    pub fn encode(&self) -> Vec<u8> {
+        Enc::new(Self::LEN)
+            .u32(self.c_id)
+            .u64(self.entry_d)
+            .u8(self.carrier_id)
+            .u8(self.ol_cnt)
+            .u8(self.all_local)
+            .0
+    }
+    pub fn decode(b: &[u8]) -> Order {
+        let mut d = Dec::new(b);
+        Order {
+            c_id: d.u32(),
+            entry_d: d.u64(),
+            carrier_id: d.u8(),
+            ol_cnt: d.u8(),
+            all_local: d.u8(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OrderLine {
+    pub i_id: u32,
+    pub supply_w_id: u16,
+    /// 0 = null (not delivered).
+    pub delivery_d: u64,
+    pub quantity: u8,
+    pub amount: i64,
+    pub dist_info: String,
+}
+
+impl OrderLine {
+    pub const LEN: usize = 4 + 2 + 8 + 1 + 8 + 24;
+    pub fn encode(&self) -> Vec<u8> {
+        Enc::new(Self::LEN)
+            .u32(self.i_id)
+            .u16(self.supply_w_id)
+            .u64(self.delivery_d)
+            .u8(self.quantity)
+            .i64(self.amount)
+            .str(&self.dist_info, 24)
+            .0
+    }
+    pub fn decode(b: &[u8]) -> OrderLine {
+        let mut d = Dec::new(b);
+        OrderLine {
+            i_id: d.u32(),
+            supply_w_id: d.u16(),
+            delivery_d: d.u64(),
+            quantity: d.u8(),
+            amount: d.i64(),
+            dist_info: d.str(24),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Item {
+    pub im_id: u32,
+    pub name: String,
+    pub price: i64,
+    pub data: String,
+}
+
+impl Item {
+    pub const LEN: usize = 4 + 24 + 8 + 50;
+    pub fn encode(&self) -> Vec<u8> {
+        Enc::new(Self::LEN)
+            .u32(self.im_id)
+            .str(&self.name, 24)
+            .i64(self.price)
+            .str(&self.data, 50)
+            .0
+    }
+    pub fn decode(b: &[u8]) -> Item {
+        let mut d = Dec::new(b);
+        Item {
+            im_id: d.u32(),
+            name: d.str(24),
+            price: d.i64(),
+            data: d.str(50),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stock {
+    pub quantity: i32,
+    pub dist: [String; 10],
+    pub ytd: u64,
+    pub order_cnt: u32,
+    pub remote_cnt: u32,
+    pub data: String,
+}
+
+impl Stock {
+    pub const LEN: usize = 4 + 240 + 8 + 4 + 4 + 50;
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::new(Self::LEN).i32(self.quantity);
+        for s in &self.dist {
+            e = e.str(s, 24);
+        }
+        e.u64(self.ytd)
+            .u32(self.order_cnt)
+            .u32(self.remote_cnt)
+            .str(&self.data, 50)
+            .0
+    }
+    pub fn decode(b: &[u8]) -> Stock {
+        let mut d = Dec::new(b);
+        Stock {
+            quantity: d.i32(),
+            dist: std::array::from_fn(|_| d.str(24)),
+            ytd: d.u64(),
+            order_cnt: d.u32(),
+            remote_cnt: d.u32(),
+            data: d.str(50),
+        }
+    }
+}
+
+/// The TPC-C last-name syllables (clause 4.3.2.3).
+const SYLLABLES: [&str; 10] = [
+    "BAR", "OUGHT", "ABLE", "PRI", "PRES", "ESE", "ANTI", "CALLY", "ATION", "EING",
+];
+
+/// The last name for number `n` in 0..=999.
+pub fn last_name(n: u32) -> String {
+    let n = n % 1000;
+    let mut s = String::with_capacity(15);
+    for digit in [n / 100, (n / 10) % 10, n % 10] {
+        s.push_str(SYLLABLES[digit as usize]);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_round_trip_at_their_declared_length() {
+        let c = Customer {
+            first: "Alice".into(),
+            middle: "OE".into(),
+            last: last_name(371),
+            address: Address {
+                street_1: "a".into(),
+                street_2: "b".into(),
+                city: "c".into(),
+                state: "NY".into(),
+                zip: "123411111".into(),
+            },
+            phone: "0123456789012345".into(),
+            since: 77,
+            credit: "BC".into(),
+            credit_lim: 5_000_000,
+            discount: 1234,
+            balance: -1000,
+            ytd_payment: 1000,
+            payment_cnt: 1,
+            delivery_cnt: 0,
+            data: "x".repeat(500),
+        };
+        let b = c.encode();
+        assert_eq!(b.len(), Customer::LEN);
+        assert_eq!(Customer::decode(&b), c);
+        let s = Stock {
+            quantity: -3,
+            dist: std::array::from_fn(|i| format!("dist{i}")),
+            ytd: 9,
+            order_cnt: 2,
+            remote_cnt: 1,
+            data: "ORIGINAL".into(),
+        };
+        assert_eq!(s.encode().len(), Stock::LEN);
+        assert_eq!(Stock::decode(&s.encode()), s);
+        let w = Warehouse {
+            name: "w".into(),
+            tax: 5,
+            ytd: 30_000_000,
+            ..Default::default()
+        };
+        assert_eq!(w.encode().len(), Warehouse::LEN);
+        assert_eq!(Warehouse::decode(&w.encode()), w);
+        let d = District {
+            next_o_id: 3001,
+            ytd: 3_000_000,
+            ..Default::default()
+        };
+        assert_eq!(d.encode().len(), District::LEN);
+        assert_eq!(District::decode(&d.encode()), d);
+        let o = Order {
+            c_id: 5,
+            entry_d: 6,
+            carrier_id: 0,
+            ol_cnt: 15,
+            all_local: 1,
+        };
+        assert_eq!(Order::decode(&o.encode()), o);
+        let ol = OrderLine {
+            i_id: 100_000,
+            supply_w_id: 2,
+            delivery_d: 0,
+            quantity: 5,
+            amount: 12345,
+            dist_info: "x".repeat(24),
+        };
+        assert_eq!(ol.encode().len(), OrderLine::LEN);
+        assert_eq!(OrderLine::decode(&ol.encode()), ol);
+        let h = History {
+            c_id: 1,
+            amount: 1000,
+            data: "hello".into(),
+            ..Default::default()
+        };
+        assert_eq!(h.encode().len(), History::LEN);
+        assert_eq!(History::decode(&h.encode()), h);
+        let i = Item {
+            im_id: 4,
+            name: "n".into(),
+            price: 100,
+            data: "ORIGINAL".into(),
+        };
+        assert_eq!(i.encode().len(), Item::LEN);
+        assert_eq!(Item::decode(&i.encode()), i);
+    }
+
+    #[test]
+    fn keys_have_declared_lengths_and_sort_like_their_fields() {
+        assert_eq!(k_customer(1, 2, 3).len() as u32, CUSTOMER.key_len);
+        assert_eq!(
+            k_customer_name(1, 2, "BARBAR", "x", 7).len() as u32,
+            CUSTOMER_NAME.key_len
+        );
+        assert_eq!(k_history(1, 2, 3, 4).len() as u32, HISTORY.key_len);
+        assert_eq!(
+            k_order_customer(1, 2, 3, 4).len() as u32,
+            ORDER_CUSTOMER.key_len
+        );
+        assert_eq!(k_order_line(1, 2, 3, 4).len() as u32, ORDER_LINE.key_len);
+        assert_eq!(k_stock(1, 2).len() as u32, STOCK.key_len);
+        // Numeric order equals byte order, field by field.
+        let tuples = [
+            (1u16, 1u8, 5u32),
+            (1, 1, 256),
+            (1, 2, 1),
+            (2, 1, 1),
+            (300, 0, 0),
+        ];
+        let keys: Vec<_> = tuples.iter().map(|&(w, d, o)| k_order(w, d, o)).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        for (k, &t) in keys.iter().zip(&tuples) {
+            assert_eq!(parse_order_key(k), Some(t));
+        }
+        // A name that is a prefix of another sorts first; prefixes bound scans.
+        let a = k_customer_name(1, 1, "BAR", "Z", 9);
+        let b = k_customer_name(1, 1, "BARBAR", "A", 1);
+        assert!(a < b);
+        assert!(a.starts_with(&k_customer_name_prefix(1, 1, "BAR")));
+        assert!(!b.starts_with(&k_customer_name_prefix(1, 1, "BAR")));
+        assert_eq!(customer_name_c_id(&b), Some(1));
+    }
+
+    #[test]
+    fn last_names_follow_the_syllable_table() {
+        assert_eq!(last_name(0), "BARBARBAR");
+        assert_eq!(last_name(371), "PRICALLYOUGHT");
+        assert_eq!(last_name(999), "EINGEINGEING");
+    }
+}

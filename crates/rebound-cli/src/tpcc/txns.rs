@@ -1,0 +1,416 @@
+//! The five TPC-C transactions (clause 2), each retried on conflicts with
+//! the same inputs.
+
+use super::load::now_us;
+use super::schema::*;
+use super::{Shared, Tables, TpccConfig, C_ID, C_LAST_RUN, C_OL_I_ID};
+use crate::common::{run_txn, Done, Flow, Worker};
+use crate::gen::nurand;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rebound::{Error, Session, Table, Transaction};
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// How a transaction names its customer.
+#[derive(Clone, Debug)]
+pub enum CustomerSel {
+    Id(u32),
+    LastName(String),
+}
+
+pub struct TpccWorker {
+    t: Tables,
+    cfg: TpccConfig,
+    rng: SmallRng,
+    home_w: u16,
+    shared: Arc<Shared>,
+}
+
+/// Picks a transaction kind (index into `KINDS`) from the mix percentages.
+pub fn pick_kind<R: Rng>(rng: &mut R, mix: &[u32]) -> usize {
+    let mut r = rng.gen_range(0..100u32);
+    for (i, &p) in mix.iter().enumerate() {
+        if r < p {
+            return i;
+        }
+        r -= p;
+    }
+    mix.len() - 1
+}
+
+fn get_row(tx: &mut Transaction<'_>, table: &Table, key: &[u8]) -> rebound::Result<Vec<u8>> {
+    tx.get(table, key)?.ok_or(Error::KeyNotFound)
+}
+
+/// Upper bound for scanning all keys that start with `prefix`.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(&[0xff; 32]);
+    k
+}
+
+/// Resolves a customer: by id, or the middle one (rounded up) of those
+/// with the last name, sorted by first name (clause 2.5.2.2).
+fn find_customer(
+    tx: &mut Transaction<'_>,
+    t: &Tables,
+    w: u16,
+    d: u8,
+    sel: &CustomerSel,
+) -> rebound::Result<Option<u32>> {
+    match sel {
+        CustomerSel::Id(c) => Ok(Some(*c)),
+        CustomerSel::LastName(last) => {
+            let lo = k_customer_name_prefix(w, d, last);
+            let hi = prefix_end(&lo);
+            let rows = tx.scan(&t.customer_name, lo..hi, usize::MAX)?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let pick = (rows.len() - 1) / 2;
+            Ok(customer_name_c_id(&rows[pick].0))
+        }
+    }
+}
+
+impl TpccWorker {
+    pub fn new(t: &Tables, cfg: &TpccConfig, thread: usize, shared: Arc<Shared>) -> TpccWorker {
+        TpccWorker {
+            t: t.clone(),
+            cfg: cfg.clone(),
+            rng: SmallRng::seed_from_u64(
+                cfg.seed ^ (thread as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ now_us(),
+            ),
+            home_w: (thread % cfg.warehouses as usize) as u16 + 1,
+            shared,
+        }
+    }
+
+    fn other_warehouse(&mut self, w: u16) -> u16 {
+        if self.cfg.warehouses <= 1 {
+            return w;
+        }
+        let mut o = self.rng.gen_range(1..self.cfg.warehouses);
+        if o >= w {
+            o += 1;
+        }
+        o
+    }
+
+    fn customer_sel(&mut self) -> CustomerSel {
+        if self.rng.gen_range(0..100) < 60 {
+            let n = nurand(
+                &mut self.rng,
+                255,
+                0,
+                self.cfg.max_name() as u64,
+                C_LAST_RUN,
+            );
+            CustomerSel::LastName(last_name(n as u32))
+        } else {
+            CustomerSel::Id(self.customer_id())
+        }
+    }
+
+    fn customer_id(&mut self) -> u32 {
+        nurand(&mut self.rng, 1023, 1, self.cfg.customers as u64, C_ID) as u32
+    }
+
+    pub fn new_order(&mut self, session: &mut Session) -> rebound::Result<Done<()>> {
+        let w = self.home_w;
+        let d = self.rng.gen_range(1..=DISTRICTS);
+        let c = self.customer_id();
+        let ol_cnt = self.rng.gen_range(5..=15u8);
+        let rollback = self.rng.gen_bool(self.cfg.rollback);
+        let lines: Vec<(u32, u16, u8)> = (0..ol_cnt)
+            .map(|n| {
+                let i = if rollback && n == ol_cnt - 1 {
+                    self.cfg.items + 1 // unused item number
+                } else {
+                    nurand(&mut self.rng, 8191, 1, self.cfg.items as u64, C_OL_I_ID) as u32
+                };
+                let sw = if self.rng.gen_bool(self.cfg.remote_new_order) {
+                    self.other_warehouse(w)
+                } else {
+                    w
+                };
+                (i, sw, self.rng.gen_range(1..=10u8))
+            })
+            .collect();
+        let all_local = lines.iter().all(|&(_, sw, _)| sw == w) as u8;
+        let t = &self.t;
+        let done = run_txn(session, |tx| {
+            let wh = Warehouse::decode(&get_row(tx, &t.warehouse, &k_warehouse(w))?);
+            let dkey = k_district(w, d);
+            let mut dist = District::decode(&get_row(tx, &t.district, &dkey)?);
+            let o = dist.next_o_id;
+            dist.next_o_id += 1;
+            tx.update(&t.district, &dkey, &dist.encode())?;
+            let cust = Customer::decode(&get_row(tx, &t.customer, &k_customer(w, d, c))?);
+            let now = now_us();
+            let order = Order {
+                c_id: c,
+                entry_d: now,
+                carrier_id: 0,
+                ol_cnt,
+                all_local,
+            };
+            tx.insert(&t.order, &k_order(w, d, o), &order.encode())?;
+            tx.insert(&t.new_order, &k_order(w, d, o), b"")?;
+            tx.insert(&t.order_customer, &k_order_customer(w, d, c, o), b"")?;
+            let mut total = 0i64;
+            for (n, &(i, sw, q)) in lines.iter().enumerate() {
+                let Some(item) = tx.get(&t.item, &k_item(i))? else {
+                    return Ok(Flow::Rollback);
+                };
+                let item = Item::decode(&item);
+                let skey = k_stock(sw, i);
+                let mut s = Stock::decode(&get_row(tx, &t.stock, &skey)?);
+                let q32 = q as i32;
+                if s.quantity >= q32 + 10 {
+                    s.quantity -= q32;
+                } else {
+                    s.quantity = s.quantity - q32 + 91;
+                }
+                s.ytd += q as u64;
+                s.order_cnt += 1;
+                if sw != w {
+                    s.remote_cnt += 1;
+                }
+                tx.update(&t.stock, &skey, &s.encode())?;
+                let amount = q as i64 * item.price;
+                total += amount;
+                let line = OrderLine {
+                    i_id: i,
+                    supply_w_id: sw,
+                    delivery_d: 0,
+                    quantity: q,
+                    amount,
+                    dist_info: s.dist[d as usize - 1].clone(),
+                };
+                tx.insert(
+                    &t.order_line,
+                    &k_order_line(w, d, o, n as u8 + 1),
+                    &line.encode(),
+                )?;
+            }
+            // The total the terminal would display (clause 2.4.2.2).
+            let _total = total * (10_000 - cust.discount as i64) / 10_000
+                * (10_000 + wh.tax as i64 + dist.tax as i64)
+                / 10_000;
+            Ok(Flow::Commit(()))
+        })?;
+        if done.value.is_some() {
+            self.shared.new_orders.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(done)
+    }
+
+    pub fn payment(&mut self, session: &mut Session) -> rebound::Result<Done<()>> {
+        let w = self.home_w;
+        let d = self.rng.gen_range(1..=DISTRICTS);
+        let (cw, cd) = if self.rng.gen_bool(self.cfg.remote_payment) {
+            (self.other_warehouse(w), self.rng.gen_range(1..=DISTRICTS))
+        } else {
+            (w, d)
+        };
+        let sel = self.customer_sel();
+        let amount: i64 = self.rng.gen_range(100..=500_000);
+        let t = &self.t;
+        run_txn(session, |tx| {
+            let wkey = k_warehouse(w);
+            let mut wh = Warehouse::decode(&get_row(tx, &t.warehouse, &wkey)?);
+            wh.ytd += amount;
+            tx.update(&t.warehouse, &wkey, &wh.encode())?;
+            let dkey = k_district(w, d);
+            let mut dist = District::decode(&get_row(tx, &t.district, &dkey)?);
+            dist.ytd += amount;
+            tx.update(&t.district, &dkey, &dist.encode())?;
+            let Some(c) = find_customer(tx, t, cw, cd, &sel)? else {
+                return Err(Error::KeyNotFound);
+            };
+            let ckey = k_customer(cw, cd, c);
+            let mut cust = Customer::decode(&get_row(tx, &t.customer, &ckey)?);
+            cust.balance -= amount;
+            cust.ytd_payment += amount;
+            cust.payment_cnt += 1;
+            if cust.credit == "BC" {
+                let mut data = format!("{c} {cd} {cw} {d} {w} {amount}|");
+                data.push_str(&cust.data);
+                data.truncate(500);
+                cust.data = data;
+            }
+            tx.update(&t.customer, &ckey, &cust.encode())?;
+            let h = History {
+                c_id: c,
+                c_d_id: cd,
+                c_w_id: cw,
+                d_id: d,
+                w_id: w,
+                date: now_us(),
+                amount,
+                data: format!("{}    {}", wh.name, dist.name),
+            };
+            tx.insert(&t.history, &k_history(w, d, tx.id(), 0), &h.encode())?;
+            Ok(Flow::Commit(()))
+        })
+    }
+
+    pub fn order_status(&mut self, session: &mut Session) -> rebound::Result<Done<()>> {
+        let w = self.home_w;
+        let d = self.rng.gen_range(1..=DISTRICTS);
+        let sel = self.customer_sel();
+        let t = &self.t;
+        run_txn(session, |tx| {
+            let Some(c) = find_customer(tx, t, w, d, &sel)? else {
+                return Err(Error::KeyNotFound);
+            };
+            let _cust = Customer::decode(&get_row(tx, &t.customer, &k_customer(w, d, c))?);
+            let lo = k_customer(w, d, c);
+            let hi = k_customer(w, d, c + 1);
+            let orders = tx.scan(&t.order_customer, lo..hi, usize::MAX)?;
+            if let Some((k, _)) = orders.last() {
+                let o = parse_u32_at(k, 7).ok_or(Error::KeyNotFound)?;
+                let _order = Order::decode(&get_row(tx, &t.order, &k_order(w, d, o))?);
+                let lines = tx.scan(
+                    &t.order_line,
+                    k_order(w, d, o)..k_order(w, d, o + 1),
+                    usize::MAX,
+                )?;
+                for (_, v) in lines {
+                    let _line = OrderLine::decode(&v);
+                }
+            }
+            Ok(Flow::Commit(()))
+        })
+    }
+
+    pub fn delivery(&mut self, session: &mut Session) -> rebound::Result<Done<()>> {
+        let w = self.home_w;
+        let carrier = self.rng.gen_range(1..=10u8);
+        let t = &self.t;
+        let shared = &self.shared;
+        let hint = |d: u8| (w as usize - 1) * DISTRICTS as usize + d as usize - 1;
+        let done = run_txn(session, |tx| {
+            let now = now_us();
+            let mut delivered = Vec::new();
+            for d in 1..=DISTRICTS {
+                let from = shared.delivered_below[hint(d)].load(Ordering::Relaxed);
+                let rows = tx.scan(&t.new_order, k_order(w, d, from)..k_district(w, d + 1), 1)?;
+                let Some((nk, _)) = rows.into_iter().next() else {
+                    continue;
+                };
+                let (_, _, o) = parse_order_key(&nk).ok_or(Error::KeyNotFound)?;
+                tx.delete(&t.new_order, &nk)?;
+                let okey = k_order(w, d, o);
+                let mut order = Order::decode(&get_row(tx, &t.order, &okey)?);
+                order.carrier_id = carrier;
+                tx.update(&t.order, &okey, &order.encode())?;
+                let lines = tx.scan(
+                    &t.order_line,
+                    k_order(w, d, o)..k_order(w, d, o + 1),
+                    usize::MAX,
+                )?;
+                let mut sum = 0;
+                for (lk, lv) in lines {
+                    let mut line = OrderLine::decode(&lv);
+                    line.delivery_d = now;
+                    sum += line.amount;
+                    tx.update(&t.order_line, &lk, &line.encode())?;
+                }
+                let ckey = k_customer(w, d, order.c_id);
+                let mut cust = Customer::decode(&get_row(tx, &t.customer, &ckey)?);
+                cust.balance += sum;
+                cust.delivery_cnt += 1;
+                tx.update(&t.customer, &ckey, &cust.encode())?;
+                delivered.push((d, o));
+            }
+            Ok(Flow::Commit(delivered))
+        })?;
+        for &(d, o) in done.value.iter().flatten() {
+            shared.delivered_below[hint(d)].fetch_max(o + 1, Ordering::Relaxed);
+        }
+        Ok(Done {
+            value: done.value.map(|_| ()),
+            conflicts: done.conflicts,
+        })
+    }
+
+    pub fn stock_level(&mut self, session: &mut Session) -> rebound::Result<Done<()>> {
+        let w = self.home_w;
+        let d = self.rng.gen_range(1..=DISTRICTS);
+        let threshold = self.rng.gen_range(10..=20);
+        let t = &self.t;
+        run_txn(session, |tx| {
+            let dist = District::decode(&get_row(tx, &t.district, &k_district(w, d))?);
+            let next = dist.next_o_id;
+            let lines = tx.scan(
+                &t.order_line,
+                k_order(w, d, next.saturating_sub(20))..k_order(w, d, next),
+                usize::MAX,
+            )?;
+            let items: BTreeSet<u32> = lines
+                .iter()
+                .map(|(_, v)| OrderLine::decode(v).i_id)
+                .collect();
+            let mut low = 0;
+            for i in items {
+                let s = Stock::decode(&get_row(tx, &t.stock, &k_stock(w, i))?);
+                low += (s.quantity < threshold) as u32;
+            }
+            Ok(Flow::Commit(low))
+        })
+        .map(|d| Done {
+            value: d.value.map(|_| ()),
+            conflicts: d.conflicts,
+        })
+    }
+}
+
+impl Worker for TpccWorker {
+    fn run_one(&mut self, session: &mut Session) -> rebound::Result<(usize, Done<()>)> {
+        let kind = pick_kind(&mut self.rng, &self.cfg.mix);
+        let done = match kind {
+            0 => self.new_order(session)?,
+            1 => self.payment(session)?,
+            2 => self.order_status(session)?,
+            3 => self.delivery(session)?,
+            _ => self.stock_level(session)?,
+        };
+        Ok((kind, done))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mix_proportions_over_many_draws() {
+        let mut rng = SmallRng::seed_from_u64(1);
+        let mix = [45, 43, 4, 4, 4];
+        let n = 200_000;
+        let mut counts = [0u32; 5];
+        for _ in 0..n {
+            counts[pick_kind(&mut rng, &mix)] += 1;
+        }
+        for (i, &c) in counts.iter().enumerate() {
+            let got = c as f64 / n as f64 * 100.0;
+            assert!(
+                (got - mix[i] as f64).abs() < 0.5,
+                "kind {i}: {got:.2} % vs {} %",
+                mix[i]
+            );
+        }
+    }
+
+    #[test]
+    fn prefix_end_bounds_every_extension() {
+        let p = k_customer_name_prefix(1, 2, "BAR");
+        let e = prefix_end(&p);
+        assert!(k_customer_name(1, 2, "BAR", "ZZZZZZZZZZZZZZZZ", u32::MAX) < e);
+        assert!(k_customer_name(1, 2, "BARBAR", "A", 0) > e);
+    }
+}
