@@ -5,7 +5,7 @@
 use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use rebound::{Database, Durability, Options, Session, Transaction};
+use rebound::{CheckpointMode, Database, Durability, Options, Session, Transaction};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,15 +17,41 @@ pub type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 /// Every durability design the tool can run, name → [`Options`]. Adding a
 /// design is one line here.
 pub fn designs() -> Vec<(&'static str, Options)> {
+    let d = Options::default;
     vec![
+        // Baseline: nothing persisted (DRAM database, no log).
         (
             "none",
             Options {
                 durability: Durability::None,
-                ..Options::default()
+                ..d()
             },
         ),
-        ("log-free", Options::default()),
+        // FIR: log-free storage, index checkpoints chosen by the cost model.
+        ("log-free", d()),
+        // Zen-style: log-free storage, no index checkpoint (full-scan recovery).
+        (
+            "log-free-nockpt",
+            Options {
+                checkpoint: CheckpointMode::Off,
+                ..d()
+            },
+        ),
+        // Log-free storage, every checkpoint full / incremental.
+        (
+            "log-free-full",
+            Options {
+                checkpoint: CheckpointMode::Full,
+                ..d()
+            },
+        ),
+        (
+            "log-free-incr",
+            Options {
+                checkpoint: CheckpointMode::Incremental,
+                ..d()
+            },
+        ),
     ]
 }
 
@@ -613,6 +639,9 @@ pub struct DesignRecord {
     pub design: String,
     pub durability: String,
     pub guarantee: String,
+    pub checkpoint: String,
+    pub checkpoint_interval_s: f64,
+    pub checkpoint_after_versions: u64,
     pub persist_latency_ns: u64,
     pub path: Option<PathBuf>,
 }
@@ -624,6 +653,9 @@ impl DesignRecord {
             design: name.to_owned(),
             durability: format!("{:?}", db.durability()),
             guarantee: format!("{:?}", db.guarantee()),
+            checkpoint: format!("{:?}", opts.checkpoint),
+            checkpoint_interval_s: opts.checkpoint_interval.as_secs_f64(),
+            checkpoint_after_versions: opts.checkpoint_after_versions,
             persist_latency_ns: opts.persist_latency_ns,
             path: db.path().map(Path::to_path_buf),
         }

@@ -61,6 +61,11 @@ pub struct CrashChildArgs {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RecoveryRecord {
     pub fresh: bool,
+    /// Recovery started from an index checkpoint.
+    pub from_checkpoint: bool,
+    pub checkpoint_sequence: u64,
+    /// Versions with txn ids from here on were redone.
+    pub redo_from_txn: u64,
     pub metadata_ms: f64,
     pub undo_redo_ms: f64,
     pub index_build_ms: f64,
@@ -75,6 +80,7 @@ pub struct RecoveryRecord {
     pub versions_scanned: u64,
     pub versions_committed: u64,
     pub versions_undone: u64,
+    pub checkpoint_entries: u64,
     pub index_entries: u64,
 }
 
@@ -86,6 +92,9 @@ impl RecoveryRecord {
     pub fn new(r: &RecoveryReport, open: Duration, first_txn: Duration) -> RecoveryRecord {
         RecoveryRecord {
             fresh: r.fresh,
+            from_checkpoint: r.from_checkpoint,
+            checkpoint_sequence: r.checkpoint_sequence,
+            redo_from_txn: r.redo_from_txn,
             metadata_ms: ms(r.metadata),
             undo_redo_ms: ms(r.undo_redo),
             index_build_ms: ms(r.index_build),
@@ -97,12 +106,20 @@ impl RecoveryRecord {
             versions_scanned: r.versions_scanned,
             versions_committed: r.versions_committed,
             versions_undone: r.versions_undone,
+            checkpoint_entries: r.checkpoint_entries,
             index_entries: r.index_entries,
         }
     }
 
     pub fn print(&self) {
-        println!("recovery report:");
+        if self.from_checkpoint {
+            println!(
+                "recovery report (from index checkpoint {}, redo from txn {}):",
+                self.checkpoint_sequence, self.redo_from_txn
+            );
+        } else {
+            println!("recovery report (no index checkpoint: full scan):");
+        }
         println!("  metadata     {:>10.3} ms", self.metadata_ms);
         println!("  undo_redo    {:>10.3} ms", self.undo_redo_ms);
         println!("  index_build  {:>10.3} ms", self.index_build_ms);
@@ -116,12 +133,13 @@ impl RecoveryRecord {
             self.first_txn_ms
         );
         println!(
-            "  counts: {} tables, {} blocks, {} versions scanned, {} committed, {} undone, {} index entries",
+            "  counts: {} tables, {} blocks, {} versions scanned, {} committed, {} undone, {} checkpoint entries, {} index entries",
             self.tables,
             self.blocks,
             self.versions_scanned,
             self.versions_committed,
             self.versions_undone,
+            self.checkpoint_entries,
             self.index_entries
         );
     }

@@ -179,9 +179,10 @@ mod tests {
         for (item, count) in c.iter().enumerate().take(5) {
             let expected = 1.0 / ((item + 1) as f64).powf(0.99) / zetan;
             let got = *count as f64 / draws as f64;
-            // Items 0 and 1 are exact in Gray's method; later ones are
-            // approximations of the true Zipf law.
-            let tol = if item < 2 { 0.02 } else { 0.15 };
+            // Items 0 and 1 are exact in Gray's method; later ones come
+            // from its closed-form approximation (item 2 is ~18 % high at
+            // θ = 0.99, as in YCSB).
+            let tol = if item < 2 { 0.02 } else { 0.25 };
             assert!(
                 (got - expected).abs() / expected < tol,
                 "item {item}: got {got:.5}, expected {expected:.5}"

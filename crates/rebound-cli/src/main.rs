@@ -40,7 +40,7 @@ enum Command {
     /// and keep running: throughput over time across the crash.
     Crash(crash::CrashArgs),
     /// Run one workload on several durability designs; ratios to `none`.
-    /// Designs: none, log-free.
+    /// Designs: none, log-free, log-free-nockpt, log-free-full, log-free-incr.
     Compare(compare::CompareArgs),
     /// Render SVG/PNG charts from result JSON files.
     Chart(chart::ChartArgs),

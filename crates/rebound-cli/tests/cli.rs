@@ -1,0 +1,258 @@
+//! Every subcommand at tiny scale, through the real binary.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+fn rebound(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(args)
+        .output()
+        .expect("run rebound");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "rebound {args:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn ycsb_writes_json_and_csv_with_its_configuration() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = rebound(&[
+        "ycsb",
+        "--records",
+        "2000",
+        "--duration",
+        "0.5",
+        "--theta",
+        "0.9",
+        "--out",
+        s(out.path()),
+        "--name",
+        "y",
+    ]);
+    assert!(stdout.contains("txn/s"), "{stdout}");
+    let v = json(&out.path().join("y.json"));
+    assert_eq!(v["benchmark"], "ycsb");
+    assert_eq!(v["config"]["cfg"]["theta"], 0.9);
+    assert_eq!(v["config"]["cfg"]["requests"], 16);
+    assert_eq!(v["design"]["design"], "log-free");
+    assert!(v["result"]["committed"].as_u64().unwrap() > 0);
+    assert!(v["result"]["latency"]["p99_us"].as_u64().unwrap() > 0);
+    assert!(!v["result"]["series"].as_array().unwrap().is_empty());
+    let csv = std::fs::read_to_string(out.path().join("y.csv")).unwrap();
+    assert!(csv.starts_with("benchmark,workload,design,threads"));
+    assert_eq!(csv.lines().count(), 2);
+}
+
+#[test]
+fn ycsb_inserts_and_scans() {
+    let out = tempfile::tempdir().unwrap();
+    for w in ["d", "e"] {
+        rebound(&[
+            "ycsb",
+            "--workload",
+            w,
+            "--records",
+            "1000",
+            "--txns",
+            "150",
+            "--out",
+            s(out.path()),
+            "--name",
+            w,
+        ]);
+        let v = json(&out.path().join(format!("{w}.json")));
+        assert!(v["result"]["committed"].as_u64().unwrap() >= 150);
+    }
+}
+
+#[test]
+fn tpcc_runs_and_checks_and_tpcc_check_reopens() {
+    let out = tempfile::tempdir().unwrap();
+    let db = out.path().join("db");
+    let stdout = rebound(&[
+        "tpcc",
+        "--items",
+        "300",
+        "--customers",
+        "30",
+        "--duration",
+        "0.7",
+        "--dir",
+        s(&db),
+        "--out",
+        s(out.path()),
+        "--name",
+        "t",
+    ]);
+    assert!(stdout.contains("conditions 1-4 hold"), "{stdout}");
+    let v = json(&out.path().join("t.json"));
+    assert_eq!(v["check"]["ok"], true);
+    let kinds = v["result"]["kinds"].as_array().unwrap();
+    assert_eq!(kinds.len(), 5);
+    assert!(kinds[0]["committed"].as_u64().unwrap() > 0);
+    let stdout = rebound(&["tpcc-check", "--dir", s(&db)]);
+    assert!(stdout.contains("conditions 1-4 hold"), "{stdout}");
+}
+
+#[test]
+fn crash_ycsb_recovers_verifies_and_keeps_running() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = rebound(&[
+        "crash",
+        "--after-secs",
+        "0.8",
+        "--post-secs",
+        "0.4",
+        "--out",
+        s(out.path()),
+        "--name",
+        "c",
+        "ycsb",
+        "--records",
+        "2000",
+        "--workload",
+        "f",
+    ]);
+    assert!(stdout.contains("recovery report"), "{stdout}");
+    assert!(stdout.contains("undo_redo"), "{stdout}");
+    assert!(stdout.contains("-> OK"), "{stdout}");
+    let v = json(&out.path().join("c.json"));
+    assert_eq!(v["verification"]["Ycsb"]["ok"], true);
+    assert!(
+        v["verification"]["Ycsb"]["acknowledged_txns"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let phases: Vec<&str> = v["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["phase"].as_str().unwrap())
+        .collect();
+    assert!(phases.contains(&"before-crash") && phases.contains(&"after-recovery"));
+    assert!(v["recovery"]["total_ms"].as_f64().unwrap() > 0.0);
+
+    // And the charts of it.
+    let charts = out.path().join("charts");
+    rebound(&["chart", s(&out.path().join("c.json")), "--out", s(&charts)]);
+    let svg = std::fs::read_to_string(charts.join("c-throughput.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("SIGKILL"));
+    assert!(charts.join("recovery-phases.svg").exists());
+    assert!(
+        std::fs::metadata(charts.join("c-throughput.png"))
+            .unwrap()
+            .len()
+            > 1000
+    );
+}
+
+#[test]
+fn crash_tpcc_stays_consistent() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = rebound(&[
+        "crash",
+        "--after-secs",
+        "0.8",
+        "--post-secs",
+        "0.3",
+        "--out",
+        s(out.path()),
+        "--name",
+        "t",
+        "tpcc",
+        "--items",
+        "300",
+        "--customers",
+        "30",
+    ]);
+    assert!(stdout.contains("conditions 1-4 hold"), "{stdout}");
+    let v = json(&out.path().join("t.json"));
+    assert_eq!(v["verification"]["Tpcc"]["ok"], true);
+}
+
+#[test]
+fn compare_runs_every_design_with_ratios_to_none() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = rebound(&[
+        "compare",
+        "--designs",
+        "none,log-free",
+        "--duration",
+        "0.3",
+        "--out",
+        s(out.path()),
+        "--name",
+        "cmp",
+        "ycsb",
+        "--records",
+        "1000",
+        "--workload",
+        "b",
+    ]);
+    assert!(stdout.contains("vs none"), "{stdout}");
+    let v = json(&out.path().join("cmp.json"));
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["design"]["design"], "none");
+    assert_eq!(runs[0]["ratio_to_none"], 1.0);
+    assert!(runs[1]["ratio_to_none"].as_f64().unwrap() > 0.0);
+    let csv = std::fs::read_to_string(out.path().join("cmp.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3);
+    let charts = out.path().join("charts");
+    rebound(&[
+        "chart",
+        "--svg-only",
+        s(&out.path().join("cmp.json")),
+        "--out",
+        s(&charts),
+    ]);
+    assert!(charts.join("cmp-designs.svg").exists());
+}
+
+#[test]
+fn compare_tpcc_and_unknown_designs() {
+    let out = tempfile::tempdir().unwrap();
+    rebound(&[
+        "compare",
+        "--designs",
+        "none",
+        "--txns",
+        "100",
+        "--out",
+        s(out.path()),
+        "--name",
+        "ct",
+        "tpcc",
+        "--items",
+        "200",
+        "--customers",
+        "20",
+    ]);
+    assert!(out.path().join("ct.json").exists());
+    let bad = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(["compare", "--designs", "nope", "ycsb", "--records", "10"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown design"));
+}
+
+#[test]
+fn demo_still_works() {
+    let stdout = rebound(&["demo", "--rows", "2000", "--seconds", "0.5"]);
+    assert!(stdout.contains("0 lost"), "{stdout}");
+}
