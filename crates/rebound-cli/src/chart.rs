@@ -422,16 +422,17 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                 written.extend(render(&Chart::Timeline(tl), &base, args.svg_only)?);
             }
             Some("compare") => {
-                let bars = v["runs"]
+                let bars = v["summary"]
                     .as_array()
-                    .map(|runs| {
-                        runs.iter()
-                            .map(|r| {
+                    .map(|designs| {
+                        designs
+                            .iter()
+                            .map(|d| {
                                 (
-                                    s(&r["design"], "design"),
+                                    s(d, "design"),
                                     vec![
-                                        f(r, &["result", "txn_per_s"]).unwrap_or(0.0),
-                                        f(r, &["ratio_to_none"]).unwrap_or(f64::NAN),
+                                        f(d, &["mean_txn_per_s"]).unwrap_or(0.0),
+                                        f(d, &["median_ratio_to_none"]).unwrap_or(f64::NAN),
                                     ],
                                 )
                             })

@@ -668,4 +668,32 @@ pub struct LoadStats {
     pub rows: u64,
     pub seconds: f64,
     pub rows_per_s: f64,
+    /// Seconds spent after the load waiting for the index checkpoints of
+    /// the loaded data (see [`settle`]); 0 when not settled.
+    pub settle_seconds: f64,
+    /// Sequence number of the last checkpoint taken before the run.
+    pub checkpoint_sequence: Option<u64>,
+}
+
+/// Brings a freshly loaded database to steady state before measuring: a
+/// bulk load writes millions of versions, which makes the background
+/// checkpoint thread checkpoint the whole index right after it. Takes a
+/// checkpoint, gives the background thread time to start its own, then
+/// takes another one (which waits for it), so that the measured run does
+/// not pay for checkpointing the load. No-op without checkpoints.
+pub fn settle(db: &Database, load: &mut LoadStats) -> BoxResult<()> {
+    if db.durability() == Durability::None {
+        return Ok(());
+    }
+    let start = Instant::now();
+    match db.checkpoint() {
+        Ok(_) => {}
+        Err(rebound::Error::InvalidOption(_)) => return Ok(()), // checkpoints off
+        Err(e) => return Err(e.into()),
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    let stats = db.checkpoint()?;
+    load.settle_seconds = start.elapsed().as_secs_f64();
+    load.checkpoint_sequence = Some(stats.sequence);
+    Ok(())
 }

@@ -221,7 +221,8 @@ pub fn run(args: CrashArgs) -> BoxResult<()> {
     // Load in this process, then close.
     let load = {
         let db = Database::open(&dir.path, options.clone())?;
-        let load = args.bench.load(&db, true)?;
+        let mut load = args.bench.load(&db, true)?;
+        crate::common::settle(&db, &mut load)?;
         db.close()?;
         load
     };

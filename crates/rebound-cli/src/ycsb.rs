@@ -418,6 +418,7 @@ pub fn load(db: &Database, cfg: &YcsbConfig, show_progress: bool) -> BoxResult<L
         rows: cfg.records,
         seconds,
         rows_per_s: cfg.records as f64 / seconds,
+        ..LoadStats::default()
     })
 }
 
@@ -430,6 +431,10 @@ pub struct LimitArgs {
     /// Run this many transactions instead of a fixed time.
     #[arg(long)]
     pub txns: Option<u64>,
+    /// Start measuring right after the load, while the background thread
+    /// may still be checkpointing the loaded data.
+    #[arg(long)]
+    pub no_settle: bool,
 }
 
 impl LimitArgs {
@@ -498,7 +503,10 @@ pub fn run(args: YcsbArgs) -> BoxResult<()> {
     args.cfg.validate()?;
     let dir = DbDir::new(&args.dir, "ycsb")?;
     let db = crate::common::open_design(&dir.path, &args.design)?;
-    let load = load(&db, &args.cfg, true)?;
+    let mut load = load(&db, &args.cfg, true)?;
+    if !args.limit.no_settle {
+        crate::common::settle(&db, &mut load)?;
+    }
     println!(
         "{}: loaded {} rows in {:.2} s ({:.0} rows/s), design {}",
         args.cfg.label(),

@@ -146,6 +146,7 @@ pub fn load(db: &Database, cfg: &TpccConfig, show_progress: bool) -> BoxResult<L
         rows,
         seconds,
         rows_per_s: rows as f64 / seconds,
+        ..LoadStats::default()
     })
 }
 

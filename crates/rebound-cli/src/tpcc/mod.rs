@@ -242,7 +242,10 @@ pub fn run(args: TpccArgs) -> BoxResult<()> {
     }
     let dir = DbDir::new(&args.dir, "tpcc")?;
     let db = open_design(&dir.path, &args.design)?;
-    let load = load::load(&db, &args.cfg, true)?;
+    let mut load = load::load(&db, &args.cfg, true)?;
+    if !args.limit.no_settle {
+        crate::common::settle(&db, &mut load)?;
+    }
     println!(
         "tpcc: loaded {} warehouse(s), {} rows in {:.2} s ({:.0} rows/s), design {}",
         args.cfg.warehouses, load.rows, load.seconds, load.rows_per_s, args.design
