@@ -187,7 +187,8 @@ pub const CHECKPOINT_ROOT_OFFSET: u64 = 128;
 
 /// Offset of the newest complete checkpoint, 0 if none.
 pub fn checkpoint_root(medium: &Medium) -> Result<u64> {
-    unpack_checked(medium.load(CHECKPOINT_ROOT_OFFSET)).ok_or_else(|| Error::Corrupt("checkpoint root fails its check".into()))
+    unpack_checked(medium.load(CHECKPOINT_ROOT_OFFSET))
+        .ok_or_else(|| Error::Corrupt("checkpoint root fails its check".into()))
 }
 
 /// Points the root at a complete, durable checkpoint and makes that durable.

@@ -1,12 +1,14 @@
 //! The public API: databases, tables, sessions, transactions.
 
 use crate::catalog::{self, TableDef, MAX_NAME_LEN, MAX_TABLES, MAX_WORKERS};
-use crate::checkpoint::{CheckpointMode, CheckpointStats, Checkpointer};
+use crate::checkpoint::{
+    load_cold, CheckpointImage, CheckpointMode, CheckpointStats, Checkpointer, ColdRun,
+};
 use crate::error::{Error, Result};
 use crate::heap::TableHeap;
 use crate::index::{BTree, MAX_KEY_LEN};
 use crate::medium::{Guarantee, Medium, SimDevice};
-use crate::recovery::{self, RecoveryReport};
+use crate::recovery::{self, Recovered, RecoveryReport};
 use crate::txn::{owned_range, Store, TableRt, TxnState};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
@@ -65,6 +67,11 @@ pub struct Options {
     pub checkpoint_interval: Duration,
     /// ...or when this many versions were written since the last one.
     pub checkpoint_after_versions: u64,
+    /// After a restart, move the checkpoint runs into the DRAM indexes in a
+    /// background thread (default). When false they are served on demand
+    /// and loaded at the first checkpoint or at close (useful for testing
+    /// the on-demand path).
+    pub load_indexes_in_background: bool,
 }
 
 impl Default for Options {
@@ -78,6 +85,7 @@ impl Default for Options {
             checkpoint: CheckpointMode::CostModel,
             checkpoint_interval: Duration::from_secs(10),
             checkpoint_after_versions: 1 << 20,
+            load_indexes_in_background: true,
         }
     }
 }
@@ -121,14 +129,40 @@ impl Table {
     }
 }
 
-/// An open database; cheap to clone and share between threads.
-#[derive(Clone)]
+/// An open database; cheap to clone and share between threads. When the
+/// last handle (sessions hold one too) is dropped, background work stops.
 pub struct Database {
     inner: Arc<DbInner>,
 }
 
+impl Clone for Database {
+    fn clone(&self) -> Self {
+        self.inner.handles.fetch_add(1, Ordering::AcqRel);
+        Database {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        if self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.inner.stop_background();
+        }
+    }
+}
+
 struct DbInner {
     store: Store,
+    /// User-visible handles (`Database` values, including sessions').
+    handles: std::sync::atomic::AtomicUsize,
+    cancel_load: AtomicBool,
+    /// Loads the checkpoint runs into the indexes after a restart.
+    loader: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The checkpoint still to be loaded; held locked while it loads.
+    cold_image: Mutex<Option<Arc<CheckpointImage>>>,
+    open_started: Instant,
+    index_loaded_after: Mutex<Option<Duration>>,
     checkpointer: Mutex<Checkpointer>,
     last_checkpoint: Mutex<Option<CheckpointStats>>,
     background: Mutex<Option<Background>>,
@@ -150,12 +184,23 @@ impl Database {
         let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
         let (medium, lock, existing) = open_medium(path.as_ref(), &options)?;
         let use_checkpoint = options.checkpoint != CheckpointMode::Off;
-        let (store, report, durable) = if existing {
+        let recovered = if existing {
             recovery::recover(medium, instance, started, use_checkpoint)?
         } else {
             let (store, report) = recovery::fresh(medium, instance)?;
-            (store, report, None)
+            Recovered {
+                store,
+                report,
+                durable: None,
+                cold: None,
+            }
         };
+        let Recovered {
+            store,
+            report,
+            durable,
+            cold,
+        } = recovered;
         let path = (!matches!(options.medium, MediumChoice::Simulated(_))
             && options.durability != Durability::None)
             .then(|| path.as_ref().to_path_buf());
@@ -163,6 +208,12 @@ impl Database {
         let inner = DbInner {
             store,
             checkpointer: Mutex::new(Checkpointer::new(options.checkpoint, durable)),
+            loader: Mutex::new(None),
+            cold_image: Mutex::new(None),
+            open_started: started,
+            index_loaded_after: Mutex::new(None),
+            handles: std::sync::atomic::AtomicUsize::new(1),
+            cancel_load: AtomicBool::new(false),
             last_checkpoint: Mutex::new(None),
             background: Mutex::new(None),
             path,
@@ -173,11 +224,43 @@ impl Database {
             durability: options.durability,
             _lock: lock,
         };
-        let db = Database { inner: Arc::new(inner) };
+        let db = Database {
+            inner: Arc::new(inner),
+        };
+        if let Some(image) = cold {
+            db.start_index_load(image, options.load_indexes_in_background);
+        }
         if persistent && options.checkpoint != CheckpointMode::Off {
             *db.inner.background.lock() = Some(Background::start(&db.inner, &options));
         }
         Ok(db)
+    }
+
+    /// Serves lookups from the checkpoint runs at once and loads them into
+    /// the DRAM indexes in the background.
+    fn start_index_load(&self, image: Arc<CheckpointImage>, in_background: bool) {
+        for (_, table) in self.inner.store.tables.iter() {
+            if image.table(table.heap.def.id).is_some() {
+                table.set_cold(Arc::new(ColdRun::new(image.clone(), table.heap.def.id)));
+            }
+        }
+        *self.inner.cold_image.lock() = Some(image);
+        if !in_background {
+            return;
+        }
+        let inner = self.inner.clone();
+        let handle = std::thread::Builder::new()
+            .name("rebound-index-load".into())
+            .spawn(move || inner.finish_index_load())
+            .expect("spawn the index loader");
+        *self.inner.loader.lock() = Some(handle);
+    }
+
+    /// Blocks until every index is fully in DRAM after a restart; returns
+    /// the time from the start of `open` until that happened.
+    pub fn wait_for_indexes(&self) -> Option<Duration> {
+        self.inner.wait_for_indexes();
+        *self.inner.index_loaded_after.lock()
     }
 
     /// Takes an index checkpoint now (the background thread also takes them).
@@ -216,7 +299,11 @@ impl Database {
             block_size,
         };
         catalog::create_table(&store.medium, &def)?;
-        let rt = Arc::new(TableRt::new(TableHeap::new(def), BTree::new(), store.instance));
+        let rt = Arc::new(TableRt::new(
+            TableHeap::new(def),
+            BTree::new(),
+            store.instance,
+        ));
         store.tables.push(rt.clone());
         Ok(Table { rt })
     }
@@ -526,7 +613,37 @@ fn prepare_directory(dir: &Path, create: bool) -> Result<PathBuf> {
 }
 
 impl DbInner {
+    /// Loads what is left of the checkpoint runs; concurrent callers wait
+    /// for the one that loads.
+    fn finish_index_load(&self) {
+        let mut pending = self.cold_image.lock();
+        let Some(image) = pending.as_ref() else {
+            return;
+        };
+        let cancelled = || self.cancel_load.load(Ordering::Acquire);
+        let outcome = load_cold(&self.store, image, &cancelled);
+        if cancelled() {
+            return;
+        }
+        if outcome.is_ok() {
+            *self.index_loaded_after.lock() = Some(self.open_started.elapsed());
+        }
+        *pending = None;
+    }
+
+    fn wait_for_indexes(&self) {
+        let loader = self.loader.lock().take();
+        if let Some(handle) = loader {
+            let _ = handle.join();
+        }
+        if !self.cancel_load.load(Ordering::Acquire) {
+            self.finish_index_load();
+        }
+    }
+
+    /// A checkpoint reads the DRAM indexes, so it waits until they are whole.
     fn take_checkpoint(&self) -> Result<CheckpointStats> {
+        self.wait_for_indexes();
         let mut checkpointer = self.checkpointer.lock();
         if checkpointer.mode() == CheckpointMode::Off {
             return Err(Error::InvalidOption("index checkpoints are off".into()));
@@ -537,10 +654,13 @@ impl DbInner {
     }
 }
 
-impl Drop for DbInner {
-    fn drop(&mut self) {
-        if let Some(background) = self.background.get_mut().take() {
-            background.signal_stop();
+impl DbInner {
+    /// Stops and joins the index loader and the checkpoint thread.
+    fn stop_background(&self) {
+        self.cancel_load.store(true, Ordering::Release);
+        self.wait_for_indexes();
+        if let Some(background) = self.background.lock().take() {
+            background.stop();
         }
     }
 }
@@ -556,13 +676,19 @@ impl Background {
     fn start(inner: &Arc<DbInner>, options: &Options) -> Background {
         let shared = Arc::new((Mutex::new(false), parking_lot::Condvar::new()));
         let weak = Arc::downgrade(inner);
-        let (interval, volume) = (options.checkpoint_interval, options.checkpoint_after_versions);
+        let (interval, volume) = (
+            options.checkpoint_interval,
+            options.checkpoint_after_versions,
+        );
         let stop = shared.clone();
         let thread = std::thread::Builder::new()
             .name("rebound-checkpoint".into())
             .spawn(move || checkpoint_loop(weak, stop, interval, volume))
             .expect("spawn the checkpoint thread");
-        Background { shared, thread: Some(thread) }
+        Background {
+            shared,
+            thread: Some(thread),
+        }
     }
 
     fn signal_stop(&self) {
@@ -578,7 +704,12 @@ impl Background {
     }
 }
 
-fn checkpoint_loop(db: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, parking_lot::Condvar)>, interval: Duration, volume: u64) {
+fn checkpoint_loop(
+    db: std::sync::Weak<DbInner>,
+    stop: Arc<(Mutex<bool>, parking_lot::Condvar)>,
+    interval: Duration,
+    volume: u64,
+) {
     let tick = interval.min(Duration::from_millis(50));
     let (mut last_time, mut last_versions) = (Instant::now(), 0u64);
     loop {
@@ -593,7 +724,8 @@ fn checkpoint_loop(db: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, parking
         }
         let Some(inner) = db.upgrade() else { return };
         let written = inner.store.versions_written();
-        let due = written - last_versions >= volume || (written > last_versions && last_time.elapsed() >= interval);
+        let due = written - last_versions >= volume
+            || (written > last_versions && last_time.elapsed() >= interval);
         if due && inner.take_checkpoint().is_ok() {
             (last_time, last_versions) = (Instant::now(), written);
         }

@@ -26,11 +26,11 @@ pub mod medium;
 mod recovery;
 mod txn;
 
+pub use checkpoint::{CheckpointMode, CheckpointStats};
 pub use db::{
     Database, Durability, MediumChoice, Options, Session, Table, TableOptions, Transaction,
     DATA_FILE, MAX_VALUE_LEN,
 };
-pub use checkpoint::{CheckpointMode, CheckpointStats};
 pub use error::{Error, Result};
 pub use medium::{Guarantee, SimDevice};
 pub use recovery::RecoveryReport;

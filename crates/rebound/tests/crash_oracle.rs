@@ -13,19 +13,32 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rebound::{CheckpointMode, Database, Error, MediumChoice, Options, Session, SimDevice, Table, TableOptions};
+use rebound::{
+    CheckpointMode, Database, Error, MediumChoice, Options, Session, SimDevice, Table, TableOptions,
+};
 use std::collections::BTreeMap;
 
 const TABLES: [&str; 2] = ["alpha", "beta"];
 type Model = BTreeMap<(usize, Vec<u8>), Vec<u8>>;
 
 fn open(device: &SimDevice, mode: CheckpointMode) -> Result<Database, Error> {
+    open_loading(device, mode, true)
+}
+
+/// `background: false` leaves the recovered checkpoint runs to be served on
+/// demand until the first checkpoint, so lookups exercise that path.
+fn open_loading(
+    device: &SimDevice,
+    mode: CheckpointMode,
+    background: bool,
+) -> Result<Database, Error> {
     // Checkpoints are taken by the workload at seeded points, not by time.
     let options = Options {
         medium: MediumChoice::Simulated(device.clone()),
         checkpoint: mode,
         checkpoint_interval: std::time::Duration::from_secs(3600),
         checkpoint_after_versions: u64::MAX,
+        load_indexes_in_background: background,
         ..Options::default()
     };
     Database::open("unused", options)
@@ -76,7 +89,8 @@ fn workload(
     };
     for _ in 0..txns {
         if mode != CheckpointMode::Off && rng.gen_ratio(1, 6) {
-            db.checkpoint().unwrap_or_else(|e| panic!("checkpoint failed: {e} (seed {seed})"));
+            db.checkpoint()
+                .unwrap_or_else(|e| panic!("checkpoint failed: {e} (seed {seed})"));
         }
         let session = &mut sessions[rng.gen_range(0..3)];
         let mut view = model.clone();
@@ -86,7 +100,8 @@ fn workload(
         for _ in 0..rng.gen_range(1..=6) {
             // A checkpoint while this transaction's versions are pending.
             if mode != CheckpointMode::Off && rng.gen_ratio(1, 12) {
-                db.checkpoint().unwrap_or_else(|e| panic!("checkpoint failed: {e} (seed {seed})"));
+                db.checkpoint()
+                    .unwrap_or_else(|e| panic!("checkpoint failed: {e} (seed {seed})"));
             }
             let t = rng.gen_range(0..tables.len());
             let k = key(&mut rng, key_space);
@@ -208,15 +223,30 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: Check
     let mut model = Model::new();
     let run = workload(&db, &device, seed, txns, key_space, &mut model, mode);
     drop(db);
-    let Some(crashed) = device.take_crash() else { return };
-    let acked = run.fence_spans.iter().filter(|(_, end)| *end < crash_at).count();
-    let in_flight = run.fence_spans.iter().any(|&(start, end)| start < crash_at && crash_at <= end);
+    let Some(crashed) = device.take_crash() else {
+        return;
+    };
+    let acked = run
+        .fence_spans
+        .iter()
+        .filter(|(_, end)| *end < crash_at)
+        .count();
+    let in_flight = run
+        .fence_spans
+        .iter()
+        .any(|&(start, end)| start < crash_at && crash_at <= end);
 
     // Cross-check: the same crash image recovered by a full scan.
-    let full_scan = open(&crashed.clean_copy(), CheckpointMode::Off).unwrap_or_else(|e| panic!("full-scan recovery failed: {e}; {ctx}"));
-    let db = open(&crashed, mode).unwrap_or_else(|e| panic!("recovery failed: {e}; {ctx}"));
+    let full_scan = open(&crashed.clean_copy(), CheckpointMode::Off)
+        .unwrap_or_else(|e| panic!("full-scan recovery failed: {e}; {ctx}"));
+    let db = open_loading(&crashed, mode, crash_at % 2 == 0)
+        .unwrap_or_else(|e| panic!("recovery failed: {e}; {ctx}"));
     let got = contents(&db);
-    assert_eq!(got, contents(&full_scan), "checkpoint recovery differs from a full-scan rebuild; {ctx}");
+    assert_eq!(
+        got,
+        contents(&full_scan),
+        "checkpoint recovery differs from a full-scan rebuild; {ctx}"
+    );
     let expected = model_after(&run.commits, acked);
     let matches_acked = got == expected;
     let matches_next = in_flight && got == model_after(&run.commits, acked + 1);
@@ -227,10 +257,23 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: Check
     // resurrected behind the next commits before later writes cover them.
     let mut model = got;
     let more = 1 + (seed ^ crash_at) as usize % 4;
-    workload(&db, &crashed, seed.wrapping_add(1), more, key_space, &mut model, mode);
+    workload(
+        &db,
+        &crashed,
+        seed.wrapping_add(1),
+        more,
+        key_space,
+        &mut model,
+        mode,
+    );
     drop(db);
-    let again = open(&crashed.crash(seed.rotate_left(17)), mode).unwrap_or_else(|e| panic!("second recovery failed: {e}; {ctx}"));
-    assert_eq!(contents(&again), model, "state after recovery, more work and a second crash; {ctx}");
+    let again = open(&crashed.crash(seed.rotate_left(17)), mode)
+        .unwrap_or_else(|e| panic!("second recovery failed: {e}; {ctx}"));
+    assert_eq!(
+        contents(&again),
+        model,
+        "state after recovery, more work and a second crash; {ctx}"
+    );
 }
 
 fn fences_of(seed: u64, txns: usize, key_space: u32, mode: CheckpointMode) -> u64 {
@@ -250,13 +293,25 @@ fn base_seed() -> u64 {
         .unwrap_or_else(|| rand::thread_rng().gen())
 }
 
-const MODES: [CheckpointMode; 4] = [CheckpointMode::Off, CheckpointMode::Full, CheckpointMode::Incremental, CheckpointMode::CostModel];
+const MODES: [CheckpointMode; 4] = [
+    CheckpointMode::Off,
+    CheckpointMode::Full,
+    CheckpointMode::Incremental,
+    CheckpointMode::CostModel,
+];
 
 #[test]
 fn crash_at_every_fence_of_small_workloads() {
     let base = base_seed();
     println!("crash_at_every_fence_of_small_workloads: base seed {base}");
-    for (i, mode) in [CheckpointMode::Off, CheckpointMode::Incremental, CheckpointMode::CostModel].into_iter().enumerate() {
+    for (i, mode) in [
+        CheckpointMode::Off,
+        CheckpointMode::Incremental,
+        CheckpointMode::CostModel,
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let seed = base.wrapping_add(i as u64);
         let fences = fences_of(seed, 25, 12, mode);
         for crash_at in 1..=fences + 1 {
@@ -285,9 +340,20 @@ fn crash_at_random_fences_of_larger_workloads() {
 
 #[test]
 fn replay() {
-    let (Ok(seed), Ok(at)) = (std::env::var("REBOUND_SEED"), std::env::var("REBOUND_CRASH_AT")) else { return };
-    let txns = std::env::var("REBOUND_TXNS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
-    let keys = std::env::var("REBOUND_KEYS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
+    let (Ok(seed), Ok(at)) = (
+        std::env::var("REBOUND_SEED"),
+        std::env::var("REBOUND_CRASH_AT"),
+    ) else {
+        return;
+    };
+    let txns = std::env::var("REBOUND_TXNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    let keys = std::env::var("REBOUND_KEYS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
     let mode = match std::env::var("REBOUND_MODE").as_deref() {
         Ok("Off") => CheckpointMode::Off,
         Ok("Full") => CheckpointMode::Full,

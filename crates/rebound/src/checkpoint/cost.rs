@@ -30,7 +30,10 @@ pub struct CostModel {
 
 impl Default for CostModel {
     fn default() -> Self {
-        CostModel { ns_per_resolved: None, ns_per_copied: None }
+        CostModel {
+            ns_per_resolved: None,
+            ns_per_copied: None,
+        }
     }
 }
 
@@ -57,13 +60,22 @@ impl CostModel {
             let touched = sample.touched_fraction(table.index.len());
             let in_touched_leaves = 1.0 - (1.0 - touched).powf(per_leaf);
             full_ns += entries * resolve;
-            incremental_ns += entries * (in_touched_leaves * resolve + (1.0 - in_touched_leaves) * copy);
+            incremental_ns +=
+                entries * (in_touched_leaves * resolve + (1.0 - in_touched_leaves) * copy);
             let updates: f64 = sample.counts.iter().map(|&c| c as f64).sum();
             alpha_sum += sample.alpha() * updates;
             written += updates;
         }
-        let alpha = if written > 0.0 { alpha_sum / written } else { 0.0 };
-        Prediction { alpha, full_ns, incremental_ns }
+        let alpha = if written > 0.0 {
+            alpha_sum / written
+        } else {
+            0.0
+        };
+        Prediction {
+            alpha,
+            full_ns,
+            incremental_ns,
+        }
     }
 
     /// Learns per-entry costs from a finished checkpoint's collection phase.

@@ -1,13 +1,24 @@
 //! Encoding and decoding of checkpoint images (layout in the module above).
+//!
+//! Images are read from the medium on demand: opening one reads only its
+//! header, table headers, block lists and fence arrays (about 1/64 of the
+//! entries), so a lookup can binary-search a run right after a restart
+//! without first copying or checksumming the whole image; the body checksum
+//! is verified by whoever reads the image sequentially.
 
 use super::Entry;
 use crate::catalog::MAX_WORKERS;
 use crate::error::{Error, Result};
 use crate::medium::Medium;
 use crate::txn::TableRt;
+use std::cmp::Ordering;
 
-const MAGIC: [u8; 8] = *b"RBCKPT01";
-const HEADER: usize = 64;
+const MAGIC: [u8; 8] = *b"RBCKPT02";
+const HEADER: u64 = 64;
+/// Every `FENCE_EVERY`-th entry's offset is recorded for binary search.
+pub const FENCE_EVERY: u64 = 64;
+/// Bytes read at a time when a run is read sequentially.
+const CHUNK: usize = 1 << 18;
 
 /// Builds an image in DRAM.
 pub struct Builder {
@@ -17,14 +28,14 @@ pub struct Builder {
 
 impl Builder {
     pub fn new(sequence: u64, t_low: u64) -> Builder {
-        let mut bytes = vec![0u8; HEADER];
+        let mut bytes = vec![0u8; HEADER as usize];
         bytes[0..8].copy_from_slice(&MAGIC);
         bytes[8..16].copy_from_slice(&sequence.to_le_bytes());
         bytes[16..24].copy_from_slice(&t_low.to_le_bytes());
         Builder { bytes, tables: 0 }
     }
 
-    /// Appends a table section: its regions' block lists and its entries.
+    /// Appends a table section: block lists, entries, fences.
     pub fn add_table(&mut self, table: &TableRt, entries: &[Entry]) {
         let entry_bytes: usize = entries.iter().map(|(k, _)| 2 + k.len() + 8).sum();
         let out = &mut self.bytes;
@@ -32,18 +43,32 @@ impl Builder {
         out.extend_from_slice(&0u32.to_le_bytes());
         out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
         out.extend_from_slice(&(entry_bytes as u64).to_le_bytes());
-        let lists: Vec<Vec<u64>> = table.heap.regions.iter().map(|r| r.blocks.iter().map(|(_, b)| b.offset).collect()).collect();
+        let lists: Vec<Vec<u64>> = table
+            .heap
+            .regions
+            .iter()
+            .map(|r| r.blocks.iter().map(|(_, b)| b.offset).collect())
+            .collect();
         for list in &lists {
             out.extend_from_slice(&(list.len() as u64).to_le_bytes());
         }
         for offset in lists.iter().flatten() {
             out.extend_from_slice(&offset.to_le_bytes());
         }
-        out.reserve(entry_bytes);
-        for (key, addr) in entries {
+        out.reserve(entry_bytes + entries.len() / 8);
+        let mut fences = Vec::with_capacity(entries.len() / FENCE_EVERY as usize + 1);
+        let mut at = 0u64;
+        for (i, (key, addr)) in entries.iter().enumerate() {
+            if i as u64 % FENCE_EVERY == 0 {
+                fences.push(at);
+            }
             out.extend_from_slice(&(key.len() as u16).to_le_bytes());
             out.extend_from_slice(key);
             out.extend_from_slice(&addr.to_le_bytes());
+            at += 10 + key.len() as u64;
+        }
+        for fence in fences {
+            out.extend_from_slice(&fence.to_le_bytes());
         }
         self.tables += 1;
     }
@@ -53,7 +78,7 @@ impl Builder {
         let len = self.bytes.len() as u64;
         self.bytes[24..32].copy_from_slice(&len.to_le_bytes());
         self.bytes[32..36].copy_from_slice(&self.tables.to_le_bytes());
-        let body_crc = crc32c::crc32c(&self.bytes[HEADER..]);
+        let body_crc = crc32c::crc32c(&self.bytes[HEADER as usize..]);
         self.bytes[36..40].copy_from_slice(&body_crc.to_le_bytes());
         let header_crc = crc32c::crc32c(&self.bytes[0..40]);
         self.bytes[40..44].copy_from_slice(&header_crc.to_le_bytes());
@@ -61,29 +86,27 @@ impl Builder {
     }
 }
 
-/// A checkpoint read back from the medium and validated.
+/// A checkpoint in the medium whose structure has been validated.
 pub struct CheckpointImage {
+    pub offset: u64,
     pub sequence: u64,
     pub t_low: u64,
     pub len: u64,
-    bytes: Vec<u8>,
-    sections: Vec<SectionBounds>,
-}
-
-struct SectionBounds {
-    table: u32,
-    entries: u64,
-    block_counts: Vec<u64>,
-    blocks_at: usize,
-    entries_at: usize,
-    entries_end: usize,
+    body_crc: u32,
+    sections: Vec<TableSection>,
 }
 
 /// One table's part of an image.
-pub struct TableSection<'a> {
+pub struct TableSection {
+    pub table: u32,
     pub entry_count: u64,
-    bytes: &'a [u8],
-    bounds: &'a SectionBounds,
+    /// Medium offsets of each region's blocks.
+    pub block_lists: Vec<Vec<u64>>,
+    /// Medium offset and length of the entries.
+    entries_at: u64,
+    entries_len: u64,
+    /// Offsets (relative to `entries_at`) of every FENCE_EVERY-th entry.
+    fences: Vec<u64>,
 }
 
 fn corrupt(why: &str) -> Error {
@@ -91,87 +114,270 @@ fn corrupt(why: &str) -> Error {
 }
 
 impl CheckpointImage {
-    pub fn read(medium: &Medium, offset: u64) -> Result<CheckpointImage> {
-        if !medium.contains(offset, HEADER as u64) || offset % 8 != 0 {
+    /// Reads and validates the header and section structure.
+    pub fn open(medium: &Medium, offset: u64) -> Result<CheckpointImage> {
+        if !medium.contains(offset, HEADER) || offset % 8 != 0 {
             return Err(corrupt("root points outside the medium"));
         }
-        let mut header = [0u8; HEADER];
+        let mut header = [0u8; HEADER as usize];
         medium.read_bytes(offset, &mut header);
         if header[0..8] != MAGIC || crc32c::crc32c(&header[0..40]) != u32_at(&header, 40) {
             return Err(corrupt("bad header"));
         }
         let len = u64_at(&header, 24);
-        if len < HEADER as u64 || !medium.contains(offset, len) {
+        if len < HEADER || !medium.contains(offset, len) {
             return Err(corrupt("length outside the medium"));
         }
-        let mut bytes = vec![0u8; len as usize];
-        medium.read_bytes(offset, &mut bytes);
-        if crc32c::crc32c(&bytes[HEADER..]) != u32_at(&header, 36) {
-            return Err(corrupt("body checksum mismatch"));
-        }
-        let sections = parse_sections(&bytes, u32_at(&header, 32))?;
-        Ok(CheckpointImage { sequence: u64_at(&header, 8), t_low: u64_at(&header, 16), len, bytes, sections })
+        let sections = read_sections(medium, offset, len, u32_at(&header, 32))?;
+        Ok(CheckpointImage {
+            offset,
+            sequence: u64_at(&header, 8),
+            t_low: u64_at(&header, 16),
+            len,
+            body_crc: u32_at(&header, 36),
+            sections,
+        })
     }
 
-    pub fn table(&self, id: u32) -> Option<TableSection<'_>> {
-        self.sections.iter().find(|s| s.table == id).map(|bounds| TableSection { entry_count: bounds.entries, bytes: &self.bytes, bounds })
+    /// Reads the whole body once and checks its checksum.
+    pub fn verify(&self, medium: &Medium) -> Result<()> {
+        let mut crc = 0u32;
+        let mut buf = vec![0u8; CHUNK];
+        let mut at = self.offset + HEADER;
+        let end = self.offset + self.len;
+        while at < end {
+            let n = ((end - at) as usize).min(CHUNK);
+            medium.read_at(at, &mut buf[..n]);
+            crc = crc32c::crc32c_append(crc, &buf[..n]);
+            at += n as u64;
+        }
+        if crc != self.body_crc {
+            return Err(corrupt("body checksum mismatch"));
+        }
+        Ok(())
+    }
+
+    pub fn table(&self, id: u32) -> Option<&TableSection> {
+        self.sections.iter().find(|s| s.table == id)
     }
 }
 
-fn parse_sections(bytes: &[u8], count: u32) -> Result<Vec<SectionBounds>> {
-    let mut at = HEADER;
+fn read_sections(medium: &Medium, offset: u64, len: u64, count: u32) -> Result<Vec<TableSection>> {
+    let end = offset + len;
+    let mut at = offset + HEADER;
     let mut sections = Vec::new();
     for _ in 0..count {
-        let fixed = 24 + 8 * MAX_WORKERS;
-        let head = bytes.get(at..at + fixed).ok_or_else(|| corrupt("truncated table section"))?;
-        let block_counts: Vec<u64> = (0..MAX_WORKERS).map(|w| u64_at(head, 24 + 8 * w)).collect();
-        let blocks: u64 = block_counts.iter().try_fold(0u64, |a, &c| a.checked_add(c)).ok_or_else(|| corrupt("block count overflow"))?;
-        let entry_bytes = u64_at(head, 16);
-        let blocks_at = at + fixed;
-        let entries_at = usize::try_from(blocks.saturating_mul(8)).ok().and_then(|b| blocks_at.checked_add(b)).ok_or_else(|| corrupt("block list overflow"))?;
-        let entries_end = usize::try_from(entry_bytes).ok().and_then(|e| entries_at.checked_add(e)).filter(|&e| e <= bytes.len()).ok_or_else(|| corrupt("entries beyond the image"))?;
-        sections.push(SectionBounds { table: u32_at(head, 0), entries: u64_at(head, 8), block_counts, blocks_at, entries_at, entries_end });
-        at = entries_end;
+        let fixed = 24 + 8 * MAX_WORKERS as u64;
+        if at + fixed > end {
+            return Err(corrupt("truncated table section"));
+        }
+        let mut head = vec![0u8; fixed as usize];
+        medium.read_at(at, &mut head);
+        let entry_count = u64_at(&head, 8);
+        let entries_len = u64_at(&head, 16);
+        let counts: Vec<u64> = (0..MAX_WORKERS)
+            .map(|w| u64_at(&head, 24 + 8 * w))
+            .collect();
+        let blocks = counts
+            .iter()
+            .try_fold(0u64, |a, &c| a.checked_add(c))
+            .filter(|&b| b <= len / 8)
+            .ok_or_else(|| corrupt("block counts"))?;
+        let lists_at = at + fixed;
+        let entries_at = lists_at + 8 * blocks;
+        let fence_count = entry_count.div_ceil(FENCE_EVERY);
+        let fences_at = entries_at
+            .checked_add(entries_len)
+            .filter(|&f| f <= end)
+            .ok_or_else(|| corrupt("entries beyond the image"))?;
+        let section_end = fences_at
+            .checked_add(fence_count.saturating_mul(8))
+            .filter(|&e| e <= end)
+            .ok_or_else(|| corrupt("fences beyond the image"))?;
+        let block_lists = read_lists(medium, lists_at, &counts);
+        let fences = read_words(medium, fences_at, fence_count as usize);
+        if fences.windows(2).any(|w| w[0] >= w[1])
+            || fences.last().is_some_and(|&f| f >= entries_len)
+        {
+            return Err(corrupt("fences out of order"));
+        }
+        sections.push(TableSection {
+            table: u32_at(&head, 0),
+            entry_count,
+            block_lists,
+            entries_at,
+            entries_len,
+            fences,
+        });
+        at = section_end;
     }
-    if at != bytes.len() {
+    if at != end {
         return Err(corrupt("trailing bytes"));
     }
     Ok(sections)
 }
 
-impl<'a> TableSection<'a> {
-    /// Block offsets of each region, in region order.
-    pub fn block_lists(&self) -> Vec<&'a [u8]> {
-        let mut at = self.bounds.blocks_at;
-        self.bounds
-            .block_counts
-            .iter()
-            .map(|&count| {
-                let list = &self.bytes[at..at + 8 * count as usize];
-                at += 8 * count as usize;
-                list
-            })
-            .collect()
+fn read_lists(medium: &Medium, mut at: u64, counts: &[u64]) -> Vec<Vec<u64>> {
+    counts
+        .iter()
+        .map(|&count| {
+            let list = read_words(medium, at, count as usize);
+            at += 8 * count;
+            list
+        })
+        .collect()
+}
+
+fn read_words(medium: &Medium, at: u64, count: usize) -> Vec<u64> {
+    let mut bytes = vec![0u8; count * 8];
+    medium.read_at(at, &mut bytes);
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+impl TableSection {
+    /// The entry at `rel`: key, address and the offset of the next entry;
+    /// `None` if it does not fit the run (damaged image).
+    fn entry_at(&self, medium: &Medium, rel: u64) -> Option<(Vec<u8>, u64, u64)> {
+        if rel + 2 > self.entries_len {
+            return None;
+        }
+        let mut len = [0u8; 2];
+        medium.read_at(self.entries_at + rel, &mut len);
+        let key_len = u16::from_le_bytes(len) as u64;
+        if rel + 10 + key_len > self.entries_len {
+            return None;
+        }
+        let mut rest = vec![0u8; key_len as usize + 8];
+        medium.read_at(self.entries_at + rel + 2, &mut rest);
+        let addr = u64::from_le_bytes(rest[key_len as usize..].try_into().unwrap());
+        rest.truncate(key_len as usize);
+        Some((rest, addr, rel + 10 + key_len))
     }
 
-    /// Entries in key order. Stops early (yielding fewer than
-    /// `entry_count`) if the bytes do not parse; callers check the count.
-    pub fn entries(&self) -> impl Iterator<Item = (&'a [u8], u64)> + 'a {
-        let bytes = &self.bytes[self.bounds.entries_at..self.bounds.entries_end];
-        let mut at = 0usize;
-        std::iter::from_fn(move || {
-            let len = u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?) as usize;
-            let key = bytes.get(at + 2..at + 2 + len)?;
-            let addr = u64::from_le_bytes(bytes.get(at + 2 + len..at + 10 + len)?.try_into().ok()?);
-            at += 10 + len;
-            Some((key, addr))
-        })
+    /// Index of the last fence whose key is ≤ `key` (0 if none is).
+    fn fence_for(&self, medium: &Medium, key: &[u8]) -> usize {
+        let (mut lo, mut hi) = (0usize, self.fences.len());
+        while lo + 1 < hi {
+            let mid = (lo + hi) / 2;
+            match self.entry_at(medium, self.fences[mid]) {
+                Some((k, _, _)) if k.as_slice() <= key => lo = mid,
+                _ => hi = mid,
+            }
+        }
+        lo
+    }
+
+    /// The address recorded for `key`, if any.
+    pub fn find(&self, medium: &Medium, key: &[u8]) -> Option<u64> {
+        let fence = self.fence_for(medium, key);
+        let mut rel = *self.fences.get(fence)?;
+        for _ in 0..FENCE_EVERY {
+            let (k, addr, next) = self.entry_at(medium, rel)?;
+            match k.as_slice().cmp(key) {
+                Ordering::Equal => return Some(addr),
+                Ordering::Greater => return None,
+                Ordering::Less => rel = next,
+            }
+        }
+        None
+    }
+
+    /// Sequential reader of the entries from the first key ≥ `from`.
+    pub fn reader_from(&self, medium: &Medium, from: &[u8]) -> EntryReader<'_> {
+        let fence = self.fence_for(medium, from);
+        let start = self.fences.get(fence).copied().unwrap_or(self.entries_len);
+        let mut reader = EntryReader::new(self, start);
+        while reader.peek_key(medium).is_some_and(|k| k < from) {
+            reader.advance(medium);
+        }
+        reader
+    }
+
+    /// Sequential reader of all entries.
+    pub fn reader(&self) -> EntryReader<'_> {
+        EntryReader::new(self, 0)
     }
 }
 
-/// Block offsets of one region list.
-pub fn offsets(list: &[u8]) -> impl Iterator<Item = u64> + '_ {
-    list.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+/// Reads a run front to back in large chunks. Yields `Err` if the run does
+/// not parse (the caller then reports corruption).
+pub struct EntryReader<'a> {
+    section: &'a TableSection,
+    /// Relative offset of `buf[0]`.
+    buf_at: u64,
+    buf: Vec<u8>,
+    /// Position of the next entry, relative to the run.
+    pos: u64,
+}
+
+impl<'a> EntryReader<'a> {
+    fn new(section: &'a TableSection, pos: u64) -> Self {
+        EntryReader {
+            section,
+            buf_at: pos,
+            buf: Vec::new(),
+            pos,
+        }
+    }
+
+    /// Makes `[pos, pos + need)` available in `buf`; false past the end.
+    fn ensure(&mut self, medium: &Medium, need: u64) -> bool {
+        let end = self.section.entries_len;
+        if self.pos + need > end {
+            return false;
+        }
+        if self.pos + need > self.buf_at + self.buf.len() as u64 || self.pos < self.buf_at {
+            let len = (end - self.pos).min((CHUNK as u64).max(need)) as usize;
+            self.buf.resize(len, 0);
+            medium.read_at(self.section.entries_at + self.pos, &mut self.buf);
+            self.buf_at = self.pos;
+        }
+        true
+    }
+
+    fn current(&mut self, medium: &Medium) -> Option<(usize, usize)> {
+        if !self.ensure(medium, 2) {
+            return None;
+        }
+        let at = (self.pos - self.buf_at) as usize;
+        let key_len = u16::from_le_bytes([self.buf[at], self.buf[at + 1]]) as usize;
+        if !self.ensure(medium, 10 + key_len as u64) {
+            return None;
+        }
+        Some(((self.pos - self.buf_at) as usize, key_len))
+    }
+
+    pub fn peek_key(&mut self, medium: &Medium) -> Option<&[u8]> {
+        let (at, key_len) = self.current(medium)?;
+        Some(&self.buf[at + 2..at + 2 + key_len])
+    }
+
+    pub fn advance(&mut self, medium: &Medium) {
+        if let Some((_, key_len)) = self.current(medium) {
+            self.pos += 10 + key_len as u64;
+        }
+    }
+
+    /// The next entry, or `None` at the end of the run.
+    pub fn next_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
+        let (at, key_len) = self.current(medium)?;
+        self.pos += 10 + key_len as u64;
+        let key = &self.buf[at + 2..at + 2 + key_len];
+        let addr = u64::from_le_bytes(
+            self.buf[at + 2 + key_len..at + 10 + key_len]
+                .try_into()
+                .unwrap(),
+        );
+        Some((key, addr))
+    }
+
+    /// True when every byte of the run was consumed.
+    pub fn at_end(&self) -> bool {
+        self.pos == self.section.entries_len
+    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {

@@ -40,11 +40,14 @@
 //!       (unaligned), strictly ascending by key
 //! ```
 
+mod cold;
 mod cost;
 mod image;
 
+pub use cold::{load_cold, ColdRun};
+
 pub use cost::CostModel;
-pub use image::{offsets, CheckpointImage, TableSection};
+pub use image::{CheckpointImage, TableSection};
 
 use crate::catalog;
 use crate::error::Result;
@@ -111,7 +114,11 @@ pub struct Checkpointer {
 
 impl Checkpointer {
     pub fn new(mode: CheckpointMode, current: Option<Durable>) -> Checkpointer {
-        Checkpointer { mode, current, cost: CostModel::default() }
+        Checkpointer {
+            mode,
+            current,
+            cost: CostModel::default(),
+        }
     }
 
     pub fn mode(&self) -> CheckpointMode {
@@ -123,12 +130,23 @@ impl Checkpointer {
         let started = Instant::now();
         let t_low = store.low_water();
         let base = self.current.filter(|c| c.usable_as_base);
-        let samples: Vec<_> = store.tables.iter().map(|(_, t)| t.sampler.drain()).collect();
-        let mut stats = CheckpointStats { t_low, ..Default::default() };
+        let samples: Vec<_> = store
+            .tables
+            .iter()
+            .map(|(_, t)| t.sampler.drain())
+            .collect();
+        let mut stats = CheckpointStats {
+            t_low,
+            ..Default::default()
+        };
         let incremental = self.choose(store, base.is_some(), &samples, &mut stats);
         stats.incremental = incremental;
         let previous = match (incremental, base) {
-            (true, Some(b)) => Some(CheckpointImage::read(&store.medium, b.offset)?),
+            (true, Some(b)) => {
+                let image = CheckpointImage::open(&store.medium, b.offset)?;
+                image.verify(&store.medium)?;
+                Some(image)
+            }
             _ => None,
         };
         let sequence = self.current.map_or(1, |c| c.sequence + 1);
@@ -137,7 +155,9 @@ impl Checkpointer {
         for (_, table) in store.tables.iter() {
             let prev_section = previous.as_ref().and_then(|p| p.table(table.heap.def.id));
             let entries = match (prev_section, base) {
-                (Some(section), Some(b)) => incremental_entries(&store.medium, table, &section, b.t_low, &mut stats),
+                (Some(section), Some(b)) => {
+                    incremental_entries(&store.medium, table, section, b.t_low, &mut stats)
+                }
                 _ => full_entries(&store.medium, table, &mut stats),
             };
             image.add_table(table, &entries);
@@ -154,7 +174,13 @@ impl Checkpointer {
         Ok(stats)
     }
 
-    fn choose(&self, store: &Store, have_base: bool, samples: &[crate::txn::Sample], stats: &mut CheckpointStats) -> bool {
+    fn choose(
+        &self,
+        store: &Store,
+        have_base: bool,
+        samples: &[crate::txn::Sample],
+        stats: &mut CheckpointStats,
+    ) -> bool {
         if !have_base {
             return false;
         }
@@ -172,7 +198,13 @@ impl Checkpointer {
     }
 
     /// Writes the image to a new extent, switches the root, frees the old one.
-    fn write(&mut self, store: &Store, bytes: Vec<u8>, sequence: u64, t_low: u64) -> Result<Durable> {
+    fn write(
+        &mut self,
+        store: &Store,
+        bytes: Vec<u8>,
+        sequence: u64,
+        t_low: u64,
+    ) -> Result<Durable> {
         let len = (bytes.len() as u64).next_multiple_of(crate::heap::BLOCK_ALIGN);
         let offset = store.space.allocate(&store.medium, len)?;
         store.medium.write_bytes(offset, &bytes);
@@ -181,7 +213,13 @@ impl Checkpointer {
         if let Some(old) = self.current {
             store.space.free(old.offset, old.len);
         }
-        Ok(Durable { offset, len, sequence, t_low, usable_as_base: true })
+        Ok(Durable {
+            offset,
+            len,
+            sequence,
+            t_low,
+            usable_as_base: true,
+        })
     }
 }
 
@@ -191,12 +229,14 @@ pub type Entry = (Vec<u8>, u64);
 /// All leaf entries, each resolved to its newest committed version.
 fn full_entries(medium: &Medium, table: &TableRt, stats: &mut CheckpointStats) -> Vec<Entry> {
     let mut entries = Vec::with_capacity(table.index.len());
-    table.index.scan(Bound::Unbounded, Bound::Unbounded, None, |key, head| {
-        if let Some(addr) = table.committed_version(medium, Addr(head)) {
-            entries.push((key.to_vec(), addr.0));
-        }
-        true
-    });
+    table
+        .index
+        .scan(Bound::Unbounded, Bound::Unbounded, None, |key, head| {
+            if let Some(addr) = table.committed_version(medium, Addr(head)) {
+                entries.push((key.to_vec(), addr.0));
+            }
+            true
+        });
     stats.entries_resolved += entries.len() as u64;
     entries
 }
@@ -208,12 +248,21 @@ enum Item {
 }
 
 /// Changed leaves from the live index, unchanged subtrees from the previous run.
-fn incremental_entries(medium: &Medium, table: &TableRt, previous: &TableSection, base_t_low: u64, stats: &mut CheckpointStats) -> Vec<Entry> {
+fn incremental_entries(
+    medium: &Medium,
+    table: &TableRt,
+    previous: &TableSection,
+    base_t_low: u64,
+    stats: &mut CheckpointStats,
+) -> Vec<Entry> {
     let items = std::cell::RefCell::new(Vec::new());
     table.index.walk(
         |lower, upper, update_time, _is_leaf| {
             if update_time < base_t_low {
-                items.borrow_mut().push(Item::Skip(lower.map(<[u8]>::to_vec), upper.map(<[u8]>::to_vec)));
+                items.borrow_mut().push(Item::Skip(
+                    lower.map(<[u8]>::to_vec),
+                    upper.map(<[u8]>::to_vec),
+                ));
                 return false;
             }
             true
@@ -222,7 +271,7 @@ fn incremental_entries(medium: &Medium, table: &TableRt, previous: &TableSection
     );
     let items = items.into_inner();
     let mut merged = Merger::default();
-    let mut old = previous.entries().peekable();
+    let mut old = previous.reader();
     for item in items {
         match item {
             Item::Entry(key, head) => {
@@ -232,9 +281,19 @@ fn incremental_entries(medium: &Medium, table: &TableRt, previous: &TableSection
             }
             Item::Skip(lower, upper) => {
                 stats.subtrees_skipped += 1;
-                while old.next_if(|(k, _)| lower.as_deref().is_some_and(|l| *k < l)).is_some() {}
-                while let Some((key, addr)) = old.next_if(|(k, _)| upper.as_deref().is_none_or(|u| *k < u)) {
-                    stats.entries_copied += merged.push(key.to_vec(), addr) as u64;
+                while old
+                    .peek_key(medium)
+                    .is_some_and(|k| lower.as_deref().is_some_and(|l| k < l))
+                {
+                    old.advance(medium);
+                }
+                while old
+                    .peek_key(medium)
+                    .is_some_and(|k| upper.as_deref().is_none_or(|u| k < u))
+                {
+                    let (key, addr) = old.next_entry(medium).expect("peeked");
+                    let key = key.to_vec();
+                    stats.entries_copied += merged.push(key, addr) as u64;
                 }
             }
         }

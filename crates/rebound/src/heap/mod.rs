@@ -111,13 +111,20 @@ pub struct Block {
 
 impl Block {
     pub fn new(offset: u64, capacity: u32) -> Block {
-        Block { offset, capacity, tile: std::sync::OnceLock::new() }
+        Block {
+            offset,
+            capacity,
+            tile: std::sync::OnceLock::new(),
+        }
     }
 
     pub fn tile(&self) -> &[VersionHeader] {
-        self.tile.get_or_init(|| (0..self.capacity).map(|_| VersionHeader::default()).collect())
+        self.tile.get_or_init(|| {
+            (0..self.capacity)
+                .map(|_| VersionHeader::default())
+                .collect()
+        })
     }
-
 }
 
 /// Where the next slot of a region goes.
@@ -315,7 +322,7 @@ impl TableHeap {
         }
         let covered = (SLOT_HEADER as usize - 12) + key_len + value_len;
         let mut bytes = vec![0u8; covered];
-        read_unaligned(medium, self.slot_offset(addr) + 12, &mut bytes);
+        medium.read_at(self.slot_offset(addr) + 12, &mut bytes);
         if slot_crc(txn & crate::catalog::MAX_TXN_ID, &bytes) != crc {
             return None;
         }
@@ -343,7 +350,7 @@ impl TableHeap {
             return None;
         }
         let mut bytes = vec![0u8; (SLOT_HEADER as usize - 12) + key_len + value_len];
-        read_unaligned(medium, self.slot_offset(addr) + 12, &mut bytes);
+        medium.read_at(self.slot_offset(addr) + 12, &mut bytes);
         if slot_crc(txn, &bytes) != crc {
             return None;
         }
@@ -394,18 +401,6 @@ impl TableHeap {
 
 fn region_len(region: &Region) -> u64 {
     region.blocks.count() as u64
-}
-
-/// Reads bytes that start at an 8-aligned slot offset plus an arbitrary shift.
-fn read_unaligned(medium: &Medium, start: u64, out: &mut [u8]) {
-    let aligned = start & !7;
-    let shift = (start - aligned) as usize;
-    if shift == 0 {
-        return medium.read_bytes(start, out);
-    }
-    let mut tmp = vec![0u8; out.len() + shift];
-    medium.read_bytes(aligned, &mut tmp);
-    out.copy_from_slice(&tmp[shift..]);
 }
 
 fn block_header_crc(h: &[u8; 64]) -> u32 {

@@ -239,6 +239,21 @@ impl Medium {
         }
     }
 
+    /// Copies `out.len()` bytes out from any offset.
+    pub fn read_at(&self, off: u64, out: &mut [u8]) {
+        let mut at = off & !7;
+        let mut skip = (off - at) as usize;
+        let mut filled = 0;
+        while filled < out.len() {
+            let word = self.word(at).load(Ordering::Relaxed).to_le_bytes();
+            let take = (8 - skip).min(out.len() - filled);
+            out[filled..filled + take].copy_from_slice(&word[skip..skip + take]);
+            filled += take;
+            skip = 0;
+            at += 8;
+        }
+    }
+
     /// Zeroes an 8-aligned range whose length is a multiple of 8.
     pub fn zero(&self, off: u64, len: u64) {
         let mut at = off;

@@ -16,7 +16,7 @@
 //! Tables are recovered in parallel.
 
 use crate::catalog::{self, TableDef, MAX_TXN_ID, MAX_WORKERS};
-use crate::checkpoint::{self, CheckpointImage, Durable, TableSection};
+use crate::checkpoint::{CheckpointImage, Durable, TableSection};
 use crate::error::{Error, Result};
 use crate::heap::{Addr, Block, Cursor, Space, TableHeap, HOLE_BIT};
 use crate::index::{BTree, MAX_KEY_LEN};
@@ -79,29 +79,57 @@ pub fn format(medium: &Medium) -> Result<()> {
 pub fn fresh(medium: Medium, instance: u64) -> Result<(Store, RecoveryReport)> {
     let start = Instant::now();
     let clock = Clock::recover(&medium, 1)?;
-    let store = Store::new(medium, Space::new(catalog::DATA_START, Vec::new()), clock, boxcar::Vec::new(), instance);
-    let report = RecoveryReport { fresh: true, total: start.elapsed(), ..Default::default() };
+    let store = Store::new(
+        medium,
+        Space::new(catalog::DATA_START, Vec::new()),
+        clock,
+        boxcar::Vec::new(),
+        instance,
+    );
+    let report = RecoveryReport {
+        fresh: true,
+        total: start.elapsed(),
+        ..Default::default()
+    };
     Ok((store, report))
 }
 
-/// Recovers a store from a medium that holds a database; also returns the
-/// checkpoint in force, if any.
-pub fn recover(medium: Medium, instance: u64, started: Instant, use_checkpoint: bool) -> Result<(Store, RecoveryReport, Option<Durable>)> {
+/// What recovery hands to the database.
+pub struct Recovered {
+    pub store: Store,
+    pub report: RecoveryReport,
+    /// The checkpoint in force, if any.
+    pub durable: Option<Durable>,
+    /// The checkpoint whose runs still have to be loaded into the indexes.
+    pub cold: Option<Arc<CheckpointImage>>,
+}
+
+/// Recovers a store from a medium that holds a database.
+pub fn recover(
+    medium: Medium,
+    instance: u64,
+    started: Instant,
+    use_checkpoint: bool,
+) -> Result<Recovered> {
     let mut report = RecoveryReport::default();
     let phase = Instant::now();
     catalog::validate_superblock(&medium)?;
     let defs = catalog::read_tables(&medium)?;
     validate_defs(&defs)?;
-    let lctt = (0..MAX_WORKERS).map(|w| catalog::last_commit(&medium, w)).collect::<Result<Vec<_>>>()?;
+    let lctt = (0..MAX_WORKERS)
+        .map(|w| catalog::last_commit(&medium, w))
+        .collect::<Result<Vec<_>>>()?;
     let lease = catalog::txn_lease(&medium)?;
     if lctt.iter().any(|&t| t >= lease.max(1)) {
-        return Err(Error::Corrupt("a committed txn id is not below the txn-id lease".into()));
+        return Err(Error::Corrupt(
+            "a committed txn id is not below the txn-id lease".into(),
+        ));
     }
     let image = match catalog::checkpoint_root(&medium)? {
         0 => None,
-        root => Some((root, CheckpointImage::read(&medium, root)?)),
+        root => Some(CheckpointImage::open(&medium, root)?),
     };
-    let base = image.as_ref().filter(|_| use_checkpoint).map(|(_, img)| img);
+    let base = image.as_ref().filter(|_| use_checkpoint);
     report.from_checkpoint = base.is_some();
     report.checkpoint_sequence = base.map_or(0, |i| i.sequence);
     report.redo_from_txn = base.map_or(0, |i| i.t_low);
@@ -113,7 +141,12 @@ pub fn recover(medium: Medium, instance: u64, started: Instant, use_checkpoint: 
     let tables = boxcar::Vec::new();
     for (table, counts, times) in results {
         for (_, region) in table.heap.regions.iter().enumerate() {
-            extents.extend(region.blocks.iter().map(|(_, b)| (b.offset, table.heap.def.block_size as u64)));
+            extents.extend(
+                region
+                    .blocks
+                    .iter()
+                    .map(|(_, b)| (b.offset, table.heap.def.block_size as u64)),
+            );
         }
         report.blocks += counts.blocks;
         report.versions_scanned += counts.scanned;
@@ -125,21 +158,40 @@ pub fn recover(medium: Medium, instance: u64, started: Instant, use_checkpoint: 
         report.index_entries += table.index.len() as u64;
         tables.push(table);
     }
-    let durable = image.map(|(offset, img)| {
-        extents.push((offset, img.len.next_multiple_of(crate::heap::BLOCK_ALIGN)));
-        Durable { offset, len: img.len.next_multiple_of(crate::heap::BLOCK_ALIGN), sequence: img.sequence, t_low: img.t_low, usable_as_base: false }
+    let durable = image.as_ref().map(|img| {
+        let len = img.len.next_multiple_of(crate::heap::BLOCK_ALIGN);
+        extents.push((img.offset, len));
+        Durable {
+            offset: img.offset,
+            len,
+            sequence: img.sequence,
+            t_low: img.t_low,
+            usable_as_base: false,
+        }
     });
+    let cold = image.filter(|_| use_checkpoint).map(Arc::new);
     medium.fence()?;
     let clock = Clock::recover(&medium, lease)?;
     let space = Space::new(catalog::DATA_START, extents);
     report.total = started.elapsed();
-    Ok((Store::new(medium, space, clock, tables, instance), report, durable))
+    Ok(Recovered {
+        store: Store::new(medium, space, clock, tables, instance),
+        report,
+        durable,
+        cold,
+    })
 }
 
 type TableResult = (Arc<TableRt>, ScanCounts, (Duration, Duration, u64));
 
 /// Recovers every table, in parallel.
-fn recover_tables(medium: &Medium, defs: Vec<TableDef>, lctt: &[u64], base: Option<&CheckpointImage>, instance: u64) -> Result<Vec<TableResult>> {
+fn recover_tables(
+    medium: &Medium,
+    defs: Vec<TableDef>,
+    lctt: &[u64],
+    base: Option<&CheckpointImage>,
+    instance: u64,
+) -> Result<Vec<TableResult>> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = defs
             .into_iter()
@@ -149,29 +201,55 @@ fn recover_tables(medium: &Medium, defs: Vec<TableDef>, lctt: &[u64], base: Opti
                 scope.spawn(move || recover_table(medium, def, lctt, section, t_low, instance))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::Corrupt("recovery thread failed".into())))).collect()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Corrupt("recovery thread failed".into())))
+            })
+            .collect()
     })
 }
 
-fn recover_table(medium: &Medium, def: TableDef, lctt: &[u64], section: Option<TableSection>, t_low: u64, instance: u64) -> Result<TableResult> {
+fn recover_table(
+    medium: &Medium,
+    def: TableDef,
+    lctt: &[u64],
+    section: Option<&TableSection>,
+    t_low: u64,
+    instance: u64,
+) -> Result<TableResult> {
     let phase = Instant::now();
     let heap = TableHeap::new(def);
-    let lists = section.as_ref().map(|s| s.block_lists());
+    let lists = section.map(|s| &s.block_lists);
     let mut counts = ScanCounts::default();
     let mut found = Vec::new();
     for (worker, &last_commit) in lctt.iter().enumerate() {
-        let listed = lists.as_ref().map_or(&[][..], |l| l[worker]);
+        let listed = lists.map_or(&[][..], |l| l[worker].as_slice());
         load_blocks(medium, &heap, worker, listed)?;
         counts.blocks += heap.regions[worker].blocks.count() as u64;
-        scan_region(medium, &heap, worker, last_commit, t_low, &mut found, &mut counts)?;
+        scan_region(
+            medium,
+            &heap,
+            worker,
+            last_commit,
+            t_low,
+            &mut found,
+            &mut counts,
+        )?;
     }
     let undo_redo = phase.elapsed();
     let phase = Instant::now();
-    let checkpoint_entries = section.as_ref().map_or(0, |s| s.entry_count);
-    let entries = merge(medium, &heap, section.as_ref(), found)?;
-    let index = BTree::bulk_load(entries);
+    let checkpoint_entries = section.map_or(0, |s| s.entry_count);
+    // From a checkpoint, tombstones stay in the index: they shadow the
+    // run's older entries until clean-up (deferred deletion).
+    let index = BTree::bulk_load(newest_versions(found, t_low > 0));
     let table = Arc::new(TableRt::new(heap, index, instance));
-    Ok((table, counts, (undo_redo, phase.elapsed(), checkpoint_entries)))
+    Ok((
+        table,
+        counts,
+        (undo_redo, phase.elapsed(), checkpoint_entries),
+    ))
 }
 
 fn validate_defs(defs: &[TableDef]) -> Result<()> {
@@ -181,7 +259,10 @@ fn validate_defs(defs: &[TableDef]) -> Result<()> {
             && (1..=MAX_KEY_LEN).contains(&(def.max_key_len as usize))
             && (slot, slots, block) == (def.slot_size, def.slots_per_block, def.block_size);
         if !sane {
-            return Err(Error::Corrupt(format!("table {:?} has an impossible geometry", def.name)));
+            return Err(Error::Corrupt(format!(
+                "table {:?} has an impossible geometry",
+                def.name
+            )));
         }
     }
     Ok(())
@@ -190,27 +271,39 @@ fn validate_defs(defs: &[TableDef]) -> Result<()> {
 /// Registers a region's blocks: those listed by the checkpoint (bounds
 /// checked only; headers are validated when scanned), then the chain that
 /// continues from the last of them (or from the region head), validated.
-fn load_blocks(medium: &Medium, heap: &TableHeap, worker: usize, listed: &[u8]) -> Result<()> {
+fn load_blocks(medium: &Medium, heap: &TableHeap, worker: usize, listed: &[u64]) -> Result<()> {
     let region = &heap.regions[worker];
     let block_size = heap.def.block_size as u64;
-    for offset in checkpoint::offsets(listed) {
+    for &offset in listed {
         if !block_in_bounds(medium, offset, block_size) {
-            return Err(Error::Corrupt(format!("checkpoint lists a block outside the medium at {offset}")));
+            return Err(Error::Corrupt(format!(
+                "checkpoint lists a block outside the medium at {offset}"
+            )));
         }
-        region.blocks.push(Block::new(offset, heap.def.slots_per_block));
+        region
+            .blocks
+            .push(Block::new(offset, heap.def.slots_per_block));
     }
     let mut seq = region.blocks.count() as u64;
     let mut offset = match seq.checked_sub(1) {
         None => catalog::region_head(medium, heap.def.id, worker),
-        Some(last) => heap.validate_block(medium, region.blocks[last as usize].offset, worker, last)?.0,
+        Some(last) => {
+            heap.validate_block(medium, region.blocks[last as usize].offset, worker, last)?
+                .0
+        }
     };
     let max_blocks = medium.len() / block_size;
     while offset != 0 {
         if seq >= max_blocks {
-            return Err(Error::Corrupt(format!("block chain of table {} region {worker} loops", heap.def.id)));
+            return Err(Error::Corrupt(format!(
+                "block chain of table {} region {worker} loops",
+                heap.def.id
+            )));
         }
         let (next, _) = heap.validate_block(medium, offset, worker, seq)?;
-        region.blocks.push(Block::new(offset, heap.def.slots_per_block));
+        region
+            .blocks
+            .push(Block::new(offset, heap.def.slots_per_block));
         offset = next;
         seq += 1;
     }
@@ -218,7 +311,9 @@ fn load_blocks(medium: &Medium, heap: &TableHeap, worker: usize, listed: &[u8]) 
 }
 
 fn block_in_bounds(medium: &Medium, offset: u64, size: u64) -> bool {
-    offset >= catalog::DATA_START && offset.is_multiple_of(crate::heap::BLOCK_ALIGN) && medium.contains(offset, size)
+    offset >= catalog::DATA_START
+        && offset.is_multiple_of(crate::heap::BLOCK_ALIGN)
+        && medium.contains(offset, size)
 }
 
 /// Index of the first block that can hold a slot with txn id ≥ `t_low`:
@@ -240,13 +335,26 @@ fn first_block_from(medium: &Medium, heap: &TableHeap, worker: usize, t_low: u64
 
 /// Redo (collect committed versions with txn ≥ `t_low`) and undo (clear
 /// the tail) of one region.
-fn scan_region(medium: &Medium, heap: &TableHeap, worker: usize, last_commit: u64, t_low: u64, found: &mut Vec<Found>, counts: &mut ScanCounts) -> Result<()> {
+fn scan_region(
+    medium: &Medium,
+    heap: &TableHeap,
+    worker: usize,
+    last_commit: u64,
+    t_low: u64,
+    found: &mut Vec<Found>,
+    counts: &mut ScanCounts,
+) -> Result<()> {
     let region = &heap.regions[worker];
     let capacity = heap.def.slots_per_block;
-    let first = if t_low == 0 { 0 } else { first_block_from(medium, heap, worker, t_low)? };
+    let first = if t_low == 0 {
+        0
+    } else {
+        first_block_from(medium, heap, worker, t_low)?
+    };
     let mut tail: Option<Cursor> = None;
     for b in first..region.blocks.count() {
-        let (_, min_txn) = heap.validate_block(medium, region.blocks[b].offset, worker, b as u64)?;
+        let (_, min_txn) =
+            heap.validate_block(medium, region.blocks[b].offset, worker, b as u64)?;
         for s in 0..capacity {
             let addr = Addr::new(worker, b as u32, s);
             let word = heap.slot_txn(medium, addr);
@@ -255,7 +363,9 @@ fn scan_region(medium: &Medium, heap: &TableHeap, worker: usize, last_commit: u6
             let committed = current && word & HOLE_BIT == 0 && txn <= last_commit;
             if tail.is_some() {
                 if committed {
-                    return Err(Error::Corrupt(format!("committed version after the uncommitted tail at {addr:?}")));
+                    return Err(Error::Corrupt(format!(
+                        "committed version after the uncommitted tail at {addr:?}"
+                    )));
                 }
                 undo(medium, heap, addr, word, current, counts);
                 continue;
@@ -268,84 +378,68 @@ fn scan_region(medium: &Medium, heap: &TableHeap, worker: usize, last_commit: u6
                 continue;
             }
             if !committed {
-                tail = Some(Cursor { block: b as u32, slot: s });
+                tail = Some(Cursor {
+                    block: b as u32,
+                    slot: s,
+                });
                 undo(medium, heap, addr, word, current, counts);
                 continue;
             }
-            let content = heap.decode_checked(medium, addr).ok_or_else(|| Error::Corrupt(format!("committed version at {addr:?} fails its checksum")))?;
+            let content = heap.decode_checked(medium, addr).ok_or_else(|| {
+                Error::Corrupt(format!("committed version at {addr:?} fails its checksum"))
+            })?;
             counts.committed += 1;
-            found.push(Found { key: content.key, txn, addr, tombstone: content.tombstone });
+            found.push(Found {
+                key: content.key,
+                txn,
+                addr,
+                tombstone: content.tombstone,
+            });
         }
     }
     let blocks = region.blocks.count() as u32;
-    *region.cursor.lock() = tail.unwrap_or(Cursor { block: blocks.saturating_sub(1), slot: if blocks == 0 { 0 } else { capacity } });
+    *region.cursor.lock() = tail.unwrap_or(Cursor {
+        block: blocks.saturating_sub(1),
+        slot: if blocks == 0 { 0 } else { capacity },
+    });
     Ok(())
 }
 
-fn undo(medium: &Medium, heap: &TableHeap, addr: Addr, word: u64, current: bool, counts: &mut ScanCounts) {
+fn undo(
+    medium: &Medium,
+    heap: &TableHeap,
+    addr: Addr,
+    word: u64,
+    current: bool,
+    counts: &mut ScanCounts,
+) {
     if word != 0 {
         heap.clear_slot(medium, addr);
         counts.undone += current as u64;
     }
 }
 
-/// The newest committed version per key from the checkpoint run and the
-/// redone versions, tombstones dropped, in key order.
-fn merge(medium: &Medium, heap: &TableHeap, section: Option<&TableSection>, mut redo: Vec<Found>) -> Result<Vec<(Vec<u8>, u64)>> {
-    redo.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.txn.cmp(&b.txn)));
-    let mut latest: Vec<Found> = Vec::with_capacity(redo.len());
-    for f in redo {
+/// The newest committed version per key, in key order; tombstones kept
+/// only when asked.
+fn newest_versions(mut found: Vec<Found>, keep_tombstones: bool) -> Vec<(Vec<u8>, u64)> {
+    found.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.txn.cmp(&b.txn)));
+    let mut latest: Vec<Found> = Vec::with_capacity(found.len());
+    for f in found {
         match latest.last_mut() {
             Some(last) if last.key == f.key => *last = f,
             _ => latest.push(f),
         }
     }
-    let checkpointed = match section {
-        Some(s) => checked_entries(heap, s)?,
-        None => Vec::new(),
-    };
-    let mut out = Vec::with_capacity(checkpointed.len() + latest.len());
-    let mut redo = latest.into_iter().peekable();
-    for (key, addr) in checkpointed {
-        while let Some(f) = redo.next_if(|f| f.key.as_slice() < key) {
-            push_live(&mut out, f);
-        }
-        match redo.next_if(|f| f.key.as_slice() == key) {
-            Some(f) if f.txn > heap.slot_txn(medium, Addr(addr)) & MAX_TXN_ID => push_live(&mut out, f),
-            _ => out.push((key.to_vec(), addr)),
-        }
-    }
-    redo.for_each(|f| push_live(&mut out, f));
-    Ok(out)
-}
-
-fn push_live(out: &mut Vec<(Vec<u8>, u64)>, f: Found) {
-    if !f.tombstone {
-        out.push((f.key, f.addr.0));
-    }
-}
-
-/// The checkpoint's entries, checked so that nothing later can misbehave:
-/// strictly ascending keys of a valid length, addresses of existing slots.
-fn checked_entries<'a>(heap: &TableHeap, section: &TableSection<'a>) -> Result<Vec<(&'a [u8], u64)>> {
-    let bad = |why: &str| Error::Corrupt(format!("checkpoint run of table {}: {why}", heap.def.id));
-    let entries: Vec<_> = section.entries().collect();
-    if entries.len() as u64 != section.entry_count {
-        return Err(bad("entry count does not match"));
-    }
-    for (i, (key, addr)) in entries.iter().enumerate() {
-        if !(1..=heap.def.max_key_len as usize).contains(&key.len()) || (i > 0 && entries[i - 1].0 >= *key) {
-            return Err(bad("keys out of order or of a bad length"));
-        }
-        let a = Addr(*addr);
-        let exists = a.region() < MAX_WORKERS && (a.block() as usize) < heap.regions[a.region()].blocks.count() && a.slot() < heap.def.slots_per_block;
-        if !exists {
-            return Err(bad("address of a slot that does not exist"));
-        }
-    }
-    Ok(entries)
+    latest
+        .into_iter()
+        .filter(|f| keep_tombstones || !f.tombstone)
+        .map(|f| (f.key, f.addr.0))
+        .collect()
 }
 
 fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }

@@ -48,8 +48,8 @@ use crate::heap::tile::{ABORTED, LOCKED, PENDING};
 use crate::heap::{Addr, Space, TableHeap};
 use crate::index::{BTree, InsertError};
 use crate::medium::Medium;
-use std::ops::{Bound, RangeBounds};
 use crossbeam_utils::CachePadded;
+use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
 use std::sync::Arc;
@@ -72,10 +72,28 @@ pub struct Store {
 }
 
 impl Store {
-    pub fn new(medium: Medium, space: Space, clock: Clock, tables: boxcar::Vec<Arc<TableRt>>, instance: u64) -> Store {
-        let active = (0..crate::catalog::MAX_WORKERS).map(|_| AtomicU64::new(0)).collect();
-        let written = (0..crate::catalog::MAX_WORKERS).map(|_| CachePadded::new(AtomicU64::new(0))).collect();
-        Store { medium, space, clock, tables, instance, active, written }
+    pub fn new(
+        medium: Medium,
+        space: Space,
+        clock: Clock,
+        tables: boxcar::Vec<Arc<TableRt>>,
+        instance: u64,
+    ) -> Store {
+        let active = (0..crate::catalog::MAX_WORKERS)
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let written = (0..crate::catalog::MAX_WORKERS)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect();
+        Store {
+            medium,
+            space,
+            clock,
+            tables,
+            instance,
+            active,
+            written,
+        }
     }
 
     /// Versions written by committed transactions since open.
@@ -88,8 +106,29 @@ impl Store {
     /// were complete (committed or aborted) before this call began.
     pub fn low_water(&self) -> u64 {
         let now = self.clock.peek();
-        self.active.iter().map(|a| a.load(SeqCst)).filter(|&ts| ts != 0).fold(now, u64::min)
+        self.active
+            .iter()
+            .map(|a| a.load(SeqCst))
+            .filter(|&ts| ts != 0)
+            .fold(now, u64::min)
     }
+}
+
+/// Index entries that are not in the DRAM index yet: after a restart, the
+/// index checkpoint being loaded in the background. A lookup that misses
+/// the DRAM index asks it, and what it finds is verified against the slot
+/// and inserted into the DRAM index before use.
+pub trait ColdEntries: Send + Sync {
+    /// The address recorded for `key`, if any.
+    fn find(&self, medium: &Medium, key: &[u8]) -> Option<u64>;
+    /// Up to `limit` entries with keys in the range, ascending.
+    fn range(
+        &self,
+        medium: &Medium,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        limit: usize,
+    ) -> Vec<(Vec<u8>, u64)>;
 }
 
 /// A table at run time: its heap and its primary index.
@@ -98,11 +137,122 @@ pub struct TableRt {
     pub index: BTree,
     pub instance: u64,
     pub sampler: UpdateSampler,
+    cold: parking_lot::RwLock<Option<Arc<dyn ColdEntries>>>,
+    cold_active: std::sync::atomic::AtomicBool,
+    damaged: std::sync::atomic::AtomicBool,
 }
 
 impl TableRt {
     pub fn new(heap: TableHeap, index: BTree, instance: u64) -> TableRt {
-        TableRt { heap, index, instance, sampler: UpdateSampler::default() }
+        TableRt {
+            heap,
+            index,
+            instance,
+            sampler: UpdateSampler::default(),
+            cold: parking_lot::RwLock::new(None),
+            cold_active: std::sync::atomic::AtomicBool::new(false),
+            damaged: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Makes lookups consult `cold` until `finish_cold` is called.
+    pub fn set_cold(&self, cold: Arc<dyn ColdEntries>) {
+        *self.cold.write() = Some(cold);
+        self.cold_active.store(true, Release);
+    }
+
+    /// Everything cold is in the DRAM index now.
+    pub fn finish_cold(&self) {
+        self.cold_active.store(false, Release);
+        *self.cold.write() = None;
+    }
+
+    pub fn is_loading(&self) -> bool {
+        self.cold_active.load(Acquire)
+    }
+
+    fn cold(&self) -> Option<Arc<dyn ColdEntries>> {
+        if !self.cold_active.load(Acquire) {
+            return None;
+        }
+        self.cold.read().clone()
+    }
+
+    /// The index head of `key`, materializing a cold entry if needed.
+    pub fn lookup(&self, medium: &Medium, key: &[u8]) -> Option<u64> {
+        self.index.get(key).or_else(|| {
+            self.warm(medium, key)
+                .then(|| self.index.get(key))
+                .flatten()
+        })
+    }
+
+    /// Like `lookup`, recording the gap read when the key is absent.
+    pub fn lookup_marking_gap(&self, medium: &Medium, key: &[u8], ts: u64) -> Option<u64> {
+        if let Some(head) = self.index.get(key) {
+            return Some(head);
+        }
+        self.warm(medium, key);
+        self.index.get_marking_gap(key, ts)
+    }
+
+    /// Moves `key`'s cold entry into the DRAM index; true if it did.
+    fn warm(&self, medium: &Medium, key: &[u8]) -> bool {
+        let Some(cold) = self.cold() else {
+            return false;
+        };
+        match cold.find(medium, key) {
+            Some(addr) => self.adopt(medium, key, addr, true),
+            None => false,
+        }
+    }
+
+    /// Moves the cold entries a scan of `want` keys from `lower` can reach.
+    pub fn warm_range(
+        &self,
+        medium: &Medium,
+        lower: &Bound<Vec<u8>>,
+        upper: &Bound<Vec<u8>>,
+        want: usize,
+    ) {
+        let Some(cold) = self.cold() else { return };
+        for (key, addr) in cold.range(medium, as_slice_bound(lower), as_slice_bound(upper), want) {
+            self.adopt(medium, &key, addr, true);
+        }
+    }
+
+    /// Marks the table unusable: its recovered index data is damaged.
+    pub fn mark_damaged(&self) {
+        self.damaged.store(true, Release);
+    }
+
+    pub fn is_damaged(&self) -> bool {
+        self.damaged.load(Acquire)
+    }
+
+    /// Inserts a checkpoint entry unless the DRAM index already has the key
+    /// (a newer version). With `verify`, an entry whose slot does not hold
+    /// this key or fails its checksum is a dangling entry (HiEngine 3) and
+    /// is dropped. Gap marks are ignored: the key existed all along.
+    pub fn adopt(&self, medium: &Medium, key: &[u8], addr: u64, verify: bool) -> bool {
+        let a = Addr(addr);
+        let valid = a.region() < crate::catalog::MAX_WORKERS
+            && (a.block() as usize) < self.heap.regions[a.region()].blocks.count()
+            && a.slot() < self.heap.def.slots_per_block
+            && (1..=crate::index::MAX_KEY_LEN).contains(&key.len());
+        if !valid {
+            self.mark_damaged();
+            return false;
+        }
+        if verify
+            && self
+                .heap
+                .decode_checked(medium, a)
+                .is_none_or(|slot| slot.key != key)
+        {
+            return false;
+        }
+        self.index.insert_if_absent(key, addr, u64::MAX, 0).is_ok()
     }
 
     /// The newest committed version of a chain, `None` if there is none or
@@ -215,6 +365,12 @@ impl<'s> TxnState<'s> {
         if table.instance != self.store.instance {
             return Err(Error::ForeignTable);
         }
+        if table.is_damaged() {
+            return Err(Error::Corrupt(format!(
+                "the recovered index of table {:?} is damaged",
+                table.heap.def.name
+            )));
+        }
         let max_key = table.heap.def.max_key_len as usize;
         if key.is_empty() || key.len() > max_key {
             return Err(Error::KeyLength {
@@ -241,7 +397,7 @@ impl<'s> TxnState<'s> {
 
     fn read_key(&self, table: &TableRt, key: &[u8]) -> Result<Option<Vec<u8>>> {
         loop {
-            let Some(head) = table.index.get_marking_gap(key, self.ts) else {
+            let Some(head) = table.lookup_marking_gap(&self.store.medium, key, self.ts) else {
                 return Ok(None);
             };
             match self.visible(table, Addr(head))? {
@@ -259,7 +415,10 @@ impl<'s> TxnState<'s> {
         }
         match table.heap.read_value(medium, addr) {
             Some(value) => Ok(Some(value)),
-            None => Err(Error::Corrupt(format!("version at {addr:?} of table {:?} fails its checksum", table.heap.def.name))),
+            None => Err(Error::Corrupt(format!(
+                "version at {addr:?} of table {:?} fails its checksum",
+                table.heap.def.name
+            ))),
         }
     }
 
@@ -375,7 +534,7 @@ impl<'s> TxnState<'s> {
             // Inserting needs no gap mark: the pending index entry is what
             // later readers and writers of the key meet. Reporting a key as
             // missing is a read of the gap, so that path marks it.
-            let head = match table.index.get(key) {
+            let head = match table.lookup(&self.store.medium, key) {
                 Some(head) => Addr(head),
                 None if matches!(kind, WriteKind::Insert | WriteKind::Put) => {
                     match self.insert_fresh(table, key, value)? {
@@ -383,7 +542,7 @@ impl<'s> TxnState<'s> {
                         false => continue,
                     }
                 }
-                None => match table.index.get_marking_gap(key, self.ts) {
+                None => match table.lookup_marking_gap(&self.store.medium, key, self.ts) {
                     Some(head) => Addr(head),
                     None => return self.missing(kind),
                 },
@@ -601,6 +760,7 @@ impl<'s> TxnState<'s> {
         want: usize,
     ) -> Vec<(Vec<u8>, u64)> {
         let mut batch = Vec::with_capacity(want);
+        table.warm_range(&self.store.medium, lower, upper, want);
         table.index.scan(
             as_slice_bound(lower),
             as_slice_bound(upper),

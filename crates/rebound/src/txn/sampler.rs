@@ -30,7 +30,9 @@ impl UpdateSampler {
 
     pub fn drain(&self) -> Sample {
         let counts = std::mem::take(&mut *self.counts.lock());
-        Sample { counts: counts.into_values().collect() }
+        Sample {
+            counts: counts.into_values().collect(),
+        }
     }
 }
 
@@ -42,7 +44,11 @@ impl Sample {
         if total == 0.0 {
             return 0.0;
         }
-        1.0 - self.counts.iter().map(|&c| (c as f64 / total).powi(2)).sum::<f64>()
+        1.0 - self
+            .counts
+            .iter()
+            .map(|&c| (c as f64 / total).powi(2))
+            .sum::<f64>()
     }
 
     /// Estimated fraction of all keys written since the previous drain,

@@ -1,0 +1,289 @@
+//! Recovery and checkpoint experiments (FIR §5), on the public API only.
+//!
+//! ```text
+//! cargo bench -p rebound --bench recovery -- scaling [ROWS...]   # default 1M 4M 16M
+//! cargo bench -p rebound --bench recovery -- overhead [SECONDS]  # checkpoints vs none, YCSB-A-like
+//! cargo bench -p rebound --bench recovery -- skew [ROWS]         # checkpoint time vs Zipf θ (FIR Fig. 13a)
+//! ```
+//!
+//! `scaling`: a child process loads ROWS rows (8-byte keys, 100-byte values,
+//! 1000 per transaction), runs ROWS/4 single-key updates, and is killed with
+//! SIGKILL. The parent then opens the same files twice — with the default
+//! design (recovery from the index checkpoint) and with checkpoints off (the
+//! full-scan design) — and prints each recovery's phases.
+
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Zipf};
+use rebound::{CheckpointMode, Database, Options, Table, TableOptions};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const VALUE: [u8; 100] = [7u8; 100];
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    match args.first().map(String::as_str) {
+        Some("scaling") | None => scaling(&numbers(
+            &args[1.min(args.len())..],
+            &[1_000_000, 4_000_000, 16_000_000],
+        )),
+        Some("overhead") => overhead(numbers(&args[1..], &[10])[0]),
+        Some("skew") => skew(numbers(&args[1..], &[1_000_000])[0]),
+        Some("load-child") => load_child(Path::new(&args[1]), args[2].parse().unwrap()),
+        Some(other) => eprintln!("unknown experiment {other}; use scaling, overhead or skew"),
+    }
+}
+
+fn numbers(args: &[String], default: &[u64]) -> Vec<u64> {
+    let parsed: Vec<u64> = args
+        .iter()
+        .filter_map(|a| a.replace('_', "").parse().ok())
+        .collect();
+    if parsed.is_empty() {
+        default.to_vec()
+    } else {
+        parsed
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        PathBuf::from("/dev/shm").join(format!("rebound-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn options(mode: CheckpointMode) -> Options {
+    Options {
+        checkpoint: mode,
+        ..Options::default()
+    }
+}
+
+fn table(db: &Database) -> Table {
+    match db.table("usertable").unwrap() {
+        Some(t) => t,
+        None => db
+            .create_table(
+                "usertable",
+                TableOptions {
+                    max_key_len: 8,
+                    max_value_len: 100,
+                },
+            )
+            .unwrap(),
+    }
+}
+
+fn load(db: &Database, table: &Table, rows: u64) {
+    let mut session = db.session().unwrap();
+    for first in (0..rows).step_by(1000) {
+        let mut tx = session.begin();
+        for k in first..(first + 1000).min(rows) {
+            tx.insert(table, &k.to_be_bytes(), &VALUE).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+}
+
+/// The child of `scaling`: load, update, then wait to be killed.
+fn load_child(dir: &Path, rows: u64) {
+    let db = Database::open(dir, options(CheckpointMode::CostModel)).unwrap();
+    let table = table(&db);
+    load(&db, &table, rows);
+    let mut session = db.session().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(rows);
+    for _ in 0..rows / 4 {
+        let mut tx = session.begin();
+        tx.update(&table, &rng.gen_range(0..rows).to_be_bytes(), &[9u8; 100])
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    println!("ready");
+    std::thread::sleep(Duration::from_secs(3600));
+}
+
+fn scaling(sizes: &[u64]) {
+    println!("rows,design,total_ms,metadata_ms,undo_redo_ms,index_build_ms,versions_scanned,checkpoint_entries,first_txn_ms");
+    let mut ratios = Vec::new();
+    for &rows in sizes {
+        let dir = scratch("scaling");
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["load-child", dir.to_str().unwrap(), &rows.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let with = reopen(&dir, rows, CheckpointMode::CostModel, "checkpoint");
+        let without = reopen(&dir, rows, CheckpointMode::Off, "full-scan");
+        ratios.push((rows, without / with));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    for (rows, ratio) in ratios {
+        println!("# {rows} rows: full-scan recovery / checkpoint recovery = {ratio:.1}x");
+    }
+}
+
+/// Opens the crashed database, runs one read, prints the report; returns ms.
+fn reopen(dir: &Path, rows: u64, mode: CheckpointMode, name: &str) -> f64 {
+    let start = Instant::now();
+    let db = Database::open(dir, options(mode)).unwrap();
+    let table = table(&db);
+    let mut session = db.session().unwrap();
+    let mut tx = session.begin();
+    assert!(tx.get(&table, &(rows / 2).to_be_bytes()).unwrap().is_some());
+    drop(tx);
+    let first_txn = start.elapsed();
+    let r = db.recovery_report().clone();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "{rows},{name},{:.1},{:.2},{:.1},{:.1},{},{},{:.1}",
+        ms(r.total),
+        ms(r.metadata),
+        ms(r.undo_redo),
+        ms(r.index_build),
+        r.versions_scanned,
+        r.checkpoint_entries,
+        ms(first_txn)
+    );
+    ms(first_txn)
+}
+
+/// YCSB-A-like (50 % read, 50 % update, Zipf 0.9, 16 requests per txn) on
+/// one thread, while another thread takes checkpoints back to back, against
+/// the same with checkpoints off; one run each, same process.
+fn overhead(seconds: u64) {
+    let rows = 1_000_000;
+    let mut results = Vec::new();
+    for (name, mode) in [
+        ("checkpoints-off", CheckpointMode::Off),
+        ("checkpoints-continuous", CheckpointMode::CostModel),
+    ] {
+        let dir = scratch("overhead");
+        let mut opts = options(mode);
+        opts.checkpoint_interval = Duration::from_secs(3600);
+        opts.checkpoint_after_versions = u64::MAX;
+        let db = Database::open(&dir, opts).unwrap();
+        let t = table(&db);
+        load(&db, &t, rows);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (txns, checkpoints) = std::thread::scope(|scope| {
+            let checkpointer = scope.spawn(|| {
+                let mut n = 0;
+                while mode != CheckpointMode::Off
+                    && !stop.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    db.checkpoint().unwrap();
+                    n += 1;
+                }
+                n
+            });
+            let txns = ycsb_a(&db, &t, rows, Duration::from_secs(seconds));
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            (txns, checkpointer.join().unwrap())
+        });
+        let rate = txns as f64 / seconds as f64;
+        println!("{name}: {rate:.0} txn/s ({checkpoints} checkpoints taken during the run)");
+        results.push(rate);
+        drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    println!(
+        "# throughput with continuous checkpoints / without = {:.3}",
+        results[1] / results[0]
+    );
+}
+
+fn ycsb_a(db: &Database, table: &Table, rows: u64, duration: Duration) -> u64 {
+    let mut session = db.session().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let zipf = Zipf::new(rows, 0.9).unwrap();
+    let start = Instant::now();
+    let mut txns = 0;
+    while start.elapsed() < duration {
+        let mut tx = session.begin();
+        let mut ok = true;
+        for _ in 0..16 {
+            let key = scramble(zipf.sample(&mut rng) as u64 - 1, rows).to_be_bytes();
+            let result = if rng.gen_bool(0.5) {
+                tx.get(table, &key).map(|_| ())
+            } else {
+                tx.update(table, &key, &VALUE)
+            };
+            if result.is_err() {
+                ok = false;
+                break;
+            }
+        }
+        if ok && tx.commit().is_ok() {
+            txns += 1;
+        }
+    }
+    txns
+}
+
+/// YCSB's scrambling: spreads popular ranks over the key space.
+fn scramble(rank: u64, rows: u64) -> u64 {
+    rank.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(31) % rows
+}
+
+/// Checkpoint time of each mode after ROWS/10 updates with Zipf θ over
+/// unscrambled keys (popular keys are neighbours, as in FIR's Fig. 6/13a).
+fn skew(rows: u64) {
+    println!("theta,mode,incremental_chosen,checkpoint_ms,entries_resolved,entries_copied,subtrees_skipped,alpha");
+    for theta in [0.0, 0.5, 0.7, 0.8, 0.9, 0.99] {
+        for (name, mode) in [
+            ("full", CheckpointMode::Full),
+            ("incremental", CheckpointMode::Incremental),
+            ("cost-model", CheckpointMode::CostModel),
+        ] {
+            let dir = scratch("skew");
+            let mut opts = options(mode);
+            opts.checkpoint_interval = Duration::from_secs(3600);
+            opts.checkpoint_after_versions = u64::MAX;
+            let db = Database::open(&dir, opts).unwrap();
+            let t = table(&db);
+            load(&db, &t, rows);
+            // Calibrate the cost model on this machine: one full, one incremental.
+            db.checkpoint().unwrap();
+            update_skewed(&db, &t, rows, theta, rows / 100);
+            db.checkpoint().unwrap();
+            update_skewed(&db, &t, rows, theta, rows / 10);
+            let s = db.checkpoint().unwrap();
+            println!(
+                "{theta},{name},{},{:.1},{},{},{},{:.3}",
+                s.incremental,
+                s.duration.as_secs_f64() * 1e3,
+                s.entries_resolved,
+                s.entries_copied,
+                s.subtrees_skipped,
+                s.alpha
+            );
+            drop(db);
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+}
+
+fn update_skewed(db: &Database, table: &Table, rows: u64, theta: f64, updates: u64) {
+    let mut session = db.session().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let zipf = Zipf::new(rows, theta).unwrap();
+    for _ in 0..updates {
+        let key = (zipf.sample(&mut rng) as u64 - 1).to_be_bytes();
+        let mut tx = session.begin();
+        tx.update(table, &key, &[3u8; 100]).unwrap();
+        tx.commit().unwrap();
+    }
+}

@@ -1,0 +1,152 @@
+//! Serving and loading a checkpoint run after a restart.
+//!
+//! Recovery builds the DRAM index from the redone versions only; the
+//! checkpoint run of each table is installed as the table's cold entries.
+//! Lookups that miss the DRAM index binary-search the run (through its
+//! fence array) and materialize what they find, so the index is available
+//! at once; a background loader then moves the whole run into the DRAM
+//! index and retires it.
+
+use super::CheckpointImage;
+use crate::error::{Error, Result};
+use crate::medium::Medium;
+use crate::txn::{ColdEntries, Store, TableRt};
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// One table's run in the checkpoint in force.
+pub struct ColdRun {
+    image: Arc<CheckpointImage>,
+    table: u32,
+}
+
+impl ColdRun {
+    pub fn new(image: Arc<CheckpointImage>, table: u32) -> ColdRun {
+        ColdRun { image, table }
+    }
+}
+
+impl ColdEntries for ColdRun {
+    fn find(&self, medium: &Medium, key: &[u8]) -> Option<u64> {
+        self.image.table(self.table)?.find(medium, key)
+    }
+
+    fn range(
+        &self,
+        medium: &Medium,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        limit: usize,
+    ) -> Vec<(Vec<u8>, u64)> {
+        let Some(section) = self.image.table(self.table) else {
+            return Vec::new();
+        };
+        let from = match lower {
+            Bound::Included(k) | Bound::Excluded(k) => k,
+            Bound::Unbounded => &[],
+        };
+        let mut reader = section.reader_from(medium, from);
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let Some((key, addr)) = reader.next_entry(medium) else {
+                break;
+            };
+            if matches!(lower, Bound::Excluded(k) if key == k) {
+                continue;
+            }
+            let inside = match upper {
+                Bound::Included(u) => key <= u,
+                Bound::Excluded(u) => key < u,
+                Bound::Unbounded => true,
+            };
+            if !inside {
+                break;
+            }
+            out.push((key.to_vec(), addr));
+        }
+        out
+    }
+}
+
+/// Moves every table's run into its DRAM index, in parallel; a table whose
+/// run turns out damaged is marked so and refuses transactions.
+pub fn load_cold(
+    store: &Store,
+    image: &CheckpointImage,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<()> {
+    let verified = image.verify(&store.medium);
+    let tables: Vec<Arc<TableRt>> = store
+        .tables
+        .iter()
+        .map(|(_, t)| t.clone())
+        .filter(|t| t.is_loading())
+        .collect();
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = tables
+            .iter()
+            .map(|table| {
+                let verified = verified.as_ref().map_err(|e| Error::Corrupt(e.to_string()));
+                scope.spawn(move || {
+                    let outcome =
+                        verified.and_then(|_| load_table(&store.medium, image, table, cancelled));
+                    if cancelled() {
+                        return Ok(());
+                    }
+                    if outcome.is_err() {
+                        table.mark_damaged();
+                    }
+                    table.finish_cold();
+                    outcome
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Corrupt("index loader failed".into())))
+            })
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
+fn load_table(
+    medium: &Medium,
+    image: &CheckpointImage,
+    table: &TableRt,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<()> {
+    let bad = |why: &str| {
+        Error::Corrupt(format!(
+            "checkpoint run of table {:?}: {why}",
+            table.heap.def.name
+        ))
+    };
+    let Some(section) = image.table(table.heap.def.id) else {
+        return Ok(());
+    };
+    let mut reader = section.reader();
+    let mut previous: Option<Vec<u8>> = None;
+    let mut count = 0u64;
+    while let Some((key, addr)) = reader.next_entry(medium) {
+        if previous.as_deref().is_some_and(|p| p >= key)
+            || key.len() > table.heap.def.max_key_len as usize
+        {
+            return Err(bad("keys out of order or too long"));
+        }
+        if !table.adopt(medium, key, addr, false) && table.is_damaged() {
+            return Err(bad("address of a slot that does not exist"));
+        }
+        previous = Some(key.to_vec());
+        count += 1;
+        if count % 4096 == 0 && cancelled() {
+            return Ok(());
+        }
+    }
+    if count != section.entry_count || !reader.at_end() {
+        return Err(bad("entry count does not match"));
+    }
+    Ok(())
+}
