@@ -340,27 +340,37 @@ impl TableHeap {
         key
     }
 
-    /// Decodes and verifies a slot read back from the medium (recovery).
+    /// Decodes and verifies a slot read back from the medium.
     /// `None` if its bytes do not form a valid slot (torn or corrupt).
     pub fn decode_checked(&self, medium: &Medium, addr: Addr) -> Option<SlotContent> {
+        let mut buf = Vec::new();
+        let (key_len, tombstone) = self.verify_into(medium, addr, &mut buf)?;
+        let body = &buf[SLOT_HEADER as usize - 12..];
+        Some(SlotContent {
+            txn: self.slot_txn(medium, addr),
+            tombstone,
+            key: body[..key_len].to_vec(),
+            value: body[key_len..].to_vec(),
+        })
+    }
+
+    /// Verifies a slot, leaving bytes 12.. of it (header rest, key, value)
+    /// in `buf`; returns the key length and whether it is a tombstone.
+    pub fn verify_into(
+        &self,
+        medium: &Medium,
+        addr: Addr,
+        buf: &mut Vec<u8>,
+    ) -> Option<(usize, bool)> {
         let (txn, crc, key_len, flags, value_len) = self.slot_header(medium, addr);
         let fits = (1..=self.def.max_key_len as usize).contains(&key_len)
             && value_len <= self.def.max_value_len as usize;
         if !fits || flags & !FLAG_TOMBSTONE != 0 {
             return None;
         }
-        let mut bytes = vec![0u8; (SLOT_HEADER as usize - 12) + key_len + value_len];
-        medium.read_at(self.slot_offset(addr) + 12, &mut bytes);
-        if slot_crc(txn, &bytes) != crc {
-            return None;
-        }
-        let body = &bytes[SLOT_HEADER as usize - 12..];
-        Some(SlotContent {
-            txn,
-            tombstone: flags & FLAG_TOMBSTONE != 0,
-            key: body[..key_len].to_vec(),
-            value: body[key_len..].to_vec(),
-        })
+        buf.resize((SLOT_HEADER as usize - 12) + key_len + value_len, 0);
+        medium.read_at(self.slot_offset(addr) + 12, buf);
+        (slot_crc(txn, buf) == crc).then_some((key_len, flags & FLAG_TOMBSTONE != 0))
     }
 
     /// The writer txn id stored in a slot.

@@ -53,12 +53,21 @@ pub struct RecoveryReport {
     pub index_entries: u64,
 }
 
-/// A committed version found by the scan.
+/// A committed version found by the scan; its key is in `Redo::keys`.
 struct Found {
-    key: Vec<u8>,
+    key_at: usize,
+    key_len: u16,
     txn: u64,
     addr: Addr,
     tombstone: bool,
+}
+
+/// Committed versions found by the scan, keys packed in one arena so that
+/// redo allocates nothing per version.
+#[derive(Default)]
+struct Redo {
+    keys: Vec<u8>,
+    found: Vec<Found>,
 }
 
 /// Counts one region scan contributes to the report.
@@ -223,7 +232,7 @@ fn recover_table(
     let heap = TableHeap::new(def);
     let lists = section.map(|s| &s.block_lists);
     let mut counts = ScanCounts::default();
-    let mut found = Vec::new();
+    let mut found = Redo::default();
     for (worker, &last_commit) in lctt.iter().enumerate() {
         let listed = lists.map_or(&[][..], |l| l[worker].as_slice());
         load_blocks(medium, &heap, worker, listed)?;
@@ -243,7 +252,7 @@ fn recover_table(
     let checkpoint_entries = section.map_or(0, |s| s.entry_count);
     // From a checkpoint, tombstones stay in the index: they shadow the
     // run's older entries until clean-up (deferred deletion).
-    let index = BTree::bulk_load(newest_versions(found, t_low > 0));
+    let index = BTree::bulk_load(newest_versions(&mut found, t_low > 0));
     let table = Arc::new(TableRt::new(heap, index, instance));
     Ok((
         table,
@@ -341,7 +350,7 @@ fn scan_region(
     worker: usize,
     last_commit: u64,
     t_low: u64,
-    found: &mut Vec<Found>,
+    found: &mut Redo,
     counts: &mut ScanCounts,
 ) -> Result<()> {
     let region = &heap.regions[worker];
@@ -352,6 +361,7 @@ fn scan_region(
         first_block_from(medium, heap, worker, t_low)?
     };
     let mut tail: Option<Cursor> = None;
+    let mut buf = Vec::new();
     for b in first..region.blocks.count() {
         let (_, min_txn) =
             heap.validate_block(medium, region.blocks[b].offset, worker, b as u64)?;
@@ -385,15 +395,19 @@ fn scan_region(
                 undo(medium, heap, addr, word, current, counts);
                 continue;
             }
-            let content = heap.decode_checked(medium, addr).ok_or_else(|| {
-                Error::Corrupt(format!("committed version at {addr:?} fails its checksum"))
-            })?;
+            let (key_len, tombstone) =
+                heap.verify_into(medium, addr, &mut buf).ok_or_else(|| {
+                    Error::Corrupt(format!("committed version at {addr:?} fails its checksum"))
+                })?;
             counts.committed += 1;
-            found.push(Found {
-                key: content.key,
+            let key_at = found.keys.len();
+            found.keys.extend_from_slice(&buf[12..12 + key_len]);
+            found.found.push(Found {
+                key_at,
+                key_len: key_len as u16,
                 txn,
                 addr,
-                tombstone: content.tombstone,
+                tombstone,
             });
         }
     }
@@ -421,20 +435,19 @@ fn undo(
 
 /// The newest committed version per key, in key order; tombstones kept
 /// only when asked.
-fn newest_versions(mut found: Vec<Found>, keep_tombstones: bool) -> Vec<(Vec<u8>, u64)> {
-    found.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.txn.cmp(&b.txn)));
-    let mut latest: Vec<Found> = Vec::with_capacity(found.len());
-    for f in found {
-        match latest.last_mut() {
-            Some(last) if last.key == f.key => *last = f,
-            _ => latest.push(f),
+fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> Vec<(&[u8], u64)> {
+    let Redo { keys, found } = redo;
+    let key = |f: &Found| &keys[f.key_at..f.key_at + f.key_len as usize];
+    found.sort_unstable_by(|a, b| key(a).cmp(key(b)).then(a.txn.cmp(&b.txn)));
+    let mut out = Vec::with_capacity(found.len());
+    for (i, f) in found.iter().enumerate() {
+        // The last version of each run of equal keys is the newest.
+        let newest = found.get(i + 1).is_none_or(|next| key(next) != key(f));
+        if newest && (keep_tombstones || !f.tombstone) {
+            out.push((key(f), f.addr.0));
         }
     }
-    latest
-        .into_iter()
-        .filter(|f| keep_tombstones || !f.tombstone)
-        .map(|f| (f.key, f.addr.0))
-        .collect()
+    out
 }
 
 fn unix_now() -> u64 {
