@@ -118,7 +118,10 @@ fn workload(
                 5 => {
                     let v = value(&mut rng);
                     match (tx.insert(&tables[t], &k, &v), &current) {
-                        (Ok(()), None) => Ok(effects.push((t, k.clone(), Some(v)))),
+                        (Ok(()), None) => {
+                            effects.push((t, k.clone(), Some(v)));
+                            Ok(())
+                        }
                         (Err(Error::DuplicateKey), Some(_)) => Ok(()),
                         (other, _) => other,
                     }
@@ -126,7 +129,10 @@ fn workload(
                 6 => {
                     let v = value(&mut rng);
                     match (tx.update(&tables[t], &k, &v), &current) {
-                        (Ok(()), Some(_)) => Ok(effects.push((t, k.clone(), Some(v)))),
+                        (Ok(()), Some(_)) => {
+                            effects.push((t, k.clone(), Some(v)));
+                            Ok(())
+                        }
                         (Err(Error::KeyNotFound), None) => Ok(()),
                         (other, _) => other,
                     }
@@ -239,7 +245,7 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: Check
     // Cross-check: the same crash image recovered by a full scan.
     let full_scan = open(&crashed.clean_copy(), CheckpointMode::Off)
         .unwrap_or_else(|e| panic!("full-scan recovery failed: {e}; {ctx}"));
-    let db = open_loading(&crashed, mode, crash_at % 2 == 0)
+    let db = open_loading(&crashed, mode, crash_at.is_multiple_of(2))
         .unwrap_or_else(|e| panic!("recovery failed: {e}; {ctx}"));
     let got = contents(&db);
     assert_eq!(

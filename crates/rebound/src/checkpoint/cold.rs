@@ -141,7 +141,7 @@ fn load_table(
         }
         previous = Some(key.to_vec());
         count += 1;
-        if count % 4096 == 0 && cancelled() {
+        if count.is_multiple_of(4096) && cancelled() {
             return Ok(());
         }
     }

@@ -22,19 +22,10 @@
 use super::CheckpointStats;
 use crate::txn::{Sample, Store};
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct CostModel {
     ns_per_resolved: Option<f64>,
     ns_per_copied: Option<f64>,
-}
-
-impl Default for CostModel {
-    fn default() -> Self {
-        CostModel {
-            ns_per_resolved: None,
-            ns_per_copied: None,
-        }
-    }
 }
 
 /// The model's view of the next checkpoint.

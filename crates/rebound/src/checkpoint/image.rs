@@ -59,7 +59,7 @@ impl Builder {
         let mut fences = Vec::with_capacity(entries.len() / FENCE_EVERY as usize + 1);
         let mut at = 0u64;
         for (i, (key, addr)) in entries.iter().enumerate() {
-            if i as u64 % FENCE_EVERY == 0 {
+            if (i as u64).is_multiple_of(FENCE_EVERY) {
                 fences.push(at);
             }
             out.extend_from_slice(&(key.len() as u16).to_le_bytes());
@@ -116,7 +116,7 @@ fn corrupt(why: &str) -> Error {
 impl CheckpointImage {
     /// Reads and validates the header and section structure.
     pub fn open(medium: &Medium, offset: u64) -> Result<CheckpointImage> {
-        if !medium.contains(offset, HEADER) || offset % 8 != 0 {
+        if !medium.contains(offset, HEADER) || !offset.is_multiple_of(8) {
             return Err(corrupt("root points outside the medium"));
         }
         let mut header = [0u8; HEADER as usize];

@@ -223,6 +223,7 @@ impl BTree {
     }
 
     /// All entries in key order (for tests and cross-checks).
+    #[allow(dead_code)] // part of the index's interface; used by its tests
     pub fn to_vec(&self) -> Vec<(Vec<u8>, u64)> {
         let mut entries = Vec::with_capacity(self.len());
         self.scan(Bound::Unbounded, Bound::Unbounded, None, |key, value| {

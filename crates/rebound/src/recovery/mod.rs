@@ -149,7 +149,7 @@ pub fn recover(
     let mut extents = Vec::new();
     let tables = boxcar::Vec::new();
     for (table, counts, times) in results {
-        for (_, region) in table.heap.regions.iter().enumerate() {
+        for region in table.heap.regions.iter() {
             extents.extend(
                 region
                     .blocks

@@ -23,7 +23,7 @@ impl UpdateSampler {
     #[inline]
     pub fn record(&self, key: &[u8]) {
         let hash = crc32c::crc32c(key);
-        if hash % SAMPLE_EVERY == 0 {
+        if hash.is_multiple_of(SAMPLE_EVERY) {
             *self.counts.lock().entry(hash).or_insert(0) += 1;
         }
     }
