@@ -55,6 +55,8 @@ pub struct RecoveryReport {
 
 /// A committed version found by the scan; its key is in `Redo::keys`.
 struct Found {
+    /// First 8 key bytes, big-endian, zero padded: settles most comparisons.
+    prefix: u64,
     key_at: usize,
     key_len: u16,
     txn: u64,
@@ -403,6 +405,7 @@ fn scan_region(
             let key_at = found.keys.len();
             found.keys.extend_from_slice(&buf[12..12 + key_len]);
             found.found.push(Found {
+                prefix: key_prefix(&buf[12..12 + key_len]),
                 key_at,
                 key_len: key_len as u16,
                 txn,
@@ -438,7 +441,7 @@ fn undo(
 fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> Vec<(&[u8], u64)> {
     let Redo { keys, found } = redo;
     let key = |f: &Found| &keys[f.key_at..f.key_at + f.key_len as usize];
-    found.sort_unstable_by(|a, b| key(a).cmp(key(b)).then(a.txn.cmp(&b.txn)));
+    found.sort_unstable_by(|a, b| a.prefix.cmp(&b.prefix).then_with(|| key(a).cmp(key(b))).then(a.txn.cmp(&b.txn)));
     let mut out = Vec::with_capacity(found.len());
     for (i, f) in found.iter().enumerate() {
         // The last version of each run of equal keys is the newest.
@@ -448,6 +451,13 @@ fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> Vec<(&[u8], u64)> 
         }
     }
     out
+}
+
+fn key_prefix(key: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    let n = key.len().min(8);
+    word[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(word)
 }
 
 fn unix_now() -> u64 {
