@@ -3,14 +3,19 @@
 //! ```text
 //! cargo bench -p rebound --bench recovery -- scaling [ROWS...]   # default 1M 4M 16M
 //! cargo bench -p rebound --bench recovery -- overhead [SECONDS]  # checkpoints vs none, YCSB-A-like
-//! cargo bench -p rebound --bench recovery -- skew [ROWS]         # checkpoint time vs Zipf θ (FIR Fig. 13a)
+//! cargo bench -p rebound --bench recovery -- skew [ROWS [UPDATES]] # checkpoint time vs Zipf θ (FIR Fig. 13a)
 //! ```
 //!
 //! `scaling`: a child process loads ROWS rows (8-byte keys, 100-byte values,
-//! 1000 per transaction), runs ROWS/4 single-key updates, and is killed with
-//! SIGKILL. The parent then opens the same files twice — with the default
-//! design (recovery from the index checkpoint) and with checkpoints off (the
-//! full-scan design) — and prints each recovery's phases.
+//! 1000 per transaction) and runs ROWS/4 single-key updates with the default
+//! background checkpoints; then, so that every size recovers the same
+//! amount of change, it takes a checkpoint and runs a fixed 250 000 more
+//! updates before it is killed with SIGKILL. The parent opens the same files
+//! twice — with the default design (recovery from the index checkpoint) and
+//! with checkpoints off (the full-scan design) — and prints each recovery's
+//! phases. `first_txn_ms` is when the first transaction was served; the
+//! checkpoint design then keeps loading its run in the background
+//! (`index_loaded_ms`), the full-scan design has everything loaded by then.
 
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
@@ -20,6 +25,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const VALUE: [u8; 100] = [7u8; 100];
+/// Updates between the last checkpoint and the crash in `scaling`.
+const FIXED_CHANGES: u64 = 250_000;
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -32,7 +39,10 @@ fn main() {
             &[1_000_000, 4_000_000, 16_000_000],
         )),
         Some("overhead") => overhead(numbers(&args[1..], &[10])[0]),
-        Some("skew") => skew(numbers(&args[1..], &[1_000_000])[0]),
+        Some("skew") => {
+            let n = numbers(&args[1..], &[1_000_000, 100_000]);
+            skew(n[0], n.get(1).copied().unwrap_or(n[0] / 10))
+        }
         Some("load-child") => load_child(Path::new(&args[1]), args[2].parse().unwrap()),
         Some(other) => eprintln!("unknown experiment {other}; use scaling, overhead or skew"),
     }
@@ -108,7 +118,7 @@ fn load_child(dir: &Path, rows: u64) {
 }
 
 fn scaling(sizes: &[u64]) {
-    println!("rows,design,total_ms,metadata_ms,undo_redo_ms,index_build_ms,versions_scanned,checkpoint_entries,first_txn_ms");
+    println!("rows,design,total_ms,metadata_ms,undo_redo_ms,index_build_ms,versions_scanned,checkpoint_entries,first_txn_ms,index_loaded_ms");
     let mut ratios = Vec::new();
     for &rows in sizes {
         let dir = scratch("scaling");
@@ -238,9 +248,10 @@ fn scramble(rank: u64, rows: u64) -> u64 {
     rank.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(31) % rows
 }
 
-/// Checkpoint time of each mode after ROWS/10 updates with Zipf θ over
+/// Checkpoint time of each mode after UPDATES updates with Zipf θ over
 /// unscrambled keys (popular keys are neighbours, as in FIR's Fig. 6/13a).
-fn skew(rows: u64) {
+fn skew(rows: u64, updates: u64) {
+    println!("# {rows} rows, {updates} updates since the previous checkpoint");
     println!("theta,mode,incremental_chosen,checkpoint_ms,entries_resolved,entries_copied,subtrees_skipped,alpha");
     for theta in [0.0, 0.5, 0.7, 0.8, 0.9, 0.99] {
         for (name, mode) in [
@@ -259,7 +270,7 @@ fn skew(rows: u64) {
             db.checkpoint().unwrap();
             update_skewed(&db, &t, rows, theta, rows / 100);
             db.checkpoint().unwrap();
-            update_skewed(&db, &t, rows, theta, rows / 10);
+            update_skewed(&db, &t, rows, theta, updates);
             let s = db.checkpoint().unwrap();
             println!(
                 "{theta},{name},{},{:.1},{},{},{},{:.3}",

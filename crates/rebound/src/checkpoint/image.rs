@@ -6,7 +6,6 @@
 //! without first copying or checksumming the whole image; the body checksum
 //! is verified by whoever reads the image sequentially.
 
-use super::Entry;
 use crate::catalog::MAX_WORKERS;
 use crate::error::{Error, Result};
 use crate::medium::Medium;
@@ -35,14 +34,13 @@ impl Builder {
         Builder { bytes, tables: 0 }
     }
 
-    /// Appends a table section: block lists, entries, fences.
-    pub fn add_table(&mut self, table: &TableRt, entries: &[Entry]) {
-        let entry_bytes: usize = entries.iter().map(|(k, _)| 2 + k.len() + 8).sum();
+    /// Starts a table section: its header and block lists; entries follow
+    /// through the returned writer, straight into the image.
+    pub fn begin_table(&mut self, table: &TableRt) -> RunWriter<'_> {
         let out = &mut self.bytes;
+        let header_at = out.len();
         out.extend_from_slice(&table.heap.def.id.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(entry_bytes as u64).to_le_bytes());
+        out.extend_from_slice(&[0u8; 20]);
         let lists: Vec<Vec<u64>> = table
             .heap
             .regions
@@ -55,22 +53,16 @@ impl Builder {
         for offset in lists.iter().flatten() {
             out.extend_from_slice(&offset.to_le_bytes());
         }
-        out.reserve(entry_bytes + entries.len() / 8);
-        let mut fences = Vec::with_capacity(entries.len() / FENCE_EVERY as usize + 1);
-        let mut at = 0u64;
-        for (i, (key, addr)) in entries.iter().enumerate() {
-            if (i as u64).is_multiple_of(FENCE_EVERY) {
-                fences.push(at);
-            }
-            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-            out.extend_from_slice(key);
-            out.extend_from_slice(&addr.to_le_bytes());
-            at += 10 + key.len() as u64;
-        }
-        for fence in fences {
-            out.extend_from_slice(&fence.to_le_bytes());
-        }
         self.tables += 1;
+        let entries_at = self.bytes.len();
+        RunWriter {
+            bytes: &mut self.bytes,
+            header_at,
+            entries_at,
+            count: 0,
+            fences: Vec::new(),
+            last_key: Vec::new(),
+        }
     }
 
     /// Seals the image: length and checksums.
@@ -83,6 +75,49 @@ impl Builder {
         let header_crc = crc32c::crc32c(&self.bytes[0..40]);
         self.bytes[40..44].copy_from_slice(&header_crc.to_le_bytes());
         self.bytes
+    }
+}
+
+/// Appends one table's entries to an image under construction.
+pub struct RunWriter<'a> {
+    bytes: &'a mut Vec<u8>,
+    header_at: usize,
+    entries_at: usize,
+    count: u64,
+    fences: Vec<u64>,
+    last_key: Vec<u8>,
+}
+
+impl RunWriter<'_> {
+    /// Appends an entry; a key not above the previous one is dropped (a
+    /// concurrent walk can report a range twice) and `false` returned.
+    pub fn push(&mut self, key: &[u8], addr: u64) -> bool {
+        if self.count > 0 && key <= self.last_key.as_slice() {
+            return false;
+        }
+        if self.count.is_multiple_of(FENCE_EVERY) {
+            self.fences
+                .push((self.bytes.len() - self.entries_at) as u64);
+        }
+        self.bytes
+            .extend_from_slice(&(key.len() as u16).to_le_bytes());
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(&addr.to_le_bytes());
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
+        self.count += 1;
+        true
+    }
+
+    /// Completes the section header and appends the fences.
+    pub fn finish(self) {
+        let entry_bytes = (self.bytes.len() - self.entries_at) as u64;
+        let at = self.header_at;
+        self.bytes[at + 8..at + 16].copy_from_slice(&self.count.to_le_bytes());
+        self.bytes[at + 16..at + 24].copy_from_slice(&entry_bytes.to_le_bytes());
+        for fence in &self.fences {
+            self.bytes.extend_from_slice(&fence.to_le_bytes());
+        }
     }
 }
 

@@ -47,7 +47,7 @@ mod image;
 pub use cold::{load_cold, ColdRun};
 
 pub use cost::CostModel;
-pub use image::{CheckpointImage, TableSection};
+pub use image::{CheckpointImage, RunWriter, TableSection};
 
 use crate::catalog;
 use crate::error::Result;
@@ -154,13 +154,14 @@ impl Checkpointer {
         let mut image = image::Builder::new(sequence, t_low);
         for (_, table) in store.tables.iter() {
             let prev_section = previous.as_ref().and_then(|p| p.table(table.heap.def.id));
-            let entries = match (prev_section, base) {
+            let mut run = image.begin_table(table);
+            match (prev_section, base) {
                 (Some(section), Some(b)) => {
-                    incremental_entries(&store.medium, table, section, b.t_low, &mut stats)
+                    write_incremental(&store.medium, table, section, b.t_low, &mut run, &mut stats)
                 }
-                _ => full_entries(&store.medium, table, &mut stats),
-            };
-            image.add_table(table, &entries);
+                _ => write_full(&store.medium, table, &mut run, &mut stats),
+            }
+            run.finish();
         }
         stats.collect_time = collect_start.elapsed();
         let bytes = image.finish();
@@ -223,97 +224,56 @@ impl Checkpointer {
     }
 }
 
-/// An entry of a run under construction: key and committed address.
-pub type Entry = (Vec<u8>, u64);
-
 /// All leaf entries, each resolved to its newest committed version.
-fn full_entries(medium: &Medium, table: &TableRt, stats: &mut CheckpointStats) -> Vec<Entry> {
-    let mut entries = Vec::with_capacity(table.index.len());
+fn write_full(medium: &Medium, table: &TableRt, run: &mut RunWriter, stats: &mut CheckpointStats) {
     table
         .index
         .scan(Bound::Unbounded, Bound::Unbounded, None, |key, head| {
             if let Some(addr) = table.committed_version(medium, Addr(head)) {
-                entries.push((key.to_vec(), addr.0));
+                stats.entries_resolved += run.push(key, addr.0) as u64;
             }
             true
         });
-    stats.entries_resolved += entries.len() as u64;
-    entries
 }
 
-/// One step of the incremental walk, in key order.
-enum Item {
-    Entry(Vec<u8>, u64),
-    Skip(Option<Vec<u8>>, Option<Vec<u8>>),
-}
-
-/// Changed leaves from the live index, unchanged subtrees from the previous run.
-fn incremental_entries(
+/// Changed leaves from the live index, unchanged subtrees copied from the
+/// previous run, merged in key order as the walk proceeds.
+fn write_incremental(
     medium: &Medium,
     table: &TableRt,
     previous: &TableSection,
     base_t_low: u64,
+    run: &mut RunWriter,
     stats: &mut CheckpointStats,
-) -> Vec<Entry> {
-    let items = std::cell::RefCell::new(Vec::new());
+) {
+    let state = std::cell::RefCell::new((run, previous.reader(), stats));
     table.index.walk(
         |lower, upper, update_time, _is_leaf| {
-            if update_time < base_t_low {
-                items.borrow_mut().push(Item::Skip(
-                    lower.map(<[u8]>::to_vec),
-                    upper.map(<[u8]>::to_vec),
-                ));
-                return false;
+            if update_time >= base_t_low {
+                return true;
             }
-            true
+            let (run, old, stats) = &mut *state.borrow_mut();
+            stats.subtrees_skipped += 1;
+            while old
+                .peek_key(medium)
+                .is_some_and(|k| lower.is_some_and(|l| k < l))
+            {
+                old.advance(medium);
+            }
+            while old
+                .peek_key(medium)
+                .is_some_and(|k| upper.is_none_or(|u| k < u))
+            {
+                let (key, addr) = old.next_entry(medium).expect("peeked");
+                stats.entries_copied += run.push(key, addr) as u64;
+            }
+            false
         },
-        |key, head| items.borrow_mut().push(Item::Entry(key.to_vec(), head)),
+        |key, head| {
+            if let Some(addr) = table.committed_version(medium, Addr(head)) {
+                let (run, _, stats) = &mut *state.borrow_mut();
+                stats.entries_resolved += run.push(key, addr.0) as u64;
+            }
+        },
     );
-    let items = items.into_inner();
-    let mut merged = Merger::default();
-    let mut old = previous.reader();
-    for item in items {
-        match item {
-            Item::Entry(key, head) => {
-                if let Some(addr) = table.committed_version(medium, Addr(head)) {
-                    stats.entries_resolved += merged.push(key, addr.0) as u64;
-                }
-            }
-            Item::Skip(lower, upper) => {
-                stats.subtrees_skipped += 1;
-                while old
-                    .peek_key(medium)
-                    .is_some_and(|k| lower.as_deref().is_some_and(|l| k < l))
-                {
-                    old.advance(medium);
-                }
-                while old
-                    .peek_key(medium)
-                    .is_some_and(|k| upper.as_deref().is_none_or(|u| k < u))
-                {
-                    let (key, addr) = old.next_entry(medium).expect("peeked");
-                    let key = key.to_vec();
-                    stats.entries_copied += merged.push(key, addr) as u64;
-                }
-            }
-        }
-    }
-    merged.entries
-}
-
-/// Collects entries in strictly ascending key order; a repeated or smaller
-/// key (a walk restart can report a range twice) is dropped.
-#[derive(Default)]
-struct Merger {
-    entries: Vec<Entry>,
-}
-
-impl Merger {
-    fn push(&mut self, key: Vec<u8>, addr: u64) -> bool {
-        if self.entries.last().is_some_and(|(last, _)| *last >= key) {
-            return false;
-        }
-        self.entries.push((key, addr));
-        true
-    }
 }

@@ -441,7 +441,12 @@ fn undo(
 fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> Vec<(&[u8], u64)> {
     let Redo { keys, found } = redo;
     let key = |f: &Found| &keys[f.key_at..f.key_at + f.key_len as usize];
-    found.sort_unstable_by(|a, b| a.prefix.cmp(&b.prefix).then_with(|| key(a).cmp(key(b))).then(a.txn.cmp(&b.txn)));
+    found.sort_unstable_by(|a, b| {
+        a.prefix
+            .cmp(&b.prefix)
+            .then_with(|| key(a).cmp(key(b)))
+            .then(a.txn.cmp(&b.txn))
+    });
     let mut out = Vec::with_capacity(found.len());
     for (i, f) in found.iter().enumerate() {
         // The last version of each run of equal keys is the newest.
