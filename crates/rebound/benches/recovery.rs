@@ -107,12 +107,17 @@ fn load_child(dir: &Path, rows: u64) {
     load(&db, &table, rows);
     let mut session = db.session().unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(rows);
-    for _ in 0..rows / 4 {
-        let mut tx = session.begin();
-        tx.update(&table, &rng.gen_range(0..rows).to_be_bytes(), &[9u8; 100])
-            .unwrap();
-        tx.commit().unwrap();
-    }
+    let mut update = |n: u64| {
+        for _ in 0..n {
+            let mut tx = session.begin();
+            tx.update(&table, &rng.gen_range(0..rows).to_be_bytes(), &[9u8; 100])
+                .unwrap();
+            tx.commit().unwrap();
+        }
+    };
+    update(rows / 4);
+    db.checkpoint().unwrap();
+    update(FIXED_CHANGES);
     println!("ready");
     std::thread::sleep(Duration::from_secs(3600));
 }
