@@ -85,6 +85,8 @@ struct Timeline {
     points: Vec<(f64, f64)>,
     kill: Option<f64>,
     recovered: Option<f64>,
+    indexes: Option<f64>,
+    note: Option<String>,
 }
 
 fn draw_timeline<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, tl: &Timeline) -> DrawResult {
@@ -114,7 +116,10 @@ fn draw_timeline<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, tl: &Timeline
                 RGBColor(255, 200, 200).filled(),
             )))
             .map_err(err)?
-            .label(format!("down: kill to recovered ({:.0} ms)", (r - k) * 1e3))
+            .label(format!(
+                "down: SIGKILL to open returned ({:.0} ms)",
+                (r - k) * 1e3
+            ))
             .legend(|(x, y)| {
                 Rectangle::new(
                     [(x, y - 5), (x + 15, y + 5)],
@@ -130,10 +135,12 @@ fn draw_timeline<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, tl: &Timeline
         .map_err(err)?
         .label("throughput")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], BLUE.stroke_width(2)));
-    for (at, what, color) in [
-        (tl.kill, "SIGKILL", RED),
-        (tl.recovered, "recovered", GREEN),
-    ] {
+    let markers = [
+        (tl.kill, "SIGKILL", RED, 0.97),
+        (tl.recovered, "open returned", GREEN, 0.91),
+        (tl.indexes, "indexes in DRAM", MAGENTA, 0.85),
+    ];
+    for (at, what, color, height) in markers {
         if let Some(x) = at {
             chart
                 .draw_series(std::iter::once(PathElement::new(
@@ -144,7 +151,7 @@ fn draw_timeline<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, tl: &Timeline
             chart
                 .draw_series(std::iter::once(Text::new(
                     what.to_owned(),
-                    (x, ymax * if what == "SIGKILL" { 0.97 } else { 0.91 }),
+                    (x, ymax * height),
                     (FONT, 14).into_font().color(&color),
                 )))
                 .map_err(err)?;
@@ -158,6 +165,14 @@ fn draw_timeline<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, tl: &Timeline
         .position(SeriesLabelPosition::LowerRight)
         .draw()
         .map_err(err)?;
+    if let Some(note) = &tl.note {
+        root.draw(&Text::new(
+            note.clone(),
+            (100, SIZE.1 as i32 - 18),
+            (FONT, 13).into_font().color(&BLACK.mix(0.7)),
+        ))
+        .map_err(err)?;
+    }
     root.present().map_err(err)
 }
 
@@ -384,6 +399,12 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                     points: series_points(&v["series"]),
                     kill: f(&v, &["kill_t_s"]),
                     recovered: f(&v, &["recovered_t_s"]),
+                    indexes: f(&v, &["indexes_loaded_t_s"]),
+                    note: Some(format!(
+                        "verification after recovery: {} ({:.1} s, left out of the time axis); samples every 100 ms",
+                        if v["verification"].to_string().contains("\"ok\":true") { "passed" } else { "failed" },
+                        f(&v, &["verification_s"]).unwrap_or(0.0)
+                    )),
                 };
                 let base = args.out.join(format!("{stem}-throughput"));
                 written.extend(render(&Chart::Timeline(tl), &base, args.svg_only)?);
@@ -417,6 +438,8 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                     points: series_points(&v["result"]["series"]),
                     kill: None,
                     recovered: None,
+                    indexes: None,
+                    note: None,
                 };
                 let base = args.out.join(format!("{stem}-throughput"));
                 written.extend(render(&Chart::Timeline(tl), &base, args.svg_only)?);
