@@ -74,6 +74,15 @@ fn options(mode: CheckpointMode) -> Options {
     }
 }
 
+/// Checkpoints only when the experiment takes them.
+fn manual_checkpoints(mode: CheckpointMode) -> Options {
+    Options {
+        checkpoint_interval: Duration::from_secs(3600),
+        checkpoint_after_versions: u64::MAX,
+        ..options(mode)
+    }
+}
+
 fn table(db: &Database) -> Table {
     match db.table("usertable").unwrap() {
         Some(t) => t,
@@ -188,10 +197,7 @@ fn overhead(seconds: u64) {
         ("checkpoints-continuous", CheckpointMode::CostModel),
     ] {
         let dir = scratch("overhead");
-        let mut opts = options(mode);
-        opts.checkpoint_interval = Duration::from_secs(3600);
-        opts.checkpoint_after_versions = u64::MAX;
-        let db = Database::open(&dir, opts).unwrap();
+        let db = Database::open(&dir, manual_checkpoints(mode)).unwrap();
         let t = table(&db);
         load(&db, &t, rows);
         let stop = std::sync::atomic::AtomicBool::new(false);
@@ -267,13 +273,10 @@ fn skew(rows: u64, updates: u64) {
             ("cost-model", CheckpointMode::CostModel),
         ] {
             let dir = scratch("skew");
-            let mut opts = options(mode);
-            opts.checkpoint_interval = Duration::from_secs(3600);
-            opts.checkpoint_after_versions = u64::MAX;
-            let db = Database::open(&dir, opts).unwrap();
+            let db = Database::open(&dir, manual_checkpoints(mode)).unwrap();
             let t = table(&db);
             load(&db, &t, rows);
-            // Calibrate the cost model on this machine: one full, one incremental.
+            // Two checkpoints first, so the cost model has measured costs.
             db.checkpoint().unwrap();
             update_skewed(&db, &t, rows, theta, rows / 100);
             db.checkpoint().unwrap();
