@@ -128,25 +128,71 @@ fn load_table(
         return Ok(());
     };
     let mut reader = section.reader();
-    let mut previous: Option<Vec<u8>> = None;
+    let mut chunk = Chunk::default();
     let mut count = 0u64;
     while let Some((key, addr)) = reader.next_entry(medium) {
-        if previous.as_deref().is_some_and(|p| p >= key)
-            || key.len() > table.heap.def.max_key_len as usize
-        {
-            return Err(bad("keys out of order or too long"));
+        let in_order = chunk.last_key().is_none_or(|last| last < key);
+        if !in_order || !(1..=table.heap.def.max_key_len as usize).contains(&key.len()) {
+            return Err(bad("keys out of order or of a bad length"));
         }
-        if !table.adopt(medium, key, addr, false) && table.is_damaged() {
+        if !table.addr_exists(addr) {
             return Err(bad("address of a slot that does not exist"));
         }
-        previous = Some(key.to_vec());
+        chunk.push(key, addr);
         count += 1;
-        if count.is_multiple_of(4096) && cancelled() {
-            return Ok(());
+        if chunk.len() == CHUNK_ENTRIES {
+            table.adopt_sorted(&chunk.entries());
+            chunk.clear_keeping_last();
+            if cancelled() {
+                return Ok(());
+            }
         }
     }
+    table.adopt_sorted(&chunk.entries());
     if count != section.entry_count || !reader.at_end() {
         return Err(bad("entry count does not match"));
     }
     Ok(())
+}
+
+/// Entries moved into an index per descent batch.
+const CHUNK_ENTRIES: usize = 4096;
+
+/// A batch of run entries with their keys packed in one buffer.
+#[derive(Default)]
+struct Chunk {
+    keys: Vec<u8>,
+    spans: Vec<(usize, usize, u64)>,
+    last: Vec<u8>,
+}
+
+impl Chunk {
+    fn push(&mut self, key: &[u8], addr: u64) {
+        let at = self.keys.len();
+        self.keys.extend_from_slice(key);
+        self.spans.push((at, key.len(), addr));
+        self.last.clear();
+        self.last.extend_from_slice(key);
+    }
+
+    fn last_key(&self) -> Option<&[u8]> {
+        (!self.last.is_empty()).then_some(self.last.as_slice())
+    }
+
+    fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    fn entries(&self) -> Vec<(&[u8], u64)> {
+        self.spans
+            .iter()
+            .map(|&(at, len, addr)| (&self.keys[at..at + len], addr))
+            .collect()
+    }
+
+    /// Empties the batch; the last key stays for the order check.
+    fn clear_keeping_last(&mut self) {
+        self.keys.clear();
+        self.spans.clear();
+    }
 }

@@ -132,9 +132,9 @@ impl Batch {
 /// Key range of the node a descent has reached, from the separators around
 /// the path: `[lower, upper)`, `None` meaning unbounded.
 #[derive(Default)]
-struct Fences {
+pub(super) struct Fences {
     lower: Option<InlineKey>,
-    upper: Option<InlineKey>,
+    pub(super) upper: Option<InlineKey>,
 }
 
 impl Fences {
@@ -146,7 +146,7 @@ impl Fences {
         self.narrow_upper(parent, child);
     }
 
-    fn narrow_upper(&mut self, parent: &Node, child: usize) {
+    pub(super) fn narrow_upper(&mut self, parent: &Node, child: usize) {
         if child < parent.count() {
             self.upper = Some(parent.key(child));
         }

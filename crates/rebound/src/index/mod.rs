@@ -132,6 +132,7 @@
 mod build;
 mod iter;
 mod key;
+mod load;
 mod node;
 #[cfg(test)]
 mod tests;

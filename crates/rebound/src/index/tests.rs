@@ -1071,3 +1071,58 @@ fn single_thread_throughput() {
     report("bulk_load (per entry)", started);
     assert_eq!(loaded.len(), N);
 }
+
+#[test]
+fn insert_sorted_absent_keeps_newer_values_and_fills_the_rest() {
+    let tree = BTree::new();
+    for i in (0..40_000u32).step_by(7) {
+        tree.upsert(&i.to_be_bytes(), 1_000_000 + i as u64, 1);
+    }
+    let run: Vec<([u8; 4], u64)> = (0..40_000u32)
+        .map(|i| (i.to_be_bytes(), i as u64))
+        .collect();
+    let inserted = tree.insert_sorted_absent(&run);
+    assert_eq!(inserted, 40_000 - 40_000usize.div_ceil(7));
+    assert_eq!(tree.len(), 40_000);
+    for (i, (key, value)) in tree.to_vec().into_iter().enumerate() {
+        let i = i as u32;
+        assert_eq!(key, i.to_be_bytes());
+        let expected = if i % 7 == 0 {
+            1_000_000 + i as u64
+        } else {
+            i as u64
+        };
+        assert_eq!(value, expected, "key {i}");
+    }
+    assert!(tree.height() >= 2);
+}
+
+#[test]
+fn insert_sorted_absent_runs_alongside_writers() {
+    let tree = BTree::new();
+    let run: Vec<([u8; 8], u64)> = (0..60_000u64).map(|i| ((i * 2).to_be_bytes(), i)).collect();
+    thread::scope(|scope| {
+        scope.spawn(|| tree.insert_sorted_absent(&run));
+        scope.spawn(|| {
+            // Odd keys are new; every 10th even key gets a newer value.
+            for i in 0..60_000u64 {
+                tree.upsert(&(i * 2 + 1).to_be_bytes(), u64::MAX, 1);
+                if i % 10 == 0 {
+                    tree.upsert(&(i * 2).to_be_bytes(), u64::MAX - 1, 1);
+                }
+            }
+        });
+    });
+    let all = tree.to_vec();
+    assert_eq!(all.len(), 120_000);
+    for (key, value) in all {
+        let k = u64::from_be_bytes(key.as_slice().try_into().unwrap());
+        match k % 2 {
+            1 => assert_eq!(value, u64::MAX),
+            _ if (k / 2) % 10 == 0 => {
+                assert_eq!(value, u64::MAX - 1, "a newer value was overwritten at {k}")
+            }
+            _ => assert_eq!(value, k / 2),
+        }
+    }
+}

@@ -202,7 +202,7 @@ impl TableRt {
             return false;
         };
         match cold.find(medium, key) {
-            Some(addr) => self.adopt(medium, key, addr, true),
+            Some(addr) => self.adopt(medium, key, addr),
             None => false,
         }
     }
@@ -217,7 +217,7 @@ impl TableRt {
     ) {
         let Some(cold) = self.cold() else { return };
         for (key, addr) in cold.range(medium, as_slice_bound(lower), as_slice_bound(upper), want) {
-            self.adopt(medium, &key, addr, true);
+            self.adopt(medium, &key, addr);
         }
     }
 
@@ -231,28 +231,36 @@ impl TableRt {
     }
 
     /// Inserts a checkpoint entry unless the DRAM index already has the key
-    /// (a newer version). With `verify`, an entry whose slot does not hold
-    /// this key or fails its checksum is a dangling entry (HiEngine 3) and
-    /// is dropped. Gap marks are ignored: the key existed all along.
-    pub fn adopt(&self, medium: &Medium, key: &[u8], addr: u64, verify: bool) -> bool {
-        let a = Addr(addr);
-        let valid = a.region() < crate::catalog::MAX_WORKERS
-            && (a.block() as usize) < self.heap.regions[a.region()].blocks.count()
-            && a.slot() < self.heap.def.slots_per_block
-            && (1..=crate::index::MAX_KEY_LEN).contains(&key.len());
-        if !valid {
+    /// (a newer version). An entry whose slot does not hold this key or
+    /// fails its checksum is a dangling entry (HiEngine 3) and is dropped.
+    /// Gap marks are ignored: the key existed all along.
+    pub fn adopt(&self, medium: &Medium, key: &[u8], addr: u64) -> bool {
+        if !self.addr_exists(addr) || !(1..=crate::index::MAX_KEY_LEN).contains(&key.len()) {
             self.mark_damaged();
             return false;
         }
-        if verify
-            && self
-                .heap
-                .decode_checked(medium, a)
-                .is_none_or(|slot| slot.key != key)
+        if self
+            .heap
+            .decode_checked(medium, Addr(addr))
+            .is_none_or(|slot| slot.key != key)
         {
             return false;
         }
         self.index.insert_if_absent(key, addr, u64::MAX, 0).is_ok()
+    }
+
+    /// Moves a sorted, validated batch of checkpoint entries into the DRAM
+    /// index (keys already there are newer and stay).
+    pub fn adopt_sorted(&self, entries: &[(&[u8], u64)]) {
+        self.index.insert_sorted_absent(entries);
+    }
+
+    /// Whether a logical address names a slot of an existing block.
+    pub fn addr_exists(&self, addr: u64) -> bool {
+        let a = Addr(addr);
+        a.region() < crate::catalog::MAX_WORKERS
+            && (a.block() as usize) < self.heap.regions[a.region()].blocks.count()
+            && a.slot() < self.heap.def.slots_per_block
     }
 
     /// The newest committed version of a chain, `None` if there is none or
