@@ -1087,7 +1087,7 @@ fn insert_sorted_absent_keeps_newer_values_and_fills_the_rest() {
     for (i, (key, value)) in tree.to_vec().into_iter().enumerate() {
         let i = i as u32;
         assert_eq!(key, i.to_be_bytes());
-        let expected = if i % 7 == 0 {
+        let expected = if i.is_multiple_of(7) {
             1_000_000 + i as u64
         } else {
             i as u64
