@@ -68,6 +68,12 @@ pub struct TpccConfig {
     /// Seed of the loader and the workers.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Delivery scans NEW-ORDER from the start of the district instead of
+    /// from the in-memory "delivered below" hint (it then walks over the
+    /// index entries of all delivered, deleted rows).
+    #[arg(long)]
+    #[serde(default)]
+    pub no_delivery_hint: bool,
 }
 
 impl Default for TpccConfig {
@@ -82,6 +88,7 @@ impl Default for TpccConfig {
             rollback: 0.01,
             mix: vec![45, 43, 4, 4, 4],
             seed: 42,
+            no_delivery_hint: false,
         }
     }
 }

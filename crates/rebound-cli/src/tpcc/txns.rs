@@ -292,12 +292,17 @@ impl TpccWorker {
         let carrier = self.rng.gen_range(1..=10u8);
         let t = &self.t;
         let shared = &self.shared;
+        let no_hint = self.cfg.no_delivery_hint;
         let hint = |d: u8| (w as usize - 1) * DISTRICTS as usize + d as usize - 1;
         let done = run_txn(session, |tx| {
             let now = now_us();
             let mut delivered = Vec::new();
             for d in 1..=DISTRICTS {
-                let from = shared.delivered_below[hint(d)].load(Ordering::Relaxed);
+                let from = if no_hint {
+                    0
+                } else {
+                    shared.delivered_below[hint(d)].load(Ordering::Relaxed)
+                };
                 let rows = tx.scan(&t.new_order, k_order(w, d, from)..k_district(w, d + 1), 1)?;
                 let Some((nk, _)) = rows.into_iter().next() else {
                     continue;
