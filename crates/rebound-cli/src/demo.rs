@@ -84,6 +84,7 @@ fn table_options() -> TableOptions {
     TableOptions {
         max_key_len: 8,
         max_value_len: VALUE_LEN as u32,
+        ..TableOptions::default()
     }
 }
 

@@ -137,6 +137,7 @@ impl YcsbConfig {
         TableOptions {
             max_key_len: self.key_size as u32,
             max_value_len: self.value_size as u32,
+            ..TableOptions::default()
         }
     }
 

@@ -92,6 +92,7 @@ fn table(db: &Database) -> Table {
                 TableOptions {
                     max_key_len: 8,
                     max_value_len: 100,
+                    ..TableOptions::default()
                 },
             )
             .unwrap(),

@@ -23,6 +23,7 @@ fn open(durability: Durability) -> (tempfile::TempDir, Database, Table) {
             TableOptions {
                 max_key_len: 8,
                 max_value_len: 100,
+                ..TableOptions::default()
             },
         )
         .unwrap();

@@ -169,7 +169,8 @@ pub fn set_txn_lease(medium: &Medium, n: u64) -> Result<()> {
     medium.persist_now(LEASE_OFFSET, 8)
 }
 
-fn pack(n: u64) -> u64 {
+/// A 56-bit number with a check byte, stored with one crash-atomic store.
+pub fn pack(n: u64) -> u64 {
     debug_assert!(n <= MAX_TXN_ID);
     if n == 0 {
         0
@@ -178,7 +179,8 @@ fn pack(n: u64) -> u64 {
     }
 }
 
-fn unpack_checked(word: u64) -> Option<u64> {
+/// The number in a `pack`ed word, `None` if its check byte is wrong.
+pub fn unpack_checked(word: u64) -> Option<u64> {
     let n = word & MAX_TXN_ID;
     (word == 0 || word >> 56 == check8(n)).then_some(n)
 }

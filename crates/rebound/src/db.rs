@@ -95,6 +95,9 @@ impl Default for Options {
 pub struct TableOptions {
     pub max_key_len: u32,
     pub max_value_len: u32,
+    /// Slots per block (4..=2048), the unit of allocation and, later, of
+    /// garbage collection; 0 chooses blocks of about 1 MiB.
+    pub block_slots: u32,
 }
 
 impl Default for TableOptions {
@@ -102,6 +105,7 @@ impl Default for TableOptions {
         TableOptions {
             max_key_len: 64,
             max_value_len: 1024,
+            block_slots: 0,
         }
     }
 }
@@ -117,9 +121,11 @@ impl Table {
         &self.rt.heap.def.name
     }
     pub fn options(&self) -> TableOptions {
+        let def = &self.rt.heap.def;
         TableOptions {
-            max_key_len: self.rt.heap.def.max_key_len,
-            max_value_len: self.rt.heap.def.max_value_len,
+            max_key_len: def.max_key_len,
+            max_value_len: def.max_value_len,
+            block_slots: def.slots_per_block,
         }
     }
     /// Number of keys in the primary index (including keys deleted by
@@ -287,8 +293,11 @@ impl Database {
         if id >= MAX_TABLES {
             return Err(Error::TooManyTables(MAX_TABLES));
         }
-        let (slot_size, slots_per_block, block_size) =
-            crate::heap::geometry(options.max_key_len, options.max_value_len);
+        let (slot_size, slots_per_block, block_size) = crate::heap::geometry(
+            options.max_key_len,
+            options.max_value_len,
+            options.block_slots,
+        );
         let def = TableDef {
             id: id as u32,
             name: name.to_owned(),
@@ -492,6 +501,14 @@ fn validate_table(name: &str, options: &TableOptions) -> Result<()> {
     if options.max_key_len == 0 || options.max_key_len as usize > MAX_KEY_LEN {
         return Err(Error::InvalidTable(format!(
             "max_key_len must be 1..={MAX_KEY_LEN}"
+        )));
+    }
+    let slots = crate::heap::MIN_SLOTS_PER_BLOCK..=crate::heap::MAX_SLOTS_PER_BLOCK;
+    if options.block_slots != 0 && !slots.contains(&options.block_slots) {
+        return Err(Error::InvalidTable(format!(
+            "block_slots must be 0 or {}..={}",
+            slots.start(),
+            slots.end()
         )));
     }
     if options.max_value_len > MAX_VALUE_LEN {

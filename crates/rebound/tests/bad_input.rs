@@ -14,6 +14,7 @@ fn populate(dir: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
             TableOptions {
                 max_key_len: 16,
                 max_value_len: 64,
+                ..TableOptions::default()
             },
         )
         .unwrap();

@@ -100,6 +100,7 @@ fn limits_are_typed_errors() {
             TableOptions {
                 max_key_len: 8,
                 max_value_len: 16,
+                ..TableOptions::default()
             },
         )
         .unwrap();
@@ -112,7 +113,8 @@ fn limits_are_typed_errors() {
             "big",
             TableOptions {
                 max_key_len: 10_000,
-                max_value_len: 1
+                max_value_len: 1,
+                ..TableOptions::default()
             }
         ),
         Err(Error::InvalidTable(_))

@@ -44,10 +44,13 @@ fn open_loading(
     Database::open("unused", options)
 }
 
+/// Small blocks, so that regions span many blocks and crashes land while a
+/// transaction is linking a new one.
 fn table_options() -> TableOptions {
     TableOptions {
         max_key_len: 16,
         max_value_len: 40,
+        block_slots: 8,
     }
 }
 

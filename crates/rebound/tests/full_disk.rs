@@ -18,6 +18,7 @@ fn full_disk_is_an_error_and_keeps_acknowledged_commits() {
             TableOptions {
                 max_key_len: 8,
                 max_value_len: 1000,
+                ..TableOptions::default()
             },
         )
         .unwrap();

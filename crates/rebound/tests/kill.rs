@@ -52,6 +52,7 @@ fn child() {
                 TableOptions {
                     max_key_len: 8,
                     max_value_len: 100,
+                    ..TableOptions::default()
                 },
             )
             .unwrap(),

@@ -75,6 +75,7 @@ fn concurrent_transfers_conserve_money_and_survive_a_crash() {
             TableOptions {
                 max_key_len: 4,
                 max_value_len: 8,
+                ..TableOptions::default()
             },
         )
         .unwrap();

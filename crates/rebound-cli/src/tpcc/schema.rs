@@ -90,6 +90,7 @@ impl TableDef {
         TableOptions {
             max_key_len: self.key_len,
             max_value_len: self.value_len,
+            ..TableOptions::default()
         }
     }
 }

@@ -10,11 +10,13 @@
 //! # Block layout (at a `BLOCK_ALIGN`-aligned medium offset)
 //! ```text
 //! 0    u32  magic "BLK1"            4   u32  table id
-//! 8    u32  worker (region)         12  u32  crc32c of bytes 0..12 ++ 16..24 ++ 32..48
+//! 8    u32  worker (region)         12  u32  crc32c of bytes 0..12 ++ 16..24 ++ 32..40
 //! 16   u64  sequence number of the block in its region (0, 1, 2, ...)
 //! 24   u64  offset of the next block of the region, 0 = none (set once)
 //! 32   u32  capacity in slots       36  u32  slot size in bytes
-//! 40   u64  min txn: id of the transaction that allocated the block
+//! 40   u64  min txn, packed with a check byte (catalog::pack): the id of
+//!           the first transaction that wrote into the block; restamped with
+//!           one atomic store when a block left behind by a crash is reused
 //! 48   16 bytes reserved
 //! 64   [u8; 256] obsolete bitmap: bit i set = slot i has a committed successor
 //! 320  slots, `slot size` bytes each
@@ -64,6 +66,7 @@ pub const BITMAP_OFFSET: u64 = 64;
 pub const BITMAP_BYTES: u64 = 256;
 pub const SLOTS_OFFSET: u64 = BLOCK_HEADER + BITMAP_BYTES;
 pub const MAX_SLOTS_PER_BLOCK: u32 = 2048;
+pub const MIN_SLOTS_PER_BLOCK: u32 = 4;
 pub const BLOCK_ALIGN: u64 = 4096;
 /// Target block size; blocks of tables with large slots hold fewer slots.
 pub const TARGET_BLOCK_BYTES: u64 = 1 << 20;
@@ -91,11 +94,15 @@ impl Addr {
     }
 }
 
-/// Geometry of a table's slots and blocks, derived from its limits.
-pub fn geometry(max_key_len: u32, max_value_len: u32) -> (u32, u32, u32) {
+/// Geometry of a table's slots and blocks: (slot size, slots per block,
+/// block size). `requested_slots` 0 picks blocks of about
+/// `TARGET_BLOCK_BYTES`.
+pub fn geometry(max_key_len: u32, max_value_len: u32, requested_slots: u32) -> (u32, u32, u32) {
     let slot = (SLOT_HEADER + max_key_len as u64 + max_value_len as u64).next_multiple_of(8);
-    let fit = (TARGET_BLOCK_BYTES - SLOTS_OFFSET) / slot;
-    let slots = fit.clamp(16, MAX_SLOTS_PER_BLOCK as u64);
+    let slots = match requested_slots {
+        0 => ((TARGET_BLOCK_BYTES - SLOTS_OFFSET) / slot).clamp(16, MAX_SLOTS_PER_BLOCK as u64),
+        n => n as u64,
+    };
     let block = (SLOTS_OFFSET + slots * slot).next_multiple_of(BLOCK_ALIGN);
     (slot as u32, slots as u32, block as u32)
 }
@@ -189,6 +196,20 @@ impl TableHeap {
     ) -> Result<Addr> {
         let region = &self.regions[worker];
         let mut cursor = region.cursor.lock();
+        let full = cursor.slot >= self.def.slots_per_block;
+        if full && (cursor.block as usize + 1) < region.blocks.count() {
+            // A block linked by a transaction that did not survive a crash;
+            // recovery cleared its slots, and the region continues in it.
+            // Its min txn must become ours, as for a new block, so that
+            // every slot of the block before is below it (redo relies on it).
+            *cursor = Cursor {
+                block: cursor.block + 1,
+                slot: 0,
+            };
+            let offset = region.blocks[cursor.block as usize].offset;
+            medium.store(offset + 40, catalog::pack(txn));
+            medium.persist_now(offset + 40, 8)?;
+        }
         if cursor.block as usize >= region.blocks.count() || cursor.slot >= self.def.slots_per_block
         {
             self.add_block(medium, space, worker, txn, &mut cursor)?;
@@ -244,8 +265,8 @@ impl TableHeap {
         h[16..24].copy_from_slice(&seq.to_le_bytes());
         h[32..36].copy_from_slice(&self.def.slots_per_block.to_le_bytes());
         h[36..40].copy_from_slice(&self.def.slot_size.to_le_bytes());
-        h[40..48].copy_from_slice(&min_txn.to_le_bytes());
         let crc = block_header_crc(&h);
+        h[40..48].copy_from_slice(&catalog::pack(min_txn).to_le_bytes());
         h[12..16].copy_from_slice(&crc.to_le_bytes());
         h
     }
@@ -273,7 +294,8 @@ impl TableHeap {
         }
         let mut h = [0u8; 64];
         medium.read_bytes(offset, &mut h);
-        let min_txn = u64::from_le_bytes(h[40..48].try_into().unwrap());
+        let min_txn = catalog::unpack_checked(u64::from_le_bytes(h[40..48].try_into().unwrap()))
+            .ok_or_else(|| bad("min txn fails its check"))?;
         let expected = self.block_header(worker, seq, min_txn);
         let same = h[0..24] == expected[0..24] && h[32..64] == expected[32..64];
         if !same {
@@ -416,7 +438,7 @@ fn region_len(region: &Region) -> u64 {
 fn block_header_crc(h: &[u8; 64]) -> u32 {
     let mut crc = crc32c::crc32c(&h[0..12]);
     crc = crc32c::crc32c_append(crc, &h[16..24]);
-    crc32c::crc32c_append(crc, &h[32..48])
+    crc32c::crc32c_append(crc, &h[32..40])
 }
 
 fn slot_crc(txn: u64, rest: &[u8]) -> u32 {

@@ -265,9 +265,12 @@ fn recover_table(
 
 fn validate_defs(defs: &[TableDef]) -> Result<()> {
     for (i, def) in defs.iter().enumerate() {
-        let (slot, slots, block) = crate::heap::geometry(def.max_key_len, def.max_value_len);
+        let (slot, slots, block) =
+            crate::heap::geometry(def.max_key_len, def.max_value_len, def.slots_per_block);
         let sane = def.id as usize == i
             && (1..=MAX_KEY_LEN).contains(&(def.max_key_len as usize))
+            && (crate::heap::MIN_SLOTS_PER_BLOCK..=crate::heap::MAX_SLOTS_PER_BLOCK)
+                .contains(&def.slots_per_block)
             && (slot, slots, block) == (def.slot_size, def.slots_per_block, def.block_size);
         if !sane {
             return Err(Error::Corrupt(format!(
@@ -414,12 +417,30 @@ fn scan_region(
             });
         }
     }
+    if let Some(tail) = tail {
+        unstamp_blocks_after(medium, heap, worker, tail.block as usize);
+    }
     let blocks = region.blocks.count() as u32;
     *region.cursor.lock() = tail.unwrap_or(Cursor {
         block: blocks.saturating_sub(1),
         slot: if blocks == 0 { 0 } else { capacity },
     });
     Ok(())
+}
+
+/// Blocks after the tail's block were linked by a transaction that did
+/// not survive; the region will continue in them after filling the tail's
+/// block. Redo finds its start by the blocks' min txn, which must never be
+/// below a slot of the block before, so until a transaction writes into
+/// them (and stamps its own id) they carry the largest id: nothing in them
+/// counts, and a later redo always starts at or before the tail's block.
+fn unstamp_blocks_after(medium: &Medium, heap: &TableHeap, worker: usize, tail_block: usize) {
+    let region = &heap.regions[worker];
+    for b in tail_block + 1..region.blocks.count() {
+        let at = region.blocks[b].offset + 40;
+        medium.store(at, catalog::pack(MAX_TXN_ID));
+        medium.persist(at, 8);
+    }
 }
 
 fn undo(
