@@ -214,3 +214,38 @@ fn disk_backend_with_concurrent_committers_keeps_commits() {
     let mut tx = s.begin();
     assert_eq!(tx.scan::<&[u8]>(&t, .., usize::MAX).unwrap().len(), 400);
 }
+
+#[test]
+fn deleted_keys_leave_the_index_at_the_next_checkpoint() {
+    let db = Database::open("unused", sim_options(&SimDevice::new(1 << 28))).unwrap();
+    let t = db.create_table("t", TableOptions::default()).unwrap();
+    let mut s = db.session().unwrap();
+    let mut tx = s.begin();
+    for i in 0..1000u32 {
+        tx.insert(&t, &i.to_be_bytes(), b"v").unwrap();
+    }
+    tx.commit().unwrap();
+    let mut tx = s.begin();
+    for i in (0..1000u32).filter(|i| i % 4 != 0) {
+        assert!(tx.delete(&t, &i.to_be_bytes()).unwrap());
+    }
+    tx.commit().unwrap();
+    assert_eq!(
+        t.approximate_len(),
+        1000,
+        "deletes leave index tombstones until clean-up"
+    );
+    let stats = db.checkpoint().unwrap();
+    assert_eq!(stats.tombstones_removed, 750);
+    assert_eq!(t.approximate_len(), 250);
+    let mut tx = s.begin();
+    assert_eq!(tx.scan::<&[u8]>(&t, .., usize::MAX).unwrap().len(), 250);
+    assert_eq!(tx.get(&t, &1u32.to_be_bytes()).unwrap(), None);
+    tx.insert(&t, &1u32.to_be_bytes(), b"again").unwrap();
+    tx.commit().unwrap();
+    let mut tx = s.begin();
+    assert_eq!(
+        tx.get(&t, &1u32.to_be_bytes()).unwrap(),
+        Some(b"again".to_vec())
+    );
+}

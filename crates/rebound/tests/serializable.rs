@@ -220,3 +220,35 @@ fn phantom_insert_is_prevented() {
     younger.commit().unwrap();
     assert!(older.commit().is_err());
 }
+
+/// A younger transaction saw a key deleted; the clean-up of the deleted
+/// key's index entry must not let an older transaction insert it afterwards.
+#[test]
+fn removing_a_deleted_key_keeps_phantom_protection() {
+    let device = SimDevice::new(1 << 28);
+    let db = Database::open(
+        "unused",
+        Options {
+            medium: MediumChoice::Simulated(device),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let table = db.create_table("t", TableOptions::default()).unwrap();
+    let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
+    let mut tx = s1.begin();
+    tx.insert(&table, b"k", b"1").unwrap();
+    tx.commit().unwrap();
+    let mut tx = s1.begin();
+    tx.delete(&table, b"k").unwrap();
+    tx.commit().unwrap();
+    let mut older = s1.begin();
+    let mut younger = s2.begin();
+    assert_eq!(younger.get(&table, b"k").unwrap(), None);
+    assert_eq!(db.checkpoint().unwrap().tombstones_removed, 1);
+    assert!(matches!(
+        older.insert(&table, b"k", b"2"),
+        Err(Error::Conflict)
+    ));
+    younger.commit().unwrap();
+}

@@ -87,6 +87,8 @@ pub struct CheckpointStats {
     pub bytes: u64,
     /// Time spent collecting entries (traversal, resolution, merge).
     pub collect_time: Duration,
+    /// Index entries of deleted keys removed after the checkpoint.
+    pub tombstones_removed: u64,
     /// FIR's skew coefficient α of the sampled updates (eq. 2).
     pub alpha: f64,
     pub predicted_full_ns: f64,
@@ -152,15 +154,22 @@ impl Checkpointer {
         let sequence = self.current.map_or(1, |c| c.sequence + 1);
         let collect_start = Instant::now();
         let mut image = image::Builder::new(sequence, t_low);
+        let mut deleted = Vec::new();
         for (_, table) in store.tables.iter() {
             let prev_section = previous.as_ref().and_then(|p| p.table(table.heap.def.id));
             let mut run = image.begin_table(table);
+            let mut collect = Collect {
+                run: &mut run,
+                stats: &mut stats,
+                deleted: Vec::new(),
+            };
             match (prev_section, base) {
                 (Some(section), Some(b)) => {
-                    write_incremental(&store.medium, table, section, b.t_low, &mut run, &mut stats)
+                    write_incremental(&store.medium, table, section, b.t_low, &mut collect)
                 }
-                _ => write_full(&store.medium, table, &mut run, &mut stats),
+                _ => write_full(&store.medium, table, &mut collect),
             }
+            deleted.push((table.clone(), std::mem::take(&mut collect.deleted)));
             run.finish();
         }
         stats.collect_time = collect_start.elapsed();
@@ -169,6 +178,7 @@ impl Checkpointer {
         let written = self.write(store, bytes, sequence, t_low)?;
         stats.sequence = sequence;
         stats.entries = stats.entries_resolved + stats.entries_copied;
+        stats.tombstones_removed = reap(store, deleted);
         stats.duration = started.elapsed();
         self.cost.observe(&stats);
         self.current = Some(written);
@@ -224,14 +234,30 @@ impl Checkpointer {
     }
 }
 
+/// Where collected entries go: the run, the counters, and the deleted keys
+/// whose index entries can be removed once the checkpoint is in force.
+struct Collect<'r, 'w> {
+    run: &'r mut RunWriter<'w>,
+    stats: &'r mut CheckpointStats,
+    deleted: Vec<(Vec<u8>, Addr)>,
+}
+
+impl Collect<'_, '_> {
+    /// Resolves a live entry into the run, or remembers a committed deletion.
+    fn live(&mut self, medium: &Medium, table: &TableRt, key: &[u8], head: u64) {
+        match table.committed_version(medium, Addr(head)) {
+            Some(addr) => self.stats.entries_resolved += self.run.push(key, addr.0) as u64,
+            None => self.deleted.push((key.to_vec(), Addr(head))),
+        }
+    }
+}
+
 /// All leaf entries, each resolved to its newest committed version.
-fn write_full(medium: &Medium, table: &TableRt, run: &mut RunWriter, stats: &mut CheckpointStats) {
+fn write_full(medium: &Medium, table: &TableRt, out: &mut Collect) {
     table
         .index
         .scan(Bound::Unbounded, Bound::Unbounded, None, |key, head| {
-            if let Some(addr) = table.committed_version(medium, Addr(head)) {
-                stats.entries_resolved += run.push(key, addr.0) as u64;
-            }
+            out.live(medium, table, key, head);
             true
         });
 }
@@ -243,17 +269,16 @@ fn write_incremental(
     table: &TableRt,
     previous: &TableSection,
     base_t_low: u64,
-    run: &mut RunWriter,
-    stats: &mut CheckpointStats,
+    out: &mut Collect,
 ) {
-    let state = std::cell::RefCell::new((run, previous.reader(), stats));
+    let state = std::cell::RefCell::new((out, previous.reader()));
     table.index.walk(
         |lower, upper, update_time, _is_leaf| {
             if update_time >= base_t_low {
                 return true;
             }
-            let (run, old, stats) = &mut *state.borrow_mut();
-            stats.subtrees_skipped += 1;
+            let (out, old) = &mut *state.borrow_mut();
+            out.stats.subtrees_skipped += 1;
             while old
                 .peek_key(medium)
                 .is_some_and(|k| lower.is_some_and(|l| k < l))
@@ -265,15 +290,28 @@ fn write_incremental(
                 .is_some_and(|k| upper.is_none_or(|u| k < u))
             {
                 let (key, addr) = old.next_entry(medium).expect("peeked");
-                stats.entries_copied += run.push(key, addr) as u64;
+                out.stats.entries_copied += out.run.push(key, addr) as u64;
             }
             false
         },
         |key, head| {
-            if let Some(addr) = table.committed_version(medium, Addr(head)) {
-                let (run, _, stats) = &mut *state.borrow_mut();
-                stats.entries_resolved += run.push(key, addr.0) as u64;
-            }
+            let (out, _) = &mut *state.borrow_mut();
+            out.live(medium, table, key, head);
         },
     );
+}
+
+/// Removes the index entries of deleted keys that nobody can see any more
+/// (`reap_tombstone` re-checks each: committed tombstone, older than every
+/// running transaction, still the head).
+fn reap(store: &Store, deleted: Vec<(std::sync::Arc<TableRt>, Vec<(Vec<u8>, Addr)>)>) -> u64 {
+    let low_water = store.low_water();
+    let ut = store.clock.peek();
+    let mut removed = 0;
+    for (table, keys) in deleted {
+        for (key, head) in keys {
+            removed += table.reap_tombstone(&store.medium, &key, head, low_water, ut) as u64;
+        }
+    }
+    removed
 }

@@ -9,7 +9,9 @@
 //! * `begin`: the writer's txn id; `PENDING` bit set until it committed,
 //!   `ABORTED` once it aborted; 0 for versions recovered from the medium.
 //! * `end`: 0 = no successor; `LOCKED | ts` while a transaction with
-//!   timestamp `ts` holds the write lock; `ts` once that successor committed.
+//!   timestamp `ts` holds the write lock; `ts` once that successor committed;
+//!   `REAPED` for a tombstone whose index entry was removed (readers and
+//!   writers that still meet it look the key up again).
 //! * `read`: largest timestamp of a transaction that read this version.
 //! * `prev`: logical address + 1 of the previous version, 0 = none.
 
@@ -18,6 +20,8 @@ use std::sync::atomic::AtomicU64;
 pub const PENDING: u64 = 1 << 63;
 pub const ABORTED: u64 = u64::MAX;
 pub const LOCKED: u64 = 1 << 63;
+/// `end` of a tombstone whose index entry was removed: locked for good.
+pub const REAPED: u64 = u64::MAX;
 
 #[derive(Default)]
 pub struct VersionHeader {

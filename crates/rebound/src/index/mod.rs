@@ -344,6 +344,23 @@ impl BTree {
         })
     }
 
+    /// Removes `key` only while its value is `expected`, first raising the
+    /// leaf's gap timestamp to `gap_ts`: the gap that replaces the entry keeps
+    /// protecting what readers of the entry saw against older inserters.
+    pub fn remove_if(&self, key: &[u8], expected: u64, gap_ts: u64, ut: u64) -> bool {
+        let key = key_to_store(key);
+        self.modify_leaf(&key, ut, |leaf| {
+            let (slot, found) = leaf.search(&key);
+            if !found || leaf.value(slot) != expected {
+                return Done(false);
+            }
+            leaf.raise_gap_read_ts(gap_ts);
+            leaf.remove_entry(slot);
+            self.len.fetch_sub(1, Relaxed);
+            Done(true)
+        })
+    }
+
     fn insert_new(
         &self,
         leaf: &mut WriteGuard<'_>,

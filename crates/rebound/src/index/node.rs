@@ -547,6 +547,12 @@ impl<'a> WriteGuard<'a> {
         self.node.gap_read_ts.load(SeqCst)
     }
 
+    /// Raises the gap timestamp under the lock (an entry that readers saw
+    /// is about to become a gap).
+    pub(crate) fn raise_gap_read_ts(&self, ts: u64) {
+        self.node.gap_read_ts.fetch_max(ts, SeqCst);
+    }
+
     pub(crate) fn search(&self, key: &InlineKey) -> (usize, bool) {
         self.node.find(key)
     }

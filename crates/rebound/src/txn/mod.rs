@@ -44,7 +44,7 @@ pub use sampler::{Sample, UpdateSampler};
 
 use crate::catalog;
 use crate::error::{Error, Result};
-use crate::heap::tile::{ABORTED, LOCKED, PENDING};
+use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
 use crate::heap::{Addr, Space, TableHeap};
 use crate::index::{BTree, InsertError};
 use crate::medium::Medium;
@@ -219,6 +219,42 @@ impl TableRt {
         for (key, addr) in cold.range(medium, as_slice_bound(lower), as_slice_bound(upper), want) {
             self.adopt(medium, &key, addr);
         }
+    }
+
+    /// Removes the index entry of a deleted key whose tombstone no running
+    /// or future transaction can see past (it committed before `low_water`),
+    /// so scans stop paying for it (HiEngine's deferred deletion, completed).
+    /// The tombstone is locked first, so racing writers retry through the
+    /// index; its read timestamp moves into the leaf's gap timestamp, so
+    /// readers who saw the deletion stay protected against older inserters.
+    pub fn reap_tombstone(
+        &self,
+        medium: &Medium,
+        key: &[u8],
+        head: Addr,
+        low_water: u64,
+        ut: u64,
+    ) -> bool {
+        let header = self.heap.header(head);
+        let begin = header.begin.load(Acquire);
+        let settled =
+            begin & PENDING == 0 && begin < low_water && self.heap.is_tombstone(medium, head);
+        if !settled
+            || header
+                .end
+                .compare_exchange(0, REAPED, SeqCst, SeqCst)
+                .is_err()
+        {
+            return false;
+        }
+        if self
+            .index
+            .remove_if(key, head.0, header.read.load(SeqCst), ut)
+        {
+            return true;
+        }
+        header.end.store(0, Release);
+        false
     }
 
     /// Marks the table unusable: its recovered index data is damaged.
@@ -471,6 +507,11 @@ impl<'s> TxnState<'s> {
         read.fetch_max(self.ts, SeqCst);
         loop {
             let e = end.load(SeqCst);
+            if e == REAPED {
+                // The key left the index after our lookup; look again, so
+                // that the absence is read (and marked) in the index.
+                return Ok(Visible::Retry);
+            }
             let successor = e & !LOCKED;
             if e == 0 || successor > self.ts || (e & LOCKED != 0 && successor == self.ts) {
                 return Ok(Visible::Version(addr));
@@ -588,6 +629,10 @@ impl<'s> TxnState<'s> {
         }
         if begin & PENDING != 0 || begin > self.ts {
             return Err(Error::Conflict);
+        }
+        if header.end.load(Acquire) == REAPED {
+            std::thread::yield_now();
+            return Ok(None);
         }
         if header
             .end
