@@ -167,6 +167,9 @@ struct DbInner {
     loader: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The checkpoint still to be loaded; held locked while it loads.
     cold_image: Mutex<Option<Arc<CheckpointImage>>>,
+    /// When the last checkpoint started, and the versions written by then;
+    /// the background trigger counts from here, whoever took it.
+    checkpointed_at: Mutex<(Instant, u64)>,
     open_started: Instant,
     index_loaded_after: Mutex<Option<Duration>>,
     checkpointer: Mutex<Checkpointer>,
@@ -216,6 +219,7 @@ impl Database {
             checkpointer: Mutex::new(Checkpointer::new(options.checkpoint, durable)),
             loader: Mutex::new(None),
             cold_image: Mutex::new(None),
+            checkpointed_at: Mutex::new((Instant::now(), 0)),
             open_started: started,
             index_loaded_after: Mutex::new(None),
             handles: std::sync::atomic::AtomicUsize::new(1),
@@ -665,6 +669,7 @@ impl DbInner {
         if checkpointer.mode() == CheckpointMode::Off {
             return Err(Error::InvalidOption("index checkpoints are off".into()));
         }
+        *self.checkpointed_at.lock() = (Instant::now(), self.store.versions_written());
         let stats = checkpointer.take(&self.store)?;
         *self.last_checkpoint.lock() = Some(stats.clone());
         Ok(stats)
@@ -728,7 +733,6 @@ fn checkpoint_loop(
     volume: u64,
 ) {
     let tick = interval.min(Duration::from_millis(50));
-    let (mut last_time, mut last_versions) = (Instant::now(), 0u64);
     loop {
         {
             let mut stopped = stop.0.lock();
@@ -741,10 +745,11 @@ fn checkpoint_loop(
         }
         let Some(inner) = db.upgrade() else { return };
         let written = inner.store.versions_written();
+        let (last_time, last_versions) = *inner.checkpointed_at.lock();
         let due = written - last_versions >= volume
             || (written > last_versions && last_time.elapsed() >= interval);
-        if due && inner.take_checkpoint().is_ok() {
-            (last_time, last_versions) = (Instant::now(), written);
+        if due {
+            let _ = inner.take_checkpoint();
         }
     }
 }

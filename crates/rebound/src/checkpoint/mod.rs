@@ -234,6 +234,9 @@ impl Checkpointer {
     }
 }
 
+/// Per table, deleted keys and their tombstone heads.
+type DeletedKeys = Vec<(std::sync::Arc<TableRt>, Vec<(Vec<u8>, Addr)>)>;
+
 /// Where collected entries go: the run, the counters, and the deleted keys
 /// whose index entries can be removed once the checkpoint is in force.
 struct Collect<'r, 'w> {
@@ -304,7 +307,7 @@ fn write_incremental(
 /// Removes the index entries of deleted keys that nobody can see any more
 /// (`reap_tombstone` re-checks each: committed tombstone, older than every
 /// running transaction, still the head).
-fn reap(store: &Store, deleted: Vec<(std::sync::Arc<TableRt>, Vec<(Vec<u8>, Addr)>)>) -> u64 {
+fn reap(store: &Store, deleted: DeletedKeys) -> u64 {
     let low_water = store.low_water();
     let ut = store.clock.peek();
     let mut removed = 0;
