@@ -240,9 +240,8 @@ impl Database {
         if let Some(image) = cold {
             db.start_index_load(image, options.load_indexes_in_background);
         }
-        if persistent && options.checkpoint != CheckpointMode::Off {
-            *db.inner.background.lock() = Some(Background::start(&db.inner, &options));
-        }
+        let checkpoints = persistent && options.checkpoint != CheckpointMode::Off;
+        *db.inner.background.lock() = Some(Background::start(&db.inner, &options, checkpoints));
         Ok(db)
     }
 
@@ -695,7 +694,7 @@ struct Background {
 }
 
 impl Background {
-    fn start(inner: &Arc<DbInner>, options: &Options) -> Background {
+    fn start(inner: &Arc<DbInner>, options: &Options, checkpoints: bool) -> Background {
         let shared = Arc::new((Mutex::new(false), parking_lot::Condvar::new()));
         let weak = Arc::downgrade(inner);
         let (interval, volume) = (
@@ -704,8 +703,8 @@ impl Background {
         );
         let stop = shared.clone();
         let thread = std::thread::Builder::new()
-            .name("rebound-checkpoint".into())
-            .spawn(move || checkpoint_loop(weak, stop, interval, volume))
+            .name("rebound-background".into())
+            .spawn(move || background_loop(weak, stop, checkpoints.then_some((interval, volume))))
             .expect("spawn the checkpoint thread");
         Background {
             shared,
@@ -726,13 +725,16 @@ impl Background {
     }
 }
 
-fn checkpoint_loop(
+/// Every tick: remove the index entries of settled deletions, and take a
+/// checkpoint when `trigger` (interval, versions) says one is due.
+fn background_loop(
     db: std::sync::Weak<DbInner>,
     stop: Arc<(Mutex<bool>, parking_lot::Condvar)>,
-    interval: Duration,
-    volume: u64,
+    trigger: Option<(Duration, u64)>,
 ) {
-    let tick = interval.min(Duration::from_millis(50));
+    let tick = trigger.map_or(Duration::from_millis(50), |(interval, _)| {
+        interval.min(Duration::from_millis(50))
+    });
     loop {
         {
             let mut stopped = stop.0.lock();
@@ -744,6 +746,10 @@ fn checkpoint_loop(
             }
         }
         let Some(inner) = db.upgrade() else { return };
+        inner.store.reap_deleted();
+        let Some((interval, volume)) = trigger else {
+            continue;
+        };
         let written = inner.store.versions_written();
         let (last_time, last_versions) = *inner.checkpointed_at.lock();
         let due = written - last_versions >= volume

@@ -216,7 +216,7 @@ fn disk_backend_with_concurrent_committers_keeps_commits() {
 }
 
 #[test]
-fn deleted_keys_leave_the_index_at_the_next_checkpoint() {
+fn deleted_keys_leave_the_index_by_the_next_checkpoint() {
     let db = Database::open("unused", sim_options(&SimDevice::new(1 << 28))).unwrap();
     let t = db.create_table("t", TableOptions::default()).unwrap();
     let mut s = db.session().unwrap();
@@ -230,13 +230,9 @@ fn deleted_keys_leave_the_index_at_the_next_checkpoint() {
         assert!(tx.delete(&t, &i.to_be_bytes()).unwrap());
     }
     tx.commit().unwrap();
-    assert_eq!(
-        t.approximate_len(),
-        1000,
-        "deletes leave index tombstones until clean-up"
-    );
-    let stats = db.checkpoint().unwrap();
-    assert_eq!(stats.tombstones_removed, 750);
+    // The background thread may remove some first; after a checkpoint
+    // none of the settled deletions is left in the index.
+    db.checkpoint().unwrap();
     assert_eq!(t.approximate_len(), 250);
     let mut tx = s.begin();
     assert_eq!(tx.scan::<&[u8]>(&t, .., usize::MAX).unwrap().len(), 250);

@@ -69,6 +69,8 @@ pub struct Store {
     pub active: Box<[AtomicU64]>,
     /// Per worker: versions written by its committed transactions.
     pub written: Box<[CachePadded<AtomicU64>]>,
+    /// Tombstones committed since the last reaping: (table, address).
+    pub deleted: parking_lot::Mutex<Vec<(u32, Addr)>>,
 }
 
 impl Store {
@@ -93,7 +95,34 @@ impl Store {
             instance,
             active,
             written,
+            deleted: parking_lot::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Removes the index entries of deleted keys nobody can see any more;
+    /// the others wait for the next call. Tables still loading their
+    /// checkpoint run are left alone (the load could bring a key back).
+    pub fn reap_deleted(&self) -> u64 {
+        let pending = std::mem::take(&mut *self.deleted.lock());
+        if pending.is_empty() {
+            return 0;
+        }
+        let (low_water, ut) = (self.low_water(), self.clock.peek());
+        let mut keep = Vec::new();
+        let mut removed = 0;
+        for (id, addr) in pending {
+            let table = &self.tables[id as usize];
+            if table.heap.header(addr).begin.load(Acquire) >= low_water || table.is_loading() {
+                keep.push((id, addr));
+                continue;
+            }
+            let key = table.heap.read_key(&self.medium, addr);
+            if table.index.get(&key) == Some(addr.0) {
+                removed += table.reap_tombstone(&self.medium, &key, addr, low_water, ut) as u64;
+            }
+        }
+        self.deleted.lock().extend(keep);
+        removed
     }
 
     /// Versions written by committed transactions since open.
@@ -869,13 +898,20 @@ impl<'s> TxnState<'s> {
     fn publish(&mut self) {
         let store = self.store;
         store.written[self.worker].fetch_add(self.writes.len() as u64, Release);
+        let mut deleted = Vec::new();
         for w in self.writes.drain(..) {
             let heap = &store.tables[w.table as usize].heap;
             heap.header(w.new).begin.store(self.ts, Release);
+            if heap.is_tombstone(&store.medium, w.new) {
+                deleted.push((w.table, w.new));
+            }
             if let Some(prev) = w.prev {
                 heap.header(prev).end.store(self.ts, Release);
                 heap.set_obsolete(&store.medium, prev);
             }
+        }
+        if !deleted.is_empty() {
+            store.deleted.lock().extend(deleted);
         }
     }
 
