@@ -1,5 +1,6 @@
 //! `rebound`: demonstrations and measurements of the Rebound engine, built
 //! only on its public API.
+#![deny(unsafe_code)]
 
 mod bench;
 mod chart;
