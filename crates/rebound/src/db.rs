@@ -18,6 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+// The heap sizes its read buffers by the index's key limit.
+const _: () = assert!(crate::heap::MAX_KEY_BYTES == MAX_KEY_LEN);
+
 /// Name of the data file inside a database directory.
 pub const DATA_FILE: &str = "rebound.db";
 /// Largest value a table may be defined to hold.

@@ -148,6 +148,18 @@ pub struct Region {
     pub cursor: Mutex<Cursor>,
 }
 
+/// Longest key a slot can hold (the index's limit; tables are validated
+/// against it).
+pub const MAX_KEY_BYTES: usize = 512;
+
+/// What a read of a published slot finds.
+pub enum SlotRead {
+    Value(Vec<u8>),
+    Deleted,
+    /// The slot fails its checksum.
+    Damaged,
+}
+
 /// Decoded slot contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotContent {
@@ -334,21 +346,28 @@ impl TableHeap {
         )
     }
 
-    /// Reads the value of a slot published by a committed or own version.
-    /// Reads and verifies a slot's value; `None` if the slot fails its
-    /// checksum (damaged medium), so a damaged value is never served.
-    pub fn read_value(&self, medium: &Medium, addr: Addr) -> Option<Vec<u8>> {
-        let (txn, crc, key_len, _, value_len) = self.slot_header(medium, addr);
+    /// What a reader finds in a published slot: the value, verified
+    /// against the slot checksum, so a damaged value is never served.
+    pub fn read_live(&self, medium: &Medium, addr: Addr) -> SlotRead {
+        let (txn, crc, key_len, flags, value_len) = self.slot_header(medium, addr);
+        if flags & FLAG_TOMBSTONE != 0 {
+            return SlotRead::Deleted;
+        }
         if key_len > self.def.max_key_len as usize || value_len > self.def.max_value_len as usize {
-            return None;
+            return SlotRead::Damaged;
         }
-        let covered = (SLOT_HEADER as usize - 12) + key_len + value_len;
-        let mut bytes = vec![0u8; covered];
-        medium.read_at(self.slot_offset(addr) + 12, &mut bytes);
-        if slot_crc(txn & crate::catalog::MAX_TXN_ID, &bytes) != crc {
-            return None;
+        let at = self.slot_offset(addr) + 12;
+        let mut head = [0u8; 12 + MAX_KEY_BYTES];
+        let head = &mut head[..12 + key_len];
+        medium.read_at(at, head);
+        let mut value = vec![0u8; value_len];
+        medium.read_at(at + head.len() as u64, &mut value);
+        let computed =
+            crc32c::crc32c_append(slot_crc(txn & crate::catalog::MAX_TXN_ID, head), &value);
+        if computed != crc {
+            return SlotRead::Damaged;
         }
-        Some(bytes.split_off(covered - value_len))
+        SlotRead::Value(value)
     }
 
     pub fn is_tombstone(&self, medium: &Medium, addr: Addr) -> bool {

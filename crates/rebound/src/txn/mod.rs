@@ -45,7 +45,7 @@ pub use sampler::{Sample, UpdateSampler};
 use crate::catalog;
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
-use crate::heap::{Addr, Space, TableHeap};
+use crate::heap::{Addr, SlotRead, Space, TableHeap};
 use crate::index::{BTree, InsertError};
 use crate::medium::Medium;
 use crossbeam_utils::CachePadded;
@@ -482,13 +482,10 @@ impl<'s> TxnState<'s> {
     }
 
     fn live_value(&self, table: &TableRt, addr: Addr) -> Result<Option<Vec<u8>>> {
-        let medium = &self.store.medium;
-        if table.heap.is_tombstone(medium, addr) {
-            return Ok(None);
-        }
-        match table.heap.read_value(medium, addr) {
-            Some(value) => Ok(Some(value)),
-            None => Err(Error::Corrupt(format!(
+        match table.heap.read_live(&self.store.medium, addr) {
+            SlotRead::Value(value) => Ok(Some(value)),
+            SlotRead::Deleted => Ok(None),
+            SlotRead::Damaged => Err(Error::Corrupt(format!(
                 "version at {addr:?} of table {:?} fails its checksum",
                 table.heap.def.name
             ))),
