@@ -61,7 +61,7 @@ impl Builder {
             entries_at,
             count: 0,
             fences: Vec::new(),
-            last_key: Vec::new(),
+            last_at: 0,
         }
     }
 
@@ -85,28 +85,52 @@ pub struct RunWriter<'a> {
     entries_at: usize,
     count: u64,
     fences: Vec<u64>,
-    last_key: Vec<u8>,
+    /// Where the last entry starts in `bytes` (its key is compared in place).
+    last_at: usize,
 }
 
 impl RunWriter<'_> {
     /// Appends an entry; a key not above the previous one is dropped (a
     /// concurrent walk can report a range twice) and `false` returned.
     pub fn push(&mut self, key: &[u8], addr: u64) -> bool {
-        if self.count > 0 && key <= self.last_key.as_slice() {
+        if !self.above_last(key) {
             return false;
         }
-        if self.count.is_multiple_of(FENCE_EVERY) {
-            self.fences
-                .push((self.bytes.len() - self.entries_at) as u64);
-        }
+        self.start_entry();
         self.bytes
             .extend_from_slice(&(key.len() as u16).to_le_bytes());
         self.bytes.extend_from_slice(key);
         self.bytes.extend_from_slice(&addr.to_le_bytes());
-        self.last_key.clear();
-        self.last_key.extend_from_slice(key);
-        self.count += 1;
         true
+    }
+
+    /// Appends an entry already in run encoding (copied from an earlier
+    /// image); same ordering rule as `push`.
+    pub fn push_encoded(&mut self, entry: &[u8]) -> bool {
+        if !self.above_last(&entry[2..entry.len() - 8]) {
+            return false;
+        }
+        self.start_entry();
+        self.bytes.extend_from_slice(entry);
+        true
+    }
+
+    fn above_last(&self, key: &[u8]) -> bool {
+        if self.count == 0 {
+            return true;
+        }
+        let at = self.last_at;
+        let len = u16::from_le_bytes([self.bytes[at], self.bytes[at + 1]]) as usize;
+        key > &self.bytes[at + 2..at + 2 + len]
+    }
+
+    fn start_entry(&mut self) {
+        let offset = self.bytes.len();
+        if self.count.is_multiple_of(FENCE_EVERY) {
+            self.fences.push((offset - self.entries_at) as u64);
+        }
+        self.last_at = offset;
+        self.count += 1;
     }
 
     /// Completes the section header and appends the fences.
@@ -407,6 +431,26 @@ impl<'a> EntryReader<'a> {
                 .unwrap(),
         );
         Some((key, addr))
+    }
+
+    /// Copies the entries with keys below `upper` (all for `None`) into
+    /// `run` in their encoded form; returns how many went in.
+    pub fn copy_until(
+        &mut self,
+        medium: &Medium,
+        upper: Option<&[u8]>,
+        run: &mut RunWriter,
+    ) -> u64 {
+        let mut copied = 0;
+        while let Some((at, key_len)) = self.current(medium) {
+            let entry = &self.buf[at..at + 10 + key_len];
+            if upper.is_some_and(|u| &entry[2..2 + key_len] >= u) {
+                break;
+            }
+            copied += run.push_encoded(entry) as u64;
+            self.pos += 10 + key_len as u64;
+        }
+        copied
     }
 
     /// True when every byte of the run was consumed.

@@ -288,13 +288,7 @@ fn write_incremental(
             {
                 old.advance(medium);
             }
-            while old
-                .peek_key(medium)
-                .is_some_and(|k| upper.is_none_or(|u| k < u))
-            {
-                let (key, addr) = old.next_entry(medium).expect("peeked");
-                out.stats.entries_copied += out.run.push(key, addr) as u64;
-            }
+            out.stats.entries_copied += old.copy_until(medium, upper, out.run);
             false
         },
         |key, head| {
