@@ -113,6 +113,35 @@ impl Default for TableOptions {
     }
 }
 
+/// What the database holds and has done since it was opened.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub commits: u64,
+    /// Transactions that hit a serialization conflict.
+    pub conflicts: u64,
+    /// Versions written by committed transactions.
+    pub versions_written: u64,
+    pub checkpoints: u64,
+    /// Size of the medium (the data file) in bytes.
+    pub medium_bytes: u64,
+    pub tables: Vec<TableStats>,
+}
+
+/// Storage of one table. Versions are fixed-size slots; an obsolete version
+/// has a committed successor (or is a hole left by an abort) and is what
+/// garbage collection will reclaim.
+#[derive(Debug, Clone)]
+pub struct TableStats {
+    pub name: String,
+    pub index_entries: u64,
+    pub blocks: u64,
+    pub block_bytes: u64,
+    pub versions: u64,
+    pub obsolete_versions: u64,
+    pub live_bytes: u64,
+    pub obsolete_bytes: u64,
+}
+
 /// A handle to a table; cheap to clone.
 #[derive(Clone)]
 pub struct Table {
@@ -173,6 +202,7 @@ struct DbInner {
     /// When the last checkpoint started, and the versions written by then;
     /// the background trigger counts from here, whoever took it.
     checkpointed_at: Mutex<(Instant, u64)>,
+    checkpoints: AtomicU64,
     open_started: Instant,
     index_loaded_after: Mutex<Option<Duration>>,
     checkpointer: Mutex<Checkpointer>,
@@ -223,6 +253,7 @@ impl Database {
             loader: Mutex::new(None),
             cold_image: Mutex::new(None),
             checkpointed_at: Mutex::new((Instant::now(), 0)),
+            checkpoints: AtomicU64::new(0),
             open_started: started,
             index_loaded_after: Mutex::new(None),
             handles: std::sync::atomic::AtomicUsize::new(1),
@@ -363,6 +394,24 @@ impl Database {
         })
     }
 
+    /// Counters and storage figures; walks every block's obsolete bitmap.
+    pub fn stats(&self) -> Stats {
+        let store = &self.inner.store;
+        let (commits, conflicts) = store.outcomes();
+        Stats {
+            commits,
+            conflicts,
+            versions_written: store.versions_written(),
+            checkpoints: self.inner.checkpoints.load(Ordering::Acquire),
+            medium_bytes: store.medium.len(),
+            tables: store
+                .tables
+                .iter()
+                .map(|(_, t)| table_stats(&store.medium, t))
+                .collect(),
+        }
+    }
+
     /// What a successful commit survives.
     pub fn guarantee(&self) -> Guarantee {
         self.inner.store.medium.guarantee()
@@ -495,6 +544,29 @@ impl Transaction<'_> {
 
     pub fn abort(self) {
         self.state.abort()
+    }
+}
+
+fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
+    let heap = &table.heap;
+    let versions: u64 = (0..MAX_WORKERS).map(|w| heap.used_slots(w)).sum();
+    let (mut blocks, mut obsolete) = (0u64, 0u64);
+    for region in heap.regions.iter() {
+        for (_, block) in region.blocks.iter() {
+            blocks += 1;
+            obsolete += heap.obsolete_in(medium, block);
+        }
+    }
+    let slot = heap.def.slot_size as u64;
+    TableStats {
+        name: heap.def.name.clone(),
+        index_entries: table.index.len() as u64,
+        blocks,
+        block_bytes: blocks * heap.def.block_size as u64,
+        versions,
+        obsolete_versions: obsolete,
+        live_bytes: versions.saturating_sub(obsolete) * slot,
+        obsolete_bytes: obsolete * slot,
     }
 }
 
@@ -673,6 +745,7 @@ impl DbInner {
         }
         *self.checkpointed_at.lock() = (Instant::now(), self.store.versions_written());
         let stats = checkpointer.take(&self.store)?;
+        self.checkpoints.fetch_add(1, Ordering::AcqRel);
         *self.last_checkpoint.lock() = Some(stats.clone());
         Ok(stats)
     }

@@ -28,8 +28,8 @@ mod txn;
 
 pub use checkpoint::{CheckpointMode, CheckpointStats};
 pub use db::{
-    Database, Durability, MediumChoice, Options, Session, Table, TableOptions, Transaction,
-    DATA_FILE, MAX_VALUE_LEN,
+    Database, Durability, MediumChoice, Options, Session, Stats, Table, TableOptions, TableStats,
+    Transaction, DATA_FILE, MAX_VALUE_LEN,
 };
 pub use error::{Error, Result};
 pub use medium::{Guarantee, SimDevice};

@@ -245,3 +245,37 @@ fn deleted_keys_leave_the_index_by_the_next_checkpoint() {
         Some(b"again".to_vec())
     );
 }
+
+#[test]
+fn stats_count_commits_conflicts_and_obsolete_versions() {
+    let db = Database::open("unused", sim_options(&SimDevice::new(1 << 28))).unwrap();
+    let t = db.create_table("t", TableOptions::default()).unwrap();
+    let mut s = db.session().unwrap();
+    for i in 0..10u32 {
+        let mut tx = s.begin();
+        tx.put(&t, b"k", &i.to_le_bytes()).unwrap();
+        tx.commit().unwrap();
+    }
+    let mut tx = s.begin();
+    tx.get(&t, b"k").unwrap();
+    tx.commit().unwrap();
+    let stats = db.stats();
+    assert_eq!(stats.commits, 11, "read-only commits count too");
+    assert_eq!(stats.versions_written, 10);
+    let table = &stats.tables[0];
+    assert_eq!(
+        (table.name.as_str(), table.versions, table.obsolete_versions),
+        ("t", 10, 9)
+    );
+    assert_eq!(table.index_entries, 1);
+    assert!(table.live_bytes > 0 && table.obsolete_bytes == 9 * table.live_bytes);
+
+    let mut s2 = db.session().unwrap();
+    let mut older = s.begin();
+    let mut younger = s2.begin();
+    younger.get(&t, b"k").unwrap();
+    assert!(matches!(older.update(&t, b"k", b"x"), Err(Error::Conflict)));
+    drop(older);
+    younger.commit().unwrap();
+    assert_eq!(db.stats().conflicts, 1);
+}

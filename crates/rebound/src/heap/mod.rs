@@ -443,6 +443,27 @@ impl TableHeap {
         medium.persist(at, 8);
     }
 
+    /// Slots written so far in a worker's region, holes included.
+    pub fn used_slots(&self, worker: usize) -> u64 {
+        let region = &self.regions[worker];
+        if region.blocks.count() == 0 {
+            return 0;
+        }
+        let cursor = *region.cursor.lock();
+        cursor.block as u64 * self.def.slots_per_block as u64 + cursor.slot as u64
+    }
+
+    /// Slots of a block whose obsolete bit is set.
+    pub fn obsolete_in(&self, medium: &Medium, block: &Block) -> u64 {
+        (0..BITMAP_BYTES / 8)
+            .map(|w| {
+                medium
+                    .load(block.offset + BITMAP_OFFSET + 8 * w)
+                    .count_ones() as u64
+            })
+            .sum()
+    }
+
     /// Marks a slot obsolete in its block's bitmap (a hint for GC).
     pub fn set_obsolete(&self, medium: &Medium, addr: Addr) {
         let word = self.block(addr).offset + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;

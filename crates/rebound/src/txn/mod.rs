@@ -51,11 +51,21 @@ use crate::medium::Medium;
 use crossbeam_utils::CachePadded;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::Arc;
 
 /// How long a reader spins on a writer that is finishing its commit.
 const WAIT_SPINS: u32 = 1 << 14;
+
+/// Counts of one worker's transactions.
+#[derive(Default)]
+pub struct WorkerCounters {
+    /// Versions written by committed transactions.
+    pub written: AtomicU64,
+    pub commits: AtomicU64,
+    /// Transactions that hit a serialization conflict.
+    pub conflicts: AtomicU64,
+}
 
 /// Everything transactions share: the medium, free space, the clock, tables.
 pub struct Store {
@@ -67,8 +77,8 @@ pub struct Store {
     pub instance: u64,
     /// Per worker: timestamp of its running transaction, 0 when idle.
     pub active: Box<[AtomicU64]>,
-    /// Per worker: versions written by its committed transactions.
-    pub written: Box<[CachePadded<AtomicU64>]>,
+    /// Per worker: what its transactions did (each on its own cache line).
+    pub counters: Box<[CachePadded<WorkerCounters>]>,
     /// Tombstones committed since the last reaping: (table, address).
     pub deleted: parking_lot::Mutex<Vec<(u32, Addr)>>,
 }
@@ -84,8 +94,8 @@ impl Store {
         let active = (0..crate::catalog::MAX_WORKERS)
             .map(|_| AtomicU64::new(0))
             .collect();
-        let written = (0..crate::catalog::MAX_WORKERS)
-            .map(|_| CachePadded::new(AtomicU64::new(0)))
+        let counters = (0..crate::catalog::MAX_WORKERS)
+            .map(|_| CachePadded::new(WorkerCounters::default()))
             .collect();
         Store {
             medium,
@@ -94,7 +104,7 @@ impl Store {
             tables,
             instance,
             active,
-            written,
+            counters,
             deleted: parking_lot::Mutex::new(Vec::new()),
         }
     }
@@ -127,7 +137,14 @@ impl Store {
 
     /// Versions written by committed transactions since open.
     pub fn versions_written(&self) -> u64 {
-        self.written.iter().map(|w| w.load(Acquire)).sum()
+        self.counters.iter().map(|c| c.written.load(Acquire)).sum()
+    }
+
+    /// Totals over all workers: (commits, conflicts).
+    pub fn outcomes(&self) -> (u64, u64) {
+        self.counters.iter().fold((0, 0), |(c, x), w| {
+            (c + w.commits.load(Acquire), x + w.conflicts.load(Acquire))
+        })
     }
 
     /// A timestamp at or below every transaction that was running at the
@@ -425,6 +442,9 @@ impl<'s> TxnState<'s> {
     fn guard<T>(&mut self, result: Result<T>) -> Result<T> {
         if let Err(Error::Conflict) = &result {
             self.poisoned = Some(Error::Conflict);
+            self.store.counters[self.worker]
+                .conflicts
+                .fetch_add(1, Relaxed);
         }
         result
     }
@@ -872,14 +892,16 @@ impl<'s> TxnState<'s> {
                 _ => Error::TransactionPoisoned,
             });
         }
-        if self.writes.is_empty() {
-            return Ok(());
+        if !self.writes.is_empty() {
+            if let Err(e) = self.make_durable() {
+                self.rollback();
+                return Err(e);
+            }
+            self.publish();
         }
-        if let Err(e) = self.make_durable() {
-            self.rollback();
-            return Err(e);
-        }
-        self.publish();
+        self.store.counters[self.worker]
+            .commits
+            .fetch_add(1, Relaxed);
         Ok(())
     }
 
@@ -897,7 +919,10 @@ impl<'s> TxnState<'s> {
 
     fn publish(&mut self) {
         let store = self.store;
-        store.written[self.worker].fetch_add(self.writes.len() as u64, Release);
+        let counters = &store.counters[self.worker];
+        counters
+            .written
+            .fetch_add(self.writes.len() as u64, Release);
         let mut deleted = Vec::new();
         for w in self.writes.drain(..) {
             let heap = &store.tables[w.table as usize].heap;
