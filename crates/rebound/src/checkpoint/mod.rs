@@ -217,7 +217,7 @@ impl Checkpointer {
         t_low: u64,
     ) -> Result<Durable> {
         let len = (bytes.len() as u64).next_multiple_of(crate::heap::BLOCK_ALIGN);
-        let offset = store.space.allocate(&store.medium, len)?;
+        let (offset, _) = store.space.allocate(&store.medium, len)?;
         store.medium.write_bytes(offset, &bytes);
         store.medium.persist_now(offset, bytes.len() as u64)?;
         catalog::set_checkpoint_root(&store.medium, offset)?;

@@ -243,7 +243,10 @@ impl TableHeap {
         cursor: &mut Cursor,
     ) -> Result<()> {
         let seq = region_len(&self.regions[worker]);
-        let offset = space.allocate(medium, self.def.block_size as u64)?;
+        let (offset, fresh) = space.allocate(medium, self.def.block_size as u64)?;
+        if !fresh {
+            self.clear_slot_words(medium, offset);
+        }
         medium.zero(offset + BITMAP_OFFSET, BITMAP_BYTES);
         medium.persist(offset + BITMAP_OFFSET, BITMAP_BYTES);
         medium.write_bytes(offset, &self.block_header(worker, seq, txn));
@@ -441,6 +444,17 @@ impl TableHeap {
         let at = self.slot_offset(addr);
         medium.store(at, TXN_EMPTY);
         medium.persist(at, 8);
+    }
+
+    /// Zeroes the txn word of every slot of a block in reused space, so
+    /// that old bytes there (earlier slots, checkpoint images) can never
+    /// look like slots; the caller fences before linking the block.
+    fn clear_slot_words(&self, medium: &Medium, offset: u64) {
+        for slot in 0..self.def.slots_per_block as u64 {
+            let at = offset + SLOTS_OFFSET + slot * self.def.slot_size as u64;
+            medium.store(at, TXN_EMPTY);
+            medium.persist(at, 8);
+        }
     }
 
     /// Slots written so far in a worker's region, holes included.

@@ -2,9 +2,10 @@
 //!
 //! Nothing about free space is persisted: recovery rebuilds it from the set
 //! of blocks reachable from the catalog, so an extent allocated but never
-//! linked before a crash is simply free again. Extents are handed out with
-//! whatever they held before; block headers carry a min txn id that makes
-//! old slots recognisable (see the heap's invariants), so nothing is zeroed.
+//! linked before a crash is simply free again. An extent beyond everything
+//! the file held when it was opened is fresh (the file grew into it, so it
+//! is zero); any other extent may hold arbitrary old bytes (old slots,
+//! checkpoint images), and `allocate` says which kind it handed out.
 
 use super::BLOCK_ALIGN;
 use crate::error::Result;
@@ -21,13 +22,16 @@ pub struct Space {
 struct Extents {
     /// First byte after the last allocated extent.
     end: u64,
+    /// From here on the medium was zero when this process opened it.
+    fresh_from: u64,
     /// Free extents below `end`, as (offset, length), first fit.
     free: Vec<(u64, u64)>,
 }
 
 impl Space {
-    /// Everything from `end` on is free; `used` lists the live extents below it.
-    pub fn new(data_start: u64, mut used: Vec<(u64, u64)>) -> Space {
+    /// Everything from `end` on is free; `used` lists the live extents below
+    /// it; `fresh_from` is the medium's length when it was opened.
+    pub fn new(data_start: u64, mut used: Vec<(u64, u64)>, fresh_from: u64) -> Space {
         used.sort_unstable();
         let mut free = Vec::new();
         let mut at = data_start;
@@ -38,12 +42,17 @@ impl Space {
             at = at.max(offset + len);
         }
         Space {
-            inner: Mutex::new(Extents { end: at, free }),
+            inner: Mutex::new(Extents {
+                end: at,
+                fresh_from,
+                free,
+            }),
         }
     }
 
-    /// Allocates `len` bytes (a multiple of BLOCK_ALIGN) with unspecified content.
-    pub fn allocate(&self, medium: &Medium, len: u64) -> Result<u64> {
+    /// Allocates `len` bytes (a multiple of BLOCK_ALIGN); returns the offset
+    /// and whether the extent is fresh (all zero) rather than reused.
+    pub fn allocate(&self, medium: &Medium, len: u64) -> Result<(u64, bool)> {
         debug_assert_eq!(len % BLOCK_ALIGN, 0);
         let mut ext = self.inner.lock();
         if let Some(i) = ext.free.iter().position(|&(_, l)| l >= len) {
@@ -53,7 +62,7 @@ impl Space {
             } else {
                 ext.free[i] = (offset + len, free_len - len);
             }
-            return Ok(offset);
+            return Ok((offset, false));
         }
         let offset = ext.end;
         let needed = offset + len;
@@ -64,7 +73,7 @@ impl Space {
                 .or_else(|_| medium.grow(needed))?;
         }
         ext.end = needed;
-        Ok(offset)
+        Ok((offset, offset >= ext.fresh_from))
     }
 
     /// Returns an extent nobody references any more.

@@ -92,7 +92,7 @@ pub fn fresh(medium: Medium, instance: u64) -> Result<(Store, RecoveryReport)> {
     let clock = Clock::recover(&medium, 1)?;
     let store = Store::new(
         medium,
-        Space::new(catalog::DATA_START, Vec::new()),
+        Space::new(catalog::DATA_START, Vec::new(), catalog::DATA_START),
         clock,
         boxcar::Vec::new(),
         instance,
@@ -183,7 +183,7 @@ pub fn recover(
     let cold = image.filter(|_| use_checkpoint).map(Arc::new);
     medium.fence()?;
     let clock = Clock::recover(&medium, lease)?;
-    let space = Space::new(catalog::DATA_START, extents);
+    let space = Space::new(catalog::DATA_START, extents, medium.len());
     report.total = started.elapsed();
     Ok(Recovered {
         store: Store::new(medium, space, clock, tables, instance),
