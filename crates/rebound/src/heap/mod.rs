@@ -37,9 +37,11 @@
 //! `region (16) | block sequence (32) | slot (16)`, as in FIR.
 //!
 //! # Invariants
-//! * Transaction ids are leased ahead in the superblock area (see catalog),
-//!   so every slot left in reused or never-linked space has a txn id below
-//!   the min txn of any block formatted later: reused space needs no zeroing.
+//! * A block allocated from reused space has every slot's txn word zeroed
+//!   before it is linked (old bytes there may be anything: slots, checkpoint
+//!   images), so no old bytes pass for a slot. As a second line, txn ids are
+//!   leased ahead (see catalog) and a slot below its block's min txn is
+//!   ignored.
 //! * In a region, slots are written in increasing txn-id order; the committed
 //!   slots (txn id ≤ LCTT[worker]) form a prefix, followed by at most one
 //!   uncommitted transaction's slots. Aborted slots become holes before any
