@@ -205,14 +205,7 @@ fn draw_phases<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, ph: &Phases) ->
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(n.max(2))
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
-                labels[i as usize].clone()
-            } else {
-                String::new()
-            }
-        })
+        .x_label_formatter(&|x| category_label(&labels, *x))
         .y_desc("recovery time (ms)")
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
@@ -263,6 +256,16 @@ fn draw_phases<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, ph: &Phases) ->
     root.present().map_err(err)
 }
 
+/// The label of the bar at integer position `x` of a bar chart, if any.
+fn category_label(labels: &[String], x: f64) -> String {
+    let i = x.round();
+    if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
+        labels[i as usize].clone()
+    } else {
+        String::new()
+    }
+}
+
 /// Bars of throughput per design (compare results).
 fn draw_designs<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, ph: &Phases) -> DrawResult {
     root.fill(&WHITE).map_err(err)?;
@@ -280,14 +283,7 @@ fn draw_designs<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, ph: &Phases) -
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(n.max(2))
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
-                labels[i as usize].clone()
-            } else {
-                String::new()
-            }
-        })
+        .x_label_formatter(&|x| category_label(&labels, *x))
         .y_desc("committed txn/s")
         .y_label_formatter(&|v| format!("{:.0}k", v / 1e3))
         .label_style((FONT, 14))
