@@ -1,6 +1,7 @@
 //! Damaged, truncated and foreign files give typed errors, never a panic,
 //! and a database that opens never serves a value it was not given.
 
+mod common;
 use rand::{Rng, SeedableRng};
 use rebound::{Database, Error, Options, TableOptions, DATA_FILE};
 use std::collections::BTreeMap;
@@ -130,10 +131,7 @@ fn another_programs_directory_is_left_alone() {
 
 #[test]
 fn bit_flips_never_panic_or_serve_wrong_values() {
-    let seed: u64 = std::env::var("REBOUND_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::thread_rng().gen());
+    let seed = common::seed();
     println!("seed {seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let dir = fresh_dir();

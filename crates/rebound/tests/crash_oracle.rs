@@ -11,6 +11,8 @@
 //!
 //! Replay one case: `REBOUND_SEED=<seed> REBOUND_CRASH_AT=<fence> cargo test --test crash_oracle replay`.
 
+mod common;
+
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rebound::{
@@ -295,13 +297,6 @@ fn fences_of(seed: u64, txns: usize, key_space: u32, mode: CheckpointMode) -> u6
     device.fences()
 }
 
-fn base_seed() -> u64 {
-    std::env::var("REBOUND_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::thread_rng().gen())
-}
-
 const MODES: [CheckpointMode; 4] = [
     CheckpointMode::Off,
     CheckpointMode::Full,
@@ -311,7 +306,7 @@ const MODES: [CheckpointMode; 4] = [
 
 #[test]
 fn crash_at_every_fence_of_small_workloads() {
-    let base = base_seed();
+    let base = common::seed();
     println!("crash_at_every_fence_of_small_workloads: base seed {base}");
     for (i, mode) in [
         CheckpointMode::Off,
@@ -331,7 +326,7 @@ fn crash_at_every_fence_of_small_workloads() {
 
 #[test]
 fn crash_at_random_fences_of_larger_workloads() {
-    let base = base_seed();
+    let base = common::seed();
     println!("crash_at_random_fences_of_larger_workloads: base seed {base}");
     let mut rng = StdRng::seed_from_u64(base);
     let mut cases = 0;

@@ -8,6 +8,7 @@
 //! it, or — only for the one transaction per thread that was in flight — the
 //! in-flight value on all of its keys or on none of them.
 
+mod common;
 use rand::{Rng, SeedableRng};
 use rebound::{Database, Options, TableOptions};
 use std::collections::HashMap;
@@ -183,10 +184,7 @@ impl Oracle {
 
 #[test]
 fn sigkill_at_random_moments_loses_no_acknowledged_commit() {
-    let seed: u64 = std::env::var("REBOUND_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::thread_rng().gen());
+    let seed = common::seed();
     println!("seed {seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
