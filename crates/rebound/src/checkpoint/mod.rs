@@ -26,7 +26,7 @@
 //!
 //! # Image layout (little-endian, at a 4096-aligned extent)
 //! ```text
-//! 0   [u8; 8]  magic "RBCKPT01"
+//! 0   [u8; 8]  magic "RBCKPT02"
 //! 8   u64      sequence number
 //! 16  u64      t_low: recovery redoes versions with txn id ≥ t_low
 //! 24  u64      image length in bytes
@@ -37,7 +37,8 @@
 //!       u32 table id, u32 reserved, u64 entry count, u64 entry bytes,
 //!       MAX_WORKERS × u64 block count, then all block offsets (u64) region
 //!       by region, then the entries: u16 key length, key, u64 address
-//!       (unaligned), strictly ascending by key
+//!       (unaligned), strictly ascending by key, then the fences: u64
+//!       offset (relative to the entries) of every 64th entry
 //! ```
 
 mod cold;
