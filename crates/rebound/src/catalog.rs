@@ -32,6 +32,13 @@
 //! offset` of the newest complete index checkpoint, 0 = none. Switching it
 //! with one 8-byte store is what makes a checkpoint complete.
 //!
+//! GC mark (superblock area, offset 192): `pack(1)` once GC has freed a
+//! block, 0 before. Written and fenced before the first block is freed.
+//!
+//! Workers: `0..63` are sessions, 63 is GC (its region is FIR's gc_region),
+//! `64 + w` is the long-transaction region of session worker `w`, with its
+//! own LCTT entry (FIR 4.2.2).
+//!
 //! LCTT entry `w` (at 4096 + 64·w): one word `(check8 << 56) | txn_id`,
 //! where `check8` is the low byte of crc32c(txn_id); 0 means "no commit yet".
 //! It is written with one 8-byte store, so it is crash-atomic, and the check
@@ -60,8 +67,16 @@ use crate::error::{Error, Result};
 use crate::medium::Medium;
 
 pub const MAGIC: [u8; 8] = *b"REBOUND\0";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// Regions per table (and LCTT entries): sessions, GC, long transactions.
 pub const MAX_WORKERS: usize = 128;
+/// Workers `0..MAX_SESSIONS` belong to sessions.
+pub const MAX_SESSIONS: usize = 63;
+/// The worker whose region receives the versions GC relocates (FIR's
+/// gc_region); its transactions are GC's system transactions.
+pub const GC_WORKER: usize = 63;
+/// Worker `w`'s long-transaction region is `LONG_REGIONS + w`.
+pub const LONG_REGIONS: usize = 64;
 pub const MAX_TABLES: usize = 256;
 pub const MAX_NAME_LEN: usize = 64;
 pub const SUPERBLOCK_SIZE: u64 = 4096;
@@ -295,6 +310,33 @@ fn region_head_at(table: u32, worker: usize) -> u64 {
 /// Offset of the first block of a region, 0 if it has none.
 pub fn region_head(medium: &Medium, table: u32, worker: usize) -> u64 {
     medium.load(region_head_at(table, worker))
+}
+
+/// The long-transaction region (and LCTT entry) of a session's worker.
+pub fn long_region(worker: usize) -> usize {
+    LONG_REGIONS + worker
+}
+
+pub fn is_long_region(region: usize) -> bool {
+    region >= LONG_REGIONS
+}
+
+pub const GC_FREED_OFFSET: u64 = 192;
+
+/// Records, before GC frees its first block, that the block chains may
+/// skip collected blocks whose tombstones mattered: the full-scan design
+/// then refuses the file (it could resurrect deleted keys).
+pub fn set_gc_freed(medium: &Medium) -> Result<()> {
+    if medium.load(GC_FREED_OFFSET) == pack(1) {
+        return Ok(());
+    }
+    medium.store(GC_FREED_OFFSET, pack(1));
+    medium.persist_now(GC_FREED_OFFSET, 8)
+}
+
+/// Whether GC ever freed a block of this database.
+pub fn gc_freed(medium: &Medium) -> bool {
+    medium.load(GC_FREED_OFFSET) != 0
 }
 
 /// Links a region's first block; the caller fences before relying on it.

@@ -1,10 +1,11 @@
 //! The public API: databases, tables, sessions, transactions.
 
-use crate::catalog::{self, TableDef, MAX_NAME_LEN, MAX_TABLES, MAX_WORKERS};
+use crate::catalog::{self, TableDef, MAX_NAME_LEN, MAX_SESSIONS, MAX_TABLES, MAX_WORKERS};
 use crate::checkpoint::{
     load_cold, CheckpointImage, CheckpointMode, CheckpointStats, Checkpointer, ColdRun,
 };
 use crate::error::{Error, Result};
+use crate::gc::{Collector, GcOptions, GcStats};
 use crate::heap::TableHeap;
 use crate::index::{BTree, MAX_KEY_LEN};
 use crate::medium::{Guarantee, Medium, SimDevice};
@@ -75,6 +76,12 @@ pub struct Options {
     /// and loaded at the first checkpoint or at close (useful for testing
     /// the on-demand path).
     pub load_indexes_in_background: bool,
+    /// Block garbage collection (runs only with index checkpoints).
+    pub gc: GcOptions,
+    /// A transaction open longer than this moves its versions to its
+    /// long-transaction region at its next call, so checkpoints stop
+    /// waiting for it.
+    pub long_transaction_after: Duration,
 }
 
 impl Default for Options {
@@ -89,6 +96,8 @@ impl Default for Options {
             checkpoint_interval: Duration::from_secs(10),
             checkpoint_after_versions: 1 << 20,
             load_indexes_in_background: true,
+            gc: GcOptions::default(),
+            long_transaction_after: Duration::from_secs(1),
         }
     }
 }
@@ -125,11 +134,12 @@ pub struct Stats {
     /// Size of the medium (the data file) in bytes.
     pub medium_bytes: u64,
     pub tables: Vec<TableStats>,
+    pub gc: GcStats,
 }
 
 /// Storage of one table. Versions are fixed-size slots; an obsolete version
-/// has a committed successor (or is a hole left by an abort) and is what
-/// garbage collection will reclaim.
+/// has a committed successor (or is a hole left by an abort, or a deleted
+/// key's tombstone nobody needs) and is what garbage collection reclaims.
 #[derive(Debug, Clone)]
 pub struct TableStats {
     pub name: String,
@@ -206,6 +216,8 @@ struct DbInner {
     open_started: Instant,
     index_loaded_after: Mutex<Option<Duration>>,
     checkpointer: Mutex<Checkpointer>,
+    collector: Mutex<Collector>,
+    gc: GcOptions,
     last_checkpoint: Mutex<Option<CheckpointStats>>,
     background: Mutex<Option<Background>>,
     path: Option<PathBuf>,
@@ -250,6 +262,11 @@ impl Database {
         let inner = DbInner {
             store,
             checkpointer: Mutex::new(Checkpointer::new(options.checkpoint, durable)),
+            collector: Mutex::new(Collector::default()),
+            gc: GcOptions {
+                enabled: options.gc.enabled && options.checkpoint != CheckpointMode::Off,
+                ..options.gc
+            },
             loader: Mutex::new(None),
             cold_image: Mutex::new(None),
             checkpointed_at: Mutex::new((Instant::now(), 0)),
@@ -261,7 +278,7 @@ impl Database {
             last_checkpoint: Mutex::new(None),
             background: Mutex::new(None),
             path,
-            sessions: Mutex::new(vec![false; MAX_WORKERS]),
+            sessions: Mutex::new(vec![false; MAX_SESSIONS]),
             create_lock: Mutex::new(()),
             closed: AtomicBool::new(false),
             report,
@@ -276,6 +293,7 @@ impl Database {
         }
         let checkpoints = persistent && options.checkpoint != CheckpointMode::Off;
         *db.inner.background.lock() = Some(Background::start(&db.inner, &options, checkpoints));
+        let _ = persistent;
         Ok(db)
     }
 
@@ -310,6 +328,20 @@ impl Database {
     pub fn checkpoint(&self) -> Result<CheckpointStats> {
         self.check_open()?;
         self.inner.take_checkpoint()
+    }
+
+    /// Runs one round of block GC now, whatever the batch size, and its
+    /// checkpoint; blocks still reachable by running transactions are
+    /// freed by a later round or by the background thread.
+    pub fn collect_garbage(&self) -> Result<GcStats> {
+        self.check_open()?;
+        if !self.inner.gc.enabled {
+            return Err(Error::InvalidOption(
+                "GC is off (it needs index checkpoints)".into(),
+            ));
+        }
+        self.inner.gc_round(1)?;
+        Ok(self.inner.collector.lock().stats())
     }
 
     /// Statistics of the most recent checkpoint of this process.
@@ -386,7 +418,7 @@ impl Database {
         let worker = sessions
             .iter()
             .position(|used| !used)
-            .ok_or(Error::TooManySessions(MAX_WORKERS))?;
+            .ok_or(Error::TooManySessions(MAX_SESSIONS))?;
         sessions[worker] = true;
         Ok(Session {
             db: self.clone(),
@@ -398,6 +430,7 @@ impl Database {
     pub fn stats(&self) -> Stats {
         let store = &self.inner.store;
         let (commits, conflicts) = store.outcomes();
+        let gc = self.inner.collector.lock().stats();
         Stats {
             commits,
             conflicts,
@@ -409,6 +442,7 @@ impl Database {
                 .iter()
                 .map(|(_, t)| table_stats(&store.medium, t))
                 .collect(),
+            gc,
         }
     }
 
@@ -552,9 +586,9 @@ fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
     let versions: u64 = (0..MAX_WORKERS).map(|w| heap.used_slots(w)).sum();
     let (mut blocks, mut obsolete) = (0u64, 0u64);
     for region in heap.regions.iter() {
-        for (_, block) in region.blocks.iter() {
+        for block in region.present() {
             blocks += 1;
-            obsolete += heap.obsolete_in(medium, block);
+            obsolete += heap.obsolete_in(medium, &block);
         }
     }
     let slot = heap.def.slot_size as u64;
@@ -752,6 +786,25 @@ impl DbInner {
 }
 
 impl DbInner {
+    /// One GC round if at least `min_candidates` blocks qualify: relocate,
+    /// checkpoint, unlink; then free whatever no reader can reach.
+    fn gc_round(&self, min_candidates: usize) -> Result<()> {
+        self.wait_for_indexes();
+        let mut collector = self.collector.lock();
+        collector.release(&self.store);
+        if !collector.needs_checkpoint() {
+            collector.relocate(&self.store, &self.gc, min_candidates);
+        }
+        if collector.needs_checkpoint() {
+            if self.durability != Durability::None {
+                self.take_checkpoint()?;
+            }
+            collector.checkpoint_done(&self.store)?;
+        }
+        collector.release(&self.store);
+        Ok(())
+    }
+
     /// Stops and joins the index loader and the checkpoint thread.
     fn stop_background(&self) {
         self.cancel_load.store(true, Ordering::Release);
@@ -778,9 +831,17 @@ impl Background {
             options.checkpoint_after_versions,
         );
         let stop = shared.clone();
+        let long_after = options.long_transaction_after;
         let thread = std::thread::Builder::new()
             .name("rebound-background".into())
-            .spawn(move || background_loop(weak, stop, checkpoints.then_some((interval, volume))))
+            .spawn(move || {
+                background_loop(
+                    weak,
+                    stop,
+                    checkpoints.then_some((interval, volume)),
+                    long_after,
+                )
+            })
             .expect("spawn the checkpoint thread");
         Background {
             shared,
@@ -801,12 +862,14 @@ impl Background {
     }
 }
 
-/// Every tick: remove the index entries of settled deletions, and take a
-/// checkpoint when `trigger` (interval, versions) says one is due.
+/// Every tick: remove the index entries of settled deletions, flag long
+/// transactions, run GC when enough blocks qualify, and take a checkpoint
+/// when `trigger` (interval, versions) says one is due.
 fn background_loop(
     db: std::sync::Weak<DbInner>,
     stop: Arc<(Mutex<bool>, parking_lot::Condvar)>,
     trigger: Option<(Duration, u64)>,
+    long_after: Duration,
 ) {
     let tick = trigger.map_or(Duration::from_millis(50), |(interval, _)| {
         interval.min(Duration::from_millis(50))
@@ -823,6 +886,10 @@ fn background_loop(
         }
         let Some(inner) = db.upgrade() else { return };
         inner.store.reap_deleted();
+        inner.store.flag_long_transactions(long_after);
+        if inner.gc.enabled {
+            let _ = inner.gc_round(inner.gc.batch_blocks.max(1));
+        }
         let Some((interval, volume)) = trigger else {
             continue;
         };

@@ -13,13 +13,15 @@
 //! ```
 //!
 //! Layers, bottom to top (a layer only calls the ones below it):
-//! [`medium`] → `catalog` → `heap` → `index` → `txn` → `recovery` → `db`.
+//! [`medium`] → `catalog` → `heap` → `index` → `txn` → `checkpoint` → `gc`
+//! → `recovery` → `db`.
 #![deny(unsafe_code)]
 
 mod catalog;
 mod checkpoint;
 mod db;
 mod error;
+mod gc;
 mod heap;
 mod index;
 pub mod medium;
@@ -32,5 +34,6 @@ pub use db::{
     Transaction, DATA_FILE, MAX_VALUE_LEN,
 };
 pub use error::{Error, Result};
+pub use gc::{GcOptions, GcStats};
 pub use medium::{Guarantee, SimDevice};
 pub use recovery::RecoveryReport;

@@ -12,7 +12,7 @@ use crate::medium::Medium;
 use crate::txn::TableRt;
 use std::cmp::Ordering;
 
-const MAGIC: [u8; 8] = *b"RBCKPT02";
+const MAGIC: [u8; 8] = *b"RBCKPT03";
 const HEADER: u64 = 64;
 /// Every `FENCE_EVERY`-th entry's offset is recorded for binary search.
 pub const FENCE_EVERY: u64 = 64;
@@ -26,11 +26,12 @@ pub struct Builder {
 }
 
 impl Builder {
-    pub fn new(sequence: u64, t_low: u64) -> Builder {
+    pub fn new(sequence: u64, t_low: u64, long_t_low: u64) -> Builder {
         let mut bytes = vec![0u8; HEADER as usize];
         bytes[0..8].copy_from_slice(&MAGIC);
         bytes[8..16].copy_from_slice(&sequence.to_le_bytes());
         bytes[16..24].copy_from_slice(&t_low.to_le_bytes());
+        bytes[48..56].copy_from_slice(&long_t_low.to_le_bytes());
         Builder { bytes, tables: 0 }
     }
 
@@ -41,16 +42,24 @@ impl Builder {
         let header_at = out.len();
         out.extend_from_slice(&table.heap.def.id.to_le_bytes());
         out.extend_from_slice(&[0u8; 20]);
-        let lists: Vec<Vec<u64>> = table
+        // Blocks emptied by GC are left out: recovery from this image
+        // never looks into them, so they can be freed once it is in force.
+        let lists: Vec<Vec<(u64, u64)>> = table
             .heap
             .regions
             .iter()
-            .map(|r| r.blocks.iter().map(|(_, b)| b.offset).collect())
+            .map(|r| {
+                r.present()
+                    .filter(|b| !b.is_retired())
+                    .map(|b| (b.seq as u64, b.offset))
+                    .collect()
+            })
             .collect();
         for list in &lists {
             out.extend_from_slice(&(list.len() as u64).to_le_bytes());
         }
-        for offset in lists.iter().flatten() {
+        for (seq, offset) in lists.iter().flatten() {
+            out.extend_from_slice(&seq.to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
         }
         self.tables += 1;
@@ -150,6 +159,8 @@ pub struct CheckpointImage {
     pub offset: u64,
     pub sequence: u64,
     pub t_low: u64,
+    /// Long-transaction regions are redone from here (≤ t_low).
+    pub long_t_low: u64,
     pub len: u64,
     body_crc: u32,
     sections: Vec<TableSection>,
@@ -159,8 +170,8 @@ pub struct CheckpointImage {
 pub struct TableSection {
     pub table: u32,
     pub entry_count: u64,
-    /// Medium offsets of each region's blocks.
-    pub block_lists: Vec<Vec<u64>>,
+    /// Each region's blocks as (sequence number, medium offset), ascending.
+    pub block_lists: Vec<Vec<(u64, u64)>>,
     /// Medium offset and length of the entries.
     entries_at: u64,
     entries_len: u64,
@@ -192,6 +203,7 @@ impl CheckpointImage {
             offset,
             sequence: u64_at(&header, 8),
             t_low: u64_at(&header, 16),
+            long_t_low: u64_at(&header, 48).min(u64_at(&header, 16)),
             len,
             body_crc: u32_at(&header, 36),
             sections,
@@ -240,10 +252,10 @@ fn read_sections(medium: &Medium, offset: u64, len: u64, count: u32) -> Result<V
         let blocks = counts
             .iter()
             .try_fold(0u64, |a, &c| a.checked_add(c))
-            .filter(|&b| b <= len / 8)
+            .filter(|&b| b <= len / 16)
             .ok_or_else(|| corrupt("block counts"))?;
         let lists_at = at + fixed;
-        let entries_at = lists_at + 8 * blocks;
+        let entries_at = lists_at + 16 * blocks;
         let fence_count = entry_count.div_ceil(FENCE_EVERY);
         let fences_at = entries_at
             .checked_add(entries_len)
@@ -253,7 +265,7 @@ fn read_sections(medium: &Medium, offset: u64, len: u64, count: u32) -> Result<V
             .checked_add(fence_count.saturating_mul(8))
             .filter(|&e| e <= end)
             .ok_or_else(|| corrupt("fences beyond the image"))?;
-        let block_lists = read_lists(medium, lists_at, &counts);
+        let block_lists = read_lists(medium, lists_at, &counts)?;
         let fences = read_words(medium, fences_at, fence_count as usize);
         if fences.windows(2).any(|w| w[0] >= w[1])
             || fences.last().is_some_and(|&f| f >= entries_len)
@@ -276,13 +288,20 @@ fn read_sections(medium: &Medium, offset: u64, len: u64, count: u32) -> Result<V
     Ok(sections)
 }
 
-fn read_lists(medium: &Medium, mut at: u64, counts: &[u64]) -> Vec<Vec<u64>> {
+/// Reads the (seq, offset) block lists; sequence numbers must ascend.
+fn read_lists(medium: &Medium, mut at: u64, counts: &[u64]) -> Result<Vec<Vec<(u64, u64)>>> {
     counts
         .iter()
         .map(|&count| {
-            let list = read_words(medium, at, count as usize);
-            at += 8 * count;
-            list
+            let words = read_words(medium, at, 2 * count as usize);
+            at += 16 * count;
+            let list: Vec<(u64, u64)> = words.chunks_exact(2).map(|p| (p[0], p[1])).collect();
+            if list.windows(2).any(|w| w[0].0 >= w[1].0)
+                || list.last().is_some_and(|l| l.0 >= u32::MAX as u64)
+            {
+                return Err(corrupt("block list out of sequence"));
+            }
+            Ok(list)
         })
         .collect()
 }

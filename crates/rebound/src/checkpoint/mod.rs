@@ -26,17 +26,21 @@
 //!
 //! # Image layout (little-endian, at a 4096-aligned extent)
 //! ```text
-//! 0   [u8; 8]  magic "RBCKPT02"
+//! 0   [u8; 8]  magic "RBCKPT03"
 //! 8   u64      sequence number
 //! 16  u64      t_low: recovery redoes versions with txn id ≥ t_low
 //! 24  u64      image length in bytes
 //! 32  u32      table count          36  u32  crc32c of bytes 64..length
 //! 40  u32      crc32c of bytes 0..40
-//! 44  20 bytes reserved
+//! 44  u32      reserved
+//! 48  u64      long_t_low: long-transaction regions are redone from here
+//! 56  8 bytes reserved
 //! 64  per table:
 //!       u32 table id, u32 reserved, u64 entry count, u64 entry bytes,
-//!       MAX_WORKERS × u64 block count, then all block offsets (u64) region
-//!       by region, then the entries: u16 key length, key, u64 address
+//!       MAX_WORKERS × u64 block count, then every listed block as (u64
+//!       sequence number, u64 offset), region by region, sequence numbers
+//!       strictly ascending (blocks GC emptied are not listed), then the
+//!       entries: u16 key length, key, u64 address
 //!       (unaligned), strictly ascending by key, then the fences: u64
 //!       offset (relative to the entries) of every 64th entry
 //! ```
@@ -131,7 +135,7 @@ impl Checkpointer {
     /// Takes one checkpoint of every table and makes it the one in force.
     pub fn take(&mut self, store: &Store) -> Result<CheckpointStats> {
         let started = Instant::now();
-        let t_low = store.low_water();
+        let (t_low, long_t_low) = store.checkpoint_horizon();
         let base = self.current.filter(|c| c.usable_as_base);
         let samples: Vec<_> = store
             .tables
@@ -154,7 +158,7 @@ impl Checkpointer {
         };
         let sequence = self.current.map_or(1, |c| c.sequence + 1);
         let collect_start = Instant::now();
-        let mut image = image::Builder::new(sequence, t_low);
+        let mut image = image::Builder::new(sequence, t_low, long_t_low);
         let mut deleted = Vec::new();
         for (_, table) in store.tables.iter() {
             let prev_section = previous.as_ref().and_then(|p| p.table(table.heap.def.id));
@@ -310,6 +314,10 @@ fn reap(store: &Store, deleted: DeletedKeys) -> u64 {
         for (key, head) in keys {
             removed += table.reap_tombstone(&store.medium, &key, head, low_water, ut) as u64;
         }
+    }
+    if removed > 0 {
+        // The reaped tombstones' obsolete bits.
+        let _ = store.medium.fence();
     }
     removed
 }

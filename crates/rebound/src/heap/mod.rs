@@ -48,8 +48,10 @@
 //!   later transaction of the worker commits, so they never sit behind it.
 //! * A block's header is durable before the link to it (region head or the
 //!   previous block's `next`) is written.
-//! * An obsolete bit is set only after the successor's commit is durable, so
-//!   a set bit is always true; a clear bit means nothing.
+//! * Obsolete bits nominate blocks for GC and nothing else. A bit is set
+//!   (and written back) before the successor's commit is durable, so every
+//!   acknowledged successor's bit survives a crash; a bit may overstate
+//!   (the successor never committed), which costs GC a wasted look.
 
 mod space;
 pub mod tile;
@@ -60,7 +62,11 @@ pub use tile::VersionHeader;
 use crate::catalog::{self, TableDef, MAX_WORKERS};
 use crate::error::{Error, Result};
 use crate::medium::Medium;
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::Arc;
 
 pub const BLOCK_MAGIC: u32 = u32::from_le_bytes(*b"BLK1");
 pub const BLOCK_HEADER: u64 = 64;
@@ -114,17 +120,40 @@ pub fn geometry(max_key_len: u32, max_value_len: u32, requested_slots: u32) -> (
 /// nobody reads (a zeroed header already means "committed, no successor").
 pub struct Block {
     pub offset: u64,
+    pub seq: u32,
     capacity: u32,
     tile: std::sync::OnceLock<Box<[VersionHeader]>>,
+    /// Emptied by GC: checkpoints no longer list it; freed once no reader
+    /// can hold an address into it.
+    retired: AtomicBool,
 }
 
 impl Block {
-    pub fn new(offset: u64, capacity: u32) -> Block {
+    pub fn new(offset: u64, seq: u32, capacity: u32) -> Block {
         Block {
             offset,
+            seq,
             capacity,
             tile: std::sync::OnceLock::new(),
+            retired: AtomicBool::new(false),
         }
+    }
+
+    /// The stand-in for a sequence number whose block was collected.
+    fn vacant() -> Block {
+        Block::new(0, 0, 0)
+    }
+
+    pub fn is_vacant(&self) -> bool {
+        self.offset == 0
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Acquire)
+    }
+
+    pub fn retire(&self) {
+        self.retired.store(true, Release);
     }
 
     pub fn tile(&self) -> &[VersionHeader] {
@@ -136,6 +165,22 @@ impl Block {
     }
 }
 
+/// A block as seen by one reader: it stays allocated in DRAM while held.
+pub type BlockRef = arc_swap::Guard<Arc<Block>>;
+
+/// The version header of one slot, keeping its block's tile alive.
+pub struct Version {
+    block: BlockRef,
+    slot: usize,
+}
+
+impl std::ops::Deref for Version {
+    type Target = VersionHeader;
+    fn deref(&self) -> &VersionHeader {
+        &self.block.tile()[self.slot]
+    }
+}
+
 /// Where the next slot of a region goes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Cursor {
@@ -143,11 +188,49 @@ pub struct Cursor {
     pub slot: u32,
 }
 
-/// A worker's append-only part of a table.
+/// A worker's append-only part of a table, indexed by block sequence
+/// number; a collected block leaves a vacant entry, so a sequence number
+/// (and with it a logical address) is never reused.
 #[derive(Default)]
 pub struct Region {
-    pub blocks: boxcar::Vec<Block>,
+    pub blocks: boxcar::Vec<ArcSwap<Block>>,
     pub cursor: Mutex<Cursor>,
+}
+
+impl Region {
+    /// Number of sequence numbers handed out (vacant ones included).
+    pub fn len(&self) -> usize {
+        self.blocks.count()
+    }
+
+    /// The block with sequence number `seq`, unless absent or collected.
+    pub fn get(&self, seq: usize) -> Option<BlockRef> {
+        let block = self.blocks.get(seq)?.load();
+        (!block.is_vacant()).then_some(block)
+    }
+
+    /// Blocks that exist, in sequence order.
+    pub fn present(&self) -> impl Iterator<Item = Arc<Block>> + '_ {
+        self.blocks
+            .iter()
+            .map(|(_, b)| b.load_full())
+            .filter(|b| !b.is_vacant())
+    }
+
+    /// Appends block `seq`, with vacant entries for any skipped numbers.
+    pub fn push(&self, block: Block) {
+        while self.blocks.count() < block.seq as usize {
+            self.blocks.push(ArcSwap::from_pointee(Block::vacant()));
+        }
+        self.blocks.push(ArcSwap::from_pointee(block));
+    }
+
+    /// Drops a collected block; its DRAM tile goes with the last reader.
+    pub fn vacate(&self, seq: usize) {
+        if let Some(entry) = self.blocks.get(seq) {
+            entry.store(Arc::new(Block::vacant()));
+        }
+    }
 }
 
 /// Longest key a slot can hold (the index's limit; tables are validated
@@ -160,6 +243,8 @@ pub enum SlotRead {
     Deleted,
     /// The slot fails its checksum.
     Damaged,
+    /// The version's block was collected.
+    Gone,
 }
 
 /// Decoded slot contents.
@@ -185,16 +270,33 @@ impl TableHeap {
         }
     }
 
-    pub fn block(&self, addr: Addr) -> &Block {
-        &self.regions[addr.region()].blocks[addr.block() as usize]
+    /// The block an address points into; `None` once it was collected
+    /// (or for an address that never named a block).
+    pub fn block(&self, addr: Addr) -> Option<BlockRef> {
+        let block = self
+            .regions
+            .get(addr.region())?
+            .get(addr.block() as usize)?;
+        (addr.slot() < block.capacity).then_some(block)
     }
 
-    pub fn header(&self, addr: Addr) -> &VersionHeader {
-        &self.block(addr).tile()[addr.slot() as usize]
+    /// The version header of a slot, `None` once its block was collected.
+    pub fn header(&self, addr: Addr) -> Option<Version> {
+        let block = self.block(addr)?;
+        Some(Version {
+            block,
+            slot: addr.slot() as usize,
+        })
     }
 
-    pub fn slot_offset(&self, addr: Addr) -> u64 {
-        self.block(addr).offset + SLOTS_OFFSET + addr.slot() as u64 * self.def.slot_size as u64
+    fn slot_at(&self, block: &Block, slot: u32) -> u64 {
+        block.offset + SLOTS_OFFSET + slot as u64 * self.def.slot_size as u64
+    }
+
+    /// Medium offset of a slot, `None` once its block was collected.
+    pub fn slot_offset(&self, addr: Addr) -> Option<u64> {
+        let block = self.block(addr)?;
+        Some(self.slot_at(&block, addr.slot()))
     }
 
     /// Appends an encoded slot to `worker`'s region and returns its address.
@@ -211,7 +313,7 @@ impl TableHeap {
         let region = &self.regions[worker];
         let mut cursor = region.cursor.lock();
         let full = cursor.slot >= self.def.slots_per_block;
-        if full && (cursor.block as usize + 1) < region.blocks.count() {
+        if full && (cursor.block as usize + 1) < region.len() {
             // A block linked by a transaction that did not survive a crash;
             // recovery cleared its slots, and the region continues in it.
             // Its min txn must become ours, as for a new block, so that
@@ -220,18 +322,19 @@ impl TableHeap {
                 block: cursor.block + 1,
                 slot: 0,
             };
-            let offset = region.blocks[cursor.block as usize].offset;
+            let offset = region.get(cursor.block as usize).map_or(0, |b| b.offset);
             medium.store(offset + 40, catalog::pack(txn));
             medium.persist_now(offset + 40, 8)?;
         }
-        if cursor.block as usize >= region.blocks.count() || cursor.slot >= self.def.slots_per_block
-        {
-            self.add_block(medium, space, worker, txn, &mut cursor)?;
-        }
+        let current = region.get(cursor.block as usize);
+        let block = match current {
+            Some(block) if cursor.slot < self.def.slots_per_block => block,
+            _ => self.add_block(medium, space, worker, txn, &mut cursor)?,
+        };
         let addr = Addr::new(worker, cursor.block, cursor.slot);
         cursor.slot += 1;
         drop(cursor);
-        medium.write_bytes(self.slot_offset(addr), slot);
+        medium.write_bytes(self.slot_at(&block, addr.slot()), slot);
         Ok(addr)
     }
 
@@ -243,8 +346,9 @@ impl TableHeap {
         worker: usize,
         txn: u64,
         cursor: &mut Cursor,
-    ) -> Result<()> {
-        let seq = region_len(&self.regions[worker]);
+    ) -> Result<BlockRef> {
+        let region = &self.regions[worker];
+        let seq = region.len() as u64;
         let (offset, fresh) = space.allocate(medium, self.def.block_size as u64)?;
         if !fresh {
             self.clear_slot_words(medium, offset);
@@ -253,25 +357,29 @@ impl TableHeap {
         medium.persist(offset + BITMAP_OFFSET, BITMAP_BYTES);
         medium.write_bytes(offset, &self.block_header(worker, seq, txn));
         medium.persist_now(offset, BLOCK_HEADER)?;
-        match seq.checked_sub(1) {
+        // The region's last block is never collected, so it is the one
+        // the chain ends in.
+        match seq
+            .checked_sub(1)
+            .and_then(|last| region.get(last as usize))
+        {
             None => catalog::set_region_head(medium, self.def.id, worker, offset),
-            Some(prev) => {
-                let prev_offset = self.regions[worker].blocks[prev as usize].offset;
-                medium.store(prev_offset + 24, offset);
-                medium.persist(prev_offset + 24, 8);
+            Some(last) => {
+                medium.store(last.offset + 24, offset);
+                medium.persist(last.offset + 24, 8);
             }
         }
         // Fenced here, not at commit, so the link is durable even if the
         // session moves to another thread (x86 fences are per core).
         medium.fence()?;
-        self.regions[worker]
-            .blocks
-            .push(Block::new(offset, self.def.slots_per_block));
+        region.push(Block::new(offset, seq as u32, self.def.slots_per_block));
         *cursor = Cursor {
             block: seq as u32,
             slot: 0,
         };
-        Ok(())
+        region
+            .get(seq as usize)
+            .ok_or_else(|| Error::Corrupt("a new block vanished".into()))
     }
 
     fn block_header(&self, worker: usize, seq: u64, min_txn: u64) -> [u8; 64] {
@@ -321,6 +429,31 @@ impl TableHeap {
         Ok((u64::from_le_bytes(h[24..32].try_into().unwrap()), min_txn))
     }
 
+    /// Checks a block reached by following a link whose sequence number is
+    /// not known in advance (it must be at least `min_seq`, as numbers of
+    /// collected blocks are skipped); returns (seq, next, min txn).
+    pub fn validate_chained(
+        &self,
+        medium: &Medium,
+        offset: u64,
+        worker: usize,
+        min_seq: u64,
+    ) -> Result<(u64, u64, u64)> {
+        let seq = if medium.contains(offset, BLOCK_HEADER) {
+            medium.load(offset + 16)
+        } else {
+            min_seq
+        };
+        if seq < min_seq || seq >= u32::MAX as u64 {
+            return Err(Error::Corrupt(format!(
+                "table {} region {worker}: block at {offset} is out of sequence",
+                self.def.id
+            )));
+        }
+        let (next, min_txn) = self.validate_block(medium, offset, worker, seq)?;
+        Ok((seq, next, min_txn))
+    }
+
     /// Encodes a slot for this table into `buf`.
     pub fn encode(&self, buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
         buf.clear();
@@ -337,8 +470,11 @@ impl TableHeap {
     }
 
     /// Reads the first word and header of a slot: (txn, crc, key len, flags, value len).
+    /// A collected slot reads as never written.
     fn slot_header(&self, medium: &Medium, addr: Addr) -> (u64, u32, usize, u16, usize) {
-        let at = self.slot_offset(addr);
+        let Some(at) = self.slot_offset(addr) else {
+            return (TXN_EMPTY, 0, 0, 0, 0);
+        };
         let txn = medium.load(at);
         let w1 = medium.load(at + 8);
         let w2 = medium.load(at + 16);
@@ -354,6 +490,9 @@ impl TableHeap {
     /// What a reader finds in a published slot: the value, verified
     /// against the slot checksum, so a damaged value is never served.
     pub fn read_live(&self, medium: &Medium, addr: Addr) -> SlotRead {
+        let Some(slot_at) = self.slot_offset(addr) else {
+            return SlotRead::Gone;
+        };
         let (txn, crc, key_len, flags, value_len) = self.slot_header(medium, addr);
         if flags & FLAG_TOMBSTONE != 0 {
             return SlotRead::Deleted;
@@ -361,7 +500,7 @@ impl TableHeap {
         if key_len > self.def.max_key_len as usize || value_len > self.def.max_value_len as usize {
             return SlotRead::Damaged;
         }
-        let at = self.slot_offset(addr) + 12;
+        let at = slot_at + 12;
         let mut head = [0u8; 12 + MAX_KEY_BYTES];
         let head = &mut head[..12 + key_len];
         medium.read_at(at, head);
@@ -382,7 +521,9 @@ impl TableHeap {
     pub fn read_key(&self, medium: &Medium, addr: Addr) -> Vec<u8> {
         let (_, _, key_len, _, _) = self.slot_header(medium, addr);
         let mut key = vec![0u8; key_len];
-        medium.read_bytes(self.slot_offset(addr) + SLOT_HEADER, &mut key);
+        if let Some(at) = self.slot_offset(addr) {
+            medium.read_bytes(at + SLOT_HEADER, &mut key);
+        }
         key
     }
 
@@ -415,27 +556,29 @@ impl TableHeap {
             return None;
         }
         buf.resize((SLOT_HEADER as usize - 12) + key_len + value_len, 0);
-        medium.read_at(self.slot_offset(addr) + 12, buf);
+        medium.read_at(self.slot_offset(addr)? + 12, buf);
         (slot_crc(txn, buf) == crc).then_some((key_len, flags & FLAG_TOMBSTONE != 0))
     }
 
     /// The writer txn id stored in a slot.
     pub fn slot_txn(&self, medium: &Medium, addr: Addr) -> u64 {
-        medium.load(self.slot_offset(addr))
+        self.slot_offset(addr)
+            .map_or(TXN_EMPTY, |at| medium.load(at))
     }
 
     /// Starts writing a slot back; the caller fences.
     pub fn persist_slot(&self, medium: &Medium, addr: Addr) {
         let (_, _, key_len, _, value_len) = self.slot_header(medium, addr);
-        medium.persist(
-            self.slot_offset(addr),
-            SLOT_HEADER + (key_len + value_len) as u64,
-        );
+        if let Some(at) = self.slot_offset(addr) {
+            medium.persist(at, SLOT_HEADER + (key_len + value_len) as u64);
+        }
     }
 
     /// Turns an aborted slot into a hole that recovery skips.
     pub fn make_hole(&self, medium: &Medium, addr: Addr, txn: u64) {
-        let at = self.slot_offset(addr);
+        let Some(at) = self.slot_offset(addr) else {
+            return;
+        };
         medium.store(at, txn | HOLE_BIT);
         medium.persist(at, 8);
         self.set_obsolete(medium, addr);
@@ -443,7 +586,9 @@ impl TableHeap {
 
     /// Clears a slot written by a transaction that never committed.
     pub fn clear_slot(&self, medium: &Medium, addr: Addr) {
-        let at = self.slot_offset(addr);
+        let Some(at) = self.slot_offset(addr) else {
+            return;
+        };
         medium.store(at, TXN_EMPTY);
         medium.persist(at, 8);
     }
@@ -460,13 +605,17 @@ impl TableHeap {
     }
 
     /// Slots written so far in a worker's region, holes included.
+    /// Slots written so far into the blocks a worker's region still has,
+    /// holes included.
     pub fn used_slots(&self, worker: usize) -> u64 {
         let region = &self.regions[worker];
-        if region.blocks.count() == 0 {
-            return 0;
-        }
         let cursor = *region.cursor.lock();
-        cursor.block as u64 * self.def.slots_per_block as u64 + cursor.slot as u64
+        let full = region.present().filter(|b| b.seq < cursor.block).count() as u64;
+        let in_cursor = match region.get(cursor.block as usize) {
+            Some(_) => cursor.slot as u64,
+            None => 0,
+        };
+        full * self.def.slots_per_block as u64 + in_cursor
     }
 
     /// Slots of a block whose obsolete bit is set.
@@ -480,15 +629,19 @@ impl TableHeap {
             .sum()
     }
 
-    /// Marks a slot obsolete in its block's bitmap (a hint for GC).
+    /// Marks a slot obsolete in its block's bitmap and starts writing the
+    /// word back; the caller's next fence makes it durable.
     pub fn set_obsolete(&self, medium: &Medium, addr: Addr) {
-        let word = self.block(addr).offset + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
-        medium.fetch_or(word, 1 << (addr.slot() % 64));
+        let Some(block) = self.block(addr) else {
+            return;
+        };
+        let word = block.offset + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
+        let bit = 1 << (addr.slot() % 64);
+        if medium.load(word) & bit == 0 {
+            medium.fetch_or(word, bit);
+            medium.persist(word, 8);
+        }
     }
-}
-
-fn region_len(region: &Region) -> u64 {
-    region.blocks.count() as u64
 }
 
 fn block_header_crc(h: &[u8; 64]) -> u32 {

@@ -125,6 +125,13 @@ pub fn recover(
     let mut report = RecoveryReport::default();
     let phase = Instant::now();
     catalog::validate_superblock(&medium)?;
+    if !use_checkpoint && catalog::gc_freed(&medium) {
+        return Err(Error::InvalidOption(
+            "GC has freed blocks of this database; the full-scan design cannot \
+             open it (use index checkpoints)"
+                .into(),
+        ));
+    }
     let defs = catalog::read_tables(&medium)?;
     validate_defs(&defs)?;
     let lctt = (0..MAX_WORKERS)
@@ -154,9 +161,8 @@ pub fn recover(
         for region in table.heap.regions.iter() {
             extents.extend(
                 region
-                    .blocks
-                    .iter()
-                    .map(|(_, b)| (b.offset, table.heap.def.block_size as u64)),
+                    .present()
+                    .map(|b| (b.offset, table.heap.def.block_size as u64)),
             );
         }
         report.blocks += counts.blocks;
@@ -208,7 +214,7 @@ fn recover_tables(
             .into_iter()
             .map(|def| {
                 let section = base.and_then(|img| img.table(def.id));
-                let t_low = base.map_or(0, |img| img.t_low);
+                let t_low = base.map_or((0, 0), |img| (img.t_low, img.long_t_low));
                 scope.spawn(move || recover_table(medium, def, lctt, section, t_low, instance))
             })
             .collect();
@@ -227,7 +233,7 @@ fn recover_table(
     def: TableDef,
     lctt: &[u64],
     section: Option<&TableSection>,
-    t_low: u64,
+    (t_low, long_t_low): (u64, u64),
     instance: u64,
 ) -> Result<TableResult> {
     let phase = Instant::now();
@@ -238,13 +244,17 @@ fn recover_table(
     for (worker, &last_commit) in lctt.iter().enumerate() {
         let listed = lists.map_or(&[][..], |l| l[worker].as_slice());
         load_blocks(medium, &heap, worker, listed)?;
-        counts.blocks += heap.regions[worker].blocks.count() as u64;
+        counts.blocks += heap.regions[worker].present().count() as u64;
+        let redo_from = match catalog::is_long_region(worker) {
+            true => long_t_low,
+            false => t_low,
+        };
         scan_region(
             medium,
             &heap,
             worker,
             last_commit,
-            t_low,
+            redo_from,
             &mut found,
             &mut counts,
         )?;
@@ -285,41 +295,42 @@ fn validate_defs(defs: &[TableDef]) -> Result<()> {
 /// Registers a region's blocks: those listed by the checkpoint (bounds
 /// checked only; headers are validated when scanned), then the chain that
 /// continues from the last of them (or from the region head), validated.
-fn load_blocks(medium: &Medium, heap: &TableHeap, worker: usize, listed: &[u64]) -> Result<()> {
+/// Sequence numbers may skip (collected blocks) but always ascend.
+fn load_blocks(
+    medium: &Medium,
+    heap: &TableHeap,
+    worker: usize,
+    listed: &[(u64, u64)],
+) -> Result<()> {
     let region = &heap.regions[worker];
     let block_size = heap.def.block_size as u64;
-    for &offset in listed {
+    let capacity = heap.def.slots_per_block;
+    for &(seq, offset) in listed {
         if !block_in_bounds(medium, offset, block_size) {
             return Err(Error::Corrupt(format!(
                 "checkpoint lists a block outside the medium at {offset}"
             )));
         }
-        region
-            .blocks
-            .push(Block::new(offset, heap.def.slots_per_block));
+        region.push(Block::new(offset, seq as u32, capacity));
     }
-    let mut seq = region.blocks.count() as u64;
-    let mut offset = match seq.checked_sub(1) {
-        None => catalog::region_head(medium, heap.def.id, worker),
-        Some(last) => {
-            heap.validate_block(medium, region.blocks[last as usize].offset, worker, last)?
-                .0
-        }
+    let (mut min_seq, mut offset) = match listed.last() {
+        None => (0, catalog::region_head(medium, heap.def.id, worker)),
+        Some(&(seq, at)) => (seq + 1, heap.validate_block(medium, at, worker, seq)?.0),
     };
     let max_blocks = medium.len() / block_size;
+    let mut chained = 0;
     while offset != 0 {
-        if seq >= max_blocks {
+        if chained >= max_blocks {
             return Err(Error::Corrupt(format!(
                 "block chain of table {} region {worker} loops",
                 heap.def.id
             )));
         }
-        let (next, _) = heap.validate_block(medium, offset, worker, seq)?;
-        region
-            .blocks
-            .push(Block::new(offset, heap.def.slots_per_block));
+        let (seq, next, _) = heap.validate_chained(medium, offset, worker, min_seq)?;
+        region.push(Block::new(offset, seq as u32, capacity));
         offset = next;
-        seq += 1;
+        min_seq = seq + 1;
+        chained += 1;
     }
     Ok(())
 }
@@ -330,14 +341,21 @@ fn block_in_bounds(medium: &Medium, offset: u64, size: u64) -> bool {
         && medium.contains(offset, size)
 }
 
-/// Index of the first block that can hold a slot with txn id ≥ `t_low`:
-/// the block before the first one allocated at or after `t_low`.
-fn first_block_from(medium: &Medium, heap: &TableHeap, worker: usize, t_low: u64) -> Result<usize> {
-    let blocks = &heap.regions[worker].blocks;
-    let (mut lo, mut hi) = (0usize, blocks.count());
+/// Position (among the region's present blocks) of the first block that
+/// can hold a slot with txn id ≥ `t_low`: the block before the first one
+/// allocated at or after `t_low`.
+fn first_block_from(
+    medium: &Medium,
+    heap: &TableHeap,
+    worker: usize,
+    blocks: &[Arc<Block>],
+    t_low: u64,
+) -> Result<usize> {
+    let (mut lo, mut hi) = (0usize, blocks.len());
     while lo < hi {
         let mid = (lo + hi) / 2;
-        let (_, min_txn) = heap.validate_block(medium, blocks[mid].offset, worker, mid as u64)?;
+        let block = &blocks[mid];
+        let (_, min_txn) = heap.validate_block(medium, block.offset, worker, block.seq as u64)?;
         if min_txn < t_low {
             lo = mid + 1;
         } else {
@@ -360,16 +378,17 @@ fn scan_region(
 ) -> Result<()> {
     let region = &heap.regions[worker];
     let capacity = heap.def.slots_per_block;
+    let blocks: Vec<Arc<Block>> = region.present().collect();
     let first = if t_low == 0 {
         0
     } else {
-        first_block_from(medium, heap, worker, t_low)?
+        first_block_from(medium, heap, worker, &blocks, t_low)?
     };
     let mut tail: Option<Cursor> = None;
     let mut buf = Vec::new();
-    for b in first..region.blocks.count() {
-        let (_, min_txn) =
-            heap.validate_block(medium, region.blocks[b].offset, worker, b as u64)?;
+    for block in &blocks[first.min(blocks.len())..] {
+        let b = block.seq as usize;
+        let (_, min_txn) = heap.validate_block(medium, block.offset, worker, b as u64)?;
         for s in 0..capacity {
             let addr = Addr::new(worker, b as u32, s);
             let word = heap.slot_txn(medium, addr);
@@ -418,12 +437,14 @@ fn scan_region(
         }
     }
     if let Some(tail) = tail {
-        unstamp_blocks_after(medium, heap, worker, tail.block as usize);
+        unstamp_blocks_after(medium, &blocks, tail.block);
     }
-    let blocks = region.blocks.count() as u32;
-    *region.cursor.lock() = tail.unwrap_or(Cursor {
-        block: blocks.saturating_sub(1),
-        slot: if blocks == 0 { 0 } else { capacity },
+    *region.cursor.lock() = tail.unwrap_or(match blocks.last() {
+        Some(last) => Cursor {
+            block: last.seq,
+            slot: capacity,
+        },
+        None => Cursor::default(),
     });
     Ok(())
 }
@@ -434,10 +455,9 @@ fn scan_region(
 /// below a slot of the block before, so until a transaction writes into
 /// them (and stamps its own id) they carry the largest id: nothing in them
 /// counts, and a later redo always starts at or before the tail's block.
-fn unstamp_blocks_after(medium: &Medium, heap: &TableHeap, worker: usize, tail_block: usize) {
-    let region = &heap.regions[worker];
-    for b in tail_block + 1..region.blocks.count() {
-        let at = region.blocks[b].offset + 40;
+fn unstamp_blocks_after(medium: &Medium, blocks: &[Arc<Block>], tail_block: u32) {
+    for block in blocks.iter().filter(|b| b.seq > tail_block) {
+        let at = block.offset + 40;
         medium.store(at, catalog::pack(MAX_TXN_ID));
         medium.persist(at, 8);
     }

@@ -23,7 +23,11 @@
 //! 2. LCTT[worker] = ts, write back, fence: the transaction is durable;
 //! 3. only now clear the versions' PENDING bits and set the predecessors'
 //!    `end`, so no other transaction can read or overwrite a version whose
-//!    commit is not durable, then set the predecessors' obsolete bits.
+//!    commit is not durable.
+//!
+//! The predecessors' obsolete bits are set in step 1, so they are durable
+//! with the commit; a commit that fails leaves bits that overstate, which
+//! is harmless because they only nominate blocks for GC.
 //!
 //! Recovery treats a slot as committed iff its txn id ≤ LCTT[worker] (its
 //! region's worker). Within a worker, transactions run one at a time in ts
@@ -37,6 +41,8 @@
 //! than the aborted id, can never resurrect them.
 
 mod clock;
+mod long;
+mod relocate;
 mod sampler;
 
 pub use clock::Clock;
@@ -45,13 +51,13 @@ pub use sampler::{Sample, UpdateSampler};
 use crate::catalog;
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
-use crate::heap::{Addr, SlotRead, Space, TableHeap};
+use crate::heap::{Addr, SlotRead, Space, TableHeap, Version};
 use crate::index::{BTree, InsertError};
 use crate::medium::Medium;
 use crossbeam_utils::CachePadded;
 use std::ops::{Bound, RangeBounds};
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicU64, AtomicU8};
 use std::sync::Arc;
 
 /// How long a reader spins on a writer that is finishing its commit.
@@ -81,7 +87,19 @@ pub struct Store {
     pub counters: Box<[CachePadded<WorkerCounters>]>,
     /// Tombstones committed since the last reaping: (table, address).
     pub deleted: parking_lot::Mutex<Vec<(u32, Addr)>>,
+    /// Per worker: whether its running transaction is a long one (LONG_*).
+    pub long: Box<[AtomicU8]>,
+    /// Per worker: when its running transaction began, ns after `epoch`.
+    pub began_at: Box<[AtomicU64]>,
+    pub epoch: std::time::Instant,
 }
+
+/// A transaction running for less than the long-transaction threshold.
+pub const LONG_NONE: u8 = 0;
+/// Past the threshold: it moves its versions at its next call.
+pub const LONG_REQUESTED: u8 = 1;
+/// Its versions live in its worker's long-transaction region.
+pub const LONG_MIGRATED: u8 = 2;
 
 impl Store {
     pub fn new(
@@ -97,6 +115,12 @@ impl Store {
         let counters = (0..crate::catalog::MAX_WORKERS)
             .map(|_| CachePadded::new(WorkerCounters::default()))
             .collect();
+        let long = (0..crate::catalog::MAX_WORKERS)
+            .map(|_| AtomicU8::new(LONG_NONE))
+            .collect();
+        let began_at = (0..crate::catalog::MAX_WORKERS)
+            .map(|_| AtomicU64::new(0))
+            .collect();
         Store {
             medium,
             space,
@@ -106,6 +130,9 @@ impl Store {
             active,
             counters,
             deleted: parking_lot::Mutex::new(Vec::new()),
+            long,
+            began_at,
+            epoch: std::time::Instant::now(),
         }
     }
 
@@ -122,7 +149,10 @@ impl Store {
         let mut removed = 0;
         for (id, addr) in pending {
             let table = &self.tables[id as usize];
-            if table.heap.header(addr).begin.load(Acquire) >= low_water || table.is_loading() {
+            let Some(header) = table.heap.header(addr) else {
+                continue;
+            };
+            if header.begin.load(Acquire) >= low_water || table.is_loading() {
                 keep.push((id, addr));
                 continue;
             }
@@ -132,6 +162,10 @@ impl Store {
             }
         }
         self.deleted.lock().extend(keep);
+        if removed > 0 {
+            // The reaped tombstones' obsolete bits.
+            let _ = self.medium.fence();
+        }
         removed
     }
 
@@ -145,6 +179,54 @@ impl Store {
         self.counters.iter().fold((0, 0), |(c, x), w| {
             (c + w.commits.load(Acquire), x + w.conflicts.load(Acquire))
         })
+    }
+
+    /// Redo horizons for a checkpoint: (t_low for session and GC regions,
+    /// t_low for long-transaction regions). Transactions whose versions
+    /// moved to a long-transaction region do not hold the first one back.
+    pub fn checkpoint_horizon(&self) -> (u64, u64) {
+        let now = self.clock.peek();
+        let (mut short, mut long) = (now, now);
+        for (worker, active) in self.active.iter().enumerate() {
+            let ts = active.load(SeqCst);
+            if ts == 0 {
+                continue;
+            }
+            match self.long[worker].load(SeqCst) {
+                LONG_MIGRATED => long = long.min(ts),
+                _ => short = short.min(ts),
+            }
+        }
+        (short, long.min(short))
+    }
+
+    /// Asks transactions running for longer than `threshold` to move
+    /// their versions to their long-transaction region; returns how many
+    /// were newly asked.
+    pub fn flag_long_transactions(&self, threshold: std::time::Duration) -> usize {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let limit = threshold.as_nanos() as u64;
+        let mut flagged = 0;
+        for worker in 0..crate::catalog::MAX_SESSIONS {
+            let began = self.began_at[worker].load(Acquire);
+            if began != 0 && now.saturating_sub(began) >= limit {
+                flagged += self.long[worker]
+                    .compare_exchange(LONG_NONE, LONG_REQUESTED, AcqRel, Acquire)
+                    .is_ok() as usize;
+            }
+        }
+        flagged
+    }
+
+    /// The lower bound announced by the oldest running transaction, `None`
+    /// when none runs. A transaction that started before the clock read
+    /// `t` announced at most `t`.
+    pub fn oldest_running(&self) -> Option<u64> {
+        self.active
+            .iter()
+            .map(|a| a.load(SeqCst))
+            .filter(|&ts| ts != 0)
+            .min()
     }
 
     /// A timestamp at or below every transaction that was running at the
@@ -281,7 +363,9 @@ impl TableRt {
         low_water: u64,
         ut: u64,
     ) -> bool {
-        let header = self.heap.header(head);
+        let Some(header) = self.heap.header(head) else {
+            return false;
+        };
         let begin = header.begin.load(Acquire);
         let settled =
             begin & PENDING == 0 && begin < low_water && self.heap.is_tombstone(medium, head);
@@ -297,6 +381,8 @@ impl TableRt {
             .index
             .remove_if(key, head.0, header.read.load(SeqCst), ut)
         {
+            // Nothing refers to the tombstone now: GC may drop it.
+            self.heap.set_obsolete(medium, head);
             return true;
         }
         header.end.store(0, Release);
@@ -339,10 +425,7 @@ impl TableRt {
 
     /// Whether a logical address names a slot of an existing block.
     pub fn addr_exists(&self, addr: u64) -> bool {
-        let a = Addr(addr);
-        a.region() < crate::catalog::MAX_WORKERS
-            && (a.block() as usize) < self.heap.regions[a.region()].blocks.count()
-            && a.slot() < self.heap.def.slots_per_block
+        self.heap.block(Addr(addr)).is_some()
     }
 
     /// The newest committed version of a chain, `None` if there is none or
@@ -351,7 +434,7 @@ impl TableRt {
     pub fn committed_version(&self, medium: &Medium, head: Addr) -> Option<Addr> {
         let mut addr = head;
         loop {
-            let header = self.heap.header(addr);
+            let header = self.heap.header(addr)?;
             let begin = header.begin.load(Acquire);
             if begin & PENDING == 0 {
                 return (!self.heap.is_tombstone(medium, addr)).then_some(addr);
@@ -390,6 +473,9 @@ enum Visible {
 pub struct TxnState<'s> {
     store: &'s Store,
     worker: usize,
+    /// Where new versions go: the worker's region, or its long-transaction
+    /// region once the transaction ran too long.
+    region: usize,
     ts: u64,
     writes: Vec<Write>,
     buf: Vec<u8>,
@@ -405,9 +491,12 @@ impl<'s> TxnState<'s> {
             Ok(ts) => (ts, None),
             Err(e) => (0, Some(e)),
         };
+        let now = store.epoch.elapsed().as_nanos() as u64;
+        store.began_at[worker].store(now.max(1), Release);
         TxnState {
             store,
             worker,
+            region: worker,
             ts,
             writes: Vec::new(),
             buf: Vec::new(),
@@ -425,6 +514,9 @@ impl<'s> TxnState<'s> {
     }
 
     fn check_usable(&mut self) -> Result<()> {
+        if let Err(e) = self.migrate_if_asked() {
+            self.poisoned = Some(e);
+        }
         match self.poisoned.take() {
             None => Ok(()),
             Some(Error::Conflict) => {
@@ -509,14 +601,22 @@ impl<'s> TxnState<'s> {
                 "version at {addr:?} of table {:?} fails its checksum",
                 table.heap.def.name
             ))),
+            // GC frees a block only after every transaction that could
+            // reach it ended; should one still get here, retrying is safe.
+            SlotRead::Gone => Err(Error::Conflict),
         }
+    }
+
+    /// The header of a version this transaction reached (see `Gone`).
+    fn version(&self, table: &TableRt, addr: Addr) -> Result<Version> {
+        table.heap.header(addr).ok_or(Error::Conflict)
     }
 
     /// Finds the version of a chain visible at `ts`, recording the read.
     fn visible(&self, table: &TableRt, head: Addr) -> Result<Visible> {
         let mut addr = head;
         loop {
-            let header = table.heap.header(addr);
+            let header = self.version(table, addr)?;
             let begin = header.begin.load(Acquire);
             if begin == PENDING | self.ts {
                 return Ok(Visible::Version(addr));
@@ -664,7 +764,7 @@ impl<'s> TxnState<'s> {
         kind: WriteKind,
         head: Addr,
     ) -> Result<Option<bool>> {
-        let header = table.heap.header(head);
+        let header = self.version(table, head)?;
         let begin = header.begin.load(Acquire);
         if begin == PENDING | self.ts {
             return self.rewrite_own(table, key, value, kind, head).map(Some);
@@ -704,7 +804,7 @@ impl<'s> TxnState<'s> {
                 return Err(e);
             }
         };
-        let new_header = table.heap.header(new);
+        let new_header = self.version(table, new)?;
         new_header.prev.store(head.0 + 1, Release);
         new_header.begin.store(PENDING | self.ts, Release);
         if table
@@ -756,14 +856,15 @@ impl<'s> TxnState<'s> {
             value.unwrap_or(&[]),
             value.is_none(),
         );
-        medium.write_bytes(table.heap.slot_offset(own), &self.buf);
+        let at = table.heap.slot_offset(own).ok_or(Error::Conflict)?;
+        medium.write_bytes(at, &self.buf);
         Ok(existed)
     }
 
     /// Inserts a key the index does not have; false if it appeared meanwhile.
     fn insert_fresh(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
         let new = self.append(table, key, value)?;
-        let header = table.heap.header(new);
+        let header = self.version(table, new)?;
         header.prev.store(0, Release);
         header.begin.store(PENDING | self.ts, Release);
         match table.index.insert_if_absent(key, new.0, self.ts, self.ts) {
@@ -797,8 +898,8 @@ impl<'s> TxnState<'s> {
         let addr =
             table
                 .heap
-                .append(&store.medium, &store.space, self.worker, self.ts, &self.buf)?;
-        let header = table.heap.header(addr);
+                .append(&store.medium, &store.space, self.region, self.ts, &self.buf)?;
+        let header = self.version(table, addr)?;
         header.end.store(0, Release);
         header.read.store(0, Release);
         Ok(addr)
@@ -806,7 +907,9 @@ impl<'s> TxnState<'s> {
 
     /// Turns a slot that was never published into a durable hole.
     fn discard(&self, table: &TableRt, addr: Addr) -> Result<()> {
-        table.heap.header(addr).begin.store(ABORTED, Release);
+        if let Some(header) = table.heap.header(addr) {
+            header.begin.store(ABORTED, Release);
+        }
         table.heap.make_hole(&self.store.medium, addr, self.ts);
         self.store.medium.fence()
     }
@@ -885,6 +988,9 @@ impl<'s> TxnState<'s> {
 
     /// Makes the transaction durable, then visible. On error it is aborted.
     pub fn commit(mut self) -> Result<()> {
+        if let Err(e) = self.migrate_if_asked() {
+            self.poisoned.get_or_insert(e);
+        }
         if let Some(e) = self.poisoned.take() {
             self.rollback();
             return Err(match e {
@@ -898,6 +1004,9 @@ impl<'s> TxnState<'s> {
                 return Err(e);
             }
             self.publish();
+            if self.region != self.worker {
+                self.touch_written_keys();
+            }
         }
         self.store.counters[self.worker]
             .commits
@@ -908,12 +1017,19 @@ impl<'s> TxnState<'s> {
     fn make_durable(&self) -> Result<()> {
         let store = self.store;
         for w in &self.writes {
-            store.tables[w.table as usize]
-                .heap
-                .persist_slot(&store.medium, w.new);
+            let heap = &store.tables[w.table as usize].heap;
+            heap.persist_slot(&store.medium, w.new);
+            // Set now so the first fence makes it durable with the commit;
+            // should the commit not complete, the bit only overstates what
+            // GC can take, and GC checks every slot it considers.
+            if let Some(prev) = w.prev {
+                heap.set_obsolete(&store.medium, prev);
+            }
         }
         store.medium.fence()?;
-        catalog::set_last_commit(&store.medium, self.worker, self.ts);
+        // A migrated transaction's versions are all in its long region,
+        // whose LCTT entry decides them.
+        catalog::set_last_commit(&store.medium, self.region, self.ts);
         store.medium.fence()
     }
 
@@ -924,16 +1040,20 @@ impl<'s> TxnState<'s> {
             .written
             .fetch_add(self.writes.len() as u64, Release);
         let mut deleted = Vec::new();
-        for w in self.writes.drain(..) {
+        for w in &self.writes {
             let heap = &store.tables[w.table as usize].heap;
-            heap.header(w.new).begin.store(self.ts, Release);
+            if let Some(header) = heap.header(w.new) {
+                header.begin.store(self.ts, Release);
+            }
             if heap.is_tombstone(&store.medium, w.new) {
                 deleted.push((w.table, w.new));
             }
-            if let Some(prev) = w.prev {
-                heap.header(prev).end.store(self.ts, Release);
-                heap.set_obsolete(&store.medium, prev);
+            if let Some(prev) = w.prev.and_then(|p| heap.header(p)) {
+                prev.end.store(self.ts, Release);
             }
+        }
+        if self.region == self.worker {
+            self.writes.clear();
         }
         if !deleted.is_empty() {
             store.deleted.lock().extend(deleted);
@@ -952,12 +1072,16 @@ impl<'s> TxnState<'s> {
         for w in self.writes.drain(..).rev() {
             let table = &store.tables[w.table as usize];
             let heap = &table.heap;
-            heap.header(w.new).begin.store(ABORTED, Release);
+            if let Some(header) = heap.header(w.new) {
+                header.begin.store(ABORTED, Release);
+            }
             let key = heap.read_key(&store.medium, w.new);
             match w.prev {
                 Some(prev) => {
                     let _ = table.index.compare_and_set(&key, w.new.0, prev.0, self.ts);
-                    heap.header(prev).end.store(0, Release);
+                    if let Some(header) = heap.header(prev) {
+                        header.end.store(0, Release);
+                    }
                 }
                 None => {
                     table.index.remove(&key, self.ts);
@@ -974,6 +1098,8 @@ impl<'s> TxnState<'s> {
 impl Drop for TxnState<'_> {
     fn drop(&mut self) {
         self.rollback();
+        self.store.began_at[self.worker].store(0, Release);
+        self.store.long[self.worker].store(LONG_NONE, SeqCst);
         self.store.active[self.worker].store(0, SeqCst);
     }
 }

@@ -1,0 +1,340 @@
+//! Block garbage collection (FIR 4.5), crash-safe across its two stages.
+//!
+//! * **Choose.** A block whose obsolete bitmap has at least `threshold` of
+//!   its slots set is a candidate (FIR's gc_array). The region's current
+//!   block (and anything after it) is never one.
+//! * **Stage 1: relocate.** Every slot of a candidate is classified. Dead:
+//!   a hole, never written, left over from earlier use of the space, a
+//!   reaped tombstone, its key gone from the index, or superseded by the
+//!   index head (unless that head is a pending write over it). Live: the index head of its key; it is copied by a GC system
+//!   transaction into the GC worker's region (FIR's gc_region), which
+//!   repoints the index. Busy: touched by a running transaction; the block
+//!   waits for a later round. Once the copies committed, the block is
+//!   *retired*: checkpoints stop listing it. The obsolete bitmap only
+//!   nominates blocks; the classification never trusts it.
+//! * **Stage 2: release.** The first checkpoint that starts after the
+//!   retirement does not list the block and points at the copies. When it
+//!   is in force, the block is unlinked from its region's chain, and when
+//!   every transaction that was running by then has ended (none can hold
+//!   an address into it), its DRAM tile is dropped and its extent returns
+//!   to the free space.
+//!
+//! # Across a crash
+//! * Before that checkpoint completed, recovery starts from the previous
+//!   one, which still lists the block: the block is back, its versions are
+//!   superseded by the committed copies (redo finds them: they are younger
+//!   than that checkpoint's `t_low`), and a later round redoes the GC.
+//! * After it completed, recovery never learns of the block, so its space
+//!   is free by construction (free space is rebuilt from what the
+//!   checkpoint and chains reference); a link that still points at it is
+//!   repaired by the first round after the restart.
+//! * Obsolete bits only nominate blocks; they are durable with the commit
+//!   that set them, and may overstate, so every slot is re-classified.
+//!
+//! GC needs index checkpoints: without them (the full-scan design) nothing
+//! would stop a scan from finding an older version of a key whose
+//! tombstone was in a freed block, so GC does not run there and the
+//! full-scan design refuses a file on which GC freed blocks.
+
+use crate::catalog::{self, GC_WORKER, MAX_TXN_ID};
+use crate::error::Result;
+use crate::heap::tile::{PENDING, REAPED};
+use crate::heap::{Addr, Block, HOLE_BIT, SLOTS_OFFSET, TXN_EMPTY};
+use crate::txn::{Store, TableRt, TxnState};
+use std::sync::atomic::Ordering::Acquire;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Settings of block GC.
+#[derive(Debug, Clone, Copy)]
+pub struct GcOptions {
+    /// Collect blocks at all (only with index checkpoints).
+    pub enabled: bool,
+    /// A block becomes a candidate when this fraction of its slots is
+    /// obsolete (FIR: 0.9).
+    pub threshold: f64,
+    /// A round starts when this many blocks are candidates (the length of
+    /// FIR's gc_array that triggers the GC thread).
+    pub batch_blocks: usize,
+    /// At most this many blocks are relocated per round.
+    pub max_blocks_per_round: usize,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        GcOptions {
+            enabled: true,
+            threshold: 0.9,
+            batch_blocks: 4,
+            max_blocks_per_round: 256,
+        }
+    }
+}
+
+/// What GC did since the database was opened.
+#[derive(Debug, Clone, Default)]
+pub struct GcStats {
+    /// Rounds that relocated at least one block.
+    pub rounds: u64,
+    /// Blocks whose space was returned to the free space.
+    pub blocks_freed: u64,
+    pub bytes_freed: u64,
+    /// Live versions copied into the GC region.
+    pub versions_relocated: u64,
+    /// Blocks emptied and waiting for a checkpoint or for readers.
+    pub blocks_pending: u64,
+    /// Candidates put off because a running transaction touched them.
+    pub blocks_postponed: u64,
+    /// Time spent relocating, unlinking and freeing (checkpoints excluded).
+    pub time: Duration,
+}
+
+/// A block GC works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockId {
+    pub table: u32,
+    pub region: usize,
+    pub seq: u32,
+    pub offset: u64,
+}
+
+/// GC state; one round at a time (callers hold it locked).
+#[derive(Default)]
+pub struct Collector {
+    /// Emptied; waiting for a checkpoint that does not list them.
+    retired: Vec<BlockId>,
+    /// Unlinked; freed once every transaction running at `.1` ended.
+    releasing: Vec<(BlockId, u64)>,
+    links_checked: bool,
+    stats: GcStats,
+}
+
+/// How one slot stands.
+enum Slot {
+    Dead,
+    Live(Addr),
+    Busy,
+}
+
+impl Collector {
+    pub fn stats(&self) -> GcStats {
+        GcStats {
+            blocks_pending: (self.retired.len() + self.releasing.len()) as u64,
+            ..self.stats.clone()
+        }
+    }
+
+    /// Whether retired blocks wait for a checkpoint (stage 2).
+    pub fn needs_checkpoint(&self) -> bool {
+        !self.retired.is_empty()
+    }
+
+    /// Stage 1 for up to `max_blocks_per_round` candidates, if at least
+    /// `min_candidates` exist; returns how many blocks were retired.
+    pub fn relocate(&mut self, store: &Store, options: &GcOptions, min_candidates: usize) -> usize {
+        let started = Instant::now();
+        if !self.links_checked {
+            self.links_checked = repair_links(store).is_ok();
+        }
+        let candidates = candidates(store, options.threshold);
+        if candidates.is_empty() || candidates.len() < min_candidates {
+            return 0;
+        }
+        let mut retired = 0;
+        for id in candidates.into_iter().take(options.max_blocks_per_round) {
+            match empty_block(store, id) {
+                Ok(Some(moved)) => {
+                    self.stats.versions_relocated += moved;
+                    self.retired.push(id);
+                    retired += 1;
+                }
+                _ => self.stats.blocks_postponed += 1,
+            }
+        }
+        self.stats.rounds += (retired > 0) as u64;
+        self.stats.time += started.elapsed();
+        retired
+    }
+
+    /// Stage 2, after a checkpoint that started after the retirements is in
+    /// force: unlinks the retired blocks from their chains.
+    pub fn checkpoint_done(&mut self, store: &Store) -> Result<()> {
+        if self.retired.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        catalog::set_gc_freed(&store.medium)?;
+        self.retired.sort_by_key(|b| (b.table, b.region, b.seq));
+        for id in &self.retired {
+            unlink(store, *id);
+        }
+        store.medium.fence()?;
+        let now = store.clock.peek();
+        self.releasing
+            .extend(self.retired.drain(..).map(|id| (id, now)));
+        self.stats.time += started.elapsed();
+        Ok(())
+    }
+
+    /// Frees the unlinked blocks no running transaction can reach.
+    pub fn release(&mut self, store: &Store) -> usize {
+        if self.releasing.is_empty() {
+            return 0;
+        }
+        let started = Instant::now();
+        let oldest = store.oldest_running();
+        let (ready, waiting): (Vec<_>, Vec<_>) = self
+            .releasing
+            .drain(..)
+            .partition(|&(_, after)| oldest.is_none_or(|o| o > after));
+        self.releasing = waiting;
+        for (id, _) in &ready {
+            let table = &store.tables[id.table as usize];
+            let size = table.heap.def.block_size as u64;
+            table.heap.regions[id.region].vacate(id.seq as usize);
+            store.space.free(id.offset, size);
+            self.stats.bytes_freed += size;
+        }
+        self.stats.blocks_freed += ready.len() as u64;
+        self.stats.time += started.elapsed();
+        ready.len()
+    }
+}
+
+/// Blocks past the threshold, most obsolete first.
+fn candidates(store: &Store, threshold: f64) -> Vec<BlockId> {
+    let mut found = Vec::new();
+    for (_, table) in store.tables.iter() {
+        if table.is_loading() || table.is_damaged() {
+            continue;
+        }
+        let heap = &table.heap;
+        let needed = (threshold * heap.def.slots_per_block as f64)
+            .ceil()
+            .max(1.0) as u64;
+        for (region_no, region) in heap.regions.iter().enumerate() {
+            let current = region.cursor.lock().block;
+            for block in region.present() {
+                if block.seq >= current || block.is_retired() {
+                    continue;
+                }
+                let obsolete = heap.obsolete_in(&store.medium, &block);
+                if obsolete >= needed {
+                    let id = BlockId {
+                        table: heap.def.id,
+                        region: region_no,
+                        seq: block.seq,
+                        offset: block.offset,
+                    };
+                    found.push((obsolete, id));
+                }
+            }
+        }
+    }
+    found.sort_by_key(|&(obsolete, _)| std::cmp::Reverse(obsolete));
+    found.into_iter().map(|(_, id)| id).collect()
+}
+
+/// Relocates every live version of a block in one system transaction;
+/// `Some(versions moved)` when the block is empty and retired.
+fn empty_block(store: &Store, id: BlockId) -> Result<Option<u64>> {
+    let table = store.tables[id.table as usize].clone();
+    let Some(block) = table.heap.regions[id.region].get(id.seq as usize) else {
+        return Ok(None);
+    };
+    let mut txn = TxnState::begin(store, GC_WORKER);
+    let mut moved = 0;
+    for slot in 0..table.heap.def.slots_per_block {
+        match classify(store, &table, &block, id, slot) {
+            Slot::Dead => {}
+            Slot::Busy => return Ok(None),
+            Slot::Live(addr) => {
+                if !txn.relocate(&table, addr)? {
+                    return Ok(None);
+                }
+                moved += 1;
+            }
+        }
+    }
+    txn.commit()?;
+    block.retire();
+    Ok(Some(moved))
+}
+
+/// The obsolete bit is not trusted here (it may overstate): a version is
+/// dead only if the index says so.
+fn classify(store: &Store, table: &Arc<TableRt>, block: &Block, id: BlockId, slot: u32) -> Slot {
+    let medium = &store.medium;
+    let heap = &table.heap;
+    let word = medium.load(block.offset + SLOTS_OFFSET + slot as u64 * heap.def.slot_size as u64);
+    let min_txn = catalog::unpack_checked(medium.load(block.offset + 40)).unwrap_or(MAX_TXN_ID);
+    if word == TXN_EMPTY || word & HOLE_BIT != 0 || (word & MAX_TXN_ID) < min_txn {
+        return Slot::Dead;
+    }
+    let header = &block.tile()[slot as usize];
+    if header.begin.load(Acquire) & PENDING != 0 {
+        return Slot::Busy;
+    }
+    if header.end.load(Acquire) == REAPED {
+        return Slot::Dead;
+    }
+    let addr = Addr::new(id.region, id.seq, slot);
+    let key = heap.read_key(medium, addr);
+    let Some(head) = table.index.get(&key) else {
+        return Slot::Dead;
+    };
+    if head == addr.0 {
+        return Slot::Live(addr);
+    }
+    // Not the head: dead, unless the head is a pending write over this
+    // version that may still abort and make it the head again.
+    match heap.header(Addr(head)) {
+        Some(h) if h.begin.load(Acquire) & PENDING == 0 => Slot::Dead,
+        Some(h) if h.prev.load(Acquire) != addr.0 + 1 => Slot::Dead,
+        _ => Slot::Busy,
+    }
+}
+
+/// Takes a retired block out of its region's chain (the caller fences).
+fn unlink(store: &Store, id: BlockId) {
+    let medium = &store.medium;
+    let table = &store.tables[id.table as usize];
+    let region = &table.heap.regions[id.region];
+    let next = medium.load(id.offset + 24);
+    let prev = region
+        .present()
+        .filter(|b| b.seq < id.seq && !b.is_retired())
+        .last();
+    match prev {
+        Some(prev) => {
+            medium.store(prev.offset + 24, next);
+            medium.persist(prev.offset + 24, 8);
+        }
+        None => catalog::set_region_head(medium, id.table, id.region, next),
+    }
+}
+
+/// Makes every chain run through exactly the blocks the store has: a
+/// crash between a checkpoint and the unlinking fence leaves a link to a
+/// block that recovery already treats as free.
+fn repair_links(store: &Store) -> Result<()> {
+    let medium = &store.medium;
+    for (_, table) in store.tables.iter() {
+        for (region_no, region) in table.heap.regions.iter().enumerate() {
+            let blocks: Vec<_> = region.present().filter(|b| !b.is_retired()).collect();
+            let Some(first) = blocks.first() else {
+                continue;
+            };
+            if catalog::region_head(medium, table.heap.def.id, region_no) != first.offset {
+                catalog::set_region_head(medium, table.heap.def.id, region_no, first.offset);
+            }
+            for pair in blocks.windows(2) {
+                if medium.load(pair[0].offset + 24) != pair[1].offset {
+                    medium.store(pair[0].offset + 24, pair[1].offset);
+                    medium.persist(pair[0].offset + 24, 8);
+                }
+            }
+        }
+    }
+    medium.fence()
+}

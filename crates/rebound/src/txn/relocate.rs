@@ -1,0 +1,72 @@
+//! GC's system transactions: relocating live versions (FIR 4.5).
+//!
+//! A relocation is an ordinary MVTO write of the same content through the
+//! GC worker's region, so durability, visibility and recovery need no rule
+//! of their own: the copy commits like any version and the original gets
+//! a committed successor (and its obsolete bit) at publish. The price is
+//! that the copy carries GC's timestamp, so a transaction older than it
+//! that later writes the key gets a retryable conflict.
+
+use super::{TableRt, TxnState};
+use crate::error::Result;
+use crate::heap::tile::{LOCKED, PENDING};
+use crate::heap::Addr;
+use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
+
+impl TxnState<'_> {
+    /// Copies `head`, the index head of its key, into this transaction's
+    /// region. `Ok(false)` when that cannot be done now: the head moved, is
+    /// being written, or was read by a younger transaction.
+    pub fn relocate(&mut self, table: &TableRt, head: Addr) -> Result<bool> {
+        self.check_usable()?;
+        let medium = &self.store.medium;
+        let Some(slot) = table.heap.decode_checked(medium, head) else {
+            return Ok(false);
+        };
+        if table.index.get(&slot.key) != Some(head.0) {
+            return Ok(false);
+        }
+        let header = self.version(table, head)?;
+        let begin = header.begin.load(Acquire);
+        if begin & PENDING != 0 || begin > self.ts {
+            return Ok(false);
+        }
+        if header
+            .end
+            .compare_exchange(0, LOCKED | self.ts, SeqCst, SeqCst)
+            .is_err()
+        {
+            return Ok(false);
+        }
+        if header.read.load(SeqCst) > self.ts {
+            header.end.store(0, Release);
+            return Ok(false);
+        }
+        let value = (!slot.tombstone).then_some(slot.value.as_slice());
+        let new = match self.append(table, &slot.key, value) {
+            Ok(new) => new,
+            Err(e) => {
+                header.end.store(0, Release);
+                return Err(e);
+            }
+        };
+        let new_header = self.version(table, new)?;
+        new_header.prev.store(head.0 + 1, Release);
+        new_header.begin.store(PENDING | self.ts, Release);
+        if table
+            .index
+            .compare_and_set(&slot.key, head.0, new.0, self.ts)
+            .is_err()
+        {
+            header.end.store(0, Release);
+            self.discard(table, new)?;
+            return Ok(false);
+        }
+        self.writes.push(super::Write {
+            table: table.heap.def.id,
+            new,
+            prev: Some(head),
+        });
+        Ok(true)
+    }
+}
