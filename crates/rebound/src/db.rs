@@ -135,6 +135,9 @@ pub struct Stats {
     pub medium_bytes: u64,
     pub tables: Vec<TableStats>,
     pub gc: GcStats,
+    /// Transactions that ran past `long_transaction_after` and moved their
+    /// versions to a long-transaction region.
+    pub long_transactions: u64,
 }
 
 /// Storage of one table. Versions are fixed-size slots; an obsolete version
@@ -443,6 +446,7 @@ impl Database {
                 .map(|(_, t)| table_stats(&store.medium, t))
                 .collect(),
             gc,
+            long_transactions: store.long_moved.load(Ordering::Acquire),
         }
     }
 

@@ -19,7 +19,7 @@ use super::{TxnState, Write, LONG_MIGRATED, LONG_REQUESTED};
 use crate::catalog;
 use crate::error::{Error, Result};
 use crate::heap::tile::PENDING;
-use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 impl TxnState<'_> {
     /// Moves this transaction to its long region if it was flagged.
@@ -38,6 +38,7 @@ impl TxnState<'_> {
         // make the originals look committed.
         store.medium.fence()?;
         store.long[self.worker].store(LONG_MIGRATED, SeqCst);
+        store.long_moved.fetch_add(1, Relaxed);
         Ok(())
     }
 

@@ -92,6 +92,8 @@ pub struct Store {
     /// Per worker: when its running transaction began, ns after `epoch`.
     pub began_at: Box<[AtomicU64]>,
     pub epoch: std::time::Instant,
+    /// Transactions moved to a long-transaction region since open.
+    pub long_moved: AtomicU64,
 }
 
 /// A transaction running for less than the long-transaction threshold.
@@ -133,6 +135,7 @@ impl Store {
             long,
             began_at,
             epoch: std::time::Instant::now(),
+            long_moved: AtomicU64::new(0),
         }
     }
 
