@@ -5,7 +5,7 @@
 use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use rebound::{CheckpointMode, Database, Durability, Options, Session, Transaction};
+use rebound::{CheckpointMode, Database, Durability, GcOptions, Options, Session, Transaction};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,6 +49,17 @@ pub fn designs() -> Vec<(&'static str, Options)> {
             "log-free-incr",
             Options {
                 checkpoint: CheckpointMode::Incremental,
+                ..d()
+            },
+        ),
+        // FIR without block GC: storage grows with every update.
+        (
+            "log-free-nogc",
+            Options {
+                gc: GcOptions {
+                    enabled: false,
+                    ..GcOptions::default()
+                },
                 ..d()
             },
         ),
@@ -226,6 +237,9 @@ pub struct Sample {
     pub txn_per_s: f64,
     /// Which process produced it: "run", "before-crash", "after-recovery".
     pub phase: String,
+    /// Size of the data file at the end of the interval.
+    #[serde(default)]
+    pub medium_bytes: u64,
 }
 
 /// Latency percentiles in microseconds.
@@ -422,6 +436,7 @@ pub fn drive<W: Worker>(
                 t_s: (now - start).as_secs_f64(),
                 txn_per_s: (n - last.1) as f64 / dt.max(1e-9),
                 phase: phase.to_owned(),
+                medium_bytes: db.medium_size(),
             };
             observer.sample(&sample);
             series.push(sample);

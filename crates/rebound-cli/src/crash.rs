@@ -397,6 +397,7 @@ pub fn run(args: CrashArgs) -> BoxResult<()> {
             t_s: t(u),
             txn_per_s: v,
             phase: "before-crash".into(),
+            medium_bytes: 0,
         })
         .collect();
     for u in [kill_ms, recovered_ms] {
@@ -405,6 +406,7 @@ pub fn run(args: CrashArgs) -> BoxResult<()> {
             t_s: t(u),
             txn_per_s: 0.0,
             phase: "down".into(),
+            medium_bytes: 0,
         });
     }
     let shift = verification_s * 1e3;
@@ -414,6 +416,7 @@ pub fn run(args: CrashArgs) -> BoxResult<()> {
             t_s: t(s.unix_ms - shift),
             txn_per_s: s.txn_per_s,
             phase: s.phase.clone(),
+            medium_bytes: s.medium_bytes,
         });
     }
     let ok = verification.ok();

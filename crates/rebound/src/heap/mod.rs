@@ -11,8 +11,10 @@
 //! ```text
 //! 0    u32  magic "BLK1"            4   u32  table id
 //! 8    u32  worker (region)         12  u32  crc32c of bytes 0..12 ++ 16..24 ++ 32..40
-//! 16   u64  sequence number of the block in its region (0, 1, 2, ...)
-//! 24   u64  offset of the next block of the region, 0 = none (set once)
+//! 16   u64  sequence number of the block in its region: ascending along
+//!           the chain, never reused (numbers of collected blocks are skipped)
+//! 24   u64  offset of the next block of the region, 0 = none; set when the
+//!           next block is linked, rewritten when GC unlinks that block
 //! 32   u32  capacity in slots       36  u32  slot size in bytes
 //! 40   u64  min txn, packed with a check byte (catalog::pack): the id of
 //!           the first transaction that wrote into the block; restamped with
@@ -34,7 +36,9 @@
 //! ```
 //!
 //! # Logical address (64 bits)
-//! `region (16) | block sequence (32) | slot (16)`, as in FIR.
+//! `region (16) | block sequence (32) | slot (16)`, as in FIR. A region's
+//! DRAM block table is indexed by sequence number; a collected block
+//! leaves a vacant entry, so an address never names a different block.
 //!
 //! # Invariants
 //! * A block allocated from reused space has every slot's txn word zeroed
