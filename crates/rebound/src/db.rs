@@ -343,7 +343,7 @@ impl Database {
                 "GC is off (it needs index checkpoints)".into(),
             ));
         }
-        self.inner.gc_round(1)?;
+        self.inner.gc_round(1, true)?;
         Ok(self.inner.collector.lock().stats())
     }
 
@@ -790,16 +790,16 @@ impl DbInner {
 }
 
 impl DbInner {
-    /// One GC round if at least `min_candidates` blocks qualify: relocate,
-    /// checkpoint, unlink; then free whatever no reader can reach.
-    fn gc_round(&self, min_candidates: usize) -> Result<()> {
+    /// One GC round: relocate if at least `min_candidates` blocks
+    /// qualify, checkpoint and unlink when blocks wait for it (at once when
+    /// `now`, else as the pacing allows), then free whatever no reader can
+    /// reach.
+    fn gc_round(&self, min_candidates: usize, now: bool) -> Result<()> {
         self.wait_for_indexes();
         let mut collector = self.collector.lock();
         collector.release(&self.store);
-        if !collector.needs_checkpoint() {
-            collector.relocate(&self.store, &self.gc, min_candidates);
-        }
-        if collector.needs_checkpoint() {
+        collector.relocate(&self.store, &self.gc, min_candidates);
+        if collector.wants_checkpoint(&self.gc, now) {
             if self.durability != Durability::None {
                 self.take_checkpoint()?;
             }
@@ -892,7 +892,7 @@ fn background_loop(
         inner.store.reap_deleted();
         inner.store.flag_long_transactions(long_after);
         if inner.gc.enabled {
-            let _ = inner.gc_round(inner.gc.batch_blocks.max(1));
+            let _ = inner.gc_round(inner.gc.batch_blocks.max(1), false);
         }
         let Some((interval, volume)) = trigger else {
             continue;

@@ -58,6 +58,10 @@ pub struct GcOptions {
     pub batch_blocks: usize,
     /// At most this many blocks are relocated per round.
     pub max_blocks_per_round: usize,
+    /// The background thread takes the checkpoint that lets retired blocks
+    /// go at most this often (blocks keep being relocated meanwhile), so
+    /// GC costs a bounded number of checkpoints.
+    pub min_checkpoint_interval: Duration,
 }
 
 impl Default for GcOptions {
@@ -67,6 +71,7 @@ impl Default for GcOptions {
             threshold: 0.9,
             batch_blocks: 4,
             max_blocks_per_round: 256,
+            min_checkpoint_interval: Duration::from_secs(1),
         }
     }
 }
@@ -106,6 +111,8 @@ pub struct Collector {
     /// Unlinked; freed once every transaction running at `.1` ended.
     releasing: Vec<(BlockId, u64)>,
     links_checked: bool,
+    /// When GC last made a checkpoint happen.
+    last_checkpoint: Option<Instant>,
     stats: GcStats,
 }
 
@@ -124,9 +131,14 @@ impl Collector {
         }
     }
 
-    /// Whether retired blocks wait for a checkpoint (stage 2).
-    pub fn needs_checkpoint(&self) -> bool {
+    /// Whether retired blocks wait for a checkpoint (stage 2) and, unless
+    /// `now` is asked for, the pacing allows one.
+    pub fn wants_checkpoint(&self, options: &GcOptions, now: bool) -> bool {
         !self.retired.is_empty()
+            && (now
+                || self
+                    .last_checkpoint
+                    .is_none_or(|t| t.elapsed() >= options.min_checkpoint_interval))
     }
 
     /// Stage 1 for up to `max_blocks_per_round` candidates, if at least
@@ -172,6 +184,7 @@ impl Collector {
         let now = store.clock.peek();
         self.releasing
             .extend(self.retired.drain(..).map(|id| (id, now)));
+        self.last_checkpoint = Some(Instant::now());
         self.stats.time += started.elapsed();
         Ok(())
     }
