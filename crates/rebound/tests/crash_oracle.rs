@@ -310,6 +310,7 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: Check
     );
     if mode != CheckpointMode::Off {
         assert_no_leaked_blocks(&again, &ctx);
+        assert_eq!(contents(&again), model, "state after GC rounds; {ctx}");
     }
 }
 

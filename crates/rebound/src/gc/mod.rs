@@ -5,13 +5,13 @@
 //!   block (and anything after it) is never one.
 //! * **Stage 1: relocate.** Every slot of a candidate is classified. Dead:
 //!   a hole, never written, left over from earlier use of the space, a
-//!   reaped tombstone, its key gone from the index, or superseded by the
-//!   index head (unless that head is a pending write over it). Live: the index head of its key; it is copied by a GC system
+//!   reaped tombstone, obsolete bit set while nobody writes over it, its
+//!   key gone from the index, or superseded by the index head (unless that
+//!   head is a pending write over it). Live: the index head of its key; it is copied by a GC system
 //!   transaction into the GC worker's region (FIR's gc_region), which
 //!   repoints the index. Busy: touched by a running transaction; the block
 //!   waits for a later round. Once the copies committed, the block is
-//!   *retired*: checkpoints stop listing it. The obsolete bitmap only
-//!   nominates blocks; the classification never trusts it.
+//!   *retired*: checkpoints stop listing it.
 //! * **Stage 2: release.** The first checkpoint that starts after the
 //!   retirement does not list the block and points at the copies. When it
 //!   is in force, the block is unlinked from its region's chain, and when
@@ -28,8 +28,9 @@
 //!   is free by construction (free space is rebuilt from what the
 //!   checkpoint and chains reference); a link that still points at it is
 //!   repaired by the first round after the restart.
-//! * Obsolete bits only nominate blocks; they are durable with the commit
-//!   that set them, and may overstate, so every slot is re-classified.
+//! * Obsolete bits are durable with the commit that set them; a bit whose
+//!   commit did not complete is cleared by the rollback or, after a crash,
+//!   by `open` (for the heads of the undone tail's keys) before GC runs.
 //!
 //! GC needs index checkpoints: without them (the full-scan design) nothing
 //! would stop a scan from finding an older version of a key whose
@@ -38,7 +39,7 @@
 
 use crate::catalog::{self, GC_WORKER, MAX_TXN_ID};
 use crate::error::Result;
-use crate::heap::tile::{PENDING, REAPED};
+use crate::heap::tile::{LOCKED, PENDING, REAPED};
 use crate::heap::{Addr, Block, HOLE_BIT, SLOTS_OFFSET, TXN_EMPTY};
 use crate::txn::{Store, TableRt, TxnState};
 use std::sync::atomic::Ordering::Acquire;
@@ -248,34 +249,49 @@ fn candidates(store: &Store, threshold: f64) -> Vec<BlockId> {
     found.into_iter().map(|(_, id)| id).collect()
 }
 
-/// Relocates every live version of a block in one system transaction;
-/// `Some(versions moved)` when the block is empty and retired.
+/// Versions relocated per system transaction: few enough that user
+/// writers rarely meet a key GC holds locked.
+const RELOCATIONS_PER_TXN: usize = 32;
+
+/// Relocates every live version of a block; `Some(versions moved)` when
+/// the block is empty and retired. Slots are classified before any is
+/// locked, and the copies commit in small transactions, so GC holds each
+/// key only for a moment.
 fn empty_block(store: &Store, id: BlockId) -> Result<Option<u64>> {
     let table = store.tables[id.table as usize].clone();
     let Some(block) = table.heap.regions[id.region].get(id.seq as usize) else {
         return Ok(None);
     };
-    let mut txn = TxnState::begin(store, GC_WORKER);
-    let mut moved = 0;
+    let mut live = Vec::new();
     for slot in 0..table.heap.def.slots_per_block {
         match classify(store, &table, &block, id, slot) {
             Slot::Dead => {}
             Slot::Busy => return Ok(None),
-            Slot::Live(addr) => {
-                if !txn.relocate(&table, addr)? {
-                    return Ok(None);
-                }
-                moved += 1;
-            }
+            Slot::Live(addr) => live.push(addr),
         }
     }
-    txn.commit()?;
+    for batch in live.chunks(RELOCATIONS_PER_TXN) {
+        let mut txn = TxnState::begin(store, GC_WORKER);
+        for &addr in batch {
+            // A head that moved since it was classified was written by
+            // someone else: the old version is dead now, or the block
+            // waits (a pending write over it may still abort).
+            if !txn.relocate(&table, addr)?
+                && !matches!(classify(store, &table, &block, id, addr.slot()), Slot::Dead)
+            {
+                return Ok(None);
+            }
+        }
+        txn.commit()?;
+    }
     block.retire();
-    Ok(Some(moved))
+    Ok(Some(live.len() as u64))
 }
 
-/// The obsolete bit is not trusted here (it may overstate): a version is
-/// dead only if the index says so.
+/// A set obsolete bit is trusted only on a version nobody is writing over
+/// (`end` unlocked, and unchanged around the bit's read): a commit that
+/// did not complete clears its bits before unlocking (heap invariants).
+/// Other versions are judged by the index.
 fn classify(store: &Store, table: &Arc<TableRt>, block: &Block, id: BlockId, slot: u32) -> Slot {
     let medium = &store.medium;
     let heap = &table.heap;
@@ -288,8 +304,18 @@ fn classify(store: &Store, table: &Arc<TableRt>, block: &Block, id: BlockId, slo
     if header.begin.load(Acquire) & PENDING != 0 {
         return Slot::Busy;
     }
-    if header.end.load(Acquire) == REAPED {
+    let end = header.end.load(Acquire);
+    if end == REAPED {
         return Slot::Dead;
+    }
+    if end & LOCKED != 0 {
+        return Slot::Busy;
+    }
+    if heap.is_obsolete(medium, block, slot) {
+        return match header.end.load(Acquire) == end {
+            true => Slot::Dead,
+            false => Slot::Busy,
+        };
     }
     let addr = Addr::new(id.region, id.seq, slot);
     let key = heap.read_key(medium, addr);

@@ -52,10 +52,12 @@
 //!   later transaction of the worker commits, so they never sit behind it.
 //! * A block's header is durable before the link to it (region head or the
 //!   previous block's `next`) is written.
-//! * Obsolete bits nominate blocks for GC and nothing else. A bit is set
-//!   (and written back) before the successor's commit is durable, so every
-//!   acknowledged successor's bit survives a crash; a bit may overstate
-//!   (the successor never committed), which costs GC a wasted look.
+//! * A slot's obsolete bit is set only when a successor's slots are durable
+//!   (between the commit's two fences), so every acknowledged successor's
+//!   bit survives a crash. A bit whose successor's commit did not complete
+//!   is cleared again: by the rollback (before it unlocks the version) or,
+//!   after a crash, by `open` for the heads of the keys the undone tail
+//!   wrote. So a set bit on an unlocked version means it is dead.
 
 mod space;
 pub mod tile;
@@ -620,6 +622,25 @@ impl TableHeap {
             None => 0,
         };
         full * self.def.slots_per_block as u64 + in_cursor
+    }
+
+    /// Clears a slot's obsolete bit that a commit which did not complete
+    /// set; the caller fences.
+    pub fn clear_obsolete(&self, medium: &Medium, addr: Addr) {
+        let Some(block) = self.block(addr) else {
+            return;
+        };
+        let word = block.offset + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
+        let bit = 1 << (addr.slot() % 64);
+        if medium.fetch_and_not(word, bit) & bit != 0 {
+            medium.persist(word, 8);
+        }
+    }
+
+    /// Whether a slot's obsolete bit is set.
+    pub fn is_obsolete(&self, medium: &Medium, block: &Block, slot: u32) -> bool {
+        let word = block.offset + BITMAP_OFFSET + (slot as u64 / 64) * 8;
+        medium.load(word) & (1 << (slot % 64)) != 0
     }
 
     /// Slots of a block whose obsolete bit is set.

@@ -206,6 +206,11 @@ impl Medium {
         self.word(off).fetch_or(bits, Ordering::AcqRel)
     }
 
+    /// Atomically clears `bits` in the word at `off`; returns the old word.
+    pub fn fetch_and_not(&self, off: u64, bits: u64) -> u64 {
+        self.word(off).fetch_and(!bits, Ordering::AcqRel)
+    }
+
     /// Copies bytes in at an 8-aligned offset; the tail word is zero-padded.
     pub fn write_bytes(&self, off: u64, data: &[u8]) {
         let mut chunks = data.chunks_exact(8);

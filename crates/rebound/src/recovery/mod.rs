@@ -79,6 +79,8 @@ struct ScanCounts {
     scanned: u64,
     committed: u64,
     undone: u64,
+    /// Keys of the undone versions that were intact.
+    undone_keys: Vec<Vec<u8>>,
 }
 
 /// Formats a zeroed medium of at least `DATA_START` bytes.
@@ -113,6 +115,8 @@ pub struct Recovered {
     pub durable: Option<Durable>,
     /// The checkpoint whose runs still have to be loaded into the indexes.
     pub cold: Option<Arc<CheckpointImage>>,
+    /// (table, key) of every intact version the undo removed.
+    pub undone_keys: Vec<(u32, Vec<u8>)>,
 }
 
 /// Recovers a store from a medium that holds a database.
@@ -156,8 +160,11 @@ pub fn recover(
 
     let results = recover_tables(&medium, defs, &lctt, base, instance)?;
     let mut extents = Vec::new();
+    let mut undone_keys = Vec::new();
     let tables = boxcar::Vec::new();
     for (table, counts, times) in results {
+        let id = table.heap.def.id;
+        undone_keys.extend(counts.undone_keys.into_iter().map(|k| (id, k)));
         for region in table.heap.regions.iter() {
             extents.extend(
                 region
@@ -196,6 +203,7 @@ pub fn recover(
         report,
         durable,
         cold,
+        undone_keys,
     })
 }
 
@@ -264,7 +272,13 @@ fn recover_table(
     let checkpoint_entries = section.map_or(0, |s| s.entry_count);
     // From a checkpoint, tombstones stay in the index: they shadow the
     // run's older entries until clean-up (deferred deletion).
-    let index = BTree::bulk_load(newest_versions(&mut found, t_low > 0));
+    let (newest, tombstones) = newest_versions(&mut found, t_low > 0);
+    // A tombstone reaped before the crash had its bit set; it is its key's
+    // head again now, and GC trusts bits on heads nobody writes.
+    for addr in tombstones {
+        heap.clear_obsolete(medium, addr);
+    }
+    let index = BTree::bulk_load(newest);
     let table = Arc::new(TableRt::new(heap, index, instance));
     Ok((
         table,
@@ -471,15 +485,23 @@ fn undo(
     current: bool,
     counts: &mut ScanCounts,
 ) {
+    // The slot will be written again and must not inherit a bit: an abort
+    // cut short can leave a hole's bit without the hole (or the slot).
+    heap.clear_obsolete(medium, addr);
     if word != 0 {
+        // Its commit may have set the obsolete bit of the version it
+        // overwrote, which is the key's head again: `open` clears it.
+        if let Some(slot) = current.then(|| heap.decode_checked(medium, addr)).flatten() {
+            counts.undone_keys.push(slot.key);
+        }
         heap.clear_slot(medium, addr);
         counts.undone += current as u64;
     }
 }
 
-/// The newest committed version per key, in key order; tombstones kept
-/// only when asked.
-fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> Vec<(&[u8], u64)> {
+/// The newest committed version per key, in key order, and the addresses
+/// of the tombstones among them; tombstones kept only when asked.
+fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> (Vec<(&[u8], u64)>, Vec<Addr>) {
     let Redo { keys, found } = redo;
     let key = |f: &Found| &keys[f.key_at..f.key_at + f.key_len as usize];
     found.sort_unstable_by(|a, b| {
@@ -489,14 +511,18 @@ fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> Vec<(&[u8], u64)> 
             .then(a.txn.cmp(&b.txn))
     });
     let mut out = Vec::with_capacity(found.len());
+    let mut tombstones = Vec::new();
     for (i, f) in found.iter().enumerate() {
         // The last version of each run of equal keys is the newest.
         let newest = found.get(i + 1).is_none_or(|next| key(next) != key(f));
         if newest && (keep_tombstones || !f.tombstone) {
             out.push((key(f), f.addr.0));
+            if f.tombstone {
+                tombstones.push(f.addr);
+            }
         }
     }
-    out
+    (out, tombstones)
 }
 
 fn key_prefix(key: &[u8]) -> u64 {

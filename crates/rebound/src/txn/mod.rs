@@ -25,9 +25,10 @@
 //!    `end`, so no other transaction can read or overwrite a version whose
 //!    commit is not durable.
 //!
-//! The predecessors' obsolete bits are set in step 1, so they are durable
-//! with the commit; a commit that fails leaves bits that overstate, which
-//! is harmless because they only nominate blocks for GC.
+//! The predecessors' obsolete bits are set between the two fences, so they
+//! are durable with the commit. A commit that fails clears them in its
+//! rollback, before unlocking the predecessors; after a crash, `open`
+//! clears them for the heads of the keys of the undone tail.
 //!
 //! Recovery treats a slot as committed iff its txn id ≤ LCTT[worker] (its
 //! region's worker). Within a worker, transactions run one at a time in ts
@@ -1022,14 +1023,18 @@ impl<'s> TxnState<'s> {
         for w in &self.writes {
             let heap = &store.tables[w.table as usize].heap;
             heap.persist_slot(&store.medium, w.new);
-            // Set now so the first fence makes it durable with the commit;
-            // should the commit not complete, the bit only overstates what
-            // GC can take, and GC checks every slot it considers.
-            if let Some(prev) = w.prev {
-                heap.set_obsolete(&store.medium, prev);
-            }
         }
         store.medium.fence()?;
+        // The bits become durable with the LCTT entry. Set after the slots
+        // are durable, so a crash that keeps a bit of a commit that did not
+        // complete also keeps the slots that tell recovery whose bit it is.
+        for w in &self.writes {
+            if let Some(prev) = w.prev {
+                store.tables[w.table as usize]
+                    .heap
+                    .set_obsolete(&store.medium, prev);
+            }
+        }
         // A migrated transaction's versions are all in its long region,
         // whose LCTT entry decides them.
         catalog::set_last_commit(&store.medium, self.region, self.ts);
@@ -1082,6 +1087,8 @@ impl<'s> TxnState<'s> {
             match w.prev {
                 Some(prev) => {
                     let _ = table.index.compare_and_set(&key, w.new.0, prev.0, self.ts);
+                    // A head's bit is clear; a failed commit may have set it.
+                    heap.clear_obsolete(&store.medium, prev);
                     if let Some(header) = heap.header(prev) {
                         header.end.store(0, Release);
                     }
