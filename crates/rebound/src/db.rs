@@ -153,6 +153,9 @@ pub struct TableStats {
     pub obsolete_versions: u64,
     pub live_bytes: u64,
     pub obsolete_bytes: u64,
+    /// DRAM tiles of version headers allocated (recycled when GC frees a
+    /// block, so bounded by the blocks alive at once).
+    pub tiles: u64,
 }
 
 /// A handle to a table; cheap to clone.
@@ -595,7 +598,7 @@ fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
     for region in heap.regions.iter() {
         for block in region.present() {
             blocks += 1;
-            obsolete += heap.obsolete_in(medium, &block);
+            obsolete += heap.obsolete_in(medium, block);
         }
     }
     let slot = heap.def.slot_size as u64;
@@ -608,6 +611,7 @@ fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
         obsolete_versions: obsolete,
         live_bytes: versions.saturating_sub(obsolete) * slot,
         obsolete_bytes: obsolete * slot,
+        tiles: heap.tiles.allocated() as u64,
     }
 }
 
@@ -781,6 +785,10 @@ impl DbInner {
     fn take_checkpoint(&self) -> Result<CheckpointStats> {
         self.wait_for_indexes();
         let mut checkpointer = self.checkpointer.lock();
+        self.checkpoint_with(&mut checkpointer)
+    }
+
+    fn checkpoint_with(&self, checkpointer: &mut Checkpointer) -> Result<CheckpointStats> {
         if checkpointer.mode() == CheckpointMode::Off {
             return Err(Error::InvalidOption("index checkpoints are off".into()));
         }
@@ -819,13 +827,24 @@ impl DbInner {
         self.wait_for_indexes();
         let mut collector = self.collector.lock();
         collector.release(&self.store);
-        collector.relocate(&self.store, &self.gc, min_candidates);
+        // No checkpoint may run between a relocation and the retirement of
+        // its block: it could list the blocks without the retired one yet
+        // hold an entry read before the copy.
+        let mut checkpointer = self.checkpointer.lock();
+        // The background thread may wait a little for older transactions;
+        // an explicit call (perhaps from inside one) does not.
+        let patience = match now {
+            true => Duration::ZERO,
+            false => Duration::from_millis(2),
+        };
+        collector.relocate(&self.store, &self.gc, min_candidates, patience);
         if collector.wants_checkpoint(&self.gc, now) {
             if self.durability != Durability::None {
-                self.take_checkpoint()?;
+                self.checkpoint_with(&mut checkpointer)?;
             }
             collector.checkpoint_done(&self.store)?;
         }
+        drop(checkpointer);
         collector.release(&self.store);
         Ok(())
     }
@@ -899,6 +918,7 @@ fn background_loop(
     let tick = trigger.map_or(Duration::from_millis(50), |(interval, _)| {
         interval.min(Duration::from_millis(50))
     });
+    let mut clock_history = std::collections::VecDeque::new();
     loop {
         {
             let mut stopped = stop.0.lock();
@@ -911,7 +931,17 @@ fn background_loop(
         }
         let Some(inner) = db.upgrade() else { return };
         inner.store.reap_deleted();
-        inner.store.flag_long_transactions(long_after);
+        clock_history.push_back((Instant::now(), inner.store.clock.peek()));
+        while clock_history.len() > 1 && clock_history[1].0.elapsed() >= long_after {
+            clock_history.pop_front();
+        }
+        // The newest clock reading at least `long_after` old: transactions
+        // announced below it have run at least that long.
+        if let Some(&(at, cutoff)) = clock_history.front() {
+            if at.elapsed() >= long_after {
+                inner.store.flag_long_transactions(cutoff);
+            }
+        }
         if inner.gc.enabled {
             let _ = inner.gc_round(inner.gc.batch_blocks.max(1), false);
         }

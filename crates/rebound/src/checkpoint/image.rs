@@ -51,7 +51,7 @@ impl Builder {
             .map(|r| {
                 r.present()
                     .filter(|b| !b.is_retired())
-                    .map(|b| (b.seq as u64, b.offset))
+                    .map(|b| (b.seq as u64, b.offset()))
                     .collect()
             })
             .collect();

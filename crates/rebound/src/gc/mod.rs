@@ -42,7 +42,7 @@ use crate::error::Result;
 use crate::heap::tile::{LOCKED, PENDING, REAPED};
 use crate::heap::{Addr, Block, HOLE_BIT, SLOTS_OFFSET, TXN_EMPTY};
 use crate::txn::{Store, TableRt, TxnState};
-use std::sync::atomic::Ordering::Acquire;
+use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -117,6 +117,16 @@ pub struct Collector {
     stats: GcStats,
 }
 
+/// What became of a candidate block.
+enum Emptied {
+    /// Its live versions were relocated (this many); it is retired.
+    Retired(u64),
+    /// Some slot is being written; the block waits for a later round.
+    Busy,
+    /// A transaction older than GC's kept running: the round stops.
+    OlderTransactionRuns,
+}
+
 /// How one slot stands.
 enum Slot {
     Dead,
@@ -144,7 +154,14 @@ impl Collector {
 
     /// Stage 1 for up to `max_blocks_per_round` candidates, if at least
     /// `min_candidates` exist; returns how many blocks were retired.
-    pub fn relocate(&mut self, store: &Store, options: &GcOptions, min_candidates: usize) -> usize {
+    /// `patience`: how long to wait for older transactions to end.
+    pub fn relocate(
+        &mut self,
+        store: &Store,
+        options: &GcOptions,
+        min_candidates: usize,
+        patience: Duration,
+    ) -> usize {
         let started = Instant::now();
         if !self.links_checked {
             self.links_checked = repair_links(store).is_ok();
@@ -155,11 +172,15 @@ impl Collector {
         }
         let mut retired = 0;
         for id in candidates.into_iter().take(options.max_blocks_per_round) {
-            match empty_block(store, id) {
-                Ok(Some(moved)) => {
+            match empty_block(store, id, patience) {
+                Ok(Emptied::Retired(moved)) => {
                     self.stats.versions_relocated += moved;
                     self.retired.push(id);
                     retired += 1;
+                }
+                Ok(Emptied::OlderTransactionRuns) => {
+                    self.stats.blocks_postponed += 1;
+                    break;
                 }
                 _ => self.stats.blocks_postponed += 1,
             }
@@ -205,7 +226,7 @@ impl Collector {
         for (id, _) in &ready {
             let table = &store.tables[id.table as usize];
             let size = table.heap.def.block_size as u64;
-            table.heap.regions[id.region].vacate(id.seq as usize);
+            table.heap.vacate(id.region, id.seq as usize);
             store.space.free(id.offset, size);
             self.stats.bytes_freed += size;
         }
@@ -232,13 +253,13 @@ fn candidates(store: &Store, threshold: f64) -> Vec<BlockId> {
                 if block.seq >= current || block.is_retired() {
                     continue;
                 }
-                let obsolete = heap.obsolete_in(&store.medium, &block);
+                let obsolete = heap.obsolete_in(&store.medium, block);
                 if obsolete >= needed {
                     let id = BlockId {
                         table: heap.def.id,
                         region: region_no,
                         seq: block.seq,
-                        offset: block.offset,
+                        offset: block.offset(),
                     };
                     found.push((obsolete, id));
                 }
@@ -253,39 +274,81 @@ fn candidates(store: &Store, threshold: f64) -> Vec<BlockId> {
 /// writers rarely meet a key GC holds locked.
 const RELOCATIONS_PER_TXN: usize = 32;
 
-/// Relocates every live version of a block; `Some(versions moved)` when
-/// the block is empty and retired. Slots are classified before any is
-/// locked, and the copies commit in small transactions, so GC holds each
-/// key only for a moment.
-fn empty_block(store: &Store, id: BlockId) -> Result<Option<u64>> {
+/// Relocates every live version of a block and retires it. Slots are
+/// classified before any is locked, and the copies commit in small
+/// transactions, so GC holds each key only for a moment.
+fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied> {
     let table = store.tables[id.table as usize].clone();
     let Some(block) = table.heap.regions[id.region].get(id.seq as usize) else {
-        return Ok(None);
+        return Ok(Emptied::Busy);
     };
     let mut live = Vec::new();
     for slot in 0..table.heap.def.slots_per_block {
-        match classify(store, &table, &block, id, slot) {
+        match classify(store, &table, block, id, slot) {
             Slot::Dead => {}
-            Slot::Busy => return Ok(None),
+            Slot::Busy => return Ok(Emptied::Busy),
             Slot::Live(addr) => live.push(addr),
         }
     }
     for batch in live.chunks(RELOCATIONS_PER_TXN) {
         let mut txn = TxnState::begin(store, GC_WORKER);
+        let _running = GcTxn::announce(store, txn.id());
+        if !others_younger_than(store, txn.id(), patience) {
+            return Ok(Emptied::OlderTransactionRuns);
+        }
         for &addr in batch {
             // A head that moved since it was classified was written by
             // someone else: the old version is dead now, or the block
             // waits (a pending write over it may still abort).
             if !txn.relocate(&table, addr)?
-                && !matches!(classify(store, &table, &block, id, addr.slot()), Slot::Dead)
+                && !matches!(classify(store, &table, block, id, addr.slot()), Slot::Dead)
             {
-                return Ok(None);
+                return Ok(Emptied::Busy);
             }
         }
         txn.commit()?;
     }
     block.retire();
-    Ok(Some(live.len() as u64))
+    Ok(Emptied::Retired(live.len() as u64))
+}
+
+/// Publishes the running GC transaction's timestamp for its lifetime.
+struct GcTxn<'s>(&'s Store);
+
+impl<'s> GcTxn<'s> {
+    fn announce(store: &'s Store, ts: u64) -> GcTxn<'s> {
+        store.gc_txn.store(ts, Release);
+        GcTxn(store)
+    }
+}
+
+impl Drop for GcTxn<'_> {
+    fn drop(&mut self) {
+        self.0.gc_txn.store(0, Release);
+    }
+}
+
+/// Waits up to `patience` until every other running transaction began
+/// after `ts`:
+/// a copy then never has a timestamp above a transaction that may still
+/// write its key (which would have to fail with a conflict). False if an
+/// older one keeps running; the block waits for a later round.
+fn others_younger_than(store: &Store, ts: u64, patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    loop {
+        let older = store
+            .active
+            .iter()
+            .enumerate()
+            .any(|(w, a)| w != GC_WORKER && (1..ts).contains(&a.load(SeqCst)));
+        if !older {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// A set obsolete bit is trusted only on a version nobody is writing over
@@ -295,12 +358,12 @@ fn empty_block(store: &Store, id: BlockId) -> Result<Option<u64>> {
 fn classify(store: &Store, table: &Arc<TableRt>, block: &Block, id: BlockId, slot: u32) -> Slot {
     let medium = &store.medium;
     let heap = &table.heap;
-    let word = medium.load(block.offset + SLOTS_OFFSET + slot as u64 * heap.def.slot_size as u64);
-    let min_txn = catalog::unpack_checked(medium.load(block.offset + 40)).unwrap_or(MAX_TXN_ID);
+    let word = medium.load(block.offset() + SLOTS_OFFSET + slot as u64 * heap.def.slot_size as u64);
+    let min_txn = catalog::unpack_checked(medium.load(block.offset() + 40)).unwrap_or(MAX_TXN_ID);
     if word == TXN_EMPTY || word & HOLE_BIT != 0 || (word & MAX_TXN_ID) < min_txn {
         return Slot::Dead;
     }
-    let header = &block.tile()[slot as usize];
+    let header = &heap.tile(block)[slot as usize];
     if header.begin.load(Acquire) & PENDING != 0 {
         return Slot::Busy;
     }
@@ -346,8 +409,8 @@ fn unlink(store: &Store, id: BlockId) {
         .last();
     match prev {
         Some(prev) => {
-            medium.store(prev.offset + 24, next);
-            medium.persist(prev.offset + 24, 8);
+            medium.store(prev.offset() + 24, next);
+            medium.persist(prev.offset() + 24, 8);
         }
         None => catalog::set_region_head(medium, id.table, id.region, next),
     }
@@ -364,13 +427,13 @@ fn repair_links(store: &Store) -> Result<()> {
             let Some(first) = blocks.first() else {
                 continue;
             };
-            if catalog::region_head(medium, table.heap.def.id, region_no) != first.offset {
-                catalog::set_region_head(medium, table.heap.def.id, region_no, first.offset);
+            if catalog::region_head(medium, table.heap.def.id, region_no) != first.offset() {
+                catalog::set_region_head(medium, table.heap.def.id, region_no, first.offset());
             }
             for pair in blocks.windows(2) {
-                if medium.load(pair[0].offset + 24) != pair[1].offset {
-                    medium.store(pair[0].offset + 24, pair[1].offset);
-                    medium.persist(pair[0].offset + 24, 8);
+                if medium.load(pair[0].offset() + 24) != pair[1].offset() {
+                    medium.store(pair[0].offset() + 24, pair[1].offset());
+                    medium.persist(pair[0].offset() + 24, 8);
                 }
             }
         }

@@ -68,11 +68,9 @@ pub use tile::VersionHeader;
 use crate::catalog::{self, TableDef, MAX_WORKERS};
 use crate::error::{Error, Result};
 use crate::medium::Medium;
-use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering::{Acquire, Release};
-use std::sync::Arc;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 
 pub const BLOCK_MAGIC: u32 = u32::from_le_bytes(*b"BLK1");
 pub const BLOCK_HEADER: u64 = 64;
@@ -121,37 +119,37 @@ pub fn geometry(max_key_len: u32, max_value_len: u32, requested_slots: u32) -> (
     (slot as u32, slots as u32, block as u32)
 }
 
-/// One block of a region and its tile of version headers. The tile is
-/// created on first use, so recovery never touches DRAM metadata of blocks
-/// nobody reads (a zeroed header already means "committed, no successor").
+/// One block of a region. Its tile of version headers (one per slot) is
+/// taken from the table's [`Tiles`] on first use, so recovery never touches
+/// DRAM metadata of blocks nobody reads (a zeroed header already means
+/// "committed, no successor").
 pub struct Block {
-    pub offset: u64,
+    /// Medium offset; 0 once the block was collected (vacant).
+    offset: AtomicU64,
     pub seq: u32,
-    capacity: u32,
-    tile: std::sync::OnceLock<Box<[VersionHeader]>>,
+    /// Index + 1 of its tile in the table's pool, 0 = none yet.
+    tile: AtomicU32,
     /// Emptied by GC: checkpoints no longer list it; freed once no reader
     /// can hold an address into it.
     retired: AtomicBool,
 }
 
 impl Block {
-    pub fn new(offset: u64, seq: u32, capacity: u32) -> Block {
+    pub fn new(offset: u64, seq: u32) -> Block {
         Block {
-            offset,
+            offset: AtomicU64::new(offset),
             seq,
-            capacity,
-            tile: std::sync::OnceLock::new(),
+            tile: AtomicU32::new(0),
             retired: AtomicBool::new(false),
         }
     }
 
-    /// The stand-in for a sequence number whose block was collected.
-    fn vacant() -> Block {
-        Block::new(0, 0, 0)
+    pub fn offset(&self) -> u64 {
+        self.offset.load(Acquire)
     }
 
     pub fn is_vacant(&self) -> bool {
-        self.offset == 0
+        self.offset() == 0
     }
 
     pub fn is_retired(&self) -> bool {
@@ -161,29 +159,50 @@ impl Block {
     pub fn retire(&self) {
         self.retired.store(true, Release);
     }
+}
 
-    pub fn tile(&self) -> &[VersionHeader] {
-        self.tile.get_or_init(|| {
-            (0..self.capacity)
-                .map(|_| VersionHeader::default())
-                .collect()
-        })
+/// The DRAM tiles of a table's blocks. A tile is never deallocated: a
+/// collected block's tile is zeroed and handed to the next new block, so
+/// version-header memory is bounded by the blocks alive at once, and a
+/// reference into a tile can never dangle (GC frees a block only when no
+/// running transaction can still reach it, so nobody looks at a recycled
+/// tile through the old block).
+pub struct Tiles {
+    all: boxcar::Vec<Box<[VersionHeader]>>,
+    free: Mutex<Vec<u32>>,
+    capacity: u32,
+}
+
+impl Tiles {
+    fn new(capacity: u32) -> Tiles {
+        Tiles {
+            all: boxcar::Vec::new(),
+            free: Mutex::new(Vec::new()),
+            capacity,
+        }
     }
-}
 
-/// A block as seen by one reader: it stays allocated in DRAM while held.
-pub type BlockRef = arc_swap::Guard<Arc<Block>>;
+    /// A zeroed tile, recycled or new; returns its index.
+    fn take(&self) -> u32 {
+        if let Some(index) = self.free.lock().pop() {
+            for header in self.all[index as usize].iter() {
+                header.clear();
+            }
+            return index;
+        }
+        let tile = (0..self.capacity)
+            .map(|_| VersionHeader::default())
+            .collect();
+        self.all.push(tile) as u32
+    }
 
-/// The version header of one slot, keeping its block's tile alive.
-pub struct Version {
-    block: BlockRef,
-    slot: usize,
-}
+    fn give_back(&self, index: u32) {
+        self.free.lock().push(index);
+    }
 
-impl std::ops::Deref for Version {
-    type Target = VersionHeader;
-    fn deref(&self) -> &VersionHeader {
-        &self.block.tile()[self.slot]
+    /// Number of tiles allocated (in use or free).
+    pub fn allocated(&self) -> usize {
+        self.all.count()
     }
 }
 
@@ -199,7 +218,7 @@ pub struct Cursor {
 /// (and with it a logical address) is never reused.
 #[derive(Default)]
 pub struct Region {
-    pub blocks: boxcar::Vec<ArcSwap<Block>>,
+    blocks: boxcar::Vec<Block>,
     pub cursor: Mutex<Cursor>,
 }
 
@@ -210,32 +229,24 @@ impl Region {
     }
 
     /// The block with sequence number `seq`, unless absent or collected.
-    pub fn get(&self, seq: usize) -> Option<BlockRef> {
-        let block = self.blocks.get(seq)?.load();
-        (!block.is_vacant()).then_some(block)
+    pub fn get(&self, seq: usize) -> Option<&Block> {
+        self.blocks.get(seq).filter(|b| !b.is_vacant())
     }
 
     /// Blocks that exist, in sequence order.
-    pub fn present(&self) -> impl Iterator<Item = Arc<Block>> + '_ {
+    pub fn present(&self) -> impl Iterator<Item = &Block> + '_ {
         self.blocks
             .iter()
-            .map(|(_, b)| b.load_full())
+            .map(|(_, b)| b)
             .filter(|b| !b.is_vacant())
     }
 
     /// Appends block `seq`, with vacant entries for any skipped numbers.
     pub fn push(&self, block: Block) {
         while self.blocks.count() < block.seq as usize {
-            self.blocks.push(ArcSwap::from_pointee(Block::vacant()));
+            self.blocks.push(Block::new(0, self.blocks.count() as u32));
         }
-        self.blocks.push(ArcSwap::from_pointee(block));
-    }
-
-    /// Drops a collected block; its DRAM tile goes with the last reader.
-    pub fn vacate(&self, seq: usize) {
-        if let Some(entry) = self.blocks.get(seq) {
-            entry.store(Arc::new(Block::vacant()));
-        }
+        self.blocks.push(block);
     }
 }
 
@@ -262,15 +273,17 @@ pub struct SlotContent {
     pub value: Vec<u8>,
 }
 
-/// The storage of one table: its definition and its regions.
+/// The storage of one table: its definition, its regions and their tiles.
 pub struct TableHeap {
     pub def: TableDef,
     pub regions: Box<[Region]>,
+    pub tiles: Tiles,
 }
 
 impl TableHeap {
     pub fn new(def: TableDef) -> TableHeap {
         TableHeap {
+            tiles: Tiles::new(def.slots_per_block),
             def,
             regions: (0..MAX_WORKERS).map(|_| Region::default()).collect(),
         }
@@ -278,31 +291,57 @@ impl TableHeap {
 
     /// The block an address points into; `None` once it was collected
     /// (or for an address that never named a block).
-    pub fn block(&self, addr: Addr) -> Option<BlockRef> {
+    pub fn block(&self, addr: Addr) -> Option<&Block> {
         let block = self
             .regions
             .get(addr.region())?
             .get(addr.block() as usize)?;
-        (addr.slot() < block.capacity).then_some(block)
+        (addr.slot() < self.def.slots_per_block).then_some(block)
     }
 
     /// The version header of a slot, `None` once its block was collected.
-    pub fn header(&self, addr: Addr) -> Option<Version> {
+    pub fn header(&self, addr: Addr) -> Option<&VersionHeader> {
         let block = self.block(addr)?;
-        Some(Version {
-            block,
-            slot: addr.slot() as usize,
-        })
+        Some(&self.tile(block)[addr.slot() as usize])
+    }
+
+    /// A block's tile, taken from the pool on first use.
+    pub fn tile(&self, block: &Block) -> &[VersionHeader] {
+        let mut index = block.tile.load(Acquire);
+        if index == 0 {
+            let mine = self.tiles.take() + 1;
+            index = match block.tile.compare_exchange(0, mine, AcqRel, Acquire) {
+                Ok(_) => mine,
+                Err(theirs) => {
+                    self.tiles.give_back(mine - 1);
+                    theirs
+                }
+            };
+        }
+        &self.tiles.all[index as usize - 1]
+    }
+
+    /// Drops a collected block: its entry becomes vacant and its tile goes
+    /// back to the pool. The caller made sure nobody can reach it.
+    pub fn vacate(&self, region: usize, seq: usize) {
+        let Some(block) = self.regions[region].get(seq) else {
+            return;
+        };
+        block.offset.store(0, Release);
+        let tile = block.tile.swap(0, AcqRel);
+        if tile != 0 {
+            self.tiles.give_back(tile - 1);
+        }
     }
 
     fn slot_at(&self, block: &Block, slot: u32) -> u64 {
-        block.offset + SLOTS_OFFSET + slot as u64 * self.def.slot_size as u64
+        block.offset() + SLOTS_OFFSET + slot as u64 * self.def.slot_size as u64
     }
 
     /// Medium offset of a slot, `None` once its block was collected.
     pub fn slot_offset(&self, addr: Addr) -> Option<u64> {
         let block = self.block(addr)?;
-        Some(self.slot_at(&block, addr.slot()))
+        Some(self.slot_at(block, addr.slot()))
     }
 
     /// Appends an encoded slot to `worker`'s region and returns its address.
@@ -328,7 +367,7 @@ impl TableHeap {
                 block: cursor.block + 1,
                 slot: 0,
             };
-            let offset = region.get(cursor.block as usize).map_or(0, |b| b.offset);
+            let offset = region.get(cursor.block as usize).map_or(0, |b| b.offset());
             medium.store(offset + 40, catalog::pack(txn));
             medium.persist_now(offset + 40, 8)?;
         }
@@ -340,7 +379,7 @@ impl TableHeap {
         let addr = Addr::new(worker, cursor.block, cursor.slot);
         cursor.slot += 1;
         drop(cursor);
-        medium.write_bytes(self.slot_at(&block, addr.slot()), slot);
+        medium.write_bytes(self.slot_at(block, addr.slot()), slot);
         Ok(addr)
     }
 
@@ -352,7 +391,7 @@ impl TableHeap {
         worker: usize,
         txn: u64,
         cursor: &mut Cursor,
-    ) -> Result<BlockRef> {
+    ) -> Result<&Block> {
         let region = &self.regions[worker];
         let seq = region.len() as u64;
         let (offset, fresh) = space.allocate(medium, self.def.block_size as u64)?;
@@ -371,14 +410,14 @@ impl TableHeap {
         {
             None => catalog::set_region_head(medium, self.def.id, worker, offset),
             Some(last) => {
-                medium.store(last.offset + 24, offset);
-                medium.persist(last.offset + 24, 8);
+                medium.store(last.offset() + 24, offset);
+                medium.persist(last.offset() + 24, 8);
             }
         }
         // Fenced here, not at commit, so the link is durable even if the
         // session moves to another thread (x86 fences are per core).
         medium.fence()?;
-        region.push(Block::new(offset, seq as u32, self.def.slots_per_block));
+        region.push(Block::new(offset, seq as u32));
         *cursor = Cursor {
             block: seq as u32,
             slot: 0,
@@ -478,19 +517,10 @@ impl TableHeap {
     /// Reads the first word and header of a slot: (txn, crc, key len, flags, value len).
     /// A collected slot reads as never written.
     fn slot_header(&self, medium: &Medium, addr: Addr) -> (u64, u32, usize, u16, usize) {
-        let Some(at) = self.slot_offset(addr) else {
-            return (TXN_EMPTY, 0, 0, 0, 0);
-        };
-        let txn = medium.load(at);
-        let w1 = medium.load(at + 8);
-        let w2 = medium.load(at + 16);
-        (
-            txn,
-            (w1 & 0xFFFF_FFFF) as u32,
-            ((w1 >> 32) & 0xFFFF) as usize,
-            (w1 >> 48) as u16,
-            (w2 & 0xFFFF_FFFF) as usize,
-        )
+        match self.slot_offset(addr) {
+            Some(at) => slot_header_at(medium, at),
+            None => (TXN_EMPTY, 0, 0, 0, 0),
+        }
     }
 
     /// What a reader finds in a published slot: the value, verified
@@ -499,7 +529,7 @@ impl TableHeap {
         let Some(slot_at) = self.slot_offset(addr) else {
             return SlotRead::Gone;
         };
-        let (txn, crc, key_len, flags, value_len) = self.slot_header(medium, addr);
+        let (txn, crc, key_len, flags, value_len) = slot_header_at(medium, slot_at);
         if flags & FLAG_TOMBSTONE != 0 {
             return SlotRead::Deleted;
         }
@@ -525,11 +555,12 @@ impl TableHeap {
     }
 
     pub fn read_key(&self, medium: &Medium, addr: Addr) -> Vec<u8> {
-        let (_, _, key_len, _, _) = self.slot_header(medium, addr);
+        let Some(at) = self.slot_offset(addr) else {
+            return Vec::new();
+        };
+        let (_, _, key_len, _, _) = slot_header_at(medium, at);
         let mut key = vec![0u8; key_len];
-        if let Some(at) = self.slot_offset(addr) {
-            medium.read_bytes(at + SLOT_HEADER, &mut key);
-        }
+        medium.read_bytes(at + SLOT_HEADER, &mut key);
         key
     }
 
@@ -555,14 +586,15 @@ impl TableHeap {
         addr: Addr,
         buf: &mut Vec<u8>,
     ) -> Option<(usize, bool)> {
-        let (txn, crc, key_len, flags, value_len) = self.slot_header(medium, addr);
+        let at = self.slot_offset(addr)?;
+        let (txn, crc, key_len, flags, value_len) = slot_header_at(medium, at);
         let fits = (1..=self.def.max_key_len as usize).contains(&key_len)
             && value_len <= self.def.max_value_len as usize;
         if !fits || flags & !FLAG_TOMBSTONE != 0 {
             return None;
         }
         buf.resize((SLOT_HEADER as usize - 12) + key_len + value_len, 0);
-        medium.read_at(self.slot_offset(addr)? + 12, buf);
+        medium.read_at(at + 12, buf);
         (slot_crc(txn, buf) == crc).then_some((key_len, flags & FLAG_TOMBSTONE != 0))
     }
 
@@ -574,8 +606,8 @@ impl TableHeap {
 
     /// Starts writing a slot back; the caller fences.
     pub fn persist_slot(&self, medium: &Medium, addr: Addr) {
-        let (_, _, key_len, _, value_len) = self.slot_header(medium, addr);
         if let Some(at) = self.slot_offset(addr) {
+            let (_, _, key_len, _, value_len) = slot_header_at(medium, at);
             medium.persist(at, SLOT_HEADER + (key_len + value_len) as u64);
         }
     }
@@ -630,7 +662,7 @@ impl TableHeap {
         let Some(block) = self.block(addr) else {
             return;
         };
-        let word = block.offset + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
+        let word = block.offset() + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
         let bit = 1 << (addr.slot() % 64);
         if medium.fetch_and_not(word, bit) & bit != 0 {
             medium.persist(word, 8);
@@ -639,7 +671,7 @@ impl TableHeap {
 
     /// Whether a slot's obsolete bit is set.
     pub fn is_obsolete(&self, medium: &Medium, block: &Block, slot: u32) -> bool {
-        let word = block.offset + BITMAP_OFFSET + (slot as u64 / 64) * 8;
+        let word = block.offset() + BITMAP_OFFSET + (slot as u64 / 64) * 8;
         medium.load(word) & (1 << (slot % 64)) != 0
     }
 
@@ -648,7 +680,7 @@ impl TableHeap {
         (0..BITMAP_BYTES / 8)
             .map(|w| {
                 medium
-                    .load(block.offset + BITMAP_OFFSET + 8 * w)
+                    .load(block.offset() + BITMAP_OFFSET + 8 * w)
                     .count_ones() as u64
             })
             .sum()
@@ -660,13 +692,28 @@ impl TableHeap {
         let Some(block) = self.block(addr) else {
             return;
         };
-        let word = block.offset + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
+        let word = block.offset() + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
         let bit = 1 << (addr.slot() % 64);
         if medium.load(word) & bit == 0 {
             medium.fetch_or(word, bit);
             medium.persist(word, 8);
         }
     }
+}
+
+/// The first word and header of the slot at `at`: (txn, crc, key len,
+/// flags, value len).
+fn slot_header_at(medium: &Medium, at: u64) -> (u64, u32, usize, u16, usize) {
+    let txn = medium.load(at);
+    let w1 = medium.load(at + 8);
+    let w2 = medium.load(at + 16);
+    (
+        txn,
+        (w1 & 0xFFFF_FFFF) as u32,
+        ((w1 >> 32) & 0xFFFF) as usize,
+        (w1 >> 48) as u16,
+        (w2 & 0xFFFF_FFFF) as usize,
+    )
 }
 
 fn block_header_crc(h: &[u8; 64]) -> u32 {

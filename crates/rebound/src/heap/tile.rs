@@ -16,6 +16,7 @@
 //! * `prev`: logical address + 1 of the previous version, 0 = none.
 
 use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 
 pub const PENDING: u64 = 1 << 63;
 pub const ABORTED: u64 = u64::MAX;
@@ -29,4 +30,13 @@ pub struct VersionHeader {
     pub end: AtomicU64,
     pub read: AtomicU64,
     pub prev: AtomicU64,
+}
+
+impl VersionHeader {
+    /// Back to the zeroed state, for a recycled tile.
+    pub fn clear(&self) {
+        for field in [&self.begin, &self.end, &self.read, &self.prev] {
+            field.store(0, Relaxed);
+        }
+    }
 }

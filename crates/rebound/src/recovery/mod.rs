@@ -169,7 +169,7 @@ pub fn recover(
             extents.extend(
                 region
                     .present()
-                    .map(|b| (b.offset, table.heap.def.block_size as u64)),
+                    .map(|b| (b.offset(), table.heap.def.block_size as u64)),
             );
         }
         report.blocks += counts.blocks;
@@ -318,14 +318,13 @@ fn load_blocks(
 ) -> Result<()> {
     let region = &heap.regions[worker];
     let block_size = heap.def.block_size as u64;
-    let capacity = heap.def.slots_per_block;
     for &(seq, offset) in listed {
         if !block_in_bounds(medium, offset, block_size) {
             return Err(Error::Corrupt(format!(
                 "checkpoint lists a block outside the medium at {offset}"
             )));
         }
-        region.push(Block::new(offset, seq as u32, capacity));
+        region.push(Block::new(offset, seq as u32));
     }
     let (mut min_seq, mut offset) = match listed.last() {
         None => (0, catalog::region_head(medium, heap.def.id, worker)),
@@ -341,7 +340,7 @@ fn load_blocks(
             )));
         }
         let (seq, next, _) = heap.validate_chained(medium, offset, worker, min_seq)?;
-        region.push(Block::new(offset, seq as u32, capacity));
+        region.push(Block::new(offset, seq as u32));
         offset = next;
         min_seq = seq + 1;
         chained += 1;
@@ -362,14 +361,14 @@ fn first_block_from(
     medium: &Medium,
     heap: &TableHeap,
     worker: usize,
-    blocks: &[Arc<Block>],
+    blocks: &[&Block],
     t_low: u64,
 ) -> Result<usize> {
     let (mut lo, mut hi) = (0usize, blocks.len());
     while lo < hi {
         let mid = (lo + hi) / 2;
         let block = &blocks[mid];
-        let (_, min_txn) = heap.validate_block(medium, block.offset, worker, block.seq as u64)?;
+        let (_, min_txn) = heap.validate_block(medium, block.offset(), worker, block.seq as u64)?;
         if min_txn < t_low {
             lo = mid + 1;
         } else {
@@ -392,7 +391,7 @@ fn scan_region(
 ) -> Result<()> {
     let region = &heap.regions[worker];
     let capacity = heap.def.slots_per_block;
-    let blocks: Vec<Arc<Block>> = region.present().collect();
+    let blocks: Vec<&Block> = region.present().collect();
     let first = if t_low == 0 {
         0
     } else {
@@ -402,7 +401,7 @@ fn scan_region(
     let mut buf = Vec::new();
     for block in &blocks[first.min(blocks.len())..] {
         let b = block.seq as usize;
-        let (_, min_txn) = heap.validate_block(medium, block.offset, worker, b as u64)?;
+        let (_, min_txn) = heap.validate_block(medium, block.offset(), worker, b as u64)?;
         for s in 0..capacity {
             let addr = Addr::new(worker, b as u32, s);
             let word = heap.slot_txn(medium, addr);
@@ -469,9 +468,9 @@ fn scan_region(
 /// below a slot of the block before, so until a transaction writes into
 /// them (and stamps its own id) they carry the largest id: nothing in them
 /// counts, and a later redo always starts at or before the tail's block.
-fn unstamp_blocks_after(medium: &Medium, blocks: &[Arc<Block>], tail_block: u32) {
+fn unstamp_blocks_after(medium: &Medium, blocks: &[&Block], tail_block: u32) {
     for block in blocks.iter().filter(|b| b.seq > tail_block) {
-        let at = block.offset + 40;
+        let at = block.offset() + 40;
         medium.store(at, catalog::pack(MAX_TXN_ID));
         medium.persist(at, 8);
     }

@@ -52,7 +52,7 @@ pub use sampler::{Sample, UpdateSampler};
 use crate::catalog;
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
-use crate::heap::{Addr, SlotRead, Space, TableHeap, Version};
+use crate::heap::{Addr, SlotRead, Space, TableHeap, VersionHeader};
 use crate::index::{BTree, InsertError};
 use crate::medium::Medium;
 use crossbeam_utils::CachePadded;
@@ -90,11 +90,11 @@ pub struct Store {
     pub deleted: parking_lot::Mutex<Vec<(u32, Addr)>>,
     /// Per worker: whether its running transaction is a long one (LONG_*).
     pub long: Box<[AtomicU8]>,
-    /// Per worker: when its running transaction began, ns after `epoch`.
-    pub began_at: Box<[AtomicU64]>,
-    pub epoch: std::time::Instant,
     /// Transactions moved to a long-transaction region since open.
     pub long_moved: AtomicU64,
+    /// Timestamp of GC's running system transaction, 0 when none runs:
+    /// writers that meet its locks wait for it instead of conflicting.
+    pub gc_txn: AtomicU64,
 }
 
 /// A transaction running for less than the long-transaction threshold.
@@ -121,9 +121,7 @@ impl Store {
         let long = (0..crate::catalog::MAX_WORKERS)
             .map(|_| AtomicU8::new(LONG_NONE))
             .collect();
-        let began_at = (0..crate::catalog::MAX_WORKERS)
-            .map(|_| AtomicU64::new(0))
-            .collect();
+
         Store {
             medium,
             space,
@@ -134,9 +132,8 @@ impl Store {
             counters,
             deleted: parking_lot::Mutex::new(Vec::new()),
             long,
-            began_at,
-            epoch: std::time::Instant::now(),
             long_moved: AtomicU64::new(0),
+            gc_txn: AtomicU64::new(0),
         }
     }
 
@@ -204,16 +201,14 @@ impl Store {
         (short, long.min(short))
     }
 
-    /// Asks transactions running for longer than `threshold` to move
-    /// their versions to their long-transaction region; returns how many
-    /// were newly asked.
-    pub fn flag_long_transactions(&self, threshold: std::time::Duration) -> usize {
-        let now = self.epoch.elapsed().as_nanos() as u64;
-        let limit = threshold.as_nanos() as u64;
+    /// Asks transactions that began before the clock read `cutoff` (the
+    /// caller knows when that was) to move their versions to their
+    /// long-transaction region; returns how many were newly asked.
+    pub fn flag_long_transactions(&self, cutoff: u64) -> usize {
         let mut flagged = 0;
         for worker in 0..crate::catalog::MAX_SESSIONS {
-            let began = self.began_at[worker].load(Acquire);
-            if began != 0 && now.saturating_sub(began) >= limit {
+            let began = self.active[worker].load(Acquire);
+            if began != 0 && began < cutoff {
                 flagged += self.long[worker]
                     .compare_exchange(LONG_NONE, LONG_REQUESTED, AcqRel, Acquire)
                     .is_ok() as usize;
@@ -495,8 +490,6 @@ impl<'s> TxnState<'s> {
             Ok(ts) => (ts, None),
             Err(e) => (0, Some(e)),
         };
-        let now = store.epoch.elapsed().as_nanos() as u64;
-        store.began_at[worker].store(now.max(1), Release);
         TxnState {
             store,
             worker,
@@ -612,7 +605,7 @@ impl<'s> TxnState<'s> {
     }
 
     /// The header of a version this transaction reached (see `Gone`).
-    fn version(&self, table: &TableRt, addr: Addr) -> Result<Version> {
+    fn version<'t>(&self, table: &'t TableRt, addr: Addr) -> Result<&'t VersionHeader> {
         table.heap.header(addr).ok_or(Error::Conflict)
     }
 
@@ -672,6 +665,11 @@ impl<'s> TxnState<'s> {
             }
             self.wait_for_writer(end, e)?;
         }
+    }
+
+    /// Whether `ts` is GC's running system transaction (never this one).
+    fn is_gc(&self, ts: u64) -> bool {
+        ts != self.ts && ts == self.store.gc_txn.load(Acquire)
     }
 
     /// Spins until `word` changes from `seen` (a writer finishing), else conflict.
@@ -777,6 +775,10 @@ impl<'s> TxnState<'s> {
             std::thread::yield_now();
             return Ok(None);
         }
+        if begin & PENDING != 0 && self.is_gc(begin & !PENDING) {
+            self.wait_for_writer(&header.begin, begin)?;
+            return Ok(None);
+        }
         if begin & PENDING != 0 || begin > self.ts {
             return Err(Error::Conflict);
         }
@@ -784,11 +786,14 @@ impl<'s> TxnState<'s> {
             std::thread::yield_now();
             return Ok(None);
         }
-        if header
+        if let Err(end) = header
             .end
             .compare_exchange(0, LOCKED | self.ts, SeqCst, SeqCst)
-            .is_err()
         {
+            if end & LOCKED != 0 && self.is_gc(end & !LOCKED) {
+                self.wait_for_writer(&header.end, end)?;
+                return Ok(None);
+            }
             return Err(Error::Conflict);
         }
         if header.read.load(SeqCst) > self.ts {
@@ -1108,8 +1113,9 @@ impl<'s> TxnState<'s> {
 impl Drop for TxnState<'_> {
     fn drop(&mut self) {
         self.rollback();
-        self.store.began_at[self.worker].store(0, Release);
-        self.store.long[self.worker].store(LONG_NONE, SeqCst);
+        if self.store.long[self.worker].load(Relaxed) != LONG_NONE {
+            self.store.long[self.worker].store(LONG_NONE, SeqCst);
+        }
         self.store.active[self.worker].store(0, SeqCst);
     }
 }

@@ -3,9 +3,10 @@
 //! A relocation is an ordinary MVTO write of the same content through the
 //! GC worker's region, so durability, visibility and recovery need no rule
 //! of their own: the copy commits like any version and the original gets
-//! a committed successor (and its obsolete bit) at publish. The price is
-//! that the copy carries GC's timestamp, so a transaction older than it
-//! that later writes the key gets a retryable conflict.
+//! a committed successor (and its obsolete bit) at publish. GC runs its
+//! transactions only when every other running transaction is younger
+//! (`gc::empty_block`), and writers that meet its locks wait for it, so a
+//! copy's timestamp never makes a user transaction conflict.
 
 use super::{TableRt, TxnState};
 use crate::error::Result;
@@ -15,8 +16,9 @@ use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
 
 impl TxnState<'_> {
     /// Copies `head`, the index head of its key, into this transaction's
-    /// region. `Ok(false)` when that cannot be done now: the head moved, is
-    /// being written, or was read by a younger transaction.
+    /// region. `Ok(false)` when that cannot be done now: the head moved or
+    /// is being written. Unlike a user write it may go under younger
+    /// readers' marks, since the content does not change.
     pub fn relocate(&mut self, table: &TableRt, head: Addr) -> Result<bool> {
         self.check_usable()?;
         let medium = &self.store.medium;
@@ -38,10 +40,6 @@ impl TxnState<'_> {
         {
             return Ok(false);
         }
-        if header.read.load(SeqCst) > self.ts {
-            header.end.store(0, Release);
-            return Ok(false);
-        }
         let value = (!slot.tombstone).then_some(slot.value.as_slice());
         let new = match self.append(table, &slot.key, value) {
             Ok(new) => new,
@@ -51,6 +49,11 @@ impl TxnState<'_> {
             }
         };
         let new_header = self.version(table, new)?;
+        // Younger readers of the original read this very content, so the
+        // copy may sit below them in the serial order; their marks move
+        // with it. Marks made after our lock cannot exist: such readers
+        // wait for us and then read the copy.
+        new_header.read.store(header.read.load(SeqCst), Release);
         new_header.prev.store(head.0 + 1, Release);
         new_header.begin.store(PENDING | self.ts, Release);
         if table
