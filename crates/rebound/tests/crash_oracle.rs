@@ -318,14 +318,21 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: Check
 /// current one has fewer than half its slots obsolete (else it would have
 /// been collected), and every other slot is the live head of a distinct
 /// key: so blocks are bounded by index entries. Three sessions and GC
-/// leave at most four current blocks per table.
+/// leave at most four current blocks per table, and a crash can leave each
+/// of them one block linked after it by the transaction in flight (the
+/// region continues into it), so eight blocks are exempt.
 fn assert_no_leaked_blocks(db: &Database, ctx: &str) {
     for _ in 0..3 {
         db.collect_garbage()
             .unwrap_or_else(|e| panic!("GC failed: {e}; {ctx}"));
     }
-    for t in db.stats().tables {
-        let bound = t.index_entries / 5 + 4;
+    let stats = db.stats();
+    assert_eq!(
+        stats.gc.blocks_pending, 0,
+        "emptied blocks not freed with nothing running; {ctx}"
+    );
+    for t in stats.tables {
+        let bound = t.index_entries / 5 + 8;
         assert!(
             t.blocks <= bound,
             "table {} keeps {} blocks for {} index entries (bound {bound}); {ctx}",
