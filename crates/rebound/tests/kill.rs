@@ -7,10 +7,15 @@
 //! key is known: the value of the last acknowledged transaction that wrote
 //! it, or — only for the one transaction per thread that was in flight — the
 //! in-flight value on all of its keys or on none of them.
+//!
+//! Blocks are small, checkpoints frequent and GC eager (half-obsolete
+//! blocks, a round every tick, its checkpoint every 5 ms), so kills land in
+//! every GC stage; the child reports GC's progress and the test requires
+//! that blocks were freed.
 
 mod common;
 use rand::{Rng, SeedableRng};
-use rebound::{Database, Options, TableOptions};
+use rebound::{Database, GcOptions, Options, TableOptions};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -39,12 +44,27 @@ fn parse_value(v: &[u8]) -> (u64, u64) {
     )
 }
 
+fn options() -> Options {
+    Options {
+        gc: GcOptions {
+            threshold: 0.5,
+            batch_blocks: 1,
+            min_checkpoint_interval: std::time::Duration::from_millis(5),
+            ..GcOptions::default()
+        },
+        // Checkpoints every few thousand versions, so that recovery starts
+        // from images listing blocks GC is about to free.
+        checkpoint_after_versions: 3_000,
+        ..Options::default()
+    }
+}
+
 /// The child: commits forever until killed, reporting intent and commit.
 #[test]
 #[ignore = "run by the kill test as its child process"]
 fn child() {
     let dir = std::env::var("REBOUND_KILL_DIR").expect("run by the parent test");
-    let db = Database::open(&dir, Options::default()).unwrap();
+    let db = Database::open(&dir, options()).unwrap();
     let table = match db.table("kv").unwrap() {
         Some(t) => t,
         None => db
@@ -53,7 +73,7 @@ fn child() {
                 TableOptions {
                     max_key_len: 8,
                     max_value_len: 100,
-                    ..TableOptions::default()
+                    block_slots: 16,
                 },
             )
             .unwrap(),
@@ -85,7 +105,11 @@ fn child() {
                         tx.put(table, &key(thread, k), &value(thread, seq)).unwrap();
                     }
                     tx.commit().unwrap();
-                    writeln!(out.lock().unwrap(), "C {thread} {seq}").unwrap();
+                    let mut out = out.lock().unwrap();
+                    writeln!(out, "C {thread} {seq}").unwrap();
+                    if thread == 0 && seq % 100 == 0 {
+                        writeln!(out, "G {}", db.stats().gc.blocks_freed).unwrap();
+                    }
                 }
             });
         }
@@ -98,12 +122,19 @@ struct Oracle {
     acked: HashMap<(u64, u64), u64>,
     /// Per thread: the transaction announced but not acknowledged.
     in_flight: HashMap<u64, (u64, Vec<u64>)>,
+    /// Blocks GC freed, as last reported by each child, summed.
+    gc_freed: u64,
+    gc_freed_this_child: u64,
 }
 
 impl Oracle {
     fn record(&mut self, line: &str) {
         let mut parts = line.split_whitespace();
         let kind = parts.next();
+        if kind == Some("G") {
+            self.gc_freed_this_child = parts.next().unwrap().parse().unwrap();
+            return;
+        }
         if !matches!(kind, Some("B" | "C")) {
             return;
         }
@@ -130,7 +161,8 @@ impl Oracle {
     /// Checks the reopened database; returns the keys of in-flight
     /// transactions that turned out committed (they become acknowledged).
     fn check(&mut self, dir: &Path, cycle: usize) {
-        let db = Database::open(dir, Options::default())
+        self.gc_freed += std::mem::take(&mut self.gc_freed_this_child);
+        let db = Database::open(dir, options())
             .unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
         let table = db
             .table("kv")
@@ -190,7 +222,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_commit() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let mut oracle = Oracle::default();
     for cycle in 0..20 {
-        let kill_after = rng.gen_range(1..1500);
+        let kill_after = rng.gen_range(1..20_000);
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--ignored",
@@ -224,4 +256,9 @@ fn sigkill_at_random_moments_loses_no_acknowledged_commit() {
         oracle.check(dir.path(), cycle);
     }
     assert!(!oracle.acked.is_empty());
+    println!("GC freed {} blocks across the children", oracle.gc_freed);
+    assert!(
+        oracle.gc_freed > 0,
+        "seed {seed}: GC freed no block in any child"
+    );
 }
