@@ -940,6 +940,7 @@ fn background_loop(
         if let Some(&(at, cutoff)) = clock_history.front() {
             if at.elapsed() >= long_after {
                 inner.store.flag_long_transactions(cutoff);
+                inner.store.move_idle_long_transactions();
             }
         }
         if inner.gc.enabled {

@@ -2,85 +2,121 @@
 //!
 //! A transaction that runs past the threshold would hold back the redo
 //! horizon (`t_low`) of every checkpoint and pin the blocks its versions
-//! sit in. When the background thread flags it, the transaction moves its
-//! versions, at its next call, into its worker's long-transaction region:
-//! each version is copied there, the index is pointed at the copy, and the
-//! original becomes a hole; new versions go straight to the long region,
-//! and its commit is recorded in that region's LCTT entry. From then on
-//! checkpoints take `t_low` without it and record a separate, lower
-//! horizon for the long regions, which are all that recovery redoes from
-//! that far back.
+//! sit in. Once the background thread flags it, its versions are moved
+//! into its worker's long-transaction region: by the background thread
+//! itself while the transaction is idle (it takes the worker's write set,
+//! which the transaction holds whenever it writes, commits or rolls back),
+//! or else by the transaction at its next call. Each version is copied
+//! there, the index is pointed at the copy, and the original becomes a
+//! hole; new versions go straight to the long region, and the commit is
+//! recorded in that region's LCTT entry. From then on checkpoints take
+//! `t_low` without it and record a separate, lower horizon for the long
+//! regions, which are all that recovery redoes from that far back.
 //!
 //! The originals keep their pending `begin`, so a reader that reached one
 //! before the index moved waits and then reports a conflict rather than
-//! deciding without this transaction.
+//! deciding without this transaction; the transaction itself reads the
+//! same content through either address.
 
-use super::{TxnState, Write, LONG_MIGRATED, LONG_REQUESTED};
+use super::{Store, TxnState, Write, WriteSet, LONG_MIGRATED, LONG_REQUESTED};
 use crate::catalog;
 use crate::error::{Error, Result};
 use crate::heap::tile::PENDING;
+use crate::heap::Addr;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+
+impl Store {
+    /// Moves every flagged long transaction that is idle right now; returns
+    /// how many moved. The others move at their next call.
+    pub fn move_idle_long_transactions(&self) -> usize {
+        let mut moved = 0;
+        for worker in 0..crate::catalog::MAX_SESSIONS {
+            if self.long[worker].load(Acquire) != LONG_REQUESTED {
+                continue;
+            }
+            let Some(mut set) = self.write_sets[worker].try_lock() else {
+                continue;
+            };
+            moved += matches!(move_to_long_region(self, worker, &mut set), Ok(true)) as usize;
+        }
+        moved
+    }
+}
 
 impl TxnState<'_> {
     /// Moves this transaction to its long region if it was flagged.
     pub(super) fn migrate_if_asked(&mut self) -> Result<()> {
-        let store = self.store;
-        if self.region != self.worker || store.long[self.worker].load(Acquire) != LONG_REQUESTED {
+        if self.store.long[self.worker].load(Acquire) != LONG_REQUESTED {
             return Ok(());
         }
-        self.region = catalog::long_region(self.worker);
-        for i in 0..self.writes.len() {
-            let moved = self.move_version(&self.writes[i])?;
-            self.writes[i].new = moved;
-        }
-        // The holes must be durable before checkpoints stop waiting for
-        // this transaction: a later commit of the worker would otherwise
-        // make the originals look committed.
-        store.medium.fence()?;
-        store.long[self.worker].store(LONG_MIGRATED, SeqCst);
-        store.long_moved.fetch_add(1, Relaxed);
-        Ok(())
+        let mut set = self.store.write_sets[self.worker].lock();
+        move_to_long_region(self.store, self.worker, &mut set).map(|_| ())
     }
 
-    /// Copies one pending version into the long region and repoints the
-    /// index; returns the copy's address.
-    fn move_version(&self, write: &Write) -> Result<crate::heap::Addr> {
-        let store = self.store;
-        let table = store.tables[write.table as usize].clone();
-        let heap = &table.heap;
-        let old = write.new;
-        let slot = heap
-            .decode_checked(&store.medium, old)
-            .ok_or_else(|| Error::Corrupt(format!("pending version at {old:?} is damaged")))?;
-        let mut buf = Vec::new();
-        heap.encode(&mut buf, self.ts, &slot.key, &slot.value, slot.tombstone);
-        let new = heap.append(&store.medium, &store.space, self.region, self.ts, &buf)?;
-        let (old_header, new_header) = (self.version(&table, old)?, self.version(&table, new)?);
-        new_header.end.store(0, Release);
-        new_header.read.store(0, Release);
-        new_header
-            .prev
-            .store(old_header.prev.load(Acquire), Release);
-        new_header.begin.store(PENDING | self.ts, Release);
-        table
-            .index
-            .compare_and_set(&slot.key, old.0, new.0, self.ts)
-            .map_err(|_| Error::Corrupt("a pending index entry moved".into()))?;
-        heap.make_hole(&store.medium, old, self.ts);
-        Ok(new)
-    }
-
-    /// After a migrated transaction committed: its index changes carry its
+    /// After a moved transaction committed: its index changes carry its
     /// old timestamp, which incremental checkpoints may already treat as
     /// settled; re-marking the paths with the current time makes the next
     /// checkpoint read them.
-    pub(super) fn touch_written_keys(&mut self) {
+    pub(super) fn touch_written_keys(&self, set: &WriteSet) {
         let store = self.store;
         let now = store.clock.peek();
-        for w in self.writes.drain(..) {
+        for w in &set.writes {
             let table = &store.tables[w.table as usize];
             let key = table.heap.read_key(&store.medium, w.new);
             let _ = table.index.compare_and_set(&key, w.new.0, w.new.0, now);
         }
     }
+}
+
+/// Moves a flagged transaction's versions; false if it was not (or no
+/// longer) flagged or had moved already.
+fn move_to_long_region(store: &Store, worker: usize, set: &mut WriteSet) -> Result<bool> {
+    // The flag is re-read under the write set: the transaction may have
+    // ended (and the flag been cleared) before the lock was taken.
+    if store.long[worker].load(Acquire) != LONG_REQUESTED || set.region != worker {
+        return Ok(false);
+    }
+    set.region = catalog::long_region(worker);
+    for i in 0..set.writes.len() {
+        let moved = move_version(store, set, &set.writes[i])?;
+        set.writes[i].new = moved;
+    }
+    // The holes must be durable before checkpoints stop waiting for this
+    // transaction: a later commit of the worker would otherwise make the
+    // originals look committed.
+    store.medium.fence()?;
+    store.long[worker].store(LONG_MIGRATED, SeqCst);
+    store.long_moved.fetch_add(1, Relaxed);
+    Ok(true)
+}
+
+/// Copies one pending version into the long region and repoints the
+/// index; returns the copy's address.
+fn move_version(store: &Store, set: &WriteSet, write: &Write) -> Result<Addr> {
+    let table = store.tables[write.table as usize].clone();
+    let heap = &table.heap;
+    let old = write.new;
+    let slot = heap
+        .decode_checked(&store.medium, old)
+        .ok_or_else(|| Error::Corrupt(format!("pending version at {old:?} is damaged")))?;
+    let mut buf = Vec::new();
+    heap.encode(&mut buf, set.ts, &slot.key, &slot.value, slot.tombstone);
+    let new = heap.append(&store.medium, &store.space, set.region, set.ts, &buf)?;
+    let gone = || Error::Corrupt("a pending version's block vanished".into());
+    let (old_header, new_header) = (
+        heap.header(old).ok_or_else(gone)?,
+        heap.header(new).ok_or_else(gone)?,
+    );
+    new_header.end.store(0, Release);
+    new_header.read.store(0, Release);
+    new_header
+        .prev
+        .store(old_header.prev.load(Acquire), Release);
+    new_header.begin.store(PENDING | set.ts, Release);
+    table
+        .index
+        .compare_and_set(&slot.key, old.0, new.0, set.ts)
+        .map_err(|_| Error::Corrupt("a pending index entry moved".into()))?;
+    heap.make_hole(&store.medium, old, set.ts);
+    Ok(new)
 }

@@ -92,6 +92,10 @@ pub struct Store {
     pub long: Box<[AtomicU8]>,
     /// Transactions moved to a long-transaction region since open.
     pub long_moved: AtomicU64,
+    /// Per worker: its running transaction's write set. The transaction
+    /// holds it while it writes, commits or rolls back; the background
+    /// thread takes it to move an idle long transaction.
+    pub write_sets: Box<[parking_lot::Mutex<WriteSet>]>,
     /// Timestamp of GC's running system transaction, 0 when none runs:
     /// writers that meet its locks wait for it instead of conflicting.
     pub gc_txn: AtomicU64,
@@ -134,6 +138,9 @@ impl Store {
             long,
             long_moved: AtomicU64::new(0),
             gc_txn: AtomicU64::new(0),
+            write_sets: (0..crate::catalog::MAX_WORKERS)
+                .map(|w| parking_lot::Mutex::new(WriteSet::new(w)))
+                .collect(),
         }
     }
 
@@ -452,6 +459,24 @@ struct Write {
     prev: Option<Addr>,
 }
 
+/// The versions a worker's running transaction wrote, and where new ones go.
+pub struct WriteSet {
+    ts: u64,
+    /// The worker's region, or its long-transaction region once moved.
+    region: usize,
+    writes: Vec<Write>,
+}
+
+impl WriteSet {
+    fn new(worker: usize) -> WriteSet {
+        WriteSet {
+            ts: 0,
+            region: worker,
+            writes: Vec::new(),
+        }
+    }
+}
+
 /// What a write should do to an existing key.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum WriteKind {
@@ -472,11 +497,7 @@ enum Visible {
 pub struct TxnState<'s> {
     store: &'s Store,
     worker: usize,
-    /// Where new versions go: the worker's region, or its long-transaction
-    /// region once the transaction ran too long.
-    region: usize,
     ts: u64,
-    writes: Vec<Write>,
     buf: Vec<u8>,
     poisoned: Option<Error>,
 }
@@ -490,12 +511,15 @@ impl<'s> TxnState<'s> {
             Ok(ts) => (ts, None),
             Err(e) => (0, Some(e)),
         };
+        *store.write_sets[worker].lock() = WriteSet {
+            ts,
+            region: worker,
+            writes: Vec::new(),
+        };
         TxnState {
             store,
             worker,
-            region: worker,
             ts,
-            writes: Vec::new(),
             buf: Vec::new(),
             poisoned,
         }
@@ -716,7 +740,10 @@ impl<'s> TxnState<'s> {
         self.check_usable()?;
         let table = self.table(table, key, value)?;
         table.sampler.record(key);
-        let result = self.write_checked(table, key, value, kind);
+        let store = self.store;
+        let mut set = store.write_sets[self.worker].lock();
+        let result = self.write_checked(table, key, value, kind, &mut set);
+        drop(set);
         self.guard(result)
     }
 
@@ -726,6 +753,7 @@ impl<'s> TxnState<'s> {
         key: &[u8],
         value: Option<&[u8]>,
         kind: WriteKind,
+        set: &mut WriteSet,
     ) -> Result<bool> {
         loop {
             // Inserting needs no gap mark: the pending index entry is what
@@ -734,7 +762,7 @@ impl<'s> TxnState<'s> {
             let head = match table.lookup(&self.store.medium, key) {
                 Some(head) => Addr(head),
                 None if matches!(kind, WriteKind::Insert | WriteKind::Put) => {
-                    match self.insert_fresh(table, key, value)? {
+                    match self.insert_fresh(table, key, value, set)? {
                         true => return Ok(false),
                         false => continue,
                     }
@@ -744,7 +772,7 @@ impl<'s> TxnState<'s> {
                     None => return self.missing(kind),
                 },
             };
-            if let Some(existed) = self.write_over(table, key, value, kind, head)? {
+            if let Some(existed) = self.write_over(table, key, value, kind, head, set)? {
                 return Ok(existed);
             }
         }
@@ -765,6 +793,7 @@ impl<'s> TxnState<'s> {
         value: Option<&[u8]>,
         kind: WriteKind,
         head: Addr,
+        set: &mut WriteSet,
     ) -> Result<Option<bool>> {
         let header = self.version(table, head)?;
         let begin = header.begin.load(Acquire);
@@ -806,7 +835,7 @@ impl<'s> TxnState<'s> {
             header.end.store(0, Release);
             return answer.map(Some);
         }
-        let new = match self.append(table, key, value) {
+        let new = match self.append(table, key, value, set.region) {
             Ok(new) => new,
             Err(e) => {
                 header.end.store(0, Release);
@@ -826,7 +855,7 @@ impl<'s> TxnState<'s> {
             self.discard(table, new)?;
             return Err(Error::Conflict);
         }
-        self.writes.push(Write {
+        set.writes.push(Write {
             table: table.heap.def.id,
             new,
             prev: Some(head),
@@ -871,14 +900,20 @@ impl<'s> TxnState<'s> {
     }
 
     /// Inserts a key the index does not have; false if it appeared meanwhile.
-    fn insert_fresh(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
-        let new = self.append(table, key, value)?;
+    fn insert_fresh(
+        &mut self,
+        table: &TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+        set: &mut WriteSet,
+    ) -> Result<bool> {
+        let new = self.append(table, key, value, set.region)?;
         let header = self.version(table, new)?;
         header.prev.store(0, Release);
         header.begin.store(PENDING | self.ts, Release);
         match table.index.insert_if_absent(key, new.0, self.ts, self.ts) {
             Ok(()) => {
-                self.writes.push(Write {
+                set.writes.push(Write {
                     table: table.heap.def.id,
                     new,
                     prev: None,
@@ -895,7 +930,13 @@ impl<'s> TxnState<'s> {
         }
     }
 
-    fn append(&mut self, table: &TableRt, key: &[u8], value: Option<&[u8]>) -> Result<Addr> {
+    fn append(
+        &mut self,
+        table: &TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+        region: usize,
+    ) -> Result<Addr> {
         table.heap.encode(
             &mut self.buf,
             self.ts,
@@ -904,10 +945,9 @@ impl<'s> TxnState<'s> {
             value.is_none(),
         );
         let store = self.store;
-        let addr =
-            table
-                .heap
-                .append(&store.medium, &store.space, self.region, self.ts, &self.buf)?;
+        let addr = table
+            .heap
+            .append(&store.medium, &store.space, region, self.ts, &self.buf)?;
         let header = self.version(table, addr)?;
         header.end.store(0, Release);
         header.read.store(0, Release);
@@ -1007,25 +1047,28 @@ impl<'s> TxnState<'s> {
                 _ => Error::TransactionPoisoned,
             });
         }
-        if !self.writes.is_empty() {
-            if let Err(e) = self.make_durable() {
+        let store = self.store;
+        let mut set = store.write_sets[self.worker].lock();
+        if !set.writes.is_empty() {
+            if let Err(e) = self.make_durable(&set) {
+                drop(set);
                 self.rollback();
                 return Err(e);
             }
-            self.publish();
-            if self.region != self.worker {
-                self.touch_written_keys();
+            self.publish(&set);
+            if set.region != self.worker {
+                self.touch_written_keys(&set);
             }
+            set.writes.clear();
         }
-        self.store.counters[self.worker]
-            .commits
-            .fetch_add(1, Relaxed);
+        drop(set);
+        store.counters[self.worker].commits.fetch_add(1, Relaxed);
         Ok(())
     }
 
-    fn make_durable(&self) -> Result<()> {
+    fn make_durable(&self, set: &WriteSet) -> Result<()> {
         let store = self.store;
-        for w in &self.writes {
+        for w in &set.writes {
             let heap = &store.tables[w.table as usize].heap;
             heap.persist_slot(&store.medium, w.new);
         }
@@ -1033,27 +1076,25 @@ impl<'s> TxnState<'s> {
         // The bits become durable with the LCTT entry. Set after the slots
         // are durable, so a crash that keeps a bit of a commit that did not
         // complete also keeps the slots that tell recovery whose bit it is.
-        for w in &self.writes {
+        for w in &set.writes {
             if let Some(prev) = w.prev {
                 store.tables[w.table as usize]
                     .heap
                     .set_obsolete(&store.medium, prev);
             }
         }
-        // A migrated transaction's versions are all in its long region,
-        // whose LCTT entry decides them.
-        catalog::set_last_commit(&store.medium, self.region, self.ts);
+        // A moved transaction's versions are all in its long region, whose
+        // LCTT entry decides them.
+        catalog::set_last_commit(&store.medium, set.region, self.ts);
         store.medium.fence()
     }
 
-    fn publish(&mut self) {
+    fn publish(&self, set: &WriteSet) {
         let store = self.store;
         let counters = &store.counters[self.worker];
-        counters
-            .written
-            .fetch_add(self.writes.len() as u64, Release);
+        counters.written.fetch_add(set.writes.len() as u64, Release);
         let mut deleted = Vec::new();
-        for w in &self.writes {
+        for w in &set.writes {
             let heap = &store.tables[w.table as usize].heap;
             if let Some(header) = heap.header(w.new) {
                 header.begin.store(self.ts, Release);
@@ -1064,9 +1105,6 @@ impl<'s> TxnState<'s> {
             if let Some(prev) = w.prev.and_then(|p| heap.header(p)) {
                 prev.end.store(self.ts, Release);
             }
-        }
-        if self.region == self.worker {
-            self.writes.clear();
         }
         if !deleted.is_empty() {
             store.deleted.lock().extend(deleted);
@@ -1079,10 +1117,11 @@ impl<'s> TxnState<'s> {
 
     fn rollback(&mut self) {
         let store = self.store;
-        if self.writes.is_empty() {
+        let mut set = store.write_sets[self.worker].lock();
+        if set.writes.is_empty() {
             return;
         }
-        for w in self.writes.drain(..).rev() {
+        for w in set.writes.drain(..).rev() {
             let table = &store.tables[w.table as usize];
             let heap = &table.heap;
             if let Some(header) = heap.header(w.new) {

@@ -21,6 +21,8 @@ impl TxnState<'_> {
     /// readers' marks, since the content does not change.
     pub fn relocate(&mut self, table: &TableRt, head: Addr) -> Result<bool> {
         self.check_usable()?;
+        let store = self.store;
+        let mut set = store.write_sets[self.worker].lock();
         let medium = &self.store.medium;
         let Some(slot) = table.heap.decode_checked(medium, head) else {
             return Ok(false);
@@ -41,7 +43,7 @@ impl TxnState<'_> {
             return Ok(false);
         }
         let value = (!slot.tombstone).then_some(slot.value.as_slice());
-        let new = match self.append(table, &slot.key, value) {
+        let new = match self.append(table, &slot.key, value, set.region) {
             Ok(new) => new,
             Err(e) => {
                 header.end.store(0, Release);
@@ -65,7 +67,7 @@ impl TxnState<'_> {
             self.discard(table, new)?;
             return Ok(false);
         }
-        self.writes.push(super::Write {
+        set.writes.push(super::Write {
             table: table.heap.def.id,
             new,
             prev: Some(head),
