@@ -253,7 +253,6 @@ impl Database {
                 report,
                 durable: None,
                 cold: None,
-                undone_keys: Vec::new(),
             }
         };
         let Recovered {
@@ -261,7 +260,6 @@ impl Database {
             report,
             durable,
             cold,
-            undone_keys,
         } = recovered;
         let path = (!matches!(options.medium, MediumChoice::Simulated(_))
             && options.durability != Durability::None)
@@ -299,7 +297,6 @@ impl Database {
         if let Some(image) = cold {
             db.start_index_load(image, options.load_indexes_in_background);
         }
-        db.inner.clear_bits_of_undone_commits(&undone_keys)?;
         let checkpoints = persistent && options.checkpoint != CheckpointMode::Off;
         *db.inner.background.lock() = Some(Background::start(&db.inner, &options, checkpoints));
         let _ = persistent;
@@ -801,24 +798,6 @@ impl DbInner {
 }
 
 impl DbInner {
-    /// A commit the crash cut short may have left the obsolete bit of the
-    /// version it overwrote set; that version is its key's head again, and
-    /// GC trusts bits on heads nobody is writing, so they are cleared
-    /// before GC can run.
-    fn clear_bits_of_undone_commits(&self, undone: &[(u32, Vec<u8>)]) -> Result<()> {
-        if undone.is_empty() {
-            return Ok(());
-        }
-        let medium = &self.store.medium;
-        for (table, key) in undone {
-            let table = &self.store.tables[*table as usize];
-            if let Some(head) = table.lookup(medium, key) {
-                table.heap.clear_obsolete(medium, crate::heap::Addr(head));
-            }
-        }
-        medium.fence()
-    }
-
     /// One GC round: relocate if at least `min_candidates` blocks
     /// qualify, checkpoint and unlink when blocks wait for it (at once when
     /// `now`, else as the pacing allows), then free whatever no reader can

@@ -28,9 +28,9 @@
 //!   is free by construction (free space is rebuilt from what the
 //!   checkpoint and chains reference); a link that still points at it is
 //!   repaired by the first round after the restart.
-//! * Obsolete bits are durable with the commit that set them; a bit whose
-//!   commit did not complete is cleared by the rollback or, after a crash,
-//!   by `open` (for the heads of the undone tail's keys) before GC runs.
+//! * A set obsolete bit always means dead (heap invariants): it is set only
+//!   after the successor's commit is durable, and recovery clears the bits
+//!   a crash left without their cause. A bit lost in a crash only delays.
 //!
 //! GC needs index checkpoints: without them (the full-scan design) nothing
 //! would stop a scan from finding an older version of a key whose
@@ -351,10 +351,9 @@ fn others_younger_than(store: &Store, ts: u64, patience: Duration) -> bool {
     }
 }
 
-/// A set obsolete bit is trusted only on a version nobody is writing over
-/// (`end` unlocked, and unchanged around the bit's read): a commit that
-/// did not complete clears its bits before unlocking (heap invariants).
-/// Other versions are judged by the index.
+/// A set obsolete bit means dead (heap invariants); it is read only on a
+/// version nobody is writing over (`end` unlocked and unchanged around the
+/// read), as a second line. Other versions are judged by the index.
 fn classify(store: &Store, table: &Arc<TableRt>, block: &Block, id: BlockId, slot: u32) -> Slot {
     let medium = &store.medium;
     let heap = &table.heap;

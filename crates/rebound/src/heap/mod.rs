@@ -52,12 +52,14 @@
 //!   later transaction of the worker commits, so they never sit behind it.
 //! * A block's header is durable before the link to it (region head or the
 //!   previous block's `next`) is written.
-//! * A slot's obsolete bit is set only when a successor's slots are durable
-//!   (between the commit's two fences), so every acknowledged successor's
-//!   bit survives a crash. A bit whose successor's commit did not complete
-//!   is cleared again: by the rollback (before it unlocks the version) or,
-//!   after a crash, by `open` for the heads of the keys the undone tail
-//!   wrote. So a set bit on an unlocked version means it is dead.
+//! * A set obsolete bit means the slot is dead: it is set on a version
+//!   once its successor's commit is durable (and written back without a
+//!   fence: a crash can lose the last few, which only delays collection),
+//!   on an aborted slot when it becomes a hole, and on a tombstone whose
+//!   index entry was removed. Recovery clears the bits of every slot it
+//!   hands back to the region (an abort cut short can leave a hole's bit
+//!   without the hole) and of redone tombstone heads (a reaping lost in the
+//!   crash), so GC can trust a set bit on a version nobody writes over.
 
 mod space;
 pub mod tile;
@@ -656,8 +658,8 @@ impl TableHeap {
         full * self.def.slots_per_block as u64 + in_cursor
     }
 
-    /// Clears a slot's obsolete bit that a commit which did not complete
-    /// set; the caller fences.
+    /// Clears a slot's obsolete bit that a crash left without its cause;
+    /// the caller fences.
     pub fn clear_obsolete(&self, medium: &Medium, addr: Addr) {
         let Some(block) = self.block(addr) else {
             return;

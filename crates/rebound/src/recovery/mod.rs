@@ -79,8 +79,6 @@ struct ScanCounts {
     scanned: u64,
     committed: u64,
     undone: u64,
-    /// Keys of the undone versions that were intact.
-    undone_keys: Vec<Vec<u8>>,
 }
 
 /// Formats a zeroed medium of at least `DATA_START` bytes.
@@ -115,8 +113,6 @@ pub struct Recovered {
     pub durable: Option<Durable>,
     /// The checkpoint whose runs still have to be loaded into the indexes.
     pub cold: Option<Arc<CheckpointImage>>,
-    /// (table, key) of every intact version the undo removed.
-    pub undone_keys: Vec<(u32, Vec<u8>)>,
 }
 
 /// Recovers a store from a medium that holds a database.
@@ -160,11 +156,8 @@ pub fn recover(
 
     let results = recover_tables(&medium, defs, &lctt, base, instance)?;
     let mut extents = Vec::new();
-    let mut undone_keys = Vec::new();
     let tables = boxcar::Vec::new();
     for (table, counts, times) in results {
-        let id = table.heap.def.id;
-        undone_keys.extend(counts.undone_keys.into_iter().map(|k| (id, k)));
         for region in table.heap.regions.iter() {
             extents.extend(
                 region
@@ -203,7 +196,6 @@ pub fn recover(
         report,
         durable,
         cold,
-        undone_keys,
     })
 }
 
@@ -488,11 +480,6 @@ fn undo(
     // cut short can leave a hole's bit without the hole (or the slot).
     heap.clear_obsolete(medium, addr);
     if word != 0 {
-        // Its commit may have set the obsolete bit of the version it
-        // overwrote, which is the key's head again: `open` clears it.
-        if let Some(slot) = current.then(|| heap.decode_checked(medium, addr)).flatten() {
-            counts.undone_keys.push(slot.key);
-        }
         heap.clear_slot(medium, addr);
         counts.undone += current as u64;
     }

@@ -25,10 +25,9 @@
 //!    `end`, so no other transaction can read or overwrite a version whose
 //!    commit is not durable.
 //!
-//! The predecessors' obsolete bits are set between the two fences, so they
-//! are durable with the commit. A commit that fails clears them in its
-//! rollback, before unlocking the predecessors; after a crash, `open`
-//! clears them for the heads of the keys of the undone tail.
+//! The predecessors' obsolete bits are set in step 3 and written back
+//! without a fence of their own, so a set bit is always true; a crash can
+//! lose the last few, which only delays the collection of their blocks.
 //!
 //! Recovery treats a slot as committed iff its txn id ≤ LCTT[worker] (its
 //! region's worker). Within a worker, transactions run one at a time in ts
@@ -1073,16 +1072,6 @@ impl<'s> TxnState<'s> {
             heap.persist_slot(&store.medium, w.new);
         }
         store.medium.fence()?;
-        // The bits become durable with the LCTT entry. Set after the slots
-        // are durable, so a crash that keeps a bit of a commit that did not
-        // complete also keeps the slots that tell recovery whose bit it is.
-        for w in &set.writes {
-            if let Some(prev) = w.prev {
-                store.tables[w.table as usize]
-                    .heap
-                    .set_obsolete(&store.medium, prev);
-            }
-        }
         // A moved transaction's versions are all in its long region, whose
         // LCTT entry decides them.
         catalog::set_last_commit(&store.medium, set.region, self.ts);
@@ -1102,8 +1091,13 @@ impl<'s> TxnState<'s> {
             if heap.is_tombstone(&store.medium, w.new) {
                 deleted.push((w.table, w.new));
             }
-            if let Some(prev) = w.prev.and_then(|p| heap.header(p)) {
-                prev.end.store(self.ts, Release);
+            if let Some(prev) = w.prev {
+                if let Some(header) = heap.header(prev) {
+                    header.end.store(self.ts, Release);
+                }
+                // Written back without waiting: the next fence of this
+                // thread (or any later write-back) makes it durable.
+                heap.set_obsolete(&store.medium, prev);
             }
         }
         if !deleted.is_empty() {
@@ -1131,8 +1125,6 @@ impl<'s> TxnState<'s> {
             match w.prev {
                 Some(prev) => {
                     let _ = table.index.compare_and_set(&key, w.new.0, prev.0, self.ts);
-                    // A head's bit is clear; a failed commit may have set it.
-                    heap.clear_obsolete(&store.medium, prev);
                     if let Some(header) = heap.header(prev) {
                         header.end.store(0, Release);
                     }
