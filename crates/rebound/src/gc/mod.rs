@@ -40,9 +40,9 @@
 use crate::catalog::{self, GC_WORKER, MAX_TXN_ID};
 use crate::error::Result;
 use crate::heap::tile::{LOCKED, PENDING, REAPED};
-use crate::heap::{Addr, Block, HOLE_BIT, SLOTS_OFFSET, TXN_EMPTY};
+use crate::heap::{Addr, Block, HOLE_BIT, TXN_EMPTY};
 use crate::txn::{Store, TableRt, TxnState};
-use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -125,6 +125,14 @@ enum Emptied {
     Busy,
     /// A transaction older than GC's kept running: the round stops.
     OlderTransactionRuns,
+}
+
+/// A block being emptied, with what is read once for all its slots.
+#[derive(Clone, Copy)]
+struct Candidate<'b> {
+    id: BlockId,
+    block: &'b Block,
+    min_txn: u64,
 }
 
 /// How one slot stands.
@@ -282,9 +290,11 @@ fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied
     let Some(block) = table.heap.regions[id.region].get(id.seq as usize) else {
         return Ok(Emptied::Busy);
     };
+    let min_txn = table.heap.min_txn(&store.medium, block);
+    let candidate = Candidate { id, block, min_txn };
     let mut live = Vec::new();
     for slot in 0..table.heap.def.slots_per_block {
-        match classify(store, &table, block, id, slot) {
+        match classify(store, &table, &candidate, slot) {
             Slot::Dead => {}
             Slot::Busy => return Ok(Emptied::Busy),
             Slot::Live(addr) => live.push(addr),
@@ -301,7 +311,7 @@ fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied
             // someone else: the old version is dead now, or the block
             // waits (a pending write over it may still abort).
             if !txn.relocate(&table, addr)?
-                && !matches!(classify(store, &table, block, id, addr.slot()), Slot::Dead)
+                && !matches!(classify(store, &table, &candidate, addr.slot()), Slot::Dead)
             {
                 return Ok(Emptied::Busy);
             }
@@ -336,12 +346,10 @@ impl Drop for GcTxn<'_> {
 fn others_younger_than(store: &Store, ts: u64, patience: Duration) -> bool {
     let deadline = Instant::now() + patience;
     loop {
-        let older = store
-            .active
-            .iter()
-            .enumerate()
-            .any(|(w, a)| w != GC_WORKER && (1..ts).contains(&a.load(SeqCst)));
-        if !older {
+        if store
+            .oldest_running_except(GC_WORKER)
+            .is_none_or(|o| o >= ts)
+        {
             return true;
         }
         if Instant::now() >= deadline {
@@ -354,11 +362,12 @@ fn others_younger_than(store: &Store, ts: u64, patience: Duration) -> bool {
 /// A set obsolete bit means dead (heap invariants); it is read only on a
 /// version nobody is writing over (`end` unlocked and unchanged around the
 /// read), as a second line. Other versions are judged by the index.
-fn classify(store: &Store, table: &Arc<TableRt>, block: &Block, id: BlockId, slot: u32) -> Slot {
+fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u32) -> Slot {
+    let Candidate { id, block, min_txn } = *candidate;
     let medium = &store.medium;
     let heap = &table.heap;
-    let word = medium.load(block.offset() + SLOTS_OFFSET + slot as u64 * heap.def.slot_size as u64);
-    let min_txn = catalog::unpack_checked(medium.load(block.offset() + 40)).unwrap_or(MAX_TXN_ID);
+    let addr = Addr::new(id.region, id.seq, slot);
+    let word = heap.slot_txn(medium, addr);
     if word == TXN_EMPTY || word & HOLE_BIT != 0 || (word & MAX_TXN_ID) < min_txn {
         return Slot::Dead;
     }
@@ -379,7 +388,6 @@ fn classify(store: &Store, table: &Arc<TableRt>, block: &Block, id: BlockId, slo
             false => Slot::Busy,
         };
     }
-    let addr = Addr::new(id.region, id.seq, slot);
     let key = heap.read_key(medium, addr);
     let Some(head) = table.index.get(&key) else {
         return Slot::Dead;

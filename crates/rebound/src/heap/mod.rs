@@ -664,8 +664,7 @@ impl TableHeap {
         let Some(block) = self.block(addr) else {
             return;
         };
-        let word = block.offset() + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
-        let bit = 1 << (addr.slot() % 64);
+        let (word, bit) = bitmap_bit(block, addr.slot());
         if medium.fetch_and_not(word, bit) & bit != 0 {
             medium.persist(word, 8);
         }
@@ -673,8 +672,14 @@ impl TableHeap {
 
     /// Whether a slot's obsolete bit is set.
     pub fn is_obsolete(&self, medium: &Medium, block: &Block, slot: u32) -> bool {
-        let word = block.offset() + BITMAP_OFFSET + (slot as u64 / 64) * 8;
-        medium.load(word) & (1 << (slot % 64)) != 0
+        let (word, bit) = bitmap_bit(block, slot);
+        medium.load(word) & bit != 0
+    }
+
+    /// The id of the first transaction that wrote into a block; slots
+    /// below it are left over from earlier use of the space.
+    pub fn min_txn(&self, medium: &Medium, block: &Block) -> u64 {
+        catalog::unpack_checked(medium.load(block.offset() + 40)).unwrap_or(catalog::MAX_TXN_ID)
     }
 
     /// Slots of a block whose obsolete bit is set.
@@ -694,13 +699,19 @@ impl TableHeap {
         let Some(block) = self.block(addr) else {
             return;
         };
-        let word = block.offset() + BITMAP_OFFSET + (addr.slot() as u64 / 64) * 8;
-        let bit = 1 << (addr.slot() % 64);
+        let (word, bit) = bitmap_bit(block, addr.slot());
         if medium.load(word) & bit == 0 {
             medium.fetch_or(word, bit);
             medium.persist(word, 8);
         }
     }
+}
+
+/// The medium offset of the bitmap word holding a slot's obsolete bit,
+/// and the bit.
+fn bitmap_bit(block: &Block, slot: u32) -> (u64, u64) {
+    let word = block.offset() + BITMAP_OFFSET + (slot as u64 / 64) * 8;
+    (word, 1 << (slot % 64))
 }
 
 /// The first word and header of the slot at `at`: (txn, crc, key len,

@@ -227,9 +227,16 @@ impl Store {
     /// when none runs. A transaction that started before the clock read
     /// `t` announced at most `t`.
     pub fn oldest_running(&self) -> Option<u64> {
+        self.oldest_running_except(usize::MAX)
+    }
+
+    /// Like `oldest_running`, ignoring worker `except`'s transaction.
+    pub fn oldest_running_except(&self, except: usize) -> Option<u64> {
         self.active
             .iter()
-            .map(|a| a.load(SeqCst))
+            .enumerate()
+            .filter(|&(worker, _)| worker != except)
+            .map(|(_, a)| a.load(SeqCst))
             .filter(|&ts| ts != 0)
             .min()
     }
@@ -834,6 +841,26 @@ impl<'s> TxnState<'s> {
             header.end.store(0, Release);
             return answer.map(Some);
         }
+        // Nobody can repoint a head we hold locked; fail safe if it happens.
+        match self.append_successor(table, key, value, (head, header), 0, set)? {
+            true => Ok(Some(existed)),
+            false => Err(Error::Conflict),
+        }
+    }
+
+    /// Writes a new version over `head` (with its header), which this
+    /// transaction holds locked, and points the index at it. False (with the lock released
+    /// and the slot made a hole) if the index no longer had `head`.
+    /// `read` is the read mark the new version starts with.
+    fn append_successor(
+        &mut self,
+        table: &TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+        (head, header): (Addr, &VersionHeader),
+        read: u64,
+        set: &mut WriteSet,
+    ) -> Result<bool> {
         let new = match self.append(table, key, value, set.region) {
             Ok(new) => new,
             Err(e) => {
@@ -842,6 +869,7 @@ impl<'s> TxnState<'s> {
             }
         };
         let new_header = self.version(table, new)?;
+        new_header.read.store(read, Release);
         new_header.prev.store(head.0 + 1, Release);
         new_header.begin.store(PENDING | self.ts, Release);
         if table
@@ -849,17 +877,16 @@ impl<'s> TxnState<'s> {
             .compare_and_set(key, head.0, new.0, self.ts)
             .is_err()
         {
-            // Nobody can repoint a head we hold locked; fail safe if it happens.
             header.end.store(0, Release);
             self.discard(table, new)?;
-            return Err(Error::Conflict);
+            return Ok(false);
         }
         set.writes.push(Write {
             table: table.heap.def.id,
             new,
             prev: Some(head),
         });
-        Ok(Some(existed))
+        Ok(true)
     }
 
     /// What a write must answer instead of writing, given whether the key exists.

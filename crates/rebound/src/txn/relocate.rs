@@ -12,7 +12,7 @@ use super::{TableRt, TxnState};
 use crate::error::Result;
 use crate::heap::tile::{LOCKED, PENDING};
 use crate::heap::Addr;
-use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
+use std::sync::atomic::Ordering::{Acquire, SeqCst};
 
 impl TxnState<'_> {
     /// Copies `head`, the index head of its key, into this transaction's
@@ -43,35 +43,11 @@ impl TxnState<'_> {
             return Ok(false);
         }
         let value = (!slot.tombstone).then_some(slot.value.as_slice());
-        let new = match self.append(table, &slot.key, value, set.region) {
-            Ok(new) => new,
-            Err(e) => {
-                header.end.store(0, Release);
-                return Err(e);
-            }
-        };
-        let new_header = self.version(table, new)?;
         // Younger readers of the original read this very content, so the
         // copy may sit below them in the serial order; their marks move
         // with it. Marks made after our lock cannot exist: such readers
         // wait for us and then read the copy.
-        new_header.read.store(header.read.load(SeqCst), Release);
-        new_header.prev.store(head.0 + 1, Release);
-        new_header.begin.store(PENDING | self.ts, Release);
-        if table
-            .index
-            .compare_and_set(&slot.key, head.0, new.0, self.ts)
-            .is_err()
-        {
-            header.end.store(0, Release);
-            self.discard(table, new)?;
-            return Ok(false);
-        }
-        set.writes.push(super::Write {
-            table: table.heap.def.id,
-            new,
-            prev: Some(head),
-        });
-        Ok(true)
+        let read = header.read.load(SeqCst);
+        self.append_successor(table, &slot.key, value, (head, header), read, &mut set)
     }
 }
