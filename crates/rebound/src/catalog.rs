@@ -47,7 +47,9 @@
 //!
 //! Table descriptor `t` (at 12288 + 2048·t):
 //! ```text
-//! 0     u64   state: 0 = free, 1 = created (written last, after the rest is durable)
+//! 0     u64   state: 0 = free, `TABLE_CREATED` = created (written last,
+//!             after the rest is durable); any other value is damage (the
+//!             two differ in many bits, so no flip turns one into the other)
 //! 8     u32   crc32c of bytes 16..128
 //! 12    u32   table id (= t)
 //! 16    u32   max key length     20  u32  max value length
@@ -56,18 +58,28 @@
 //! 40    [u8; 64] name (UTF-8, zero padded)
 //! 104   24 bytes reserved
 //! 1024  [u64; MAX_WORKERS] region heads: medium offset of each region's
-//!       first block, 0 = no block yet (set once, crash-atomically)
+//!       first block packed with a check byte (`pack`), 0 = no block yet;
+//!       written with one crash-atomic store (GC rewrites it when it
+//!       unlinks the first block)
 //! ```
 //!
-//! Invariants: a descriptor whose state is 1 has a valid checksum (else the
-//! file is corrupt); its name is unique; a region head is 0 or the offset of
-//! a block whose header names this table and region.
+//! Invariants: a descriptor whose state is `TABLE_CREATED` has a valid
+//! checksum and limits this build accepts (else the file is corrupt); its
+//! name is unique; a region head is 0 or the packed offset of a block
+//! whose header names this table and region.
+//!
+//! Every word outside a checksum that decides something (lease, root, GC
+//! mark, LCTT entries, region heads, table states) either carries a check
+//! byte or takes one of two values far apart, so one flipped bit is
+//! reported as `Corrupt` and never read as another valid value.
 
 use crate::error::{Error, Result};
 use crate::medium::Medium;
 
 pub const MAGIC: [u8; 8] = *b"REBOUND\0";
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// State word of a created table descriptor ("TABLE\0" + 0x5AA5).
+pub const TABLE_CREATED: u64 = u64::from_le_bytes(*b"TABLE\0\xA5\x5A");
 /// Regions per table (and LCTT entries): sessions, GC, long transactions.
 pub const MAX_WORKERS: usize = 128;
 /// Workers `0..MAX_SESSIONS` belong to sessions.
@@ -256,7 +268,7 @@ pub fn create_table(medium: &Medium, def: &TableDef) -> Result<()> {
     medium.zero(at, DESCRIPTOR_SIZE);
     medium.write_bytes(at, &body);
     medium.persist_now(at, DESCRIPTOR_SIZE)?;
-    medium.store(at, 1);
+    medium.store(at, TABLE_CREATED);
     medium.persist_now(at, 8)
 }
 
@@ -267,7 +279,7 @@ pub fn read_tables(medium: &Medium) -> Result<Vec<TableDef>> {
         let at = descriptor(id);
         match medium.load(at) {
             0 => continue,
-            1 => tables.push(read_descriptor(medium, id)?),
+            TABLE_CREATED => tables.push(read_descriptor(medium, id)?),
             other => {
                 return Err(Error::Corrupt(format!(
                     "table descriptor {id} has state {other}"
@@ -308,8 +320,12 @@ fn region_head_at(table: u32, worker: usize) -> u64 {
 }
 
 /// Offset of the first block of a region, 0 if it has none.
-pub fn region_head(medium: &Medium, table: u32, worker: usize) -> u64 {
-    medium.load(region_head_at(table, worker))
+pub fn region_head(medium: &Medium, table: u32, worker: usize) -> Result<u64> {
+    unpack_checked(medium.load(region_head_at(table, worker))).ok_or_else(|| {
+        Error::Corrupt(format!(
+            "region head of table {table} worker {worker} fails its check"
+        ))
+    })
 }
 
 /// The long-transaction region (and LCTT entry) of a session's worker.
@@ -335,13 +351,17 @@ pub fn set_gc_freed(medium: &Medium) -> Result<()> {
 }
 
 /// Whether GC ever freed a block of this database.
-pub fn gc_freed(medium: &Medium) -> bool {
-    medium.load(GC_FREED_OFFSET) != 0
+pub fn gc_freed(medium: &Medium) -> Result<bool> {
+    match unpack_checked(medium.load(GC_FREED_OFFSET)) {
+        Some(0) => Ok(false),
+        Some(1) => Ok(true),
+        _ => Err(Error::Corrupt("GC mark fails its check".into())),
+    }
 }
 
 /// Links a region's first block; the caller fences before relying on it.
 pub fn set_region_head(medium: &Medium, table: u32, worker: usize, block: u64) {
-    medium.store(region_head_at(table, worker), block);
+    medium.store(region_head_at(table, worker), pack(block));
     medium.persist(region_head_at(table, worker), 8);
 }
 

@@ -25,7 +25,7 @@ const _: () = assert!(crate::heap::MAX_KEY_BYTES == MAX_KEY_LEN);
 /// Name of the data file inside a database directory.
 pub const DATA_FILE: &str = "rebound.db";
 /// Largest value a table may be defined to hold.
-pub const MAX_VALUE_LEN: u32 = 1 << 20;
+pub const MAX_VALUE_LEN: u32 = crate::heap::MAX_VALUE_BYTES;
 
 /// How commits are made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -138,6 +138,22 @@ pub struct Stats {
     /// Transactions that ran past `long_transaction_after` and moved their
     /// versions to a long-transaction region.
     pub long_transactions: u64,
+    /// Background GC rounds that failed (the error is in `last_error`).
+    pub gc_failures: u64,
+    /// Background checkpoints that failed.
+    pub checkpoint_failures: u64,
+    /// The most recent background failure, if any.
+    pub last_error: Option<String>,
+    /// Why the database is poisoned (a background thread panicked), if it is.
+    pub poisoned: Option<String>,
+}
+
+/// Failures of background work, which has no caller to return them to.
+#[derive(Default)]
+struct BackgroundFailures {
+    gc: u64,
+    checkpoint: u64,
+    last_error: Option<String>,
 }
 
 /// Storage of one table. Versions are fixed-size slots; an obsolete version
@@ -230,6 +246,11 @@ struct DbInner {
     sessions: Mutex<Vec<bool>>,
     create_lock: Mutex<()>,
     closed: AtomicBool,
+    /// Set when a background thread panicked: every later call fails.
+    poisoned: Mutex<Option<String>>,
+    failures: Mutex<BackgroundFailures>,
+    /// Test hook: the background thread panics at its next tick.
+    panic_requested: AtomicBool,
     report: RecoveryReport,
     durability: Durability,
     _lock: Option<File>,
@@ -287,6 +308,9 @@ impl Database {
             sessions: Mutex::new(vec![false; MAX_SESSIONS]),
             create_lock: Mutex::new(()),
             closed: AtomicBool::new(false),
+            poisoned: Mutex::new(None),
+            failures: Mutex::new(BackgroundFailures::default()),
+            panic_requested: AtomicBool::new(false),
             report,
             durability: options.durability,
             _lock: lock,
@@ -318,7 +342,14 @@ impl Database {
         let inner = self.inner.clone();
         let handle = std::thread::Builder::new()
             .name("rebound-index-load".into())
-            .spawn(move || inner.finish_index_load())
+            .spawn(move || {
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    inner.finish_index_load()
+                }));
+                if let Err(panic) = outcome {
+                    inner.poison("rebound-index-load", panic.as_ref());
+                }
+            })
             .expect("spawn the index loader");
         *self.inner.loader.lock() = Some(handle);
     }
@@ -437,7 +468,12 @@ impl Database {
         let store = &self.inner.store;
         let (commits, conflicts) = store.outcomes();
         let gc = self.inner.collector.lock().stats();
+        let failures = self.inner.failures.lock();
         Stats {
+            gc_failures: failures.gc,
+            checkpoint_failures: failures.checkpoint,
+            last_error: failures.last_error.clone(),
+            poisoned: self.inner.poisoned.lock().clone(),
             commits,
             conflicts,
             versions_written: store.versions_written(),
@@ -493,10 +529,20 @@ impl Database {
     }
 
     fn check_open(&self) -> Result<()> {
+        if let Some(why) = self.inner.poisoned.lock().as_ref() {
+            return Err(Error::Poisoned(why.clone()));
+        }
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
         Ok(())
+    }
+
+    /// Test hook: makes the background thread panic at its next tick, to
+    /// check that the database then refuses work with `Error::Poisoned`.
+    #[doc(hidden)]
+    pub fn inject_background_panic(&self) {
+        self.inner.panic_requested.store(true, Ordering::Release);
     }
 }
 
@@ -510,8 +556,8 @@ impl Session {
     /// Starts a transaction; one at a time per session.
     pub fn begin(&mut self) -> Transaction<'_> {
         let mut state = TxnState::begin(&self.db.inner.store, self.worker);
-        if self.db.check_open().is_err() {
-            state.poison(Error::Closed);
+        if let Err(e) = self.db.check_open() {
+            state.poison(e);
         }
         Transaction { state }
     }
@@ -739,6 +785,12 @@ fn prepare_directory(dir: &Path, create: bool) -> Result<PathBuf> {
         std::fs::create_dir_all(dir)?;
     }
     let file_path = dir.join(DATA_FILE);
+    if file_path.exists() && !file_path.is_file() {
+        return Err(Error::NotADatabase(format!(
+            "{} is not a regular file",
+            file_path.display()
+        )));
+    }
     let _ = std::fs::remove_file(dir.join(format!("{DATA_FILE}.creating")));
     if !file_path.exists() && std::fs::read_dir(dir)?.next().is_some() {
         return Err(Error::NotADatabase(format!(
@@ -750,6 +802,29 @@ fn prepare_directory(dir: &Path, create: bool) -> Result<PathBuf> {
 }
 
 impl DbInner {
+    /// Records a panic of a background thread; from now on the database
+    /// refuses work. What was acknowledged is durable already.
+    fn poison(&self, thread: &str, panic: &(dyn std::any::Any + Send)) {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        self.poisoned
+            .lock()
+            .get_or_insert(format!("{thread} panicked: {message}"));
+    }
+
+    /// Records a failure of background work that has nobody to report to.
+    fn note_failure(&self, what: &str, error: &Error) {
+        let mut failures = self.failures.lock();
+        match what {
+            "GC" => failures.gc += 1,
+            _ => failures.checkpoint += 1,
+        }
+        failures.last_error = Some(format!("{what}: {error}"));
+    }
+
     /// Loads what is left of the checkpoint runs; concurrent callers wait
     /// for the one that loads.
     fn finish_index_load(&self) {
@@ -816,7 +891,7 @@ impl DbInner {
             true => Duration::ZERO,
             false => Duration::from_millis(2),
         };
-        collector.relocate(&self.store, &self.gc, min_candidates, patience);
+        collector.relocate(&self.store, &self.gc, min_candidates, patience)?;
         if collector.wants_checkpoint(&self.gc, now) {
             if self.durability != Durability::None {
                 self.checkpoint_with(&mut checkpointer)?;
@@ -858,12 +933,18 @@ impl Background {
         let thread = std::thread::Builder::new()
             .name("rebound-background".into())
             .spawn(move || {
-                background_loop(
-                    weak,
-                    stop,
-                    checkpoints.then_some((interval, volume)),
-                    long_after,
-                )
+                let watched = weak.clone();
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    background_loop(
+                        weak,
+                        stop,
+                        checkpoints.then_some((interval, volume)),
+                        long_after,
+                    )
+                }));
+                if let (Err(panic), Some(inner)) = (outcome, watched.upgrade()) {
+                    inner.poison("rebound-background", panic.as_ref());
+                }
             })
             .expect("spawn the checkpoint thread");
         Background {
@@ -909,6 +990,9 @@ fn background_loop(
             }
         }
         let Some(inner) = db.upgrade() else { return };
+        if inner.panic_requested.swap(false, Ordering::AcqRel) {
+            panic!("injected background panic");
+        }
         inner.store.reap_deleted();
         clock_history.push_back((Instant::now(), inner.store.clock.peek()));
         while clock_history.len() > 1 && clock_history[1].0.elapsed() >= long_after {
@@ -923,7 +1007,9 @@ fn background_loop(
             }
         }
         if inner.gc.enabled {
-            let _ = inner.gc_round(inner.gc.batch_blocks.max(1), false);
+            if let Err(e) = inner.gc_round(inner.gc.batch_blocks.max(1), false) {
+                inner.note_failure("GC", &e);
+            }
         }
         let Some((interval, volume)) = trigger else {
             continue;
@@ -933,7 +1019,9 @@ fn background_loop(
         let due = written - last_versions >= volume
             || (written > last_versions && last_time.elapsed() >= interval);
         if due {
-            let _ = inner.take_checkpoint();
+            if let Err(e) = inner.take_checkpoint() {
+                inner.note_failure("checkpoint", &e);
+            }
         }
     }
 }

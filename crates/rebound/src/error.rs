@@ -46,6 +46,10 @@ pub enum Error {
     OutOfSpace(String),
     #[error("database is closed")]
     Closed,
+    /// A background thread of the engine panicked; the database refuses
+    /// further work until it is reopened (nothing acknowledged is lost).
+    #[error("database is poisoned by a failed background thread: {0}; reopen it")]
+    Poisoned(String),
     #[error("invalid option: {0}")]
     InvalidOption(String),
     #[error("I/O error: {0}")]

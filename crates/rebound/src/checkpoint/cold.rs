@@ -27,8 +27,11 @@ impl ColdRun {
 }
 
 impl ColdEntries for ColdRun {
-    fn find(&self, medium: &Medium, key: &[u8]) -> Option<u64> {
-        self.image.table(self.table)?.find(medium, key)
+    fn find(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
+        match self.image.table(self.table) {
+            Some(section) => section.find(medium, key),
+            None => Ok(None),
+        }
     }
 
     fn range(
@@ -37,34 +40,11 @@ impl ColdEntries for ColdRun {
         lower: Bound<&[u8]>,
         upper: Bound<&[u8]>,
         limit: usize,
-    ) -> Vec<(Vec<u8>, u64)> {
-        let Some(section) = self.image.table(self.table) else {
-            return Vec::new();
-        };
-        let from = match lower {
-            Bound::Included(k) | Bound::Excluded(k) => k,
-            Bound::Unbounded => &[],
-        };
-        let mut reader = section.reader_from(medium, from);
-        let mut out = Vec::new();
-        while out.len() < limit {
-            let Some((key, addr)) = reader.next_entry(medium) else {
-                break;
-            };
-            if matches!(lower, Bound::Excluded(k) if key == k) {
-                continue;
-            }
-            let inside = match upper {
-                Bound::Included(u) => key <= u,
-                Bound::Excluded(u) => key < u,
-                Bound::Unbounded => true,
-            };
-            if !inside {
-                break;
-            }
-            out.push((key.to_vec(), addr));
+    ) -> Result<Vec<(Vec<u8>, u64)>> {
+        match self.image.table(self.table) {
+            Some(section) => section.range(medium, lower, upper, limit),
+            None => Ok(Vec::new()),
         }
-        out
     }
 }
 
@@ -103,9 +83,10 @@ pub fn load_cold(
             .collect();
         handles
             .into_iter()
+            // A panic is a bug, never a verdict on the file: raise it.
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(Error::Corrupt("index loader failed".into())))
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })
             .collect()
     });

@@ -3,21 +3,33 @@
 //! Images are read from the medium on demand: opening one reads only its
 //! header, table headers, block lists and fence arrays (about 1/64 of the
 //! entries), so a lookup can binary-search a run right after a restart
-//! without first copying or checksumming the whole image; the body checksum
-//! is verified by whoever reads the image sequentially.
+//! without first copying or checksumming the whole image.
+//!
+//! Nothing is used before a checksum vouches for it: the header has its
+//! own; each section's head, block lists and fences have one (verified at
+//! open, before recovery registers a block); each group of `FENCE_EVERY`
+//! entries has one in its fence (verified by every on-demand lookup and
+//! range read before it trusts an entry); the body checksum is verified by
+//! whoever reads the image sequentially.
 
 use crate::catalog::MAX_WORKERS;
 use crate::error::{Error, Result};
 use crate::medium::Medium;
 use crate::txn::TableRt;
-use std::cmp::Ordering;
+use std::ops::Bound;
 
-const MAGIC: [u8; 8] = *b"RBCKPT03";
+const MAGIC: [u8; 8] = *b"RBCKPT04";
 const HEADER: u64 = 64;
 /// Every `FENCE_EVERY`-th entry's offset is recorded for binary search.
 pub const FENCE_EVERY: u64 = 64;
 /// Bytes read at a time when a run is read sequentially.
 const CHUNK: usize = 1 << 18;
+/// Bytes of a section head: table id, meta checksum, entry count, entry
+/// bytes, then one block count per region.
+const SECTION_HEAD: u64 = 24 + 8 * MAX_WORKERS as u64;
+/// Bytes per fence: u64 offset of the group's first entry, u32 crc32c of
+/// the group's entries, u32 reserved.
+const FENCE_BYTES: u64 = 16;
 
 /// Builds an image in DRAM.
 pub struct Builder {
@@ -81,10 +93,16 @@ impl Builder {
         self.bytes[32..36].copy_from_slice(&self.tables.to_le_bytes());
         let body_crc = crc32c::crc32c(&self.bytes[HEADER as usize..]);
         self.bytes[36..40].copy_from_slice(&body_crc.to_le_bytes());
-        let header_crc = crc32c::crc32c(&self.bytes[0..40]);
+        let header_crc = header_crc(&self.bytes[..HEADER as usize]);
         self.bytes[40..44].copy_from_slice(&header_crc.to_le_bytes());
         self.bytes
     }
+}
+
+/// crc32c of the 64-byte header with its checksum field (40..44) left out.
+fn header_crc(header: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(header.get(0..40).unwrap_or_default());
+    crc32c::crc32c_append(crc, header.get(44..64).unwrap_or_default())
 }
 
 /// Appends one table's entries to an image under construction.
@@ -142,15 +160,27 @@ impl RunWriter<'_> {
         self.count += 1;
     }
 
-    /// Completes the section header and appends the fences.
+    /// Completes the section header, appends the fences with their
+    /// groups' checksums, and seals head, lists and fences with the
+    /// section's meta checksum.
     pub fn finish(self) {
         let entry_bytes = (self.bytes.len() - self.entries_at) as u64;
         let at = self.header_at;
         self.bytes[at + 8..at + 16].copy_from_slice(&self.count.to_le_bytes());
         self.bytes[at + 16..at + 24].copy_from_slice(&entry_bytes.to_le_bytes());
-        for fence in &self.fences {
+        let fences_at = self.bytes.len();
+        for (i, &fence) in self.fences.iter().enumerate() {
+            let end = self.fences.get(i + 1).copied().unwrap_or(entry_bytes);
+            let group =
+                &self.bytes[self.entries_at + fence as usize..self.entries_at + end as usize];
+            let crc = crc32c::crc32c(group);
             self.bytes.extend_from_slice(&fence.to_le_bytes());
+            self.bytes.extend_from_slice(&crc.to_le_bytes());
+            self.bytes.extend_from_slice(&[0; 4]);
         }
+        let meta = crc32c::crc32c(&self.bytes[at..self.entries_at]);
+        let meta = crc32c::crc32c_append(meta, &self.bytes[fences_at..]);
+        self.bytes[at + 4..at + 8].copy_from_slice(&meta.to_le_bytes());
     }
 }
 
@@ -175,8 +205,9 @@ pub struct TableSection {
     /// Medium offset and length of the entries.
     entries_at: u64,
     entries_len: u64,
-    /// Offsets (relative to `entries_at`) of every FENCE_EVERY-th entry.
-    fences: Vec<u64>,
+    /// Offsets (relative to `entries_at`) of every FENCE_EVERY-th entry,
+    /// with the crc32c of the group of entries it starts.
+    fences: Vec<(u64, u32)>,
 }
 
 fn corrupt(why: &str) -> Error {
@@ -191,7 +222,7 @@ impl CheckpointImage {
         }
         let mut header = [0u8; HEADER as usize];
         medium.read_bytes(offset, &mut header);
-        if header[0..8] != MAGIC || crc32c::crc32c(&header[0..40]) != u32_at(&header, 40) {
+        if header[0..8] != MAGIC || header_crc(&header) != u32_at(&header, 40) {
             return Err(corrupt("bad header"));
         }
         let len = u64_at(&header, 24);
@@ -238,54 +269,85 @@ fn read_sections(medium: &Medium, offset: u64, len: u64, count: u32) -> Result<V
     let mut at = offset + HEADER;
     let mut sections = Vec::new();
     for _ in 0..count {
-        let fixed = 24 + 8 * MAX_WORKERS as u64;
-        if at + fixed > end {
-            return Err(corrupt("truncated table section"));
-        }
-        let mut head = vec![0u8; fixed as usize];
-        medium.read_at(at, &mut head);
-        let entry_count = u64_at(&head, 8);
-        let entries_len = u64_at(&head, 16);
-        let counts: Vec<u64> = (0..MAX_WORKERS)
-            .map(|w| u64_at(&head, 24 + 8 * w))
-            .collect();
-        let blocks = counts
-            .iter()
-            .try_fold(0u64, |a, &c| a.checked_add(c))
-            .filter(|&b| b <= len / 16)
-            .ok_or_else(|| corrupt("block counts"))?;
-        let lists_at = at + fixed;
-        let entries_at = lists_at + 16 * blocks;
-        let fence_count = entry_count.div_ceil(FENCE_EVERY);
-        let fences_at = entries_at
-            .checked_add(entries_len)
-            .filter(|&f| f <= end)
-            .ok_or_else(|| corrupt("entries beyond the image"))?;
-        let section_end = fences_at
-            .checked_add(fence_count.saturating_mul(8))
-            .filter(|&e| e <= end)
-            .ok_or_else(|| corrupt("fences beyond the image"))?;
-        let block_lists = read_lists(medium, lists_at, &counts)?;
-        let fences = read_words(medium, fences_at, fence_count as usize);
-        if fences.windows(2).any(|w| w[0] >= w[1])
-            || fences.last().is_some_and(|&f| f >= entries_len)
-        {
-            return Err(corrupt("fences out of order"));
-        }
-        sections.push(TableSection {
-            table: u32_at(&head, 0),
-            entry_count,
-            block_lists,
-            entries_at,
-            entries_len,
-            fences,
-        });
+        let (section, section_end) = read_section(medium, at, end)?;
+        sections.push(section);
         at = section_end;
     }
     if at != end {
         return Err(corrupt("trailing bytes"));
     }
     Ok(sections)
+}
+
+/// Reads and verifies the section at `at` (the image ends at `end`);
+/// returns it and where the next one starts. Sizes read from the head
+/// are checked against the (verified) image length, and the head, lists
+/// and fences against the meta checksum, before anything is allocated
+/// for or parsed from them.
+fn read_section(medium: &Medium, at: u64, end: u64) -> Result<(TableSection, u64)> {
+    if at + SECTION_HEAD > end {
+        return Err(corrupt("truncated table section"));
+    }
+    let mut head = vec![0u8; SECTION_HEAD as usize];
+    medium.read_at(at, &mut head);
+    let entry_count = u64_at(&head, 8);
+    let entries_len = u64_at(&head, 16);
+    let counts: Vec<u64> = (0..MAX_WORKERS)
+        .map(|w| u64_at(&head, 24 + 8 * w))
+        .collect();
+    let space = end - at;
+    let blocks = counts
+        .iter()
+        .try_fold(0u64, |a, &c| a.checked_add(c))
+        .filter(|&b| b <= space / 16)
+        .ok_or_else(|| corrupt("block counts"))?;
+    let lists_at = at + SECTION_HEAD;
+    let entries_at = lists_at + 16 * blocks;
+    let fence_count = entry_count.div_ceil(FENCE_EVERY);
+    let fences_at = entries_at
+        .checked_add(entries_len)
+        .filter(|&f| f <= end)
+        .ok_or_else(|| corrupt("entries beyond the image"))?;
+    let section_end = fence_count
+        .checked_mul(FENCE_BYTES)
+        .and_then(|b| fences_at.checked_add(b))
+        .filter(|&e| e <= end)
+        .ok_or_else(|| corrupt("fences beyond the image"))?;
+    let stored = u32_at(&head, 4);
+    head[4..8].fill(0);
+    let crc = crc32c::crc32c(&head);
+    let crc = crc_of_range(medium, lists_at, 16 * blocks, crc);
+    let crc = crc_of_range(medium, fences_at, section_end - fences_at, crc);
+    if crc != stored {
+        return Err(corrupt(
+            "section head, block lists or fences fail their checksum",
+        ));
+    }
+    let block_lists = read_lists(medium, lists_at, &counts)?;
+    let fences = read_fences(medium, fences_at, fence_count, entries_len)?;
+    let section = TableSection {
+        table: u32_at(&head, 0),
+        entry_count,
+        block_lists,
+        entries_at,
+        entries_len,
+        fences,
+    };
+    Ok((section, section_end))
+}
+
+/// Continues `crc` over `len` medium bytes from `at`, a chunk at a time.
+fn crc_of_range(medium: &Medium, mut at: u64, len: u64, mut crc: u32) -> u32 {
+    let mut buf = vec![0u8; (len as usize).min(CHUNK)];
+    let end = at + len;
+    while at < end {
+        let n = ((end - at) as usize).min(CHUNK);
+        let chunk = &mut buf[..n];
+        medium.read_at(at, chunk);
+        crc = crc32c::crc32c_append(crc, chunk);
+        at += n as u64;
+    }
+    crc
 }
 
 /// Reads the (seq, offset) block lists; sequence numbers must ascend.
@@ -306,19 +368,32 @@ fn read_lists(medium: &Medium, mut at: u64, counts: &[u64]) -> Result<Vec<Vec<(u
         .collect()
 }
 
+/// Reads the fences: offsets start at 0 and ascend inside the entries.
+fn read_fences(medium: &Medium, at: u64, count: u64, entries_len: u64) -> Result<Vec<(u64, u32)>> {
+    let words = read_words(medium, at, 2 * count as usize);
+    let fences: Vec<(u64, u32)> = words.chunks_exact(2).map(|p| (p[0], p[1] as u32)).collect();
+    let ordered = fences.windows(2).all(|w| w[0].0 < w[1].0)
+        && fences.first().is_none_or(|f| f.0 == 0)
+        && fences.last().is_none_or(|f| f.0 < entries_len);
+    match ordered {
+        true => Ok(fences),
+        false => Err(corrupt("fences out of order")),
+    }
+}
+
 fn read_words(medium: &Medium, at: u64, count: usize) -> Vec<u64> {
     let mut bytes = vec![0u8; count * 8];
     medium.read_at(at, &mut bytes);
     bytes
         .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
         .collect()
 }
 
 impl TableSection {
-    /// The entry at `rel`: key, address and the offset of the next entry;
-    /// `None` if it does not fit the run (damaged image).
-    fn entry_at(&self, medium: &Medium, rel: u64) -> Option<(Vec<u8>, u64, u64)> {
+    /// The key of the entry at `rel`, unverified: only steers the search
+    /// for a group, whose checksum is verified before any answer.
+    fn key_at(&self, medium: &Medium, rel: u64) -> Option<Vec<u8>> {
         if rel + 2 > self.entries_len {
             return None;
         }
@@ -328,56 +403,132 @@ impl TableSection {
         if rel + 10 + key_len > self.entries_len {
             return None;
         }
-        let mut rest = vec![0u8; key_len as usize + 8];
-        medium.read_at(self.entries_at + rel + 2, &mut rest);
-        let addr = u64::from_le_bytes(rest[key_len as usize..].try_into().unwrap());
-        rest.truncate(key_len as usize);
-        Some((rest, addr, rel + 10 + key_len))
+        let mut key = vec![0u8; key_len as usize];
+        medium.read_at(self.entries_at + rel + 2, &mut key);
+        Some(key)
     }
 
-    /// Index of the last fence whose key is ≤ `key` (0 if none is).
-    fn fence_for(&self, medium: &Medium, key: &[u8]) -> usize {
+    /// Index of the last group whose first key is ≤ `key` (0 if none is).
+    fn group_for(&self, medium: &Medium, key: &[u8]) -> usize {
         let (mut lo, mut hi) = (0usize, self.fences.len());
         while lo + 1 < hi {
             let mid = (lo + hi) / 2;
-            match self.entry_at(medium, self.fences[mid]) {
-                Some((k, _, _)) if k.as_slice() <= key => lo = mid,
+            match self.key_at(medium, self.fences[mid].0) {
+                Some(k) if k.as_slice() <= key => lo = mid,
                 _ => hi = mid,
             }
         }
         lo
     }
 
-    /// The address recorded for `key`, if any.
-    pub fn find(&self, medium: &Medium, key: &[u8]) -> Option<u64> {
-        let fence = self.fence_for(medium, key);
-        let mut rel = *self.fences.get(fence)?;
-        for _ in 0..FENCE_EVERY {
-            let (k, addr, next) = self.entry_at(medium, rel)?;
-            match k.as_slice().cmp(key) {
-                Ordering::Equal => return Some(addr),
-                Ordering::Greater => return None,
-                Ordering::Less => rel = next,
+    /// The entries of group `g`, verified against its checksum; `None`
+    /// past the last group.
+    fn group(&self, medium: &Medium, g: usize) -> Result<Option<Vec<(Vec<u8>, u64)>>> {
+        let Some(&(start, crc)) = self.fences.get(g) else {
+            return Ok(None);
+        };
+        let end = self.fences.get(g + 1).map_or(self.entries_len, |f| f.0);
+        let mut bytes = vec![0u8; (end - start) as usize];
+        medium.read_at(self.entries_at + start, &mut bytes);
+        if crc32c::crc32c(&bytes) != crc {
+            return Err(corrupt("a group of run entries fails its checksum"));
+        }
+        parse_entries(&bytes).map(Some)
+    }
+
+    /// The address recorded for `key`, if any. Errors if the run is
+    /// damaged where the answer comes from.
+    pub fn find(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
+        let g = self.group_for(medium, key);
+        let Some(entries) = self.group(medium, g)? else {
+            return Ok(None);
+        };
+        if let Some((_, addr)) = entries.iter().find(|(k, _)| k.as_slice() == key) {
+            return Ok(Some(*addr));
+        }
+        // Absent only if the verified neighbours bracket the key: a
+        // damaged fence key may have steered the search wrong.
+        let after_first = entries.first().is_some_and(|(k, _)| k.as_slice() < key);
+        let before_next = match self.group(medium, g + 1)? {
+            Some(next) => next.first().is_some_and(|(k, _)| key < k.as_slice()),
+            None => true,
+        };
+        match (after_first || g == 0) && before_next {
+            true => Ok(None),
+            false => Err(corrupt("run search inconsistent with its entries")),
+        }
+    }
+
+    /// Up to `limit` entries with keys in the range, ascending, each from
+    /// a verified group.
+    pub fn range(
+        &self,
+        medium: &Medium,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, u64)>> {
+        let from: &[u8] = match lower {
+            Bound::Included(k) | Bound::Excluded(k) => k,
+            Bound::Unbounded => &[],
+        };
+        let mut g = self.group_for(medium, from);
+        let mut out = Vec::new();
+        let mut first_group = true;
+        while let Some(entries) = self.group(medium, g)? {
+            if first_group && g > 0 && entries.first().is_none_or(|(k, _)| k.as_slice() > from) {
+                return Err(corrupt("run search inconsistent with its entries"));
             }
+            first_group = false;
+            for (key, addr) in entries {
+                let below = match lower {
+                    Bound::Included(l) => key.as_slice() < l,
+                    Bound::Excluded(l) => key.as_slice() <= l,
+                    Bound::Unbounded => false,
+                };
+                if below {
+                    continue;
+                }
+                let inside = match upper {
+                    Bound::Included(u) => key.as_slice() <= u,
+                    Bound::Excluded(u) => key.as_slice() < u,
+                    Bound::Unbounded => true,
+                };
+                if !inside || out.len() == limit {
+                    return Ok(out);
+                }
+                out.push((key, addr));
+            }
+            g += 1;
         }
-        None
+        Ok(out)
     }
 
-    /// Sequential reader of the entries from the first key ≥ `from`.
-    pub fn reader_from(&self, medium: &Medium, from: &[u8]) -> EntryReader<'_> {
-        let fence = self.fence_for(medium, from);
-        let start = self.fences.get(fence).copied().unwrap_or(self.entries_len);
-        let mut reader = EntryReader::new(self, start);
-        while reader.peek_key(medium).is_some_and(|k| k < from) {
-            reader.advance(medium);
-        }
-        reader
-    }
-
-    /// Sequential reader of all entries.
+    /// Sequential reader of all entries (callers verify the body first).
     pub fn reader(&self) -> EntryReader<'_> {
         EntryReader::new(self, 0)
     }
+}
+
+/// Parses a verified group of entries; keys must ascend.
+fn parse_entries(mut bytes: &[u8]) -> Result<Vec<(Vec<u8>, u64)>> {
+    let bad = || corrupt("a group of run entries does not parse");
+    let mut out: Vec<(Vec<u8>, u64)> = Vec::new();
+    while !bytes.is_empty() {
+        let (len, rest) = bytes.split_first_chunk::<2>().ok_or_else(bad)?;
+        let key_len = u16::from_le_bytes(*len) as usize;
+        let key = rest.get(..key_len).ok_or_else(bad)?;
+        let (addr, rest) = rest
+            .get(key_len..)
+            .and_then(|r| r.split_first_chunk::<8>())
+            .ok_or_else(bad)?;
+        if out.last().is_some_and(|(last, _)| last.as_slice() >= key) {
+            return Err(bad());
+        }
+        out.push((key.to_vec(), u64::from_le_bytes(*addr)));
+        bytes = rest;
+    }
+    Ok(out)
 }
 
 /// Reads a run front to back in large chunks. Yields `Err` if the run does

@@ -37,10 +37,10 @@
 //! tombstone was in a freed block, so GC does not run there and the
 //! full-scan design refuses a file on which GC freed blocks.
 
-use crate::catalog::{self, GC_WORKER, MAX_TXN_ID};
-use crate::error::Result;
+use crate::catalog::{self, GC_WORKER};
+use crate::error::{Error, Result};
 use crate::heap::tile::{LOCKED, PENDING, REAPED};
-use crate::heap::{Addr, Block, HOLE_BIT, TXN_EMPTY};
+use crate::heap::{self, Addr, Block, SlotWord};
 use crate::txn::{Store, TableRt, TxnState};
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
@@ -140,6 +140,8 @@ enum Slot {
     Dead,
     Live(Addr),
     Busy,
+    /// Fails its checks: the block stays, and the round reports `Corrupt`.
+    Damaged,
 }
 
 impl Collector {
@@ -163,20 +165,22 @@ impl Collector {
     /// Stage 1 for up to `max_blocks_per_round` candidates, if at least
     /// `min_candidates` exist; returns how many blocks were retired.
     /// `patience`: how long to wait for older transactions to end.
+    /// A damaged slot or a failed copy stops the round with its error
+    /// (the block stays as it is).
     pub fn relocate(
         &mut self,
         store: &Store,
         options: &GcOptions,
         min_candidates: usize,
         patience: Duration,
-    ) -> usize {
+    ) -> Result<usize> {
         let started = Instant::now();
         if !self.links_checked {
             self.links_checked = repair_links(store).is_ok();
         }
         let candidates = candidates(store, options.threshold);
         if candidates.is_empty() || candidates.len() < min_candidates {
-            return 0;
+            return Ok(0);
         }
         let mut retired = 0;
         for id in candidates.into_iter().take(options.max_blocks_per_round) {
@@ -190,12 +194,16 @@ impl Collector {
                     self.stats.blocks_postponed += 1;
                     break;
                 }
-                _ => self.stats.blocks_postponed += 1,
+                Ok(Emptied::Busy) => self.stats.blocks_postponed += 1,
+                Err(e) => {
+                    self.stats.time += started.elapsed();
+                    return Err(e);
+                }
             }
         }
         self.stats.rounds += (retired > 0) as u64;
         self.stats.time += started.elapsed();
-        retired
+        Ok(retired)
     }
 
     /// Stage 2, after a checkpoint that started after the retirements is in
@@ -298,6 +306,12 @@ fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied
             Slot::Dead => {}
             Slot::Busy => return Ok(Emptied::Busy),
             Slot::Live(addr) => live.push(addr),
+            Slot::Damaged => {
+                return Err(Error::Corrupt(format!(
+                    "table {} region {} block {} slot {slot} fails its checks",
+                    id.table, id.region, id.seq
+                )))
+            }
         }
     }
     for batch in live.chunks(RELOCATIONS_PER_TXN) {
@@ -367,9 +381,10 @@ fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u3
     let medium = &store.medium;
     let heap = &table.heap;
     let addr = Addr::new(id.region, id.seq, slot);
-    let word = heap.slot_txn(medium, addr);
-    if word == TXN_EMPTY || word & HOLE_BIT != 0 || (word & MAX_TXN_ID) < min_txn {
-        return Slot::Dead;
+    match heap.slot_word(medium, addr) {
+        SlotWord::Written { txn, hole: false } if txn >= min_txn => {}
+        SlotWord::Invalid => return Slot::Damaged,
+        _ => return Slot::Dead,
     }
     let header = &heap.tile(block)[slot as usize];
     if header.begin.load(Acquire) & PENDING != 0 {
@@ -382,14 +397,15 @@ fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u3
     if end & LOCKED != 0 {
         return Slot::Busy;
     }
-    if heap.is_obsolete(medium, block, slot) {
-        return match header.end.load(Acquire) == end {
-            true => Slot::Dead,
-            false => Slot::Busy,
-        };
+    // The obsolete bit chose the block; the index decides about the slot,
+    // so one damaged bit can never make GC drop a key's newest version.
+    let Some(slot) = heap.decode_checked(medium, addr) else {
+        return Slot::Damaged;
+    };
+    if header.end.load(Acquire) != end {
+        return Slot::Busy;
     }
-    let key = heap.read_key(medium, addr);
-    let Some(head) = table.index.get(&key) else {
+    let Some(head) = table.index.get(&slot.key) else {
         return Slot::Dead;
     };
     if head == addr.0 {
@@ -409,16 +425,19 @@ fn unlink(store: &Store, id: BlockId) {
     let medium = &store.medium;
     let table = &store.tables[id.table as usize];
     let region = &table.heap.regions[id.region];
-    let next = medium.load(id.offset + 24);
+    // The chain as the DRAM block table has it, not the medium's link
+    // (links of listed blocks are not validated at recovery): the next
+    // block that stays. Every retired block is unlinked in this batch.
+    let next = region
+        .present()
+        .find(|b| b.seq > id.seq && !b.is_retired())
+        .map_or(0, |b| b.offset());
     let prev = region
         .present()
         .filter(|b| b.seq < id.seq && !b.is_retired())
         .last();
     match prev {
-        Some(prev) => {
-            medium.store(prev.offset() + 24, next);
-            medium.persist(prev.offset() + 24, 8);
-        }
+        Some(prev) => heap::set_next(medium, prev.offset(), next),
         None => catalog::set_region_head(medium, id.table, id.region, next),
     }
 }
@@ -434,13 +453,14 @@ fn repair_links(store: &Store) -> Result<()> {
             let Some(first) = blocks.first() else {
                 continue;
             };
-            if catalog::region_head(medium, table.heap.def.id, region_no) != first.offset() {
+            if catalog::region_head(medium, table.heap.def.id, region_no).ok()
+                != Some(first.offset())
+            {
                 catalog::set_region_head(medium, table.heap.def.id, region_no, first.offset());
             }
             for pair in blocks.windows(2) {
-                if medium.load(pair[0].offset() + 24) != pair[1].offset() {
-                    medium.store(pair[0].offset() + 24, pair[1].offset());
-                    medium.persist(pair[0].offset() + 24, 8);
+                if heap::next_of(medium, pair[0].offset()) != Some(pair[1].offset()) {
+                    heap::set_next(medium, pair[0].offset(), pair[1].offset());
                 }
             }
         }

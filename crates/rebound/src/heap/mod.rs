@@ -13,8 +13,9 @@
 //! 8    u32  worker (region)         12  u32  crc32c of bytes 0..12 ++ 16..24 ++ 32..40
 //! 16   u64  sequence number of the block in its region: ascending along
 //!           the chain, never reused (numbers of collected blocks are skipped)
-//! 24   u64  offset of the next block of the region, 0 = none; set when the
-//!           next block is linked, rewritten when GC unlinks that block
+//! 24   u64  offset of the next block of the region, packed with a check
+//!           byte (catalog::pack), 0 = none; set when the next block is
+//!           linked, rewritten with one atomic store when GC unlinks it
 //! 32   u32  capacity in slots       36  u32  slot size in bytes
 //! 40   u64  min txn, packed with a check byte (catalog::pack): the id of
 //!           the first transaction that wrote into the block; restamped with
@@ -26,10 +27,14 @@
 //!
 //! # Slot layout (8-aligned)
 //! ```text
-//! 0   u64  txn id of the writer (low 56 bits); bit 63 set = hole (the
-//!          writer aborted); 0 = never written. A slot whose txn id is below
-//!          its block's min txn is left over from earlier use of the space.
-//! 8   u32  crc32c of (txn id ++ bytes 12..24+key+value)
+//! 0   u64  txn word: 0 = never written; else bits 0..56 the writer's txn
+//!          id, bit 63 the hole flag (the writer aborted), bits 56..63 a
+//!          check of both (see `SlotWord`): any single flipped bit of the
+//!          word makes it invalid, so a damaged word is `Corrupt`, never a
+//!          live version taken for a hole or a hole for a live version. A
+//!          slot whose txn id is below its block's min txn is left over
+//!          from earlier use of the space.
+//! 8   u32  crc32c of (txn id as u64 ++ bytes 12..24+key+value)
 //! 12  u16  key length       14  u16  flags (bit 0 = tombstone)
 //! 16  u32  value length     20  u32  reserved (0)
 //! 24  key bytes, then value bytes, zero padded to the slot size
@@ -87,6 +92,58 @@ pub const TARGET_BLOCK_BYTES: u64 = 1 << 20;
 pub const SLOT_HEADER: u64 = 24;
 pub const TXN_EMPTY: u64 = 0;
 pub const HOLE_BIT: u64 = 1 << 63;
+/// Offsets of block header fields that are written after the header.
+pub const NEXT_AT: u64 = 24;
+pub const MIN_TXN_AT: u64 = 40;
+/// A region's block table holds an entry per sequence number; a gap wider
+/// than this between consecutive blocks (collected blocks in between) is
+/// taken for damage rather than allocated.
+pub const MAX_SEQ_GAP: u64 = 1 << 22;
+
+/// What a slot's txn word says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotWord {
+    Empty,
+    Written {
+        txn: u64,
+        hole: bool,
+    },
+    /// Fails its check: the medium is damaged.
+    Invalid,
+}
+
+impl SlotWord {
+    /// The word for a slot written by `txn`, a hole if `hole`.
+    pub fn encode(txn: u64, hole: bool) -> u64 {
+        debug_assert!(txn != 0 && txn <= catalog::MAX_TXN_ID);
+        txn | (slot_check(txn, hole) << 56) | if hole { HOLE_BIT } else { 0 }
+    }
+
+    pub fn decode(word: u64) -> SlotWord {
+        if word == TXN_EMPTY {
+            return SlotWord::Empty;
+        }
+        let txn = word & catalog::MAX_TXN_ID;
+        let hole = word & HOLE_BIT != 0;
+        match word == SlotWord::encode_unchecked(txn, hole) && txn != 0 {
+            true => SlotWord::Written { txn, hole },
+            false => SlotWord::Invalid,
+        }
+    }
+
+    fn encode_unchecked(txn: u64, hole: bool) -> u64 {
+        txn | (slot_check(txn, hole) << 56) | if hole { HOLE_BIT } else { 0 }
+    }
+}
+
+/// Seven check bits of a slot word: six from crc32c, and a parity bit
+/// over the txn id and the hole flag, so that every single-bit flip of
+/// the word is detected.
+fn slot_check(txn: u64, hole: bool) -> u64 {
+    let crc = crc32c::crc32c(&txn.to_le_bytes()) as u64 & 0x3F;
+    let parity = (txn.count_ones() as u64 + hole as u64) & 1;
+    (crc << 1) | parity
+}
 pub const FLAG_TOMBSTONE: u16 = 1;
 
 /// A logical address: region | block | slot.
@@ -243,14 +300,28 @@ impl Region {
             .filter(|b| !b.is_vacant())
     }
 
-    /// Appends block `seq`, with vacant entries for any skipped numbers.
-    pub fn push(&self, block: Block) {
-        while self.blocks.count() < block.seq as usize {
+    /// Appends block `seq`, with vacant entries for any skipped numbers;
+    /// a number that does not ascend, or skips more than `MAX_SEQ_GAP`,
+    /// comes from a damaged medium and is refused before anything is
+    /// allocated for it.
+    pub fn push(&self, block: Block) -> Result<()> {
+        let next = self.blocks.count() as u64;
+        let seq = block.seq as u64;
+        if seq < next || seq - next > MAX_SEQ_GAP || seq >= u32::MAX as u64 {
+            return Err(Error::Corrupt(format!(
+                "block sequence number {seq} cannot follow {next} blocks"
+            )));
+        }
+        while (self.blocks.count() as u64) < seq {
             self.blocks.push(Block::new(0, self.blocks.count() as u32));
         }
         self.blocks.push(block);
+        Ok(())
     }
 }
+
+/// Largest value a table may be defined to hold.
+pub const MAX_VALUE_BYTES: u32 = 1 << 20;
 
 /// Longest key a slot can hold (the index's limit; tables are validated
 /// against it).
@@ -370,8 +441,8 @@ impl TableHeap {
                 slot: 0,
             };
             let offset = region.get(cursor.block as usize).map_or(0, |b| b.offset());
-            medium.store(offset + 40, catalog::pack(txn));
-            medium.persist_now(offset + 40, 8)?;
+            medium.store(offset + MIN_TXN_AT, catalog::pack(txn));
+            medium.persist_now(offset + MIN_TXN_AT, 8)?;
         }
         let current = region.get(cursor.block as usize);
         let block = match current {
@@ -411,15 +482,12 @@ impl TableHeap {
             .and_then(|last| region.get(last as usize))
         {
             None => catalog::set_region_head(medium, self.def.id, worker, offset),
-            Some(last) => {
-                medium.store(last.offset() + 24, offset);
-                medium.persist(last.offset() + 24, 8);
-            }
+            Some(last) => set_next(medium, last.offset(), offset),
         }
         // Fenced here, not at commit, so the link is durable even if the
         // session moves to another thread (x86 fences are per core).
         medium.fence()?;
-        region.push(Block::new(offset, seq as u32));
+        region.push(Block::new(offset, seq as u32))?;
         *cursor = Cursor {
             block: seq as u32,
             slot: 0,
@@ -458,10 +526,7 @@ impl TableHeap {
                 self.def.id
             ))
         };
-        if offset < catalog::DATA_START
-            || !offset.is_multiple_of(BLOCK_ALIGN)
-            || !medium.contains(offset, self.def.block_size as u64)
-        {
+        if !block_in_data_area(medium, offset, self.def.block_size as u64) {
             return Err(bad("offset outside the data area"));
         }
         let mut h = [0u8; 64];
@@ -473,7 +538,9 @@ impl TableHeap {
         if !same {
             return Err(bad("header does not match (checksum, owner or sequence)"));
         }
-        Ok((u64::from_le_bytes(h[24..32].try_into().unwrap()), min_txn))
+        let next = catalog::unpack_checked(u64::from_le_bytes(h[24..32].try_into().unwrap()))
+            .ok_or_else(|| bad("next-block link fails its check"))?;
+        Ok((next, min_txn))
     }
 
     /// Checks a block reached by following a link whose sequence number is
@@ -486,10 +553,9 @@ impl TableHeap {
         worker: usize,
         min_seq: u64,
     ) -> Result<(u64, u64, u64)> {
-        let seq = if medium.contains(offset, BLOCK_HEADER) {
-            medium.load(offset + 16)
-        } else {
-            min_seq
+        let seq = match block_in_data_area(medium, offset, self.def.block_size as u64) {
+            true => medium.load(offset + 16),
+            false => min_seq,
         };
         if seq < min_seq || seq >= u32::MAX as u64 {
             return Err(Error::Corrupt(format!(
@@ -504,7 +570,7 @@ impl TableHeap {
     /// Encodes a slot for this table into `buf`.
     pub fn encode(&self, buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
         buf.clear();
-        buf.extend_from_slice(&txn.to_le_bytes());
+        buf.extend_from_slice(&SlotWord::encode(txn, false).to_le_bytes());
         buf.extend_from_slice(&[0; 4]);
         buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
         buf.extend_from_slice(&(if tombstone { FLAG_TOMBSTONE } else { 0 }).to_le_bytes());
@@ -544,8 +610,7 @@ impl TableHeap {
         medium.read_at(at, head);
         let mut value = vec![0u8; value_len];
         medium.read_at(at + head.len() as u64, &mut value);
-        let computed =
-            crc32c::crc32c_append(slot_crc(txn & crate::catalog::MAX_TXN_ID, head), &value);
+        let computed = crc32c::crc32c_append(slot_crc(txn & catalog::MAX_TXN_ID, head), &value);
         if computed != crc {
             return SlotRead::Damaged;
         }
@@ -556,12 +621,14 @@ impl TableHeap {
         self.slot_header(medium, addr).3 & FLAG_TOMBSTONE != 0
     }
 
+    /// The key of a slot this process wrote (unverified: use
+    /// `decode_checked` for slots read back from the medium).
     pub fn read_key(&self, medium: &Medium, addr: Addr) -> Vec<u8> {
         let Some(at) = self.slot_offset(addr) else {
             return Vec::new();
         };
         let (_, _, key_len, _, _) = slot_header_at(medium, at);
-        let mut key = vec![0u8; key_len];
+        let mut key = vec![0u8; key_len.min(self.def.max_key_len as usize)];
         medium.read_bytes(at + SLOT_HEADER, &mut key);
         key
     }
@@ -573,7 +640,7 @@ impl TableHeap {
         let (key_len, tombstone) = self.verify_into(medium, addr, &mut buf)?;
         let body = &buf[SLOT_HEADER as usize - 12..];
         Some(SlotContent {
-            txn: self.slot_txn(medium, addr),
+            txn: self.slot_txn(medium, addr) & catalog::MAX_TXN_ID,
             tombstone,
             key: body[..key_len].to_vec(),
             value: body[key_len..].to_vec(),
@@ -597,13 +664,20 @@ impl TableHeap {
         }
         buf.resize((SLOT_HEADER as usize - 12) + key_len + value_len, 0);
         medium.read_at(at + 12, buf);
-        (slot_crc(txn, buf) == crc).then_some((key_len, flags & FLAG_TOMBSTONE != 0))
+        let live = matches!(SlotWord::decode(txn), SlotWord::Written { hole: false, .. });
+        (live && slot_crc(txn & catalog::MAX_TXN_ID, buf) == crc)
+            .then_some((key_len, flags & FLAG_TOMBSTONE != 0))
     }
 
-    /// The writer txn id stored in a slot.
+    /// The raw txn word stored in a slot (see `SlotWord`).
     pub fn slot_txn(&self, medium: &Medium, addr: Addr) -> u64 {
         self.slot_offset(addr)
             .map_or(TXN_EMPTY, |at| medium.load(at))
+    }
+
+    /// The decoded txn word of a slot.
+    pub fn slot_word(&self, medium: &Medium, addr: Addr) -> SlotWord {
+        SlotWord::decode(self.slot_txn(medium, addr))
     }
 
     /// Starts writing a slot back; the caller fences.
@@ -619,7 +693,7 @@ impl TableHeap {
         let Some(at) = self.slot_offset(addr) else {
             return;
         };
-        medium.store(at, txn | HOLE_BIT);
+        medium.store(at, SlotWord::encode(txn, true));
         medium.persist(at, 8);
         self.set_obsolete(medium, addr);
     }
@@ -670,16 +744,11 @@ impl TableHeap {
         }
     }
 
-    /// Whether a slot's obsolete bit is set.
-    pub fn is_obsolete(&self, medium: &Medium, block: &Block, slot: u32) -> bool {
-        let (word, bit) = bitmap_bit(block, slot);
-        medium.load(word) & bit != 0
-    }
-
     /// The id of the first transaction that wrote into a block; slots
     /// below it are left over from earlier use of the space.
     pub fn min_txn(&self, medium: &Medium, block: &Block) -> u64 {
-        catalog::unpack_checked(medium.load(block.offset() + 40)).unwrap_or(catalog::MAX_TXN_ID)
+        catalog::unpack_checked(medium.load(block.offset() + MIN_TXN_AT))
+            .unwrap_or(catalog::MAX_TXN_ID)
     }
 
     /// Slots of a block whose obsolete bit is set.
@@ -705,6 +774,27 @@ impl TableHeap {
             medium.persist(word, 8);
         }
     }
+}
+
+/// Links block `next` (0 = none) after the block at `block`; the caller
+/// fences.
+pub fn set_next(medium: &Medium, block: u64, next: u64) {
+    medium.store(block + NEXT_AT, catalog::pack(next));
+    medium.persist(block + NEXT_AT, 8);
+}
+
+/// The block linked after the block at `block` (0 = none); `None` if the
+/// link fails its check.
+pub fn next_of(medium: &Medium, block: u64) -> Option<u64> {
+    catalog::unpack_checked(medium.load(block + NEXT_AT))
+}
+
+/// Whether a whole block of `size` bytes at `offset` lies, aligned, in the
+/// data area.
+pub fn block_in_data_area(medium: &Medium, offset: u64, size: u64) -> bool {
+    offset >= catalog::DATA_START
+        && offset.is_multiple_of(BLOCK_ALIGN)
+        && medium.contains(offset, size)
 }
 
 /// The medium offset of the bitmap word holding a slot's obsolete bit,

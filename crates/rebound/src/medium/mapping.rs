@@ -108,9 +108,31 @@ pub(crate) fn allocate(file: &File, len: u64) -> Result<()> {
                 "cannot grow the data file to {len} bytes"
             )))
         }
-        libc::EOPNOTSUPP | libc::EINVAL => Ok(file.set_len(len)?),
+        // No fallocate here: write the zeros, so the blocks are allocated
+        // now (a sparse file would turn a full disk into SIGBUS later).
+        libc::EOPNOTSUPP | libc::EINVAL => write_zeros(file, current, len),
         errno => Err(Error::Io(std::io::Error::from_raw_os_error(errno))),
     }
+}
+
+fn write_zeros(file: &File, from: u64, to: u64) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = from;
+    while at < to {
+        let n = ((to - at) as usize).min(zeros.len());
+        if let Err(e) = file.write_all_at(&zeros[..n], at) {
+            let _ = file.set_len(from);
+            return Err(match e.raw_os_error() {
+                Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => {
+                    Error::OutOfSpace(format!("cannot grow the data file to {to} bytes"))
+                }
+                _ => Error::Io(e),
+            });
+        }
+        at += n as u64;
+    }
+    Ok(())
 }
 
 fn to_usize(n: u64) -> Result<usize> {

@@ -18,7 +18,7 @@
 use crate::catalog::{self, TableDef, MAX_TXN_ID, MAX_WORKERS};
 use crate::checkpoint::{CheckpointImage, Durable, TableSection};
 use crate::error::{Error, Result};
-use crate::heap::{Addr, Block, Cursor, Space, TableHeap, HOLE_BIT};
+use crate::heap::{Addr, Block, Cursor, SlotWord, Space, TableHeap};
 use crate::index::{BTree, MAX_KEY_LEN};
 use crate::medium::Medium;
 use crate::txn::{Clock, Store, TableRt};
@@ -125,7 +125,7 @@ pub fn recover(
     let mut report = RecoveryReport::default();
     let phase = Instant::now();
     catalog::validate_superblock(&medium)?;
-    if !use_checkpoint && catalog::gc_freed(&medium) {
+    if !use_checkpoint && catalog::gc_freed(&medium)? {
         return Err(Error::InvalidOption(
             "GC has freed blocks of this database; the full-scan design cannot \
              open it (use index checkpoints)"
@@ -220,9 +220,10 @@ fn recover_tables(
             .collect();
         handles
             .into_iter()
+            // A panic is a bug, never a verdict on the file: raise it.
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(Error::Corrupt("recovery thread failed".into())))
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })
             .collect()
     })
@@ -279,8 +280,18 @@ fn recover_table(
     ))
 }
 
+/// Table limits are checked against what `create_table` accepts before
+/// anything is sized by them.
 fn validate_defs(defs: &[TableDef]) -> Result<()> {
     for (i, def) in defs.iter().enumerate() {
+        if def.max_value_len > crate::heap::MAX_VALUE_BYTES
+            || def.max_key_len as usize > MAX_KEY_LEN
+        {
+            return Err(Error::Corrupt(format!(
+                "table {:?} has impossible limits",
+                def.name
+            )));
+        }
         let (slot, slots, block) =
             crate::heap::geometry(def.max_key_len, def.max_value_len, def.slots_per_block);
         let sane = def.id as usize == i
@@ -316,10 +327,10 @@ fn load_blocks(
                 "checkpoint lists a block outside the medium at {offset}"
             )));
         }
-        region.push(Block::new(offset, seq as u32));
+        region.push(Block::new(offset, seq as u32))?;
     }
     let (mut min_seq, mut offset) = match listed.last() {
-        None => (0, catalog::region_head(medium, heap.def.id, worker)),
+        None => (0, catalog::region_head(medium, heap.def.id, worker)?),
         Some(&(seq, at)) => (seq + 1, heap.validate_block(medium, at, worker, seq)?.0),
     };
     let max_blocks = medium.len() / block_size;
@@ -332,7 +343,7 @@ fn load_blocks(
             )));
         }
         let (seq, next, _) = heap.validate_chained(medium, offset, worker, min_seq)?;
-        region.push(Block::new(offset, seq as u32));
+        region.push(Block::new(offset, seq as u32))?;
         offset = next;
         min_seq = seq + 1;
         chained += 1;
@@ -397,9 +408,18 @@ fn scan_region(
         for s in 0..capacity {
             let addr = Addr::new(worker, b as u32, s);
             let word = heap.slot_txn(medium, addr);
-            let txn = word & MAX_TXN_ID;
+            let (txn, hole) = match SlotWord::decode(word) {
+                SlotWord::Empty => (0, false),
+                SlotWord::Written { txn, hole } => (txn, hole),
+                SlotWord::Invalid => {
+                    return Err(Error::Corrupt(format!(
+                        "slot {addr:?} of table {} has a damaged txn word",
+                        heap.def.id
+                    )))
+                }
+            };
             let current = word != 0 && txn >= min_txn;
-            let committed = current && word & HOLE_BIT == 0 && txn <= last_commit;
+            let committed = current && !hole && txn <= last_commit;
             if tail.is_some() {
                 if committed {
                     return Err(Error::Corrupt(format!(
@@ -409,11 +429,11 @@ fn scan_region(
                 undo(medium, heap, addr, word, current, counts);
                 continue;
             }
-            if current && txn < t_low && (committed || word & HOLE_BIT != 0) {
+            if current && txn < t_low && (committed || hole) {
                 continue;
             }
             counts.scanned += current as u64;
-            if current && word & HOLE_BIT != 0 {
+            if current && hole {
                 continue;
             }
             if !committed {
@@ -462,7 +482,7 @@ fn scan_region(
 /// counts, and a later redo always starts at or before the tail's block.
 fn unstamp_blocks_after(medium: &Medium, blocks: &[&Block], tail_block: u32) {
     for block in blocks.iter().filter(|b| b.seq > tail_block) {
-        let at = block.offset() + 40;
+        let at = block.offset() + crate::heap::MIN_TXN_AT;
         medium.store(at, catalog::pack(MAX_TXN_ID));
         medium.persist(at, 8);
     }

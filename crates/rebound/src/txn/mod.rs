@@ -259,8 +259,9 @@ impl Store {
 /// the DRAM index asks it, and what it finds is verified against the slot
 /// and inserted into the DRAM index before use.
 pub trait ColdEntries: Send + Sync {
-    /// The address recorded for `key`, if any.
-    fn find(&self, medium: &Medium, key: &[u8]) -> Option<u64>;
+    /// The address recorded for `key`, if any; `Err` if the entries that
+    /// would answer are damaged.
+    fn find(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>>;
     /// Up to `limit` entries with keys in the range, ascending.
     fn range(
         &self,
@@ -268,7 +269,7 @@ pub trait ColdEntries: Send + Sync {
         lower: Bound<&[u8]>,
         upper: Bound<&[u8]>,
         limit: usize,
-    ) -> Vec<(Vec<u8>, u64)>;
+    ) -> Result<Vec<(Vec<u8>, u64)>>;
 }
 
 /// A table at run time: its heap and its primary index.
@@ -319,31 +320,37 @@ impl TableRt {
     }
 
     /// The index head of `key`, materializing a cold entry if needed.
-    pub fn lookup(&self, medium: &Medium, key: &[u8]) -> Option<u64> {
-        self.index.get(key).or_else(|| {
-            self.warm(medium, key)
-                .then(|| self.index.get(key))
-                .flatten()
+    pub fn lookup(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
+        if let Some(head) = self.index.get(key) {
+            return Ok(Some(head));
+        }
+        Ok(match self.warm(medium, key)? {
+            true => self.index.get(key),
+            false => None,
         })
     }
 
     /// Like `lookup`, recording the gap read when the key is absent.
-    pub fn lookup_marking_gap(&self, medium: &Medium, key: &[u8], ts: u64) -> Option<u64> {
+    pub fn lookup_marking_gap(&self, medium: &Medium, key: &[u8], ts: u64) -> Result<Option<u64>> {
         if let Some(head) = self.index.get(key) {
-            return Some(head);
+            return Ok(Some(head));
         }
-        self.warm(medium, key);
-        self.index.get_marking_gap(key, ts)
+        self.warm(medium, key)?;
+        Ok(self.index.get_marking_gap(key, ts))
     }
 
-    /// Moves `key`'s cold entry into the DRAM index; true if it did.
-    fn warm(&self, medium: &Medium, key: &[u8]) -> bool {
+    /// Moves `key`'s cold entry into the DRAM index; true if it did. A
+    /// damaged run marks the table damaged: no answer may come from it.
+    fn warm(&self, medium: &Medium, key: &[u8]) -> Result<bool> {
         let Some(cold) = self.cold() else {
-            return false;
+            return Ok(false);
         };
-        match cold.find(medium, key) {
+        match cold
+            .find(medium, key)
+            .inspect_err(|_| self.mark_damaged())?
+        {
             Some(addr) => self.adopt(medium, key, addr),
-            None => false,
+            None => Ok(false),
         }
     }
 
@@ -354,10 +361,27 @@ impl TableRt {
         lower: &Bound<Vec<u8>>,
         upper: &Bound<Vec<u8>>,
         want: usize,
-    ) {
-        let Some(cold) = self.cold() else { return };
-        for (key, addr) in cold.range(medium, as_slice_bound(lower), as_slice_bound(upper), want) {
-            self.adopt(medium, &key, addr);
+    ) -> Result<()> {
+        let Some(cold) = self.cold() else {
+            return Ok(());
+        };
+        let entries = cold
+            .range(medium, as_slice_bound(lower), as_slice_bound(upper), want)
+            .inspect_err(|_| self.mark_damaged())?;
+        for (key, addr) in entries {
+            self.adopt(medium, &key, addr)?;
+        }
+        Ok(())
+    }
+
+    /// `Corrupt` once the table's recovered index data was found damaged.
+    pub fn check_damaged(&self) -> Result<()> {
+        match self.is_damaged() {
+            true => Err(Error::Corrupt(format!(
+                "the recovered index of table {:?} is damaged",
+                self.heap.def.name
+            ))),
+            false => Ok(()),
         }
     }
 
@@ -411,22 +435,22 @@ impl TableRt {
     }
 
     /// Inserts a checkpoint entry unless the DRAM index already has the key
-    /// (a newer version). An entry whose slot does not hold this key or
-    /// fails its checksum is a dangling entry (HiEngine 3) and is dropped.
-    /// Gap marks are ignored: the key existed all along.
-    pub fn adopt(&self, medium: &Medium, key: &[u8], addr: u64) -> bool {
-        if !self.addr_exists(addr) || !(1..=crate::index::MAX_KEY_LEN).contains(&key.len()) {
+    /// (a newer version). Gap marks are ignored: the key existed all along.
+    /// An entry must name an existing slot that holds its key and passes
+    /// its checksum: entries are verified, and the checkpoint records only
+    /// committed versions in blocks it lists, so anything else is damage.
+    pub fn adopt(&self, medium: &Medium, key: &[u8], addr: u64) -> Result<bool> {
+        let sound = self.addr_exists(addr)
+            && (1..=crate::index::MAX_KEY_LEN).contains(&key.len())
+            && self
+                .heap
+                .decode_checked(medium, Addr(addr))
+                .is_some_and(|slot| slot.key == key);
+        if !sound {
             self.mark_damaged();
-            return false;
+            return self.check_damaged().map(|_| false);
         }
-        if self
-            .heap
-            .decode_checked(medium, Addr(addr))
-            .is_none_or(|slot| slot.key != key)
-        {
-            return false;
-        }
-        self.index.insert_if_absent(key, addr, u64::MAX, 0).is_ok()
+        Ok(self.index.insert_if_absent(key, addr, u64::MAX, 0).is_ok())
     }
 
     /// Moves a sorted, validated batch of checkpoint entries into the DRAM
@@ -577,12 +601,7 @@ impl<'s> TxnState<'s> {
         if table.instance != self.store.instance {
             return Err(Error::ForeignTable);
         }
-        if table.is_damaged() {
-            return Err(Error::Corrupt(format!(
-                "the recovered index of table {:?} is damaged",
-                table.heap.def.name
-            )));
-        }
+        table.check_damaged()?;
         let max_key = table.heap.def.max_key_len as usize;
         if key.is_empty() || key.len() > max_key {
             return Err(Error::KeyLength {
@@ -609,7 +628,7 @@ impl<'s> TxnState<'s> {
 
     fn read_key(&self, table: &TableRt, key: &[u8]) -> Result<Option<Vec<u8>>> {
         loop {
-            let Some(head) = table.lookup_marking_gap(&self.store.medium, key, self.ts) else {
+            let Some(head) = table.lookup_marking_gap(&self.store.medium, key, self.ts)? else {
                 return Ok(None);
             };
             match self.visible(table, Addr(head))? {
@@ -765,7 +784,7 @@ impl<'s> TxnState<'s> {
             // Inserting needs no gap mark: the pending index entry is what
             // later readers and writers of the key meet. Reporting a key as
             // missing is a read of the gap, so that path marks it.
-            let head = match table.lookup(&self.store.medium, key) {
+            let head = match table.lookup(&self.store.medium, key)? {
                 Some(head) => Addr(head),
                 None if matches!(kind, WriteKind::Insert | WriteKind::Put) => {
                     match self.insert_fresh(table, key, value, set)? {
@@ -773,7 +792,7 @@ impl<'s> TxnState<'s> {
                         false => continue,
                     }
                 }
-                None => match table.lookup_marking_gap(&self.store.medium, key, self.ts) {
+                None => match table.lookup_marking_gap(&self.store.medium, key, self.ts)? {
                     Some(head) => Addr(head),
                     None => return self.missing(kind),
                 },
@@ -1000,6 +1019,7 @@ impl<'s> TxnState<'s> {
         if table.instance != self.store.instance {
             return Err(Error::ForeignTable);
         }
+        table.check_damaged()?;
         let result = self.scan_checked(table, range, limit);
         self.guard(result)
     }
@@ -1014,7 +1034,7 @@ impl<'s> TxnState<'s> {
         let mut out = Vec::new();
         while out.len() < limit {
             let want = (limit - out.len()).clamp(16, 1024);
-            let batch = self.scan_batch(table, &lower, &upper, want);
+            let batch = self.scan_batch(table, &lower, &upper, want)?;
             let exhausted = batch.len() < want;
             for (key, head) in &batch {
                 if let Some(value) = self.read_chain(table, key, Addr(*head))? {
@@ -1038,9 +1058,9 @@ impl<'s> TxnState<'s> {
         lower: &Bound<Vec<u8>>,
         upper: &Bound<Vec<u8>>,
         want: usize,
-    ) -> Vec<(Vec<u8>, u64)> {
+    ) -> Result<Vec<(Vec<u8>, u64)>> {
         let mut batch = Vec::with_capacity(want);
-        table.warm_range(&self.store.medium, lower, upper, want);
+        table.warm_range(&self.store.medium, lower, upper, want)?;
         table.index.scan(
             as_slice_bound(lower),
             as_slice_bound(upper),
@@ -1050,7 +1070,7 @@ impl<'s> TxnState<'s> {
                 batch.len() < want
             },
         );
-        batch
+        Ok(batch)
     }
 
     fn read_chain(&self, table: &TableRt, key: &[u8], head: Addr) -> Result<Option<Vec<u8>>> {
