@@ -423,7 +423,7 @@ impl TableSection {
 
     /// The entries of group `g`, verified against its checksum; `None`
     /// past the last group.
-    fn group(&self, medium: &Medium, g: usize) -> Result<Option<Vec<(Vec<u8>, u64)>>> {
+    fn group(&self, medium: &Medium, g: usize) -> Result<Option<Entries>> {
         let Some(&(start, crc)) = self.fences.get(g) else {
             return Ok(None);
         };
@@ -510,8 +510,11 @@ impl TableSection {
     }
 }
 
+/// Run entries as (key, address).
+type Entries = Vec<(Vec<u8>, u64)>;
+
 /// Parses a verified group of entries; keys must ascend.
-fn parse_entries(mut bytes: &[u8]) -> Result<Vec<(Vec<u8>, u64)>> {
+fn parse_entries(mut bytes: &[u8]) -> Result<Entries> {
     let bad = || corrupt("a group of run entries does not parse");
     let mut out: Vec<(Vec<u8>, u64)> = Vec::new();
     while !bytes.is_empty() {
