@@ -26,24 +26,30 @@
 //!
 //! # Image layout (little-endian, at a 4096-aligned extent)
 //! ```text
-//! 0   [u8; 8]  magic "RBCKPT03"
+//! 0   [u8; 8]  magic "RBCKPT04"
 //! 8   u64      sequence number
 //! 16  u64      t_low: recovery redoes versions with txn id ≥ t_low
 //! 24  u64      image length in bytes
 //! 32  u32      table count          36  u32  crc32c of bytes 64..length
-//! 40  u32      crc32c of bytes 0..40
+//! 40  u32      crc32c of bytes 0..40 ++ 44..64
 //! 44  u32      reserved
 //! 48  u64      long_t_low: long-transaction regions are redone from here
 //! 56  8 bytes reserved
 //! 64  per table:
-//!       u32 table id, u32 reserved, u64 entry count, u64 entry bytes,
-//!       MAX_WORKERS × u64 block count, then every listed block as (u64
-//!       sequence number, u64 offset), region by region, sequence numbers
-//!       strictly ascending (blocks GC emptied are not listed), then the
-//!       entries: u16 key length, key, u64 address
-//!       (unaligned), strictly ascending by key, then the fences: u64
-//!       offset (relative to the entries) of every 64th entry
+//!       head: u32 table id, u32 meta crc, u64 entry count, u64 entry
+//!       bytes, MAX_WORKERS × u64 block count;
+//!       block lists: every listed block as (u64 sequence number, u64
+//!       offset), region by region, sequence numbers strictly ascending
+//!       (blocks GC emptied are not listed);
+//!       entries: u16 key length, key, u64 address (unaligned), strictly
+//!       ascending by key, in groups of 64;
+//!       fences, one per group: u64 offset (relative to the entries) of
+//!       its first entry, u32 crc32c of the group's bytes, u32 reserved.
+//!     meta crc = crc32c(head with that field zero ++ lists ++ fences)
 //! ```
+//! Header, meta and group checksums are verified before what they cover
+//! is used (see `image`), so a damaged image is `Corrupt`, never a block
+//! list, an allocation size or an answer.
 
 mod cold;
 mod cost;
