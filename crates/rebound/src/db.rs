@@ -423,10 +423,15 @@ impl Database {
         Ok(Table { rt })
     }
 
-    /// The table called `name`, if it exists.
+    /// The table called `name`, if it exists; `Corrupt` if its recovered
+    /// data was found damaged (never presented as empty or absent).
     pub fn table(&self, name: &str) -> Result<Option<Table>> {
         self.check_open()?;
-        Ok(self.find(name).map(|rt| Table { rt }))
+        let Some(rt) = self.find(name) else {
+            return Ok(None);
+        };
+        rt.check_damaged()?;
+        Ok(Some(Table { rt }))
     }
 
     /// Names of all tables, in creation order.

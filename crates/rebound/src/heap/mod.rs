@@ -273,10 +273,15 @@ pub struct Cursor {
 }
 
 /// A worker's append-only part of a table, indexed by block sequence
-/// number; a collected block leaves a vacant entry, so a sequence number
-/// (and with it a logical address) is never reused.
+/// number from its first block's on; a collected block leaves a vacant
+/// entry, so a sequence number (and with it a logical address) is never
+/// reused.
 #[derive(Default)]
 pub struct Region {
+    /// Sequence number of `blocks[0]`: recovery starts the table at the
+    /// first block that survived GC, so collected blocks before it cost
+    /// nothing. Set once, while the region is still empty.
+    base: AtomicU32,
     blocks: boxcar::Vec<Block>,
     pub cursor: Mutex<Cursor>,
 }
@@ -284,12 +289,13 @@ pub struct Region {
 impl Region {
     /// Number of sequence numbers handed out (vacant ones included).
     pub fn len(&self) -> usize {
-        self.blocks.count()
+        self.base.load(Acquire) as usize + self.blocks.count()
     }
 
     /// The block with sequence number `seq`, unless absent or collected.
     pub fn get(&self, seq: usize) -> Option<&Block> {
-        self.blocks.get(seq).filter(|b| !b.is_vacant())
+        let index = seq.checked_sub(self.base.load(Acquire) as usize)?;
+        self.blocks.get(index).filter(|b| !b.is_vacant())
     }
 
     /// Blocks that exist, in sequence order.
@@ -300,20 +306,25 @@ impl Region {
             .filter(|b| !b.is_vacant())
     }
 
-    /// Appends block `seq`, with vacant entries for any skipped numbers;
-    /// a number that does not ascend, or skips more than `MAX_SEQ_GAP`,
-    /// comes from a damaged medium and is refused before anything is
-    /// allocated for it.
+    /// Appends block `seq`, with vacant entries for any numbers skipped
+    /// since the previous block; a number that does not ascend, or skips
+    /// more than `MAX_SEQ_GAP`, comes from a damaged medium and is refused
+    /// before anything is allocated for it.
     pub fn push(&self, block: Block) -> Result<()> {
-        let next = self.blocks.count() as u64;
         let seq = block.seq as u64;
+        if self.blocks.count() == 0 && seq < u32::MAX as u64 {
+            self.base.store(block.seq, Release);
+            self.blocks.push(block);
+            return Ok(());
+        }
+        let next = self.len() as u64;
         if seq < next || seq - next > MAX_SEQ_GAP || seq >= u32::MAX as u64 {
             return Err(Error::Corrupt(format!(
-                "block sequence number {seq} cannot follow {next} blocks"
+                "block sequence number {seq} cannot follow {next}"
             )));
         }
-        while (self.blocks.count() as u64) < seq {
-            self.blocks.push(Block::new(0, self.blocks.count() as u32));
+        while (self.len() as u64) < seq {
+            self.blocks.push(Block::new(0, self.len() as u32));
         }
         self.blocks.push(block);
         Ok(())
@@ -827,4 +838,48 @@ fn block_header_crc(h: &[u8; 64]) -> u32 {
 
 fn slot_crc(txn: u64, rest: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&txn.to_le_bytes()), rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_push_refuses_sequence_numbers_that_do_not_ascend_or_skip_too_far() {
+        let region = Region::default();
+        region.push(Block::new(BLOCK_ALIGN, 1000)).unwrap();
+        assert_eq!(
+            region.len(),
+            1001,
+            "numbers before the first block cost nothing"
+        );
+        assert!(region.get(999).is_none() && region.get(1000).is_some());
+        region.push(Block::new(2 * BLOCK_ALIGN, 1005)).unwrap();
+        assert_eq!(region.len(), 1006, "skipped numbers become vacant entries");
+        assert!(region.get(1003).is_none() && region.get(1005).is_some());
+        assert!(region.push(Block::new(3 * BLOCK_ALIGN, 1005)).is_err());
+        let absurd = 1006 + MAX_SEQ_GAP as u32 + 1;
+        assert!(matches!(
+            region.push(Block::new(3 * BLOCK_ALIGN, absurd)),
+            Err(Error::Corrupt(_))
+        ));
+        assert_eq!(region.len(), 1006, "nothing allocated for a refused number");
+    }
+
+    #[test]
+    fn every_single_bit_flip_of_a_slot_word_is_detected() {
+        for txn in [1u64, 2, 0x1234_5678, catalog::MAX_TXN_ID] {
+            for hole in [false, true] {
+                let word = SlotWord::encode(txn, hole);
+                assert_eq!(SlotWord::decode(word), SlotWord::Written { txn, hole });
+                for bit in 0..64 {
+                    let flipped = SlotWord::decode(word ^ (1 << bit));
+                    assert!(
+                        matches!(flipped, SlotWord::Invalid | SlotWord::Empty),
+                        "txn {txn} hole {hole} bit {bit}: {flipped:?}"
+                    );
+                }
+            }
+        }
+    }
 }
