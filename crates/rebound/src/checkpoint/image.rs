@@ -12,14 +12,16 @@
 //! range read before it trusts an entry); the body checksum is verified by
 //! whoever reads the image sequentially.
 
+#![deny(clippy::indexing_slicing, clippy::unwrap_used)]
+
+use super::writer::RunWriter;
 use crate::catalog::MAX_WORKERS;
 use crate::error::{Error, Result};
 use crate::medium::Medium;
-use crate::txn::TableRt;
 use std::ops::Bound;
 
-const MAGIC: [u8; 8] = *b"RBCKPT04";
-const HEADER: u64 = 64;
+pub(super) const MAGIC: [u8; 8] = *b"RBCKPT04";
+pub(super) const HEADER: u64 = 64;
 /// Every `FENCE_EVERY`-th entry's offset is recorded for binary search.
 pub const FENCE_EVERY: u64 = 64;
 /// Bytes read at a time when a run is read sequentially.
@@ -31,157 +33,10 @@ const SECTION_HEAD: u64 = 24 + 8 * MAX_WORKERS as u64;
 /// the group's entries, u32 reserved.
 const FENCE_BYTES: u64 = 16;
 
-/// Builds an image in DRAM.
-pub struct Builder {
-    bytes: Vec<u8>,
-    tables: u32,
-}
-
-impl Builder {
-    pub fn new(sequence: u64, t_low: u64, long_t_low: u64) -> Builder {
-        let mut bytes = vec![0u8; HEADER as usize];
-        bytes[0..8].copy_from_slice(&MAGIC);
-        bytes[8..16].copy_from_slice(&sequence.to_le_bytes());
-        bytes[16..24].copy_from_slice(&t_low.to_le_bytes());
-        bytes[48..56].copy_from_slice(&long_t_low.to_le_bytes());
-        Builder { bytes, tables: 0 }
-    }
-
-    /// Starts a table section: its header and block lists; entries follow
-    /// through the returned writer, straight into the image.
-    pub fn begin_table(&mut self, table: &TableRt) -> RunWriter<'_> {
-        let out = &mut self.bytes;
-        let header_at = out.len();
-        out.extend_from_slice(&table.heap.def.id.to_le_bytes());
-        out.extend_from_slice(&[0u8; 20]);
-        // Blocks emptied by GC are left out: recovery from this image
-        // never looks into them, so they can be freed once it is in force.
-        let lists: Vec<Vec<(u64, u64)>> = table
-            .heap
-            .regions
-            .iter()
-            .map(|r| {
-                r.present()
-                    .filter(|b| !b.is_retired())
-                    .map(|b| (b.seq as u64, b.offset()))
-                    .collect()
-            })
-            .collect();
-        for list in &lists {
-            out.extend_from_slice(&(list.len() as u64).to_le_bytes());
-        }
-        for (seq, offset) in lists.iter().flatten() {
-            out.extend_from_slice(&seq.to_le_bytes());
-            out.extend_from_slice(&offset.to_le_bytes());
-        }
-        self.tables += 1;
-        let entries_at = self.bytes.len();
-        RunWriter {
-            bytes: &mut self.bytes,
-            header_at,
-            entries_at,
-            count: 0,
-            fences: Vec::new(),
-            last_at: 0,
-        }
-    }
-
-    /// Seals the image: length and checksums.
-    pub fn finish(mut self) -> Vec<u8> {
-        let len = self.bytes.len() as u64;
-        self.bytes[24..32].copy_from_slice(&len.to_le_bytes());
-        self.bytes[32..36].copy_from_slice(&self.tables.to_le_bytes());
-        let body_crc = crc32c::crc32c(&self.bytes[HEADER as usize..]);
-        self.bytes[36..40].copy_from_slice(&body_crc.to_le_bytes());
-        let header_crc = header_crc(&self.bytes[..HEADER as usize]);
-        self.bytes[40..44].copy_from_slice(&header_crc.to_le_bytes());
-        self.bytes
-    }
-}
-
 /// crc32c of the 64-byte header with its checksum field (40..44) left out.
-fn header_crc(header: &[u8]) -> u32 {
+pub(super) fn header_crc(header: &[u8]) -> u32 {
     let crc = crc32c::crc32c(header.get(0..40).unwrap_or_default());
     crc32c::crc32c_append(crc, header.get(44..64).unwrap_or_default())
-}
-
-/// Appends one table's entries to an image under construction.
-pub struct RunWriter<'a> {
-    bytes: &'a mut Vec<u8>,
-    header_at: usize,
-    entries_at: usize,
-    count: u64,
-    fences: Vec<u64>,
-    /// Where the last entry starts in `bytes` (its key is compared in place).
-    last_at: usize,
-}
-
-impl RunWriter<'_> {
-    /// Appends an entry; a key not above the previous one is dropped (a
-    /// concurrent walk can report a range twice) and `false` returned.
-    pub fn push(&mut self, key: &[u8], addr: u64) -> bool {
-        if !self.above_last(key) {
-            return false;
-        }
-        self.start_entry();
-        self.bytes
-            .extend_from_slice(&(key.len() as u16).to_le_bytes());
-        self.bytes.extend_from_slice(key);
-        self.bytes.extend_from_slice(&addr.to_le_bytes());
-        true
-    }
-
-    /// Appends an entry already in run encoding (copied from an earlier
-    /// image); same ordering rule as `push`.
-    pub fn push_encoded(&mut self, entry: &[u8]) -> bool {
-        if !self.above_last(&entry[2..entry.len() - 8]) {
-            return false;
-        }
-        self.start_entry();
-        self.bytes.extend_from_slice(entry);
-        true
-    }
-
-    fn above_last(&self, key: &[u8]) -> bool {
-        if self.count == 0 {
-            return true;
-        }
-        let at = self.last_at;
-        let len = u16::from_le_bytes([self.bytes[at], self.bytes[at + 1]]) as usize;
-        key > &self.bytes[at + 2..at + 2 + len]
-    }
-
-    fn start_entry(&mut self) {
-        let offset = self.bytes.len();
-        if self.count.is_multiple_of(FENCE_EVERY) {
-            self.fences.push((offset - self.entries_at) as u64);
-        }
-        self.last_at = offset;
-        self.count += 1;
-    }
-
-    /// Completes the section header, appends the fences with their
-    /// groups' checksums, and seals head, lists and fences with the
-    /// section's meta checksum.
-    pub fn finish(self) {
-        let entry_bytes = (self.bytes.len() - self.entries_at) as u64;
-        let at = self.header_at;
-        self.bytes[at + 8..at + 16].copy_from_slice(&self.count.to_le_bytes());
-        self.bytes[at + 16..at + 24].copy_from_slice(&entry_bytes.to_le_bytes());
-        let fences_at = self.bytes.len();
-        for (i, &fence) in self.fences.iter().enumerate() {
-            let end = self.fences.get(i + 1).copied().unwrap_or(entry_bytes);
-            let group =
-                &self.bytes[self.entries_at + fence as usize..self.entries_at + end as usize];
-            let crc = crc32c::crc32c(group);
-            self.bytes.extend_from_slice(&fence.to_le_bytes());
-            self.bytes.extend_from_slice(&crc.to_le_bytes());
-            self.bytes.extend_from_slice(&[0; 4]);
-        }
-        let meta = crc32c::crc32c(&self.bytes[at..self.entries_at]);
-        let meta = crc32c::crc32c_append(meta, &self.bytes[fences_at..]);
-        self.bytes[at + 4..at + 8].copy_from_slice(&meta.to_le_bytes());
-    }
 }
 
 /// A checkpoint in the medium whose structure has been validated.
@@ -249,8 +104,11 @@ impl CheckpointImage {
         let end = self.offset + self.len;
         while at < end {
             let n = ((end - at) as usize).min(CHUNK);
-            medium.read_at(at, &mut buf[..n]);
-            crc = crc32c::crc32c_append(crc, &buf[..n]);
+            let Some(chunk) = buf.get_mut(..n) else {
+                break;
+            };
+            medium.read_at(at, chunk);
+            crc = crc32c::crc32c_append(crc, chunk);
             at += n as u64;
         }
         if crc != self.body_crc {
@@ -314,7 +172,7 @@ fn read_section(medium: &Medium, at: u64, end: u64) -> Result<(TableSection, u64
         .filter(|&e| e <= end)
         .ok_or_else(|| corrupt("fences beyond the image"))?;
     let stored = u32_at(&head, 4);
-    head[4..8].fill(0);
+    put_zero(&mut head, 4..8);
     let crc = crc32c::crc32c(&head);
     let crc = crc_of_range(medium, lists_at, 16 * blocks, crc);
     let crc = crc_of_range(medium, fences_at, section_end - fences_at, crc);
@@ -342,7 +200,9 @@ fn crc_of_range(medium: &Medium, mut at: u64, len: u64, mut crc: u32) -> u32 {
     let end = at + len;
     while at < end {
         let n = ((end - at) as usize).min(CHUNK);
-        let chunk = &mut buf[..n];
+        let Some(chunk) = buf.get_mut(..n) else {
+            break;
+        };
         medium.read_at(at, chunk);
         crc = crc32c::crc32c_append(crc, chunk);
         at += n as u64;
@@ -357,8 +217,8 @@ fn read_lists(medium: &Medium, mut at: u64, counts: &[u64]) -> Result<Vec<Vec<(u
         .map(|&count| {
             let words = read_words(medium, at, 2 * count as usize);
             at += 16 * count;
-            let list: Vec<(u64, u64)> = words.chunks_exact(2).map(|p| (p[0], p[1])).collect();
-            if list.windows(2).any(|w| w[0].0 >= w[1].0)
+            let list = pairs(&words);
+            if list.windows(2).any(|w| matches!(w, [a, b] if a.0 >= b.0))
                 || list.last().is_some_and(|l| l.0 >= u32::MAX as u64)
             {
                 return Err(corrupt("block list out of sequence"));
@@ -371,8 +231,11 @@ fn read_lists(medium: &Medium, mut at: u64, counts: &[u64]) -> Result<Vec<Vec<(u
 /// Reads the fences: offsets start at 0 and ascend inside the entries.
 fn read_fences(medium: &Medium, at: u64, count: u64, entries_len: u64) -> Result<Vec<(u64, u32)>> {
     let words = read_words(medium, at, 2 * count as usize);
-    let fences: Vec<(u64, u32)> = words.chunks_exact(2).map(|p| (p[0], p[1] as u32)).collect();
-    let ordered = fences.windows(2).all(|w| w[0].0 < w[1].0)
+    let fences: Vec<(u64, u32)> = pairs(&words)
+        .into_iter()
+        .map(|(o, c)| (o, c as u32))
+        .collect();
+    let ordered = fences.windows(2).all(|w| matches!(w, [a, b] if a.0 < b.0))
         && fences.first().is_none_or(|f| f.0 == 0)
         && fences.last().is_none_or(|f| f.0 < entries_len);
     match ordered {
@@ -413,7 +276,7 @@ impl TableSection {
         let (mut lo, mut hi) = (0usize, self.fences.len());
         while lo + 1 < hi {
             let mid = (lo + hi) / 2;
-            match self.key_at(medium, self.fences[mid].0) {
+            match self.fences.get(mid).and_then(|f| self.key_at(medium, f.0)) {
                 Some(k) if k.as_slice() <= key => lo = mid,
                 _ => hi = mid,
             }
@@ -570,21 +433,28 @@ impl<'a> EntryReader<'a> {
         true
     }
 
+    /// Where the next entry starts in `buf`, and its key length.
     fn current(&mut self, medium: &Medium) -> Option<(usize, usize)> {
         if !self.ensure(medium, 2) {
             return None;
         }
         let at = (self.pos - self.buf_at) as usize;
-        let key_len = u16::from_le_bytes([self.buf[at], self.buf[at + 1]]) as usize;
+        let len = self.buf.get(at..at + 2)?;
+        let key_len = u16::from_le_bytes([*len.first()?, *len.get(1)?]) as usize;
         if !self.ensure(medium, 10 + key_len as u64) {
             return None;
         }
         Some(((self.pos - self.buf_at) as usize, key_len))
     }
 
+    /// The encoded entry at `at` in `buf`: length, key, address.
+    fn encoded(&self, at: usize, key_len: usize) -> Option<&[u8]> {
+        self.buf.get(at..at + 10 + key_len)
+    }
+
     pub fn peek_key(&mut self, medium: &Medium) -> Option<&[u8]> {
         let (at, key_len) = self.current(medium)?;
-        Some(&self.buf[at + 2..at + 2 + key_len])
+        self.buf.get(at + 2..at + 2 + key_len)
     }
 
     pub fn advance(&mut self, medium: &Medium) {
@@ -597,13 +467,11 @@ impl<'a> EntryReader<'a> {
     pub fn next_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
         let (at, key_len) = self.current(medium)?;
         self.pos += 10 + key_len as u64;
-        let key = &self.buf[at + 2..at + 2 + key_len];
-        let addr = u64::from_le_bytes(
-            self.buf[at + 2 + key_len..at + 10 + key_len]
-                .try_into()
-                .unwrap(),
-        );
-        Some((key, addr))
+        let (key, addr) = self
+            .encoded(at, key_len)?
+            .get(2..)?
+            .split_at_checked(key_len)?;
+        Some((key, u64::from_le_bytes(addr.try_into().ok()?)))
     }
 
     /// Copies the entries with keys below `upper` (all for `None`) into
@@ -616,8 +484,11 @@ impl<'a> EntryReader<'a> {
     ) -> u64 {
         let mut copied = 0;
         while let Some((at, key_len)) = self.current(medium) {
-            let entry = &self.buf[at..at + 10 + key_len];
-            if upper.is_some_and(|u| &entry[2..2 + key_len] >= u) {
+            let Some(entry) = self.encoded(at, key_len) else {
+                break;
+            };
+            let key = entry.get(2..2 + key_len).unwrap_or_default();
+            if upper.is_some_and(|u| key >= u) {
                 break;
             }
             copied += run.push_encoded(entry) as u64;
@@ -633,9 +504,28 @@ impl<'a> EntryReader<'a> {
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+    let field = b.get(at..at + 4).and_then(|s| s.try_into().ok());
+    u32::from_le_bytes(field.unwrap_or_default())
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+    let field = b.get(at..at + 8).and_then(|s| s.try_into().ok());
+    u64::from_le_bytes(field.unwrap_or_default())
+}
+
+fn put_zero(b: &mut [u8], range: std::ops::Range<usize>) {
+    if let Some(field) = b.get_mut(range) {
+        field.fill(0);
+    }
+}
+
+/// Consecutive words as pairs.
+fn pairs(words: &[u64]) -> Vec<(u64, u64)> {
+    words
+        .chunks_exact(2)
+        .filter_map(|p| match p {
+            [a, b] => Some((*a, *b)),
+            _ => None,
+        })
+        .collect()
 }

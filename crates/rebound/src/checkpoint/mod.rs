@@ -54,11 +54,13 @@
 mod cold;
 mod cost;
 mod image;
+mod writer;
 
 pub use cold::{load_cold, ColdRun};
 
 pub use cost::CostModel;
-pub use image::{CheckpointImage, RunWriter, TableSection};
+pub use image::{CheckpointImage, TableSection};
+pub use writer::RunWriter;
 
 use crate::catalog;
 use crate::error::Result;
@@ -164,7 +166,7 @@ impl Checkpointer {
         };
         let sequence = self.current.map_or(1, |c| c.sequence + 1);
         let collect_start = Instant::now();
-        let mut image = image::Builder::new(sequence, t_low, long_t_low);
+        let mut image = writer::Builder::new(sequence, t_low, long_t_low);
         let mut deleted = Vec::new();
         for (_, table) in store.tables.iter() {
             let prev_section = previous.as_ref().and_then(|p| p.table(table.heap.def.id));

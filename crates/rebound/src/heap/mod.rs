@@ -66,9 +66,13 @@
 //!   without the hole) and of redone tombstone heads (a reaping lost in the
 //!   crash), so GC can trust a set bit on a version nobody writes over.
 
+pub mod block;
+pub mod slot;
 mod space;
 pub mod tile;
 
+pub use block::{next_of, set_next, BLOCK_ALIGN, BLOCK_HEADER, MIN_TXN_AT};
+pub use slot::{SlotHeader, SlotWord, FLAG_TOMBSTONE, SLOT_HEADER, TXN_EMPTY};
 pub use space::Space;
 pub use tile::VersionHeader;
 
@@ -79,72 +83,17 @@ use parking_lot::Mutex;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 
-pub const BLOCK_MAGIC: u32 = u32::from_le_bytes(*b"BLK1");
-pub const BLOCK_HEADER: u64 = 64;
 pub const BITMAP_OFFSET: u64 = 64;
 pub const BITMAP_BYTES: u64 = 256;
 pub const SLOTS_OFFSET: u64 = BLOCK_HEADER + BITMAP_BYTES;
 pub const MAX_SLOTS_PER_BLOCK: u32 = 2048;
 pub const MIN_SLOTS_PER_BLOCK: u32 = 4;
-pub const BLOCK_ALIGN: u64 = 4096;
 /// Target block size; blocks of tables with large slots hold fewer slots.
 pub const TARGET_BLOCK_BYTES: u64 = 1 << 20;
-pub const SLOT_HEADER: u64 = 24;
-pub const TXN_EMPTY: u64 = 0;
-pub const HOLE_BIT: u64 = 1 << 63;
-/// Offsets of block header fields that are written after the header.
-pub const NEXT_AT: u64 = 24;
-pub const MIN_TXN_AT: u64 = 40;
 /// A region's block table holds an entry per sequence number; a gap wider
 /// than this between consecutive blocks (collected blocks in between) is
 /// taken for damage rather than allocated.
 pub const MAX_SEQ_GAP: u64 = 1 << 22;
-
-/// What a slot's txn word says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotWord {
-    Empty,
-    Written {
-        txn: u64,
-        hole: bool,
-    },
-    /// Fails its check: the medium is damaged.
-    Invalid,
-}
-
-impl SlotWord {
-    /// The word for a slot written by `txn`, a hole if `hole`.
-    pub fn encode(txn: u64, hole: bool) -> u64 {
-        debug_assert!(txn != 0 && txn <= catalog::MAX_TXN_ID);
-        txn | (slot_check(txn, hole) << 56) | if hole { HOLE_BIT } else { 0 }
-    }
-
-    pub fn decode(word: u64) -> SlotWord {
-        if word == TXN_EMPTY {
-            return SlotWord::Empty;
-        }
-        let txn = word & catalog::MAX_TXN_ID;
-        let hole = word & HOLE_BIT != 0;
-        match word == SlotWord::encode_unchecked(txn, hole) && txn != 0 {
-            true => SlotWord::Written { txn, hole },
-            false => SlotWord::Invalid,
-        }
-    }
-
-    fn encode_unchecked(txn: u64, hole: bool) -> u64 {
-        txn | (slot_check(txn, hole) << 56) | if hole { HOLE_BIT } else { 0 }
-    }
-}
-
-/// Seven check bits of a slot word: six from crc32c, and a parity bit
-/// over the txn id and the hole flag, so that every single-bit flip of
-/// the word is detected.
-fn slot_check(txn: u64, hole: bool) -> u64 {
-    let crc = crc32c::crc32c(&txn.to_le_bytes()) as u64 & 0x3F;
-    let parity = (txn.count_ones() as u64 + hole as u64) & 1;
-    (crc << 1) | parity
-}
-pub const FLAG_TOMBSTONE: u16 = 1;
 
 /// A logical address: region | block | slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -484,7 +433,7 @@ impl TableHeap {
         }
         medium.zero(offset + BITMAP_OFFSET, BITMAP_BYTES);
         medium.persist(offset + BITMAP_OFFSET, BITMAP_BYTES);
-        medium.write_bytes(offset, &self.block_header(worker, seq, txn));
+        medium.write_bytes(offset, &block::header(&self.def, worker, seq, txn));
         medium.persist_now(offset, BLOCK_HEADER)?;
         // The region's last block is never collected, so it is the one
         // the chain ends in.
@@ -508,20 +457,6 @@ impl TableHeap {
             .ok_or_else(|| Error::Corrupt("a new block vanished".into()))
     }
 
-    fn block_header(&self, worker: usize, seq: u64, min_txn: u64) -> [u8; 64] {
-        let mut h = [0u8; 64];
-        h[0..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
-        h[4..8].copy_from_slice(&self.def.id.to_le_bytes());
-        h[8..12].copy_from_slice(&(worker as u32).to_le_bytes());
-        h[16..24].copy_from_slice(&seq.to_le_bytes());
-        h[32..36].copy_from_slice(&self.def.slots_per_block.to_le_bytes());
-        h[36..40].copy_from_slice(&self.def.slot_size.to_le_bytes());
-        let crc = block_header_crc(&h);
-        h[40..48].copy_from_slice(&catalog::pack(min_txn).to_le_bytes());
-        h[12..16].copy_from_slice(&crc.to_le_bytes());
-        h
-    }
-
     /// Checks a block header found by following a link during recovery;
     /// returns (next block offset, min txn).
     pub fn validate_block(
@@ -531,27 +466,7 @@ impl TableHeap {
         worker: usize,
         seq: u64,
     ) -> Result<(u64, u64)> {
-        let bad = |why: &str| {
-            Error::Corrupt(format!(
-                "table {} region {worker} block {seq} at {offset}: {why}",
-                self.def.id
-            ))
-        };
-        if !block_in_data_area(medium, offset, self.def.block_size as u64) {
-            return Err(bad("offset outside the data area"));
-        }
-        let mut h = [0u8; 64];
-        medium.read_bytes(offset, &mut h);
-        let min_txn = catalog::unpack_checked(u64::from_le_bytes(h[40..48].try_into().unwrap()))
-            .ok_or_else(|| bad("min txn fails its check"))?;
-        let expected = self.block_header(worker, seq, min_txn);
-        let same = h[0..24] == expected[0..24] && h[32..64] == expected[32..64];
-        if !same {
-            return Err(bad("header does not match (checksum, owner or sequence)"));
-        }
-        let next = catalog::unpack_checked(u64::from_le_bytes(h[24..32].try_into().unwrap()))
-            .ok_or_else(|| bad("next-block link fails its check"))?;
-        Ok((next, min_txn))
+        block::validate(medium, &self.def, offset, worker, seq)
     }
 
     /// Checks a block reached by following a link whose sequence number is
@@ -564,10 +479,7 @@ impl TableHeap {
         worker: usize,
         min_seq: u64,
     ) -> Result<(u64, u64, u64)> {
-        let seq = match block_in_data_area(medium, offset, self.def.block_size as u64) {
-            true => medium.load(offset + 16),
-            false => min_seq,
-        };
+        let seq = block::claimed_seq(medium, &self.def, offset).unwrap_or(min_seq);
         if seq < min_seq || seq >= u32::MAX as u64 {
             return Err(Error::Corrupt(format!(
                 "table {} region {worker}: block at {offset} is out of sequence",
@@ -580,26 +492,21 @@ impl TableHeap {
 
     /// Encodes a slot for this table into `buf`.
     pub fn encode(&self, buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
-        buf.clear();
-        buf.extend_from_slice(&SlotWord::encode(txn, false).to_le_bytes());
-        buf.extend_from_slice(&[0; 4]);
-        buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        buf.extend_from_slice(&(if tombstone { FLAG_TOMBSTONE } else { 0 }).to_le_bytes());
-        buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
-        buf.extend_from_slice(&[0; 4]);
-        buf.extend_from_slice(key);
-        buf.extend_from_slice(value);
-        let crc = slot_crc(txn, &buf[12..]);
-        buf[8..12].copy_from_slice(&crc.to_le_bytes());
+        slot::encode(buf, txn, key, value, tombstone);
     }
 
-    /// Reads the first word and header of a slot: (txn, crc, key len, flags, value len).
-    /// A collected slot reads as never written.
-    fn slot_header(&self, medium: &Medium, addr: Addr) -> (u64, u32, usize, u16, usize) {
+    /// The header of a slot; a collected slot reads as never written.
+    fn slot_header(&self, medium: &Medium, addr: Addr) -> SlotHeader {
         match self.slot_offset(addr) {
-            Some(at) => slot_header_at(medium, at),
-            None => (TXN_EMPTY, 0, 0, 0, 0),
+            Some(at) => SlotHeader::read(medium, at),
+            None => SlotHeader::empty(),
         }
+    }
+
+    /// Whether a header's lengths fit this table's slots.
+    fn fits(&self, header: &SlotHeader) -> bool {
+        (1..=self.def.max_key_len as usize).contains(&header.key_len)
+            && header.value_len <= self.def.max_value_len as usize
     }
 
     /// What a reader finds in a published slot: the value, verified
@@ -608,28 +515,28 @@ impl TableHeap {
         let Some(slot_at) = self.slot_offset(addr) else {
             return SlotRead::Gone;
         };
-        let (txn, crc, key_len, flags, value_len) = slot_header_at(medium, slot_at);
-        if flags & FLAG_TOMBSTONE != 0 {
+        let header = SlotHeader::read(medium, slot_at);
+        if header.is_tombstone() {
             return SlotRead::Deleted;
         }
-        if key_len > self.def.max_key_len as usize || value_len > self.def.max_value_len as usize {
+        if !self.fits(&header) {
             return SlotRead::Damaged;
         }
-        let at = slot_at + 12;
+        let at = slot_at + slot::CHECKED_FROM;
         let mut head = [0u8; 12 + MAX_KEY_BYTES];
-        let head = &mut head[..12 + key_len];
+        let head = &mut head[..12 + header.key_len];
         medium.read_at(at, head);
-        let mut value = vec![0u8; value_len];
+        let mut value = vec![0u8; header.value_len];
         medium.read_at(at + head.len() as u64, &mut value);
-        let computed = crc32c::crc32c_append(slot_crc(txn & catalog::MAX_TXN_ID, head), &value);
-        if computed != crc {
+        let computed = crc32c::crc32c_append(slot::crc(header.txn(), head), &value);
+        if computed != header.crc {
             return SlotRead::Damaged;
         }
         SlotRead::Value(value)
     }
 
     pub fn is_tombstone(&self, medium: &Medium, addr: Addr) -> bool {
-        self.slot_header(medium, addr).3 & FLAG_TOMBSTONE != 0
+        self.slot_header(medium, addr).is_tombstone()
     }
 
     /// The key of a slot this process wrote (unverified: use
@@ -638,8 +545,8 @@ impl TableHeap {
         let Some(at) = self.slot_offset(addr) else {
             return Vec::new();
         };
-        let (_, _, key_len, _, _) = slot_header_at(medium, at);
-        let mut key = vec![0u8; key_len.min(self.def.max_key_len as usize)];
+        let header = SlotHeader::read(medium, at);
+        let mut key = vec![0u8; header.key_len.min(self.def.max_key_len as usize)];
         medium.read_bytes(at + SLOT_HEADER, &mut key);
         key
     }
@@ -649,17 +556,20 @@ impl TableHeap {
     pub fn decode_checked(&self, medium: &Medium, addr: Addr) -> Option<SlotContent> {
         let mut buf = Vec::new();
         let (key_len, tombstone) = self.verify_into(medium, addr, &mut buf)?;
-        let body = &buf[SLOT_HEADER as usize - 12..];
+        let body = buf.get(SLOT_HEADER as usize - 12..)?;
+        let (key, value) = body.split_at_checked(key_len)?;
         Some(SlotContent {
             txn: self.slot_txn(medium, addr) & catalog::MAX_TXN_ID,
             tombstone,
-            key: body[..key_len].to_vec(),
-            value: body[key_len..].to_vec(),
+            key: key.to_vec(),
+            value: value.to_vec(),
         })
     }
 
-    /// Verifies a slot, leaving bytes 12.. of it (header rest, key, value)
-    /// in `buf`; returns the key length and whether it is a tombstone.
+    /// Verifies a live slot, leaving bytes 12.. of it (header rest, key,
+    /// value) in `buf`; returns the key length and whether it is a
+    /// tombstone. Lengths are checked against the table's limits before
+    /// anything is sized by them.
     pub fn verify_into(
         &self,
         medium: &Medium,
@@ -667,17 +577,21 @@ impl TableHeap {
         buf: &mut Vec<u8>,
     ) -> Option<(usize, bool)> {
         let at = self.slot_offset(addr)?;
-        let (txn, crc, key_len, flags, value_len) = slot_header_at(medium, at);
-        let fits = (1..=self.def.max_key_len as usize).contains(&key_len)
-            && value_len <= self.def.max_value_len as usize;
-        if !fits || flags & !FLAG_TOMBSTONE != 0 {
+        let header = SlotHeader::read(medium, at);
+        let live = matches!(
+            SlotWord::decode(header.word),
+            SlotWord::Written { hole: false, .. }
+        );
+        if !live || !self.fits(&header) || header.flags & !FLAG_TOMBSTONE != 0 {
             return None;
         }
-        buf.resize((SLOT_HEADER as usize - 12) + key_len + value_len, 0);
-        medium.read_at(at + 12, buf);
-        let live = matches!(SlotWord::decode(txn), SlotWord::Written { hole: false, .. });
-        (live && slot_crc(txn & catalog::MAX_TXN_ID, buf) == crc)
-            .then_some((key_len, flags & FLAG_TOMBSTONE != 0))
+        buf.resize(
+            (SLOT_HEADER as usize - 12) + header.key_len + header.value_len,
+            0,
+        );
+        medium.read_at(at + slot::CHECKED_FROM, buf);
+        (slot::crc(header.txn(), buf) == header.crc)
+            .then_some((header.key_len, header.is_tombstone()))
     }
 
     /// The raw txn word stored in a slot (see `SlotWord`).
@@ -694,8 +608,8 @@ impl TableHeap {
     /// Starts writing a slot back; the caller fences.
     pub fn persist_slot(&self, medium: &Medium, addr: Addr) {
         if let Some(at) = self.slot_offset(addr) {
-            let (_, _, key_len, _, value_len) = slot_header_at(medium, at);
-            medium.persist(at, SLOT_HEADER + (key_len + value_len) as u64);
+            let header = SlotHeader::read(medium, at);
+            medium.persist(at, SLOT_HEADER + (header.key_len + header.value_len) as u64);
         }
     }
 
@@ -787,57 +701,11 @@ impl TableHeap {
     }
 }
 
-/// Links block `next` (0 = none) after the block at `block`; the caller
-/// fences.
-pub fn set_next(medium: &Medium, block: u64, next: u64) {
-    medium.store(block + NEXT_AT, catalog::pack(next));
-    medium.persist(block + NEXT_AT, 8);
-}
-
-/// The block linked after the block at `block` (0 = none); `None` if the
-/// link fails its check.
-pub fn next_of(medium: &Medium, block: u64) -> Option<u64> {
-    catalog::unpack_checked(medium.load(block + NEXT_AT))
-}
-
-/// Whether a whole block of `size` bytes at `offset` lies, aligned, in the
-/// data area.
-pub fn block_in_data_area(medium: &Medium, offset: u64, size: u64) -> bool {
-    offset >= catalog::DATA_START
-        && offset.is_multiple_of(BLOCK_ALIGN)
-        && medium.contains(offset, size)
-}
-
 /// The medium offset of the bitmap word holding a slot's obsolete bit,
 /// and the bit.
 fn bitmap_bit(block: &Block, slot: u32) -> (u64, u64) {
     let word = block.offset() + BITMAP_OFFSET + (slot as u64 / 64) * 8;
     (word, 1 << (slot % 64))
-}
-
-/// The first word and header of the slot at `at`: (txn, crc, key len,
-/// flags, value len).
-fn slot_header_at(medium: &Medium, at: u64) -> (u64, u32, usize, u16, usize) {
-    let txn = medium.load(at);
-    let w1 = medium.load(at + 8);
-    let w2 = medium.load(at + 16);
-    (
-        txn,
-        (w1 & 0xFFFF_FFFF) as u32,
-        ((w1 >> 32) & 0xFFFF) as usize,
-        (w1 >> 48) as u16,
-        (w2 & 0xFFFF_FFFF) as usize,
-    )
-}
-
-fn block_header_crc(h: &[u8; 64]) -> u32 {
-    let mut crc = crc32c::crc32c(&h[0..12]);
-    crc = crc32c::crc32c_append(crc, &h[16..24]);
-    crc32c::crc32c_append(crc, &h[32..40])
-}
-
-fn slot_crc(txn: u64, rest: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&txn.to_le_bytes()), rest)
 }
 
 #[cfg(test)]
@@ -864,22 +732,5 @@ mod tests {
             Err(Error::Corrupt(_))
         ));
         assert_eq!(region.len(), 1006, "nothing allocated for a refused number");
-    }
-
-    #[test]
-    fn every_single_bit_flip_of_a_slot_word_is_detected() {
-        for txn in [1u64, 2, 0x1234_5678, catalog::MAX_TXN_ID] {
-            for hole in [false, true] {
-                let word = SlotWord::encode(txn, hole);
-                assert_eq!(SlotWord::decode(word), SlotWord::Written { txn, hole });
-                for bit in 0..64 {
-                    let flipped = SlotWord::decode(word ^ (1 << bit));
-                    assert!(
-                        matches!(flipped, SlotWord::Invalid | SlotWord::Empty),
-                        "txn {txn} hole {hole} bit {bit}: {flipped:?}"
-                    );
-                }
-            }
-        }
     }
 }

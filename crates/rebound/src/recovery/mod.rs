@@ -322,7 +322,7 @@ fn load_blocks(
     let region = &heap.regions[worker];
     let block_size = heap.def.block_size as u64;
     for &(seq, offset) in listed {
-        if !block_in_bounds(medium, offset, block_size) {
+        if !crate::heap::block::in_data_area(medium, offset, block_size) {
             return Err(Error::Corrupt(format!(
                 "checkpoint lists a block outside the medium at {offset}"
             )));
@@ -349,12 +349,6 @@ fn load_blocks(
         chained += 1;
     }
     Ok(())
-}
-
-fn block_in_bounds(medium: &Medium, offset: u64, size: u64) -> bool {
-    offset >= catalog::DATA_START
-        && offset.is_multiple_of(crate::heap::BLOCK_ALIGN)
-        && medium.contains(offset, size)
 }
 
 /// Position (among the region's present blocks) of the first block that

@@ -36,7 +36,7 @@
 //! # Abort
 //! The new versions are marked ABORTED in DRAM, the index is pointed back at
 //! the predecessors (or the fresh key removed), locks are released, and the
-//! slots become *holes* (`txn | HOLE_BIT`) that are fenced before the abort
+//! slots become *holes* (their txn word gets the hole flag) that are fenced before the abort
 //! returns — so a later commit of the same worker, whose LCTT value is larger
 //! than the aborted id, can never resurrect them.
 

@@ -1,0 +1,153 @@
+//! Writing checkpoint images (layout in the module above). An image is
+//! built in DRAM, sealed with its checksums, then written to a fresh
+//! extent by the checkpointer.
+
+use super::image::{header_crc, FENCE_EVERY, HEADER, MAGIC};
+use crate::txn::TableRt;
+
+/// Builds an image in DRAM.
+pub struct Builder {
+    bytes: Vec<u8>,
+    tables: u32,
+}
+
+impl Builder {
+    pub fn new(sequence: u64, t_low: u64, long_t_low: u64) -> Builder {
+        let mut bytes = vec![0u8; HEADER as usize];
+        bytes[0..8].copy_from_slice(&MAGIC);
+        bytes[8..16].copy_from_slice(&sequence.to_le_bytes());
+        bytes[16..24].copy_from_slice(&t_low.to_le_bytes());
+        bytes[48..56].copy_from_slice(&long_t_low.to_le_bytes());
+        Builder { bytes, tables: 0 }
+    }
+
+    /// Starts a table section: its header and block lists; entries follow
+    /// through the returned writer, straight into the image.
+    pub fn begin_table(&mut self, table: &TableRt) -> RunWriter<'_> {
+        let out = &mut self.bytes;
+        let header_at = out.len();
+        out.extend_from_slice(&table.heap.def.id.to_le_bytes());
+        out.extend_from_slice(&[0u8; 20]);
+        // Blocks emptied by GC are left out: recovery from this image
+        // never looks into them, so they can be freed once it is in force.
+        let lists: Vec<Vec<(u64, u64)>> = table
+            .heap
+            .regions
+            .iter()
+            .map(|r| {
+                r.present()
+                    .filter(|b| !b.is_retired())
+                    .map(|b| (b.seq as u64, b.offset()))
+                    .collect()
+            })
+            .collect();
+        for list in &lists {
+            out.extend_from_slice(&(list.len() as u64).to_le_bytes());
+        }
+        for (seq, offset) in lists.iter().flatten() {
+            out.extend_from_slice(&seq.to_le_bytes());
+            out.extend_from_slice(&offset.to_le_bytes());
+        }
+        self.tables += 1;
+        let entries_at = self.bytes.len();
+        RunWriter {
+            bytes: &mut self.bytes,
+            header_at,
+            entries_at,
+            count: 0,
+            fences: Vec::new(),
+            last_at: 0,
+        }
+    }
+
+    /// Seals the image: length and checksums.
+    pub fn finish(mut self) -> Vec<u8> {
+        let len = self.bytes.len() as u64;
+        self.bytes[24..32].copy_from_slice(&len.to_le_bytes());
+        self.bytes[32..36].copy_from_slice(&self.tables.to_le_bytes());
+        let body_crc = crc32c::crc32c(&self.bytes[HEADER as usize..]);
+        self.bytes[36..40].copy_from_slice(&body_crc.to_le_bytes());
+        let header_crc = header_crc(&self.bytes[..HEADER as usize]);
+        self.bytes[40..44].copy_from_slice(&header_crc.to_le_bytes());
+        self.bytes
+    }
+}
+
+/// Appends one table's entries to an image under construction.
+pub struct RunWriter<'a> {
+    bytes: &'a mut Vec<u8>,
+    header_at: usize,
+    entries_at: usize,
+    count: u64,
+    fences: Vec<u64>,
+    /// Where the last entry starts in `bytes` (its key is compared in place).
+    last_at: usize,
+}
+
+impl RunWriter<'_> {
+    /// Appends an entry; a key not above the previous one is dropped (a
+    /// concurrent walk can report a range twice) and `false` returned.
+    pub fn push(&mut self, key: &[u8], addr: u64) -> bool {
+        if !self.above_last(key) {
+            return false;
+        }
+        self.start_entry();
+        self.bytes
+            .extend_from_slice(&(key.len() as u16).to_le_bytes());
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(&addr.to_le_bytes());
+        true
+    }
+
+    /// Appends an entry already in run encoding (copied from an earlier
+    /// image); same ordering rule as `push`.
+    pub fn push_encoded(&mut self, entry: &[u8]) -> bool {
+        if !self.above_last(&entry[2..entry.len() - 8]) {
+            return false;
+        }
+        self.start_entry();
+        self.bytes.extend_from_slice(entry);
+        true
+    }
+
+    fn above_last(&self, key: &[u8]) -> bool {
+        if self.count == 0 {
+            return true;
+        }
+        let at = self.last_at;
+        let len = u16::from_le_bytes([self.bytes[at], self.bytes[at + 1]]) as usize;
+        key > &self.bytes[at + 2..at + 2 + len]
+    }
+
+    fn start_entry(&mut self) {
+        let offset = self.bytes.len();
+        if self.count.is_multiple_of(FENCE_EVERY) {
+            self.fences.push((offset - self.entries_at) as u64);
+        }
+        self.last_at = offset;
+        self.count += 1;
+    }
+
+    /// Completes the section header, appends the fences with their
+    /// groups' checksums, and seals head, lists and fences with the
+    /// section's meta checksum.
+    pub fn finish(self) {
+        let entry_bytes = (self.bytes.len() - self.entries_at) as u64;
+        let at = self.header_at;
+        self.bytes[at + 8..at + 16].copy_from_slice(&self.count.to_le_bytes());
+        self.bytes[at + 16..at + 24].copy_from_slice(&entry_bytes.to_le_bytes());
+        let fences_at = self.bytes.len();
+        for (i, &fence) in self.fences.iter().enumerate() {
+            let end = self.fences.get(i + 1).copied().unwrap_or(entry_bytes);
+            let group =
+                &self.bytes[self.entries_at + fence as usize..self.entries_at + end as usize];
+            let crc = crc32c::crc32c(group);
+            self.bytes.extend_from_slice(&fence.to_le_bytes());
+            self.bytes.extend_from_slice(&crc.to_le_bytes());
+            self.bytes.extend_from_slice(&[0; 4]);
+        }
+        let meta = crc32c::crc32c(&self.bytes[at..self.entries_at]);
+        let meta = crc32c::crc32c_append(meta, &self.bytes[fences_at..]);
+        self.bytes[at + 4..at + 8].copy_from_slice(&meta.to_le_bytes());
+    }
+}

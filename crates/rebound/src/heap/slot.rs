@@ -1,0 +1,147 @@
+//! The slot format: the txn word, the slot header and the checksum.
+//! Layout in the module above. Decoding is free of indexing and `unwrap`
+//! (denied by lint).
+#![deny(clippy::indexing_slicing, clippy::unwrap_used)]
+
+use crate::catalog::MAX_TXN_ID;
+use crate::medium::Medium;
+
+pub const SLOT_HEADER: u64 = 24;
+pub const TXN_EMPTY: u64 = 0;
+pub const HOLE_BIT: u64 = 1 << 63;
+pub const FLAG_TOMBSTONE: u16 = 1;
+/// Where the checksummed bytes after the txn word and crc start.
+pub const CHECKED_FROM: u64 = 12;
+
+/// What a slot's txn word says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotWord {
+    Empty,
+    Written {
+        txn: u64,
+        hole: bool,
+    },
+    /// Fails its check: the medium is damaged.
+    Invalid,
+}
+
+impl SlotWord {
+    /// The word for a slot written by `txn`, a hole if `hole`.
+    pub fn encode(txn: u64, hole: bool) -> u64 {
+        debug_assert!(txn != 0 && txn <= MAX_TXN_ID);
+        txn | (check(txn, hole) << 56) | if hole { HOLE_BIT } else { 0 }
+    }
+
+    pub fn decode(word: u64) -> SlotWord {
+        if word == TXN_EMPTY {
+            return SlotWord::Empty;
+        }
+        let txn = word & MAX_TXN_ID;
+        let hole = word & HOLE_BIT != 0;
+        let expected = txn | (check(txn, hole) << 56) | if hole { HOLE_BIT } else { 0 };
+        match word == expected && txn != 0 {
+            true => SlotWord::Written { txn, hole },
+            false => SlotWord::Invalid,
+        }
+    }
+}
+
+/// Seven check bits of a slot word: six from crc32c, and a parity bit
+/// over the txn id and the hole flag, so that every single-bit flip of
+/// the word is detected.
+fn check(txn: u64, hole: bool) -> u64 {
+    let crc = crc32c::crc32c(&txn.to_le_bytes()) as u64 & 0x3F;
+    let parity = (txn.count_ones() as u64 + hole as u64) & 1;
+    (crc << 1) | parity
+}
+
+/// The first 24 bytes of a slot, decoded but not yet verified.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotHeader {
+    pub word: u64,
+    pub crc: u32,
+    pub key_len: usize,
+    pub flags: u16,
+    pub value_len: usize,
+}
+
+impl SlotHeader {
+    /// The header of the slot at `at`.
+    pub fn read(medium: &Medium, at: u64) -> SlotHeader {
+        let word = medium.load(at);
+        let w1 = medium.load(at + 8);
+        let w2 = medium.load(at + 16);
+        SlotHeader {
+            word,
+            crc: (w1 & 0xFFFF_FFFF) as u32,
+            key_len: ((w1 >> 32) & 0xFFFF) as usize,
+            flags: (w1 >> 48) as u16,
+            value_len: (w2 & 0xFFFF_FFFF) as usize,
+        }
+    }
+
+    /// A collected slot reads as never written.
+    pub fn empty() -> SlotHeader {
+        SlotHeader {
+            word: TXN_EMPTY,
+            crc: 0,
+            key_len: 0,
+            flags: 0,
+            value_len: 0,
+        }
+    }
+
+    pub fn is_tombstone(&self) -> bool {
+        self.flags & FLAG_TOMBSTONE != 0
+    }
+
+    /// The writer's txn id, whatever the rest of the word says.
+    pub fn txn(&self) -> u64 {
+        self.word & MAX_TXN_ID
+    }
+}
+
+/// Encodes a slot written by `txn` into `buf`.
+pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
+    buf.clear();
+    buf.extend_from_slice(&SlotWord::encode(txn, false).to_le_bytes());
+    buf.extend_from_slice(&[0; 4]);
+    buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    buf.extend_from_slice(&(if tombstone { FLAG_TOMBSTONE } else { 0 }).to_le_bytes());
+    buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&[0; 4]);
+    buf.extend_from_slice(key);
+    buf.extend_from_slice(value);
+    let crc = crc(txn, buf.get(CHECKED_FROM as usize..).unwrap_or_default());
+    if let Some(field) = buf.get_mut(8..12) {
+        field.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// The slot checksum: crc32c of the txn id (as a u64, without check bits
+/// or hole flag) followed by bytes 12.. of the slot.
+pub fn crc(txn: u64, rest: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&txn.to_le_bytes()), rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_single_bit_flip_of_a_slot_word_is_detected() {
+        for txn in [1u64, 2, 0x1234_5678, MAX_TXN_ID] {
+            for hole in [false, true] {
+                let word = SlotWord::encode(txn, hole);
+                assert_eq!(SlotWord::decode(word), SlotWord::Written { txn, hole });
+                for bit in 0..64 {
+                    let flipped = SlotWord::decode(word ^ (1 << bit));
+                    assert!(
+                        matches!(flipped, SlotWord::Invalid | SlotWord::Empty),
+                        "txn {txn} hole {hole} bit {bit}: {flipped:?}"
+                    );
+                }
+            }
+        }
+    }
+}
