@@ -1,7 +1,7 @@
 //! Damaged, truncated and foreign files give typed errors, never a panic,
 //! and a database that opens never serves a value it was not given.
 
-mod common;
+mod flip;
 use rand::{Rng, SeedableRng};
 use rebound::{Database, Error, Options, TableOptions, DATA_FILE};
 use std::collections::BTreeMap;
@@ -129,48 +129,62 @@ fn another_programs_directory_is_left_alone() {
     ));
 }
 
+/// The seeds of the default run; `REBOUND_SEED=<n>` replays one (it
+/// drives both the workload and the choice of flips). 7287125784506984060
+/// once made the engine allocate 17 GiB.
+const SEEDS: [u64; 4] = [7287125784506984060, 1, 2, 3];
+
+/// Random single-bit flips in the non-zero lines of a crashed database
+/// (checkpoint, GC, redo work after both, an uncommitted transaction): each
+/// must be refused with a typed error or read back exactly — through open,
+/// a full read, a GC round, a second read, close, reopen and a third read —
+/// without a panic in any thread and without unbounded memory. The trials
+/// run in a child process (see `flip`).
 #[test]
 fn bit_flips_never_panic_or_serve_wrong_values() {
-    let seed = common::seed();
-    println!("seed {seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let dir = fresh_dir();
-    let expected = populate(dir.path());
-    let file = dir.path().join(DATA_FILE);
-    let original = std::fs::read(&file).unwrap();
-    let written = written_ranges(&original);
-    let (mut rejected, mut survived) = (0, 0);
-    for trial in 0..300 {
-        let mut bytes = original.clone();
-        let (start, end) = written[rng.gen_range(0..written.len())];
-        let at = rng.gen_range(start..end);
-        bytes[at] ^= 1 << rng.gen_range(0..8);
-        std::fs::write(&file, &bytes).unwrap();
-        match open_and_read(dir.path()) {
-            Ok(found) => {
-                survived += 1;
-                for (k, v) in &found {
-                    assert_eq!(
-                        expected.get(k),
-                        Some(v),
-                        "seed {seed} trial {trial}: flip at {at} served a wrong value"
-                    );
-                }
-            }
-            Err(Error::NotADatabase(_) | Error::Corrupt(_)) => rejected += 1,
-            Err(e) => panic!("seed {seed} trial {trial}: flip at {at} gave an untyped error {e}"),
+    let seeds = match std::env::var("REBOUND_SEED") {
+        Ok(s) => vec![s.parse().expect("REBOUND_SEED is a number")],
+        Err(_) => SEEDS.to_vec(),
+    };
+    let mut failed = Vec::new();
+    for seed in seeds {
+        let crashed = flip::build_crashed(flip::Workload {
+            seed,
+            keys: 100,
+            max_key_len: 16,
+            max_value_len: 64,
+            block_slots: 8,
+            phases: [150, 100, 100],
+        });
+        let map = flip::FileMap::of(&crashed.image);
+        let lines = flip::nonzero_lines(&crashed.image);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let flips: Vec<flip::Flip> = (0..300)
+            .map(|trial| {
+                let at = lines[rng.gen_range(0..lines.len())] + rng.gen_range(0..64);
+                let bit = rng.gen_range(0..8);
+                map.flip(at, bit, &format!("seed {seed} trial {trial}"))
+            })
+            .collect();
+        let name = format!("seed {seed}");
+        let summary = flip::run_flips(&name, &crashed, &flips, true);
+        summary.print(&name);
+        if !summary.failures.is_empty() {
+            failed.push((seed, summary));
         }
     }
-    println!("bit flips: {rejected} rejected, {survived} opened with correct values");
-    assert!(rejected > 0);
-}
-
-/// Non-zero 64-byte lines of the file: the places a flip can matter.
-fn written_ranges(bytes: &[u8]) -> Vec<(usize, usize)> {
-    bytes
-        .chunks(64)
-        .enumerate()
-        .filter(|(_, c)| c.iter().any(|&b| b != 0))
-        .map(|(i, c)| (i * 64, i * 64 + c.len()))
-        .collect()
+    if !failed.is_empty() {
+        let mut message = String::new();
+        for (seed, summary) in &failed {
+            message += &format!(
+                "seed {seed} (replay with REBOUND_SEED={seed}): {} of {} flips failed\n",
+                summary.failures.len(),
+                summary.tried
+            );
+            for f in summary.failures.iter().take(10) {
+                message += &format!("  {}\n", f.describe());
+            }
+        }
+        panic!("bit flips panicked, used too much memory or served wrong data:\n{message}");
+    }
 }
