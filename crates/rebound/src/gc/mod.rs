@@ -298,7 +298,13 @@ fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied
     let Some(block) = table.heap.regions[id.region].get(id.seq as usize) else {
         return Ok(Emptied::Busy);
     };
-    let min_txn = table.heap.min_txn(&store.medium, block);
+    // Slots below the min txn count as dead: a damaged word must stop GC.
+    let min_txn = table.heap.min_txn(&store.medium, block).ok_or_else(|| {
+        Error::Corrupt(format!(
+            "table {} region {} block {}: min txn fails its check",
+            id.table, id.region, id.seq
+        ))
+    })?;
     let candidate = Candidate { id, block, min_txn };
     let mut live = Vec::new();
     for slot in 0..table.heap.def.slots_per_block {

@@ -671,9 +671,9 @@ impl TableHeap {
 
     /// The id of the first transaction that wrote into a block; slots
     /// below it are left over from earlier use of the space.
-    pub fn min_txn(&self, medium: &Medium, block: &Block) -> u64 {
+    /// `None` if the word fails its check.
+    pub fn min_txn(&self, medium: &Medium, block: &Block) -> Option<u64> {
         catalog::unpack_checked(medium.load(block.offset() + MIN_TXN_AT))
-            .unwrap_or(catalog::MAX_TXN_ID)
     }
 
     /// Slots of a block whose obsolete bit is set.
