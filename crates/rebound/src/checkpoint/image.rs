@@ -21,7 +21,11 @@ use crate::medium::Medium;
 use std::ops::Bound;
 
 pub(super) const MAGIC: [u8; 8] = *b"RBCKPT04";
-pub(super) const HEADER: u64 = 64;
+/// Where the long regions' published marks start in the header.
+pub(super) const LONG_PUBLISHED_AT: usize = 64;
+const LONG_REGION_COUNT: usize = MAX_WORKERS - crate::catalog::LONG_REGIONS;
+/// Header bytes: the fixed fields and the long regions' published marks.
+pub(super) const HEADER: u64 = (LONG_PUBLISHED_AT + 8 * LONG_REGION_COUNT) as u64;
 /// Every `FENCE_EVERY`-th entry's offset is recorded for binary search.
 pub const FENCE_EVERY: u64 = 64;
 /// Bytes read at a time when a run is read sequentially.
@@ -33,10 +37,10 @@ const SECTION_HEAD: u64 = 24 + 8 * MAX_WORKERS as u64;
 /// the group's entries, u32 reserved.
 const FENCE_BYTES: u64 = 16;
 
-/// crc32c of the 64-byte header with its checksum field (40..44) left out.
+/// crc32c of the header with its checksum field (40..44) left out.
 pub(super) fn header_crc(header: &[u8]) -> u32 {
     let crc = crc32c::crc32c(header.get(0..40).unwrap_or_default());
-    crc32c::crc32c_append(crc, header.get(44..64).unwrap_or_default())
+    crc32c::crc32c_append(crc, header.get(44..HEADER as usize).unwrap_or_default())
 }
 
 /// A checkpoint in the medium whose structure has been validated.
@@ -46,6 +50,8 @@ pub struct CheckpointImage {
     pub t_low: u64,
     /// Long-transaction regions are redone from here (≤ t_low).
     pub long_t_low: u64,
+    /// Per long region: commits up to this one are in the checkpoint.
+    pub long_published: Vec<u64>,
     pub len: u64,
     body_crc: u32,
     sections: Vec<TableSection>,
@@ -90,6 +96,9 @@ impl CheckpointImage {
             sequence: u64_at(&header, 8),
             t_low: u64_at(&header, 16),
             long_t_low: u64_at(&header, 48).min(u64_at(&header, 16)),
+            long_published: (0..LONG_REGION_COUNT)
+                .map(|i| u64_at(&header, LONG_PUBLISHED_AT + 8 * i))
+                .collect(),
             len,
             body_crc: u32_at(&header, 36),
             sections,

@@ -31,11 +31,13 @@
 //! 16  u64      t_low: recovery redoes versions with txn id ≥ t_low
 //! 24  u64      image length in bytes
 //! 32  u32      table count          36  u32  crc32c of bytes 64..length
-//! 40  u32      crc32c of bytes 0..40 ++ 44..64
+//! 40  u32      crc32c of bytes 0..40 ++ 44..576
 //! 44  u32      reserved
 //! 48  u64      long_t_low: long-transaction regions are redone from here
 //! 56  8 bytes reserved
-//! 64  per table:
+//! 64  [u64; 64] per long-transaction region: its newest commit the
+//!     checkpoint includes (recovery does not redo commits up to it)
+//! 576 per table:
 //!       head: u32 table id, u32 meta crc, u64 entry count, u64 entry
 //!       bytes, MAX_WORKERS × u64 block count;
 //!       block lists: every listed block as (u64 sequence number, u64
@@ -143,7 +145,7 @@ impl Checkpointer {
     /// Takes one checkpoint of every table and makes it the one in force.
     pub fn take(&mut self, store: &Store) -> Result<CheckpointStats> {
         let started = Instant::now();
-        let (t_low, long_t_low) = store.checkpoint_horizon();
+        let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
         let base = self.current.filter(|c| c.usable_as_base);
         let samples: Vec<_> = store
             .tables
@@ -166,7 +168,7 @@ impl Checkpointer {
         };
         let sequence = self.current.map_or(1, |c| c.sequence + 1);
         let collect_start = Instant::now();
-        let mut image = writer::Builder::new(sequence, t_low, long_t_low);
+        let mut image = writer::Builder::new(sequence, t_low, long_t_low, &long_published);
         let mut deleted = Vec::new();
         for (_, table) in store.tables.iter() {
             let prev_section = previous.as_ref().and_then(|p| p.table(table.heap.def.id));

@@ -2,7 +2,7 @@
 //! built in DRAM, sealed with its checksums, then written to a fresh
 //! extent by the checkpointer.
 
-use super::image::{header_crc, FENCE_EVERY, HEADER, MAGIC};
+use super::image::{header_crc, FENCE_EVERY, HEADER, LONG_PUBLISHED_AT, MAGIC};
 use crate::txn::TableRt;
 
 /// Builds an image in DRAM.
@@ -12,12 +12,16 @@ pub struct Builder {
 }
 
 impl Builder {
-    pub fn new(sequence: u64, t_low: u64, long_t_low: u64) -> Builder {
+    pub fn new(sequence: u64, t_low: u64, long_t_low: u64, long_published: &[u64]) -> Builder {
         let mut bytes = vec![0u8; HEADER as usize];
         bytes[0..8].copy_from_slice(&MAGIC);
         bytes[8..16].copy_from_slice(&sequence.to_le_bytes());
         bytes[16..24].copy_from_slice(&t_low.to_le_bytes());
         bytes[48..56].copy_from_slice(&long_t_low.to_le_bytes());
+        for (i, published) in long_published.iter().enumerate() {
+            let at = LONG_PUBLISHED_AT + 8 * i;
+            bytes[at..at + 8].copy_from_slice(&published.to_le_bytes());
+        }
         Builder { bytes, tables: 0 }
     }
 

@@ -495,14 +495,6 @@ impl TableHeap {
         slot::encode(buf, txn, key, value, tombstone);
     }
 
-    /// The header of a slot; a collected slot reads as never written.
-    fn slot_header(&self, medium: &Medium, addr: Addr) -> SlotHeader {
-        match self.slot_offset(addr) {
-            Some(at) => SlotHeader::read(medium, at),
-            None => SlotHeader::empty(),
-        }
-    }
-
     /// Whether a header's lengths fit this table's slots.
     fn fits(&self, header: &SlotHeader) -> bool {
         (1..=self.def.max_key_len as usize).contains(&header.key_len)
@@ -516,9 +508,6 @@ impl TableHeap {
             return SlotRead::Gone;
         };
         let header = SlotHeader::read(medium, slot_at);
-        if header.is_tombstone() {
-            return SlotRead::Deleted;
-        }
         if !self.fits(&header) {
             return SlotRead::Damaged;
         }
@@ -529,14 +518,26 @@ impl TableHeap {
         let mut value = vec![0u8; header.value_len];
         medium.read_at(at + head.len() as u64, &mut value);
         let computed = crc32c::crc32c_append(slot::crc(header.txn(), head), &value);
-        if computed != header.crc {
-            return SlotRead::Damaged;
+        match (computed == header.crc, header.is_tombstone()) {
+            (false, _) => SlotRead::Damaged,
+            (true, true) => SlotRead::Deleted,
+            (true, false) => SlotRead::Value(value),
         }
-        SlotRead::Value(value)
     }
 
-    pub fn is_tombstone(&self, medium: &Medium, addr: Addr) -> bool {
-        self.slot_header(medium, addr).is_tombstone()
+    /// Whether a version is a tombstone; `None` if its header is damaged.
+    /// A flag is trusted only with what a tombstone has: no value bytes
+    /// and, as that makes it cheap, a matching checksum; so a flipped flag
+    /// never turns a live version into a deletion or back.
+    pub fn tombstone(&self, medium: &Medium, addr: Addr) -> Option<bool> {
+        let at = self.slot_offset(addr)?;
+        let header = SlotHeader::read(medium, at);
+        if header.value_len > 0 {
+            return (!header.is_tombstone()).then_some(false);
+        }
+        let mut buf = Vec::new();
+        self.verify_into(medium, addr, &mut buf)
+            .map(|(_, tombstone)| tombstone)
     }
 
     /// The key of a slot this process wrote (unverified: use

@@ -80,17 +80,6 @@ impl SlotHeader {
         }
     }
 
-    /// A collected slot reads as never written.
-    pub fn empty() -> SlotHeader {
-        SlotHeader {
-            word: TXN_EMPTY,
-            crc: 0,
-            key_len: 0,
-            flags: 0,
-            value_len: 0,
-        }
-    }
-
     pub fn is_tombstone(&self) -> bool {
         self.flags & FLAG_TOMBSTONE != 0
     }

@@ -190,9 +190,11 @@ pub fn recover(
     medium.fence()?;
     let clock = Clock::recover(&medium, lease)?;
     let space = Space::new(catalog::DATA_START, extents, medium.len());
+    let store = Store::new(medium, space, clock, tables, instance);
+    store.publish_recovered(&lctt);
     report.total = started.elapsed();
     Ok(Recovered {
-        store: Store::new(medium, space, clock, tables, instance),
+        store,
         report,
         durable,
         cold,
@@ -214,8 +216,8 @@ fn recover_tables(
             .into_iter()
             .map(|def| {
                 let section = base.and_then(|img| img.table(def.id));
-                let t_low = base.map_or((0, 0), |img| (img.t_low, img.long_t_low));
-                scope.spawn(move || recover_table(medium, def, lctt, section, t_low, instance))
+                let horizons = base.map_or(Horizons::default(), Horizons::of);
+                scope.spawn(move || recover_table(medium, def, lctt, section, horizons, instance))
             })
             .collect();
         handles
@@ -229,14 +231,72 @@ fn recover_tables(
     })
 }
 
+/// Which committed versions the checkpoint already holds.
+#[derive(Default, Clone)]
+struct Horizons {
+    t_low: u64,
+    long_t_low: u64,
+    /// Per long region: its commits up to here are in the checkpoint.
+    long_published: Vec<u64>,
+}
+
+impl Horizons {
+    fn of(image: &CheckpointImage) -> Horizons {
+        Horizons {
+            t_low: image.t_low,
+            long_t_low: image.long_t_low,
+            long_published: image.long_published.clone(),
+        }
+    }
+
+    /// The redo range of a region: (redo from, committed versions below
+    /// this and at or below the published mark are in the checkpoint).
+    fn of_region(&self, worker: usize) -> RedoRange {
+        if !catalog::is_long_region(worker) {
+            return RedoRange {
+                from: self.t_low,
+                covered_below: self.t_low,
+                covered_up_to: u64::MAX,
+            };
+        }
+        let published = self
+            .long_published
+            .get(worker - catalog::LONG_REGIONS)
+            .copied()
+            .unwrap_or(0);
+        RedoRange {
+            from: self.long_t_low,
+            covered_below: self.t_low,
+            covered_up_to: published,
+        }
+    }
+}
+
+/// Versions from `from` on are redone, except committed ones below
+/// `covered_below` with a txn id up to `covered_up_to`, which the
+/// checkpoint holds (or superseded): redone, they could shadow newer ones.
+#[derive(Clone, Copy)]
+struct RedoRange {
+    from: u64,
+    covered_below: u64,
+    covered_up_to: u64,
+}
+
+impl RedoRange {
+    fn in_checkpoint(&self, txn: u64) -> bool {
+        txn < self.from || (txn < self.covered_below && txn <= self.covered_up_to)
+    }
+}
+
 fn recover_table(
     medium: &Medium,
     def: TableDef,
     lctt: &[u64],
     section: Option<&TableSection>,
-    (t_low, long_t_low): (u64, u64),
+    horizons: Horizons,
     instance: u64,
 ) -> Result<TableResult> {
+    let t_low = horizons.t_low;
     let phase = Instant::now();
     let heap = TableHeap::new(def);
     let lists = section.map(|s| &s.block_lists);
@@ -246,16 +306,12 @@ fn recover_table(
         let listed = lists.map_or(&[][..], |l| l[worker].as_slice());
         load_blocks(medium, &heap, worker, listed)?;
         counts.blocks += heap.regions[worker].present().count() as u64;
-        let redo_from = match catalog::is_long_region(worker) {
-            true => long_t_low,
-            false => t_low,
-        };
         scan_region(
             medium,
             &heap,
             worker,
             last_commit,
-            redo_from,
+            horizons.of_region(worker),
             &mut found,
             &mut counts,
         )?;
@@ -375,17 +431,18 @@ fn first_block_from(
     Ok(lo.saturating_sub(1))
 }
 
-/// Redo (collect committed versions with txn ≥ `t_low`) and undo (clear
-/// the tail) of one region.
+/// Redo (collect committed versions the checkpoint lacks) and undo
+/// (clear the tail) of one region.
 fn scan_region(
     medium: &Medium,
     heap: &TableHeap,
     worker: usize,
     last_commit: u64,
-    t_low: u64,
+    range: RedoRange,
     found: &mut Redo,
     counts: &mut ScanCounts,
 ) -> Result<()> {
+    let t_low = range.from;
     let region = &heap.regions[worker];
     let capacity = heap.def.slots_per_block;
     let blocks: Vec<&Block> = region.present().collect();
@@ -423,7 +480,7 @@ fn scan_region(
                 undo(medium, heap, addr, word, current, counts);
                 continue;
             }
-            if current && txn < t_low && (committed || hole) {
+            if (current && hole && txn < t_low) || (committed && range.in_checkpoint(txn)) {
                 continue;
             }
             counts.scanned += current as u64;

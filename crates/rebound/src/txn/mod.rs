@@ -91,6 +91,12 @@ pub struct Store {
     pub long: Box<[AtomicU8]>,
     /// Transactions moved to a long-transaction region since open.
     pub long_moved: AtomicU64,
+    /// Per long-transaction region (indexed from `LONG_REGIONS`): the
+    /// newest of its commits whose versions are visible in the index
+    /// (published, paths re-marked). A checkpoint that reads these after
+    /// taking its horizons sees every commit up to them, so recovery need
+    /// not redo them (see `checkpoint_horizon`).
+    pub long_published: Box<[AtomicU64]>,
     /// Per worker: its running transaction's write set. The transaction
     /// holds it while it writes, commits or rolls back; the background
     /// thread takes it to move an idle long transaction.
@@ -136,6 +142,9 @@ impl Store {
             deleted: parking_lot::Mutex::new(Vec::new()),
             long,
             long_moved: AtomicU64::new(0),
+            long_published: (crate::catalog::LONG_REGIONS..crate::catalog::MAX_WORKERS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             gc_txn: AtomicU64::new(0),
             write_sets: (0..crate::catalog::MAX_WORKERS)
                 .map(|w| parking_lot::Mutex::new(WriteSet::new(w)))
@@ -189,9 +198,37 @@ impl Store {
     }
 
     /// Redo horizons for a checkpoint: (t_low for session and GC regions,
-    /// t_low for long-transaction regions). Transactions whose versions
+    /// t_low for long-transaction regions, and per long region the newest
+    /// commit the checkpoint is sure to see). Transactions whose versions
     /// moved to a long-transaction region do not hold the first one back.
-    pub fn checkpoint_horizon(&self) -> (u64, u64) {
+    ///
+    /// Redo of a long region starts below t_low, so it meets versions of
+    /// long transactions that committed before the checkpoint and may
+    /// since have been overwritten; redone blindly they would shadow the
+    /// newer versions in the checkpoint. The published marks are read
+    /// after t_low: a version published before that read is in the
+    /// checkpoint (or superseded there) and is not redone; one published
+    /// after it can only have been overwritten by a writer that started
+    /// after t_low was taken, whose version is redone too and is newer.
+    pub fn checkpoint_horizon(&self) -> (u64, u64, Vec<u64>) {
+        let (short, long) = self.redo_horizons();
+        let published = self.long_published.iter().map(|p| p.load(SeqCst)).collect();
+        (short, long, published)
+    }
+
+    /// Marks every commit of the long regions as published (after
+    /// recovery, everything committed is visible).
+    pub fn publish_recovered(&self, last_commits: &[u64]) {
+        for (mark, &last) in self
+            .long_published
+            .iter()
+            .zip(&last_commits[crate::catalog::LONG_REGIONS..])
+        {
+            mark.store(last, SeqCst);
+        }
+    }
+
+    fn redo_horizons(&self) -> (u64, u64) {
         let now = self.clock.peek();
         let (mut short, mut long) = (now, now);
         for (worker, active) in self.active.iter().enumerate() {
@@ -403,8 +440,9 @@ impl TableRt {
             return false;
         };
         let begin = header.begin.load(Acquire);
-        let settled =
-            begin & PENDING == 0 && begin < low_water && self.heap.is_tombstone(medium, head);
+        let settled = begin & PENDING == 0
+            && begin < low_water
+            && self.heap.tombstone(medium, head) == Some(true);
         if !settled
             || header
                 .end
@@ -473,7 +511,9 @@ impl TableRt {
             let header = self.heap.header(addr)?;
             let begin = header.begin.load(Acquire);
             if begin & PENDING == 0 {
-                return (!self.heap.is_tombstone(medium, addr)).then_some(addr);
+                // A damaged header keeps its entry: readers then say Corrupt.
+                let deleted = self.heap.tombstone(medium, addr) == Some(true);
+                return (!deleted).then_some(addr);
             }
             match header.prev.load(Acquire) {
                 0 => return None,
@@ -854,7 +894,14 @@ impl<'s> TxnState<'s> {
             header.end.store(0, Release);
             return Err(Error::Conflict);
         }
-        let existed = !table.heap.is_tombstone(&self.store.medium, head);
+        let Some(deleted) = table.heap.tombstone(&self.store.medium, head) else {
+            header.end.store(0, Release);
+            return Err(Error::Corrupt(format!(
+                "version at {head:?} of table {:?} is damaged",
+                table.heap.def.name
+            )));
+        };
+        let existed = !deleted;
         if let Some(answer) = self.refuse(kind, existed) {
             header.read.fetch_max(self.ts, SeqCst);
             header.end.store(0, Release);
@@ -928,7 +975,7 @@ impl<'s> TxnState<'s> {
         own: Addr,
     ) -> Result<bool> {
         let medium = &self.store.medium;
-        let existed = !table.heap.is_tombstone(medium, own);
+        let existed = table.heap.tombstone(medium, own) != Some(true);
         if let Some(answer) = self.refuse(kind, existed) {
             return answer;
         }
@@ -1104,6 +1151,8 @@ impl<'s> TxnState<'s> {
             self.publish(&set);
             if set.region != self.worker {
                 self.touch_written_keys(&set);
+                store.long_published[set.region - crate::catalog::LONG_REGIONS]
+                    .fetch_max(self.ts, SeqCst);
             }
             set.writes.clear();
         }
@@ -1135,7 +1184,7 @@ impl<'s> TxnState<'s> {
             if let Some(header) = heap.header(w.new) {
                 header.begin.store(self.ts, Release);
             }
-            if heap.is_tombstone(&store.medium, w.new) {
+            if heap.tombstone(&store.medium, w.new) == Some(true) {
                 deleted.push((w.table, w.new));
             }
             if let Some(prev) = w.prev {
