@@ -8,6 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const VALUE_LEN: usize = 100;
+/// The signal that ends the child (its number on Linux).
+const SIGKILL: i32 = 9;
 
 #[derive(Args, Clone)]
 pub struct DemoArgs {
@@ -205,39 +207,74 @@ fn crash_child(dir: &Path, args: &DemoArgs) -> BoxResult<(Vec<Option<u64>>, Dura
     });
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    // The child runs until killed; if it ended by itself, it failed.
+    if let Some(status) = child.try_wait()? {
+        return Err(format!("the demo child failed before the kill: {status}").into());
+    }
     child.kill()?;
     let elapsed = start.elapsed();
-    child.wait()?;
+    let status = child.wait()?;
+    if std::os::unix::process::ExitStatusExt::signal(&status) != Some(SIGKILL) {
+        return Err(format!("the demo child did not die by SIGKILL: {status}").into());
+    }
     let mut acked = reader.join().map_err(|_| "reader thread panicked")?;
     acked.resize(args.threads as usize, None);
     Ok((acked, elapsed))
 }
 
+/// Runs update threads until killed; returns (so exits) only if one fails.
 pub fn child(args: ChildArgs) -> BoxResult<()> {
     let db = Database::open(&args.dir, Options::default())?;
     let table = usertable(&db)?;
+    let failed = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
-        for thread in 0..args.threads {
-            let (db, table) = (&db, &table);
-            scope.spawn(move || -> BoxResult<()> {
-                let mut session = db.session()?;
-                // Reports are batched: the parent then knows a prefix of the
-                // acknowledged commits, which is all the check needs.
-                let mut out = std::io::BufWriter::new(std::io::stdout());
-                for seq in 0.. {
-                    let key = key_of(args.rows, args.threads, thread, seq);
-                    let mut tx = session.begin();
-                    tx.update(table, &key.to_be_bytes(), &value(thread, seq))?;
-                    tx.commit()?;
-                    if seq % 256 == 255 {
-                        writeln!(out, "{thread} {seq}")?;
-                        out.flush()?;
-                    }
-                }
-                Ok(())
-            });
+        let threads: Vec<_> = (0..args.threads)
+            .map(|thread| {
+                let (db, table, failed, args) = (&db, &table, &failed, &args);
+                scope.spawn(move || {
+                    let outcome = update_forever(db, table, args, thread, failed);
+                    failed.store(true, std::sync::atomic::Ordering::Release);
+                    outcome
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err("update thread panicked".into()))
+            })
+            .collect::<BoxResult<Vec<()>>>()
+    })?;
+    Err("an update thread stopped".into())
+}
+
+/// Update transactions of one child thread, until one fails or another
+/// thread did.
+fn update_forever(
+    db: &Database,
+    table: &Table,
+    args: &ChildArgs,
+    thread: u64,
+    failed: &std::sync::atomic::AtomicBool,
+) -> BoxResult<()> {
+    let mut session = db.session()?;
+    // Reports are batched: the parent then knows a prefix of the
+    // acknowledged commits, which is all the check needs.
+    let mut out = std::io::BufWriter::new(std::io::stdout());
+    for seq in 0.. {
+        if failed.load(std::sync::atomic::Ordering::Acquire) {
+            break;
         }
-    });
+        let key = key_of(args.rows, args.threads, thread, seq);
+        let mut tx = session.begin();
+        tx.update(table, &key.to_be_bytes(), &value(thread, seq))?;
+        tx.commit()?;
+        if seq % 256 == 255 {
+            writeln!(out, "{thread} {seq}")?;
+            out.flush()?;
+        }
+    }
     Ok(())
 }
 

@@ -254,5 +254,17 @@ fn compare_tpcc_and_unknown_designs() {
 #[test]
 fn demo_still_works() {
     let stdout = rebound(&["demo", "--rows", "2000", "--seconds", "0.5"]);
-    assert!(stdout.contains("0 lost"), "{stdout}");
+    // "verified <n> keys against the last acknowledged commits: <m> lost"
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("verified "))
+        .unwrap_or_else(|| panic!("no verification line\n{stdout}"));
+    let number_after = |word: &str| -> u64 {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = words.iter().position(|w| *w == word).unwrap();
+        words[at + 1].trim_end_matches(':').parse().unwrap()
+    };
+    let (verified, lost) = (number_after("verified"), number_after("commits:"));
+    assert!(verified > 0, "the demo verified no key\n{stdout}");
+    assert_eq!(lost, 0, "{stdout}");
 }

@@ -82,6 +82,16 @@ pub struct Options {
     /// long-transaction region at its next call, so checkpoints stop
     /// waiting for it.
     pub long_transaction_after: Duration,
+    /// Run the background thread (default). It wakes every 50 ms (or every
+    /// `checkpoint_interval` if shorter) and does one round of maintenance:
+    /// removes the index entries of settled deletions, flags transactions
+    /// older than `long_transaction_after` and moves idle ones, runs a GC
+    /// round when `gc.batch_blocks` blocks qualify, and takes a checkpoint
+    /// when one is due. When false, no such thread runs and nothing of this
+    /// happens unless the application calls [`Database::run_maintenance`];
+    /// then every fence the engine issues is issued by a caller's thread,
+    /// so a single-threaded workload replays exactly (crash testing).
+    pub background_thread: bool,
 }
 
 impl Default for Options {
@@ -98,6 +108,7 @@ impl Default for Options {
             load_indexes_in_background: true,
             gc: GcOptions::default(),
             long_transaction_after: Duration::from_secs(1),
+            background_thread: true,
         }
     }
 }
@@ -242,6 +253,7 @@ struct DbInner {
     gc: GcOptions,
     last_checkpoint: Mutex<Option<CheckpointStats>>,
     background: Mutex<Option<Background>>,
+    maintenance: Mutex<Maintenance>,
     path: Option<PathBuf>,
     sessions: Mutex<Vec<bool>>,
     create_lock: Mutex<()>,
@@ -304,6 +316,7 @@ impl Database {
             cancel_load: AtomicBool::new(false),
             last_checkpoint: Mutex::new(None),
             background: Mutex::new(None),
+            maintenance: Mutex::new(Maintenance::new(&options, persistent)),
             path,
             sessions: Mutex::new(vec![false; MAX_SESSIONS]),
             create_lock: Mutex::new(()),
@@ -321,9 +334,9 @@ impl Database {
         if let Some(image) = cold {
             db.start_index_load(image, options.load_indexes_in_background);
         }
-        let checkpoints = persistent && options.checkpoint != CheckpointMode::Off;
-        *db.inner.background.lock() = Some(Background::start(&db.inner, &options, checkpoints));
-        let _ = persistent;
+        if options.background_thread {
+            *db.inner.background.lock() = Some(Background::start(&db.inner));
+        }
         Ok(db)
     }
 
@@ -379,6 +392,16 @@ impl Database {
         }
         self.inner.gc_round(1, true)?;
         Ok(self.inner.collector.lock().stats())
+    }
+
+    /// Does one round of the background thread's work now, in the calling
+    /// thread (see [`Options::background_thread`]): reaps settled
+    /// deletions, flags and moves long transactions, runs a GC round if
+    /// enough blocks qualify, and takes a checkpoint if one is due. Every
+    /// step runs; the first error is returned.
+    pub fn run_maintenance(&self) -> Result<()> {
+        self.check_open()?;
+        self.inner.maintain(false)
     }
 
     /// Statistics of the most recent checkpoint of this process.
@@ -926,26 +949,23 @@ struct Background {
 }
 
 impl Background {
-    fn start(inner: &Arc<DbInner>, options: &Options, checkpoints: bool) -> Background {
+    fn start(inner: &Arc<DbInner>) -> Background {
         let shared = Arc::new((Mutex::new(false), parking_lot::Condvar::new()));
         let weak = Arc::downgrade(inner);
-        let (interval, volume) = (
-            options.checkpoint_interval,
-            options.checkpoint_after_versions,
-        );
+        let tick = inner
+            .maintenance
+            .lock()
+            .trigger
+            .map_or(Duration::from_millis(50), |(interval, _)| {
+                interval.min(Duration::from_millis(50))
+            });
         let stop = shared.clone();
-        let long_after = options.long_transaction_after;
         let thread = std::thread::Builder::new()
             .name("rebound-background".into())
             .spawn(move || {
                 let watched = weak.clone();
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    background_loop(
-                        weak,
-                        stop,
-                        checkpoints.then_some((interval, volume)),
-                        long_after,
-                    )
+                    background_loop(weak, stop, tick)
                 }));
                 if let (Err(panic), Some(inner)) = (outcome, watched.upgrade()) {
                     inner.poison("rebound-background", panic.as_ref());
@@ -971,19 +991,84 @@ impl Background {
     }
 }
 
-/// Every tick: remove the index entries of settled deletions, flag long
-/// transactions, run GC when enough blocks qualify, and take a checkpoint
-/// when `trigger` (interval, versions) says one is due.
+/// What maintenance rounds need from options and from earlier rounds.
+struct Maintenance {
+    /// When a checkpoint is due (interval, versions); `None` without
+    /// index checkpoints.
+    trigger: Option<(Duration, u64)>,
+    long_after: Duration,
+    /// Clock readings of earlier rounds, oldest first.
+    clock_history: std::collections::VecDeque<(Instant, u64)>,
+}
+
+impl Maintenance {
+    fn new(options: &Options, persistent: bool) -> Maintenance {
+        let checkpoints = persistent && options.checkpoint != CheckpointMode::Off;
+        Maintenance {
+            trigger: checkpoints.then_some((
+                options.checkpoint_interval,
+                options.checkpoint_after_versions,
+            )),
+            long_after: options.long_transaction_after,
+            clock_history: std::collections::VecDeque::new(),
+        }
+    }
+}
+
+impl DbInner {
+    /// One round of maintenance: remove the index entries of settled
+    /// deletions, flag long transactions and move idle ones, run GC when
+    /// enough blocks qualify, and take a checkpoint when the trigger
+    /// (interval, versions) says one is due. Rounds do not overlap.
+    /// In the background thread (`background`), failures have nobody to
+    /// go to, so they are counted in `Stats` with the last error.
+    fn maintain(&self, background: bool) -> Result<()> {
+        let mut m = self.maintenance.lock();
+        self.store.reap_deleted();
+        m.clock_history
+            .push_back((Instant::now(), self.store.clock.peek()));
+        while m.clock_history.len() > 1 && m.clock_history[1].0.elapsed() >= m.long_after {
+            m.clock_history.pop_front();
+        }
+        // The newest clock reading at least `long_after` old: transactions
+        // announced below it have run at least that long.
+        if let Some(&(at, cutoff)) = m.clock_history.front() {
+            if at.elapsed() >= m.long_after {
+                self.store.flag_long_transactions(cutoff);
+                self.store.move_idle_long_transactions();
+            }
+        }
+        let gc = match self.gc.enabled {
+            true => self.gc_round(self.gc.batch_blocks.max(1), false),
+            false => Ok(()),
+        };
+        if let (true, Err(e)) = (background, &gc) {
+            self.note_failure("GC", e);
+        }
+        let Some((interval, volume)) = m.trigger else {
+            return gc;
+        };
+        let written = self.store.versions_written();
+        let (last_time, last_versions) = *self.checkpointed_at.lock();
+        let due = written - last_versions >= volume
+            || (written > last_versions && last_time.elapsed() >= interval);
+        let checkpoint = match due {
+            true => self.take_checkpoint().map(drop),
+            false => Ok(()),
+        };
+        if let (true, Err(e)) = (background, &checkpoint) {
+            self.note_failure("checkpoint", e);
+        }
+        gc.and(checkpoint)
+    }
+}
+
+/// Every tick, one round of maintenance (`DbInner::maintain`).
 fn background_loop(
     db: std::sync::Weak<DbInner>,
     stop: Arc<(Mutex<bool>, parking_lot::Condvar)>,
-    trigger: Option<(Duration, u64)>,
-    long_after: Duration,
+    tick: Duration,
 ) {
-    let tick = trigger.map_or(Duration::from_millis(50), |(interval, _)| {
-        interval.min(Duration::from_millis(50))
-    });
-    let mut clock_history = std::collections::VecDeque::new();
     loop {
         {
             let mut stopped = stop.0.lock();
@@ -998,35 +1083,7 @@ fn background_loop(
         if inner.panic_requested.swap(false, Ordering::AcqRel) {
             panic!("injected background panic");
         }
-        inner.store.reap_deleted();
-        clock_history.push_back((Instant::now(), inner.store.clock.peek()));
-        while clock_history.len() > 1 && clock_history[1].0.elapsed() >= long_after {
-            clock_history.pop_front();
-        }
-        // The newest clock reading at least `long_after` old: transactions
-        // announced below it have run at least that long.
-        if let Some(&(at, cutoff)) = clock_history.front() {
-            if at.elapsed() >= long_after {
-                inner.store.flag_long_transactions(cutoff);
-                inner.store.move_idle_long_transactions();
-            }
-        }
-        if inner.gc.enabled {
-            if let Err(e) = inner.gc_round(inner.gc.batch_blocks.max(1), false) {
-                inner.note_failure("GC", &e);
-            }
-        }
-        let Some((interval, volume)) = trigger else {
-            continue;
-        };
-        let written = inner.store.versions_written();
-        let (last_time, last_versions) = *inner.checkpointed_at.lock();
-        let due = written - last_versions >= volume
-            || (written > last_versions && last_time.elapsed() >= interval);
-        if due {
-            if let Err(e) = inner.take_checkpoint() {
-                inner.note_failure("checkpoint", &e);
-            }
-        }
+        // Failures are counted in `Stats` by the round itself.
+        let _ = inner.maintain(true);
     }
 }

@@ -37,3 +37,9 @@ pub use error::{Error, Result};
 pub use gc::{GcOptions, GcStats};
 pub use medium::{Guarantee, SimDevice};
 pub use recovery::RecoveryReport;
+
+/// The README's code blocks, compiled by `cargo test --doc` so that they
+/// keep up with the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -9,7 +9,15 @@
 //! present, no partial or aborted transaction is visible. Then the recovered
 //! database keeps working and is checked again after a second crash.
 //!
-//! Replay one case: `REBOUND_SEED=<seed> REBOUND_CRASH_AT=<fence> cargo test --test crash_oracle replay`.
+//! The database runs without its background thread: the workload does the
+//! background work itself (`Database::run_maintenance`) at seeded points, so
+//! every fence is issued by the test's thread and a crash point depends on
+//! nothing but the seed (`crash_points_replay_exactly` checks that).
+//!
+//! Seeds come from `tests/seeds.txt` (see `tests/common/mod.rs`). Replay one
+//! case: `REBOUND_SEED=<seed> REBOUND_CRASH_AT=<fence> cargo test -p rebound
+//! --test crash_oracle replay -- --ignored` (the failure message prints the
+//! full command).
 
 mod common;
 
@@ -20,6 +28,7 @@ use rebound::{
     TableOptions,
 };
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 const TABLES: [&str; 2] = ["alpha", "beta"];
 type Model = BTreeMap<(usize, Vec<u8>), Vec<u8>>;
@@ -35,18 +44,26 @@ fn open_loading(
     mode: CheckpointMode,
     background: bool,
 ) -> Result<Database, Error> {
-    // Checkpoints are taken by the workload at seeded points, not by time.
+    // Checkpoints, GC rounds and maintenance are run by the workload at
+    // seeded points, never by time: no background thread, and no trigger
+    // that reads the clock.
     let options = Options {
         medium: MediumChoice::Simulated(device.clone()),
         checkpoint: mode,
-        checkpoint_interval: std::time::Duration::from_secs(3600),
-        checkpoint_after_versions: u64::MAX,
+        background_thread: false,
+        checkpoint_interval: Duration::from_secs(3600),
+        // Maintenance takes a checkpoint when this many versions were written.
+        checkpoint_after_versions: 64,
+        // Maintenance flags every running transaction as long and moves it.
+        long_transaction_after: Duration::ZERO,
         load_indexes_in_background: background,
-        // GC rounds are run by the workload at seeded points; a low
-        // threshold makes them relocate live versions, not only drop dead ones.
+        // A low threshold makes GC relocate live versions, not only drop
+        // dead ones; maintenance runs a round when 2 blocks qualify and
+        // takes GC's checkpoint at once.
         gc: GcOptions {
             threshold: 0.5,
-            batch_blocks: usize::MAX,
+            batch_blocks: 2,
+            min_checkpoint_interval: Duration::ZERO,
             ..GcOptions::default()
         },
         ..Options::default()
@@ -109,6 +126,10 @@ fn workload(
             db.collect_garbage()
                 .unwrap_or_else(|e| panic!("GC failed: {e} (seed {seed})"));
         }
+        if rng.gen_ratio(1, 4) {
+            db.run_maintenance()
+                .unwrap_or_else(|e| panic!("maintenance failed: {e} (seed {seed})"));
+        }
         let session = &mut sessions[rng.gen_range(0..3)];
         let mut view = model.clone();
         let mut effects = Effects::new();
@@ -124,6 +145,11 @@ fn workload(
             if mode != CheckpointMode::Off && rng.gen_ratio(1, 12) {
                 db.collect_garbage()
                     .unwrap_or_else(|e| panic!("GC failed: {e} (seed {seed})"));
+            }
+            // Maintenance (long-transaction moves) while it is pending.
+            if rng.gen_ratio(1, 8) {
+                db.run_maintenance()
+                    .unwrap_or_else(|e| panic!("maintenance failed: {e} (seed {seed})"));
             }
             let t = rng.gen_range(0..tables.len());
             let k = key(&mut rng, key_space);
@@ -240,8 +266,10 @@ fn model_after(commits: &[Effects], n: usize) -> Model {
 }
 
 /// Runs the workload with a crash armed at `crash_at`, recovers and checks.
-fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: CheckpointMode) {
-    let ctx = format!("seed {seed} crash at fence {crash_at} mode {mode:?} (replay: REBOUND_SEED={seed} REBOUND_CRASH_AT={crash_at} REBOUND_TXNS={txns} REBOUND_KEYS={key_space} REBOUND_MODE={mode:?})");
+/// Returns whether the crash happened (and so was checked): it does not if
+/// the workload issues fewer than `crash_at` fences.
+fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: CheckpointMode) -> bool {
+    let ctx = format!("seed {seed} crash at fence {crash_at} mode {mode:?} (replay: REBOUND_SEED={seed} REBOUND_CRASH_AT={crash_at} REBOUND_TXNS={txns} REBOUND_KEYS={key_space} REBOUND_MODE={mode:?} cargo test -p rebound --test crash_oracle replay -- --ignored --nocapture)");
     let device = SimDevice::new(1 << 30);
     device.arm_crash_at_fence(crash_at, seed ^ crash_at);
     let db = open(&device, mode).unwrap();
@@ -252,7 +280,7 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: Check
     let run = workload(&db, &device, seed, txns, key_space, &mut model, mode);
     drop(db);
     let Some(crashed) = device.take_crash() else {
-        return;
+        return false;
     };
     let acked = run
         .fence_spans
@@ -312,6 +340,7 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: Check
         assert_no_leaked_blocks(&again, &ctx);
         assert_eq!(contents(&again), model, "state after GC rounds; {ctx}");
     }
+    true
 }
 
 /// After GC rounds with nothing running, a block other than a region's
@@ -360,65 +389,100 @@ const MODES: [CheckpointMode; 4] = [
     CheckpointMode::CostModel,
 ];
 
+/// A seed and its fence count give the same crash point on every run.
+#[test]
+fn crash_points_replay_exactly() {
+    common::each_seed(|base| {
+        for (i, mode) in MODES.into_iter().enumerate() {
+            let seed = common::derive(base, i as u64);
+            let first = fences_of(seed, 300, 200, mode);
+            let second = fences_of(seed, 300, 200, mode);
+            assert_eq!(
+                first, second,
+                "seed {seed} mode {mode:?}: the workload issued {first} fences, then {second}"
+            );
+            assert!(
+                first > 100,
+                "seed {seed} mode {mode:?}: only {first} fences"
+            );
+        }
+    });
+}
+
 #[test]
 fn crash_at_every_fence_of_small_workloads() {
-    let base = common::seed();
-    println!("crash_at_every_fence_of_small_workloads: base seed {base}");
-    for (i, mode) in [
-        CheckpointMode::Off,
-        CheckpointMode::Incremental,
-        CheckpointMode::CostModel,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let seed = base.wrapping_add(i as u64);
-        let fences = fences_of(seed, 25, 12, mode);
-        for crash_at in 1..=fences + 1 {
-            crash_case(seed, 25, 12, crash_at, mode);
+    common::each_seed(|base| {
+        for (i, mode) in [
+            CheckpointMode::Off,
+            CheckpointMode::Incremental,
+            CheckpointMode::CostModel,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let seed = common::derive(base, i as u64);
+            let fences = fences_of(seed, 25, 12, mode);
+            assert!(fences > 0, "seed {seed} mode {mode:?}: no fence");
+            for crash_at in 1..=fences {
+                assert!(
+                    crash_case(seed, 25, 12, crash_at, mode),
+                    "seed {seed} mode {mode:?}: no crash at fence {crash_at} of {fences}"
+                );
+            }
+            // One past the last fence: no crash, nothing to check.
+            crash_case(seed, 25, 12, fences + 1, mode);
         }
-    }
+    });
 }
 
 #[test]
 fn crash_at_random_fences_of_larger_workloads() {
-    let base = common::seed();
-    println!("crash_at_random_fences_of_larger_workloads: base seed {base}");
-    let mut rng = StdRng::seed_from_u64(base);
-    let mut cases = 0;
-    for i in 0..12 {
-        let seed = base.wrapping_add(1000 + i);
-        let mode = MODES[i as usize % MODES.len()];
-        let fences = fences_of(seed, 300, 200, mode);
-        for _ in 0..84 {
-            crash_case(seed, 300, 200, rng.gen_range(1..=fences), mode);
-            cases += 1;
+    common::each_seed(|base| {
+        let mut rng = StdRng::seed_from_u64(base);
+        let mut checked = 0;
+        for i in 0..12 {
+            let seed = common::derive(base, 1000 + i);
+            let mode = MODES[i as usize % MODES.len()];
+            let fences = fences_of(seed, 300, 200, mode);
+            for _ in 0..84 {
+                checked += crash_case(seed, 300, 200, rng.gen_range(1..=fences), mode) as u32;
+            }
         }
-    }
-    assert!(cases >= 1000);
+        assert!(
+            checked >= 1000,
+            "base seed {base}: only {checked} of 1008 cases crashed and were checked"
+        );
+    });
 }
 
+/// Replays one case of a failure message; run with `--ignored`.
 #[test]
+#[ignore = "replays one case given by REBOUND_SEED and REBOUND_CRASH_AT"]
 fn replay() {
-    let (Ok(seed), Ok(at)) = (
-        std::env::var("REBOUND_SEED"),
-        std::env::var("REBOUND_CRASH_AT"),
-    ) else {
-        return;
+    let usage = "usage: REBOUND_SEED=<seed> REBOUND_CRASH_AT=<fence> [REBOUND_TXNS=300] \
+                 [REBOUND_KEYS=200] [REBOUND_MODE=Off|Full|Incremental|CostModel] \
+                 cargo test -p rebound --test crash_oracle replay -- --ignored";
+    let var = |name: &str| std::env::var(name).ok();
+    let number = |name: &str| -> Option<u64> {
+        var(name).map(|s| {
+            s.parse()
+                .unwrap_or_else(|_| panic!("{name}={s:?} is not a number\n{usage}"))
+        })
     };
-    let txns = std::env::var("REBOUND_TXNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
-    let keys = std::env::var("REBOUND_KEYS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    let mode = match std::env::var("REBOUND_MODE").as_deref() {
-        Ok("Off") => CheckpointMode::Off,
-        Ok("Full") => CheckpointMode::Full,
-        Ok("Incremental") => CheckpointMode::Incremental,
-        _ => CheckpointMode::CostModel,
+    let (Some(seed), Some(at)) = (number("REBOUND_SEED"), number("REBOUND_CRASH_AT")) else {
+        panic!("REBOUND_SEED and REBOUND_CRASH_AT must be set\n{usage}");
     };
-    crash_case(seed.parse().unwrap(), txns, keys, at.parse().unwrap(), mode);
+    let txns = number("REBOUND_TXNS").unwrap_or(300) as usize;
+    let keys = number("REBOUND_KEYS").unwrap_or(200) as u32;
+    let mode = match var("REBOUND_MODE").as_deref() {
+        Some("Off") => CheckpointMode::Off,
+        Some("Full") => CheckpointMode::Full,
+        Some("Incremental") => CheckpointMode::Incremental,
+        Some("CostModel") | None => CheckpointMode::CostModel,
+        Some(other) => panic!("REBOUND_MODE={other:?} is not a mode\n{usage}"),
+    };
+    assert!(
+        crash_case(seed, txns, keys, at, mode),
+        "seed {seed}: the workload issued fewer than {at} fences; nothing crashed"
+    );
 }

@@ -48,7 +48,10 @@ fn contents(db: &Database, table: &Table) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 #[test]
 fn file_stays_bounded_under_an_update_only_workload() {
-    let seed = common::seed();
+    common::each_seed(file_stays_bounded_with);
+}
+
+fn file_stays_bounded_with(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let db = Database::open(dir.path(), options(MediumChoice::Auto)).unwrap();
@@ -128,7 +131,10 @@ fn assert_no_leaked_blocks(db: &Database, table: &Table, seed: u64) {
 
 #[test]
 fn deleted_and_updated_keys_leave_no_blocks_behind() {
-    let seed = common::seed();
+    common::each_seed(deleted_and_updated_keys_with);
+}
+
+fn deleted_and_updated_keys_with(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let device = SimDevice::new(1 << 30);
     let db = Database::open("unused", options(MediumChoice::Simulated(device.clone()))).unwrap();

@@ -152,6 +152,8 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(crate::index::tests::proptest_config(256))]
+
         #[test]
         fn word_comparison_matches_memcmp(a in key_bytes(), b in key_bytes()) {
             let stored = InlineKey::new(&a).unwrap();

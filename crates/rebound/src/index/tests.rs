@@ -22,6 +22,29 @@ type Range = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 // ---------------------------------------------------------------- helpers
 
+/// Proptest settings with a fixed RNG seed, so that `cargo test` runs the
+/// same cases every time (failures are also persisted under
+/// `proptest-regressions/`, which is committed). `PROPTEST_RNG_SEED=<n>`
+/// picks another seed; `REBOUND_SEED=random` draws one and prints it.
+pub(super) fn proptest_config(cases: u32) -> ProptestConfig {
+    const FIXED_SEED: u64 = 0x5eed_5eed;
+    let default = ProptestConfig::default(); // reads PROPTEST_* variables
+    let rng_seed = if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
+        default.rng_seed
+    } else if std::env::var("REBOUND_SEED").is_ok_and(|s| s.trim() == "random") {
+        let seed = rand::thread_rng().gen();
+        println!("proptest seed {seed} (replay: PROPTEST_RNG_SEED={seed})");
+        proptest::test_runner::RngSeed::Fixed(seed)
+    } else {
+        proptest::test_runner::RngSeed::Fixed(FIXED_SEED)
+    };
+    ProptestConfig {
+        cases,
+        rng_seed,
+        ..default
+    }
+}
+
 /// Checks the structural invariants of a quiescent tree; returns the number
 /// of entries found.
 fn check_invariants(tree: &BTree) -> usize {
@@ -243,7 +266,7 @@ fn apply_to_both(tree: &BTree, model: &mut Model, keys: &[Vec<u8>], op: &Op, ut:
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(proptest_config(48))]
 
     #[test]
     fn matches_btreemap_model(
