@@ -119,6 +119,11 @@ impl DbDir {
         })
     }
 
+    /// Do not remove the directory after all.
+    pub fn keep(&mut self) {
+        self.remove = false;
+    }
+
     /// A subdirectory for one design of a comparison.
     pub fn sub(&self, name: &str) -> PathBuf {
         self.path.join(name)

@@ -9,6 +9,7 @@ mod compare;
 mod crash;
 mod demo;
 mod gen;
+mod torture;
 mod tpcc;
 mod ycsb;
 
@@ -40,6 +41,10 @@ enum Command {
     /// Run YCSB or TPC-C in a child process, SIGKILL it, recover, verify,
     /// and keep running: throughput over time across the crash.
     Crash(crash::CrashArgs),
+    /// SIGKILL a child running TPC-C or YCSB at random moments, cycle after
+    /// cycle, with eager checkpoints and GC; after each kill reopen and
+    /// check consistency and that no acknowledged commit was lost.
+    Torture(torture::TortureArgs),
     /// Run one workload on several durability designs; ratios to `none`.
     /// Designs: none, log-free, log-free-nockpt, log-free-full, log-free-incr.
     Compare(compare::CompareArgs),
@@ -51,6 +56,9 @@ enum Command {
     /// The child process of `crash` (not for direct use).
     #[command(hide = true)]
     CrashChild(crash::CrashChildArgs),
+    /// The child process of `torture` (not for direct use).
+    #[command(hide = true)]
+    TortureChild(torture::TortureChildArgs),
 }
 
 fn main() {
@@ -68,6 +76,8 @@ fn main() {
         Command::Chart(args) => chart::run(args),
         Command::DemoChild(args) => demo::child(args),
         Command::CrashChild(args) => crash::child(args),
+        Command::Torture(args) => torture::run(args),
+        Command::TortureChild(args) => torture::child(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -268,3 +268,35 @@ fn demo_still_works() {
     assert!(verified > 0, "the demo verified no key\n{stdout}");
     assert_eq!(lost, 0, "{stdout}");
 }
+
+#[test]
+fn torture_tpcc_survives_kills_and_verifies_acknowledged_commits() {
+    let out = tempfile::tempdir().unwrap();
+    let summary = out.path().join("torture.json");
+    let stdout = rebound(&[
+        "torture",
+        "--cycles",
+        "3",
+        "--seed",
+        "1",
+        "--warehouses",
+        "1",
+        "--items",
+        "300",
+        "--customers",
+        "30",
+        "--min-kill-ms",
+        "200",
+        "--max-kill-ms",
+        "600",
+        "--json",
+        s(&summary),
+    ]);
+    assert!(stdout.contains("seed 1"), "{stdout}");
+    let v = json(&summary);
+    assert_eq!(v["seed"], 1);
+    assert_eq!(v["cycles"], 3);
+    assert_eq!(v["failures"], 0);
+    assert!(v["verified_acknowledged_txns"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["recovery_ms"]["max"].as_f64().unwrap() > 0.0);
+}

@@ -74,6 +74,11 @@ pub struct TpccConfig {
     #[arg(long)]
     #[serde(default)]
     pub no_delivery_hint: bool,
+    /// Seed the workers from `seed` alone, not also from the clock
+    /// (`torture` replays a seed).
+    #[arg(skip)]
+    #[serde(default)]
+    pub deterministic: bool,
 }
 
 impl Default for TpccConfig {
@@ -89,6 +94,7 @@ impl Default for TpccConfig {
             mix: vec![45, 43, 4, 4, 4],
             seed: 42,
             no_delivery_hint: false,
+            deterministic: false,
         }
     }
 }

@@ -453,7 +453,6 @@ impl History {
             .str(&self.data, 24)
             .0
     }
-    #[cfg(test)]
     pub fn decode(b: &[u8]) -> History {
         let mut d = Dec::new(b);
         History {

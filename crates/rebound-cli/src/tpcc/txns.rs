@@ -20,6 +20,31 @@ pub enum CustomerSel {
     LastName(String),
 }
 
+/// What a committed transaction did, for the torture child's
+/// acknowledgements.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    NewOrder {
+        w: u16,
+        d: u8,
+        o: u32,
+        ol_cnt: u8,
+    },
+    Payment {
+        w: u16,
+        d: u8,
+        amount: i64,
+        txn: u64,
+    },
+    /// Orders delivered, (district, order id).
+    Delivery {
+        w: u16,
+        delivered: Vec<(u8, u32)>,
+    },
+    /// Order-Status and Stock-Level (read-only).
+    ReadOnly,
+}
+
 pub struct TpccWorker {
     t: Tables,
     cfg: TpccConfig,
@@ -81,7 +106,9 @@ impl TpccWorker {
             t: t.clone(),
             cfg: cfg.clone(),
             rng: SmallRng::seed_from_u64(
-                cfg.seed ^ (thread as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ now_us(),
+                cfg.seed
+                    ^ (thread as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                    ^ if cfg.deterministic { 0 } else { now_us() },
             ),
             home_w: (thread % cfg.warehouses as usize) as u16 + 1,
             shared,
@@ -118,7 +145,7 @@ impl TpccWorker {
         nurand(&mut self.rng, 1023, 1, self.cfg.customers as u64, C_ID) as u32
     }
 
-    pub fn new_order(&mut self, session: &mut Session) -> rebound::Result<Done<()>> {
+    pub fn new_order(&mut self, session: &mut Session) -> rebound::Result<Done<Outcome>> {
         let w = self.home_w;
         let d = self.rng.gen_range(1..=DISTRICTS);
         let c = self.customer_id();
@@ -200,7 +227,7 @@ impl TpccWorker {
             let _total = total * (10_000 - cust.discount as i64) / 10_000
                 * (10_000 + wh.tax as i64 + dist.tax as i64)
                 / 10_000;
-            Ok(Flow::Commit(()))
+            Ok(Flow::Commit(Outcome::NewOrder { w, d, o, ol_cnt }))
         })?;
         if done.value.is_some() {
             self.shared.new_orders.fetch_add(1, Ordering::Relaxed);
@@ -208,7 +235,7 @@ impl TpccWorker {
         Ok(done)
     }
 
-    pub fn payment(&mut self, session: &mut Session) -> rebound::Result<Done<()>> {
+    pub fn payment(&mut self, session: &mut Session) -> rebound::Result<Done<Outcome>> {
         let w = self.home_w;
         let d = self.rng.gen_range(1..=DISTRICTS);
         let (cw, cd) = if self.rng.gen_bool(self.cfg.remote_payment) {
@@ -253,12 +280,13 @@ impl TpccWorker {
                 amount,
                 data: format!("{}    {}", wh.name, dist.name),
             };
-            tx.insert(&t.history, &k_history(w, d, tx.id(), 0), &h.encode())?;
-            Ok(Flow::Commit(()))
+            let txn = tx.id();
+            tx.insert(&t.history, &k_history(w, d, txn, 0), &h.encode())?;
+            Ok(Flow::Commit(Outcome::Payment { w, d, amount, txn }))
         })
     }
 
-    pub fn order_status(&mut self, session: &mut Session) -> rebound::Result<Done<()>> {
+    pub fn order_status(&mut self, session: &mut Session) -> rebound::Result<Done<Outcome>> {
         let w = self.home_w;
         let d = self.rng.gen_range(1..=DISTRICTS);
         let sel = self.customer_sel();
@@ -283,11 +311,11 @@ impl TpccWorker {
                     let _line = OrderLine::decode(&v);
                 }
             }
-            Ok(Flow::Commit(()))
+            Ok(Flow::Commit(Outcome::ReadOnly))
         })
     }
 
-    pub fn delivery(&mut self, session: &mut Session) -> rebound::Result<Done<()>> {
+    pub fn delivery(&mut self, session: &mut Session) -> rebound::Result<Done<Outcome>> {
         let w = self.home_w;
         let carrier = self.rng.gen_range(1..=10u8);
         let t = &self.t;
@@ -338,12 +366,14 @@ impl TpccWorker {
             shared.delivered_below[hint(d)].fetch_max(o + 1, Ordering::Relaxed);
         }
         Ok(Done {
-            value: done.value.map(|_| ()),
+            value: done
+                .value
+                .map(|delivered| Outcome::Delivery { w, delivered }),
             conflicts: done.conflicts,
         })
     }
 
-    pub fn stock_level(&mut self, session: &mut Session) -> rebound::Result<Done<()>> {
+    pub fn stock_level(&mut self, session: &mut Session) -> rebound::Result<Done<Outcome>> {
         let w = self.home_w;
         let d = self.rng.gen_range(1..=DISTRICTS);
         let threshold = self.rng.gen_range(10..=20);
@@ -368,23 +398,43 @@ impl TpccWorker {
             Ok(Flow::Commit(low))
         })
         .map(|d| Done {
-            value: d.value.map(|_| ()),
+            value: d.value.map(|_| Outcome::ReadOnly),
             conflicts: d.conflicts,
         })
+    }
+
+    /// Picks the kind of the next transaction (index into `KINDS`).
+    pub fn pick(&mut self) -> usize {
+        pick_kind(&mut self.rng, &self.cfg.mix)
+    }
+
+    /// Runs one transaction of `kind` to its end, retrying conflicts.
+    pub fn run_kind(
+        &mut self,
+        session: &mut Session,
+        kind: usize,
+    ) -> rebound::Result<Done<Outcome>> {
+        match kind {
+            0 => self.new_order(session),
+            1 => self.payment(session),
+            2 => self.order_status(session),
+            3 => self.delivery(session),
+            _ => self.stock_level(session),
+        }
     }
 }
 
 impl Worker for TpccWorker {
     fn run_one(&mut self, session: &mut Session) -> rebound::Result<(usize, Done<()>)> {
-        let kind = pick_kind(&mut self.rng, &self.cfg.mix);
-        let done = match kind {
-            0 => self.new_order(session)?,
-            1 => self.payment(session)?,
-            2 => self.order_status(session)?,
-            3 => self.delivery(session)?,
-            _ => self.stock_level(session)?,
-        };
-        Ok((kind, done))
+        let kind = self.pick();
+        let done = self.run_kind(session, kind)?;
+        Ok((
+            kind,
+            Done {
+                value: done.value.map(|_| ()),
+                conflicts: done.conflicts,
+            },
+        ))
     }
 }
 
