@@ -23,9 +23,11 @@
 
 #![allow(dead_code)]
 
+use cap::Cap;
+use peakmem_alloc::{PeakMemAlloc, PeakMemAllocTrait};
 use rand::{Rng, SeedableRng};
 use rebound::{Database, Error, GcOptions, Options, TableOptions, DATA_FILE};
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::System;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write as _};
@@ -49,70 +51,12 @@ pub const FLIP_TIMEOUT: Duration = Duration::from_secs(60);
 /// The offset of a trial that flips nothing.
 const NO_FLIP: u64 = u64::MAX;
 
-pub struct CountingAlloc;
+/// Counts the heap (peak since each trial's start) and refuses
+/// allocations past a ceiling.
+static PEAK: PeakMemAlloc<System> = PeakMemAlloc::system();
 
 #[global_allocator]
-static ALLOC: CountingAlloc = CountingAlloc;
-
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-/// Absolute ceiling of `CURRENT`; `usize::MAX` = none (the parent).
-static CEILING: AtomicUsize = AtomicUsize::new(usize::MAX);
-
-fn reserve(n: usize) -> bool {
-    let now = CURRENT.fetch_add(n, SeqCst).saturating_add(n);
-    if now > CEILING.load(SeqCst) {
-        CURRENT.fetch_sub(n, SeqCst);
-        return false;
-    }
-    PEAK.fetch_max(now, SeqCst);
-    true
-}
-
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !reserve(layout.size()) {
-            return std::ptr::null_mut();
-        }
-        let p = System.alloc(layout);
-        if p.is_null() {
-            CURRENT.fetch_sub(layout.size(), SeqCst);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !reserve(layout.size()) {
-            return std::ptr::null_mut();
-        }
-        let p = System.alloc_zeroed(layout);
-        if p.is_null() {
-            CURRENT.fetch_sub(layout.size(), SeqCst);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
-        CURRENT.fetch_sub(layout.size(), SeqCst);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let old = layout.size();
-        if new_size > old && !reserve(new_size - old) {
-            return std::ptr::null_mut();
-        }
-        let p = System.realloc(ptr, layout, new_size);
-        if p.is_null() {
-            if new_size > old {
-                CURRENT.fetch_sub(new_size - old, SeqCst);
-            }
-        } else if new_size < old {
-            CURRENT.fetch_sub(old - new_size, SeqCst);
-        }
-        p
-    }
-}
+static ALLOC: Cap<&PeakMemAlloc<System>> = Cap::new(&PEAK, usize::MAX);
 
 // ---------------------------------------------------------------------------
 // Panic hook (child only)
@@ -457,6 +401,10 @@ impl Summary {
 // ---------------------------------------------------------------------------
 // Layout: names the structure under an offset
 
+/// Bytes of a checkpoint image header (fixed fields, then one published
+/// mark per long-transaction region).
+const CKPT_HEADER: u64 = 64 + 8 * 64;
+
 /// Structures of a crashed image, found by reading it the way the format
 /// describes it.
 pub struct FileMap {
@@ -494,6 +442,8 @@ fn u32_at(b: &[u8], at: u64) -> u32 {
 
 impl FileMap {
     pub fn of(image: &[u8]) -> FileMap {
+        // Links and region heads carry a check byte above the offset.
+        const OFFSET_MASK: u64 = (1 << 56) - 1;
         let slot_size = u32_at(image, DESCRIPTOR + 24) as u64;
         let slots = u32_at(image, DESCRIPTOR + 28) as u64;
         let block_size = u32_at(image, DESCRIPTOR + 32) as u64;
@@ -501,7 +451,7 @@ impl FileMap {
         let checkpoint = (root != 0).then(|| (root, u64_at(image, root + 24)));
         let mut blocks = BTreeMap::new();
         if let Some((at, _)) = checkpoint {
-            let counts_at = at + 64 + 24;
+            let counts_at = at + CKPT_HEADER + 24;
             let mut list_at = counts_at + 8 * 128;
             for region in 0..128 {
                 for _ in 0..u64_at(image, counts_at + 8 * region) {
@@ -511,11 +461,11 @@ impl FileMap {
             }
         }
         for region in 0..128u64 {
-            let mut at = u64_at(image, DESCRIPTOR + 1024 + 8 * region);
+            let mut at = u64_at(image, DESCRIPTOR + 1024 + 8 * region) & OFFSET_MASK;
             let mut steps = 0;
             while at != 0 && steps < 100_000 && (at as usize) < image.len() {
                 blocks.insert(at, (region, u64_at(image, at + 16)));
-                at = u64_at(image, at + 24);
+                at = u64_at(image, at + 24) & OFFSET_MASK;
                 steps += 1;
             }
         }
@@ -528,8 +478,8 @@ impl FileMap {
             if &magic[..4] == b"BLK1" && !blocks.contains_key(&at) {
                 stale_blocks.insert(at);
             }
-            if magic == b"RBCKPT03" {
-                let counts_at = at + 64 + 24;
+            if magic == b"RBCKPT04" {
+                let counts_at = at + CKPT_HEADER + 24;
                 let n = (0..128).map(|r| u64_at(image, counts_at + 8 * r)).sum();
                 listed.insert(at, n);
                 if Some(at) != checkpoint.map(|c| c.0) {
@@ -704,13 +654,14 @@ impl FileMap {
             44..=47 => return "header reserved".into(),
             48..=55 => return "header long_t_low".into(),
             56..=63 => return "header reserved".into(),
+            64..=575 => return format!("header long-region published mark bit {word_bit}"),
             _ => {}
         }
         // One table section (this harness makes one table).
-        let s = rel - 64;
+        let s = rel - CKPT_HEADER;
         match s {
             0..=3 => "section table id".into(),
-            4..=7 => "section reserved".into(),
+            4..=7 => "section meta checksum".into(),
             8..=15 => "section entry count".into(),
             16..=23 => "section entry bytes".into(),
             _ if s < 24 + 8 * 128 => format!(
@@ -1004,13 +955,13 @@ fn worker() {
         }
         take_panics();
         let threads_before = threads();
-        let baseline = CURRENT.load(SeqCst);
-        PEAK.store(baseline, SeqCst);
-        CEILING.store(baseline + HARD_LIMIT, SeqCst);
+        let baseline = ALLOC.allocated();
+        PEAK.reset_peak_memory();
+        ALLOC.set_limit(baseline + HARD_LIMIT).unwrap();
         let result =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| trial(&db_dir, &job)));
-        CEILING.store(usize::MAX, SeqCst);
-        let peak = PEAK.load(SeqCst).saturating_sub(baseline);
+        ALLOC.set_limit(usize::MAX).unwrap();
+        let peak = PEAK.get_peak_memory();
         let (kind, stage, detail) = match result {
             Ok(r) => r,
             Err(_) => ("panicked".to_string(), "?".to_string(), String::new()),
