@@ -183,3 +183,48 @@ fn aborted_long_transaction_leaves_nothing() {
 fn long_transaction_open_at_the_crash_leaves_nothing() {
     long_transaction_across_a_crash(Ending::StillOpen);
 }
+
+/// A moved transaction commits a key, a younger one overwrites it, and a
+/// checkpoint records the newer version while another moved transaction
+/// is still open (so long regions are redone from below both). Recovery
+/// must not redo the overwritten long commit over the checkpoint's newer
+/// version: it would serve the older value.
+#[test]
+fn an_overwritten_long_commit_does_not_shadow_the_newer_version() {
+    for mode in [CheckpointMode::Full, CheckpointMode::Incremental] {
+        let device = SimDevice::new(1 << 30);
+        let db = open(&device);
+        let table = db.create_table("t", TableOptions::default()).unwrap();
+        let (mut s1, mut s2, mut s3) = (
+            db.session().unwrap(),
+            db.session().unwrap(),
+            db.session().unwrap(),
+        );
+        let mut still_open = s3.begin();
+        still_open.put(&table, b"other", b"pending").unwrap();
+        let mut moved = s1.begin();
+        moved.put(&table, b"k", b"old").unwrap();
+        // Both transactions are idle and older than the round: both move.
+        db.run_maintenance().unwrap();
+        assert_eq!(db.stats().long_transactions, 2);
+        moved.commit().unwrap();
+        let mut newer = s2.begin();
+        newer.put(&table, b"k", b"new").unwrap();
+        newer.commit().unwrap();
+        let checkpoint = match mode {
+            CheckpointMode::Full => db.checkpoint().unwrap(),
+            _ => {
+                db.checkpoint().unwrap();
+                db.checkpoint().unwrap()
+            }
+        };
+        assert!(checkpoint.t_low > still_open.id(), "{mode:?}");
+        let crashed = device.crash(7);
+        drop(still_open);
+        drop((s1, s2, s3));
+        drop(db);
+        let recovered = open(&crashed);
+        let want = Model::from([(b"k".to_vec(), b"new".to_vec())]);
+        assert_eq!(contents(&recovered), want, "{mode:?}");
+    }
+}
