@@ -159,6 +159,13 @@ pub struct Stats {
     pub poisoned: Option<String>,
 }
 
+/// Background work whose failures are counted.
+#[derive(Clone, Copy)]
+enum BackgroundWork {
+    Gc,
+    Checkpoint,
+}
+
 /// Failures of background work, which has no caller to return them to.
 #[derive(Default)]
 struct BackgroundFailures {
@@ -844,12 +851,18 @@ impl DbInner {
     }
 
     /// Records a failure of background work that has nobody to report to.
-    fn note_failure(&self, what: &str, error: &Error) {
+    fn note_failure(&self, work: BackgroundWork, error: &Error) {
         let mut failures = self.failures.lock();
-        match what {
-            "GC" => failures.gc += 1,
-            _ => failures.checkpoint += 1,
-        }
+        let what = match work {
+            BackgroundWork::Gc => {
+                failures.gc += 1;
+                "GC"
+            }
+            BackgroundWork::Checkpoint => {
+                failures.checkpoint += 1;
+                "checkpoint"
+            }
+        };
         failures.last_error = Some(format!("{what}: {error}"));
     }
 
@@ -1043,7 +1056,7 @@ impl DbInner {
             false => Ok(()),
         };
         if let (true, Err(e)) = (background, &gc) {
-            self.note_failure("GC", e);
+            self.note_failure(BackgroundWork::Gc, e);
         }
         let Some((interval, volume)) = m.trigger else {
             return gc;
@@ -1057,7 +1070,7 @@ impl DbInner {
             false => Ok(()),
         };
         if let (true, Err(e)) = (background, &checkpoint) {
-            self.note_failure("checkpoint", e);
+            self.note_failure(BackgroundWork::Checkpoint, e);
         }
         gc.and(checkpoint)
     }
