@@ -5,9 +5,9 @@
 //!   block (and anything after it) is never one.
 //! * **Stage 1: relocate.** Every slot of a candidate is classified. Dead:
 //!   a hole, never written, left over from earlier use of the space, a
-//!   reaped tombstone, obsolete bit set while nobody writes over it, its
-//!   key gone from the index, or superseded by the index head (unless that
-//!   head is a pending write over it). Live: the index head of its key; it is copied by a GC system
+//!   reaped tombstone, its key gone from the index, or superseded by the
+//!   index head (unless that head is a pending write over it). Live: the
+//!   index head of its key; it is copied by a GC system
 //!   transaction into the GC worker's region (FIR's gc_region), which
 //!   repoints the index. Busy: touched by a running transaction; the block
 //!   waits for a later round. Once the copies committed, the block is
@@ -28,9 +28,11 @@
 //!   is free by construction (free space is rebuilt from what the
 //!   checkpoint and chains reference); a link that still points at it is
 //!   repaired by the first round after the restart.
-//! * A set obsolete bit always means dead (heap invariants): it is set only
-//!   after the successor's commit is durable, and recovery clears the bits
-//!   a crash left without their cause. A bit lost in a crash only delays.
+//! * Obsolete bits only choose candidate blocks: each slot is judged by
+//!   the index, so a damaged bit cannot make GC drop a newest version. A
+//!   slot that fails its checks (txn word, checksum) or a block whose min
+//!   txn fails its check stops the round with `Corrupt`; the block stays.
+//!   A bit lost in a crash only delays.
 //!
 //! GC needs index checkpoints: without them (the full-scan design) nothing
 //! would stop a scan from finding an older version of a key whose
@@ -379,9 +381,8 @@ fn others_younger_than(store: &Store, ts: u64, patience: Duration) -> bool {
     }
 }
 
-/// A set obsolete bit means dead (heap invariants); it is read only on a
-/// version nobody is writing over (`end` unlocked and unchanged around the
-/// read), as a second line. Other versions are judged by the index.
+/// How a slot of a candidate stands, judged by the index (obsolete bits
+/// only chose the block); a slot that fails its checks is `Damaged`.
 fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u32) -> Slot {
     let Candidate { id, block, min_txn } = *candidate;
     let medium = &store.medium;

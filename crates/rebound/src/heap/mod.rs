@@ -64,7 +64,8 @@
 //!   index entry was removed. Recovery clears the bits of every slot it
 //!   hands back to the region (an abort cut short can leave a hole's bit
 //!   without the hole) and of redone tombstone heads (a reaping lost in the
-//!   crash), so GC can trust a set bit on a version nobody writes over.
+//!   crash), so a set bit means what it says; GC still judges each slot by
+//!   the index, so a damaged bit can delay collection but never lose data.
 
 pub mod block;
 pub mod slot;

@@ -323,7 +323,7 @@ fn recover_table(
     // run's older entries until clean-up (deferred deletion).
     let (newest, tombstones) = newest_versions(&mut found, t_low > 0);
     // A tombstone reaped before the crash had its bit set; it is its key's
-    // head again now, and GC trusts bits on heads nobody writes.
+    // head again now, and its bit would make GC nominate its block.
     for addr in tombstones {
         heap.clear_obsolete(medium, addr);
     }
