@@ -107,19 +107,7 @@ impl CheckpointImage {
 
     /// Reads the whole body once and checks its checksum.
     pub fn verify(&self, medium: &Medium) -> Result<()> {
-        let mut crc = 0u32;
-        let mut buf = vec![0u8; CHUNK];
-        let mut at = self.offset + HEADER;
-        let end = self.offset + self.len;
-        while at < end {
-            let n = ((end - at) as usize).min(CHUNK);
-            let Some(chunk) = buf.get_mut(..n) else {
-                break;
-            };
-            medium.read_at(at, chunk);
-            crc = crc32c::crc32c_append(crc, chunk);
-            at += n as u64;
-        }
+        let crc = crc_of_range(medium, self.offset + HEADER, self.len - HEADER, 0);
         if crc != self.body_crc {
             return Err(corrupt("body checksum mismatch"));
         }
