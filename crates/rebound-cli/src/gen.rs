@@ -33,6 +33,9 @@ pub struct Zipfian {
     zetan: f64,
     zeta2: f64,
     eta: f64,
+    /// 1 + 0.5^θ: below it (times ζ(n)) the draw is item 1. Kept so that a
+    /// draw costs one `powf`, not two.
+    second_item_bound: f64,
 }
 
 impl Zipfian {
@@ -48,6 +51,7 @@ impl Zipfian {
             zetan,
             zeta2: zeta(2, theta),
             eta: 0.0,
+            second_item_bound: 1.0 + 0.5f64.powf(theta),
         };
         z.eta = z.compute_eta();
         z
@@ -86,7 +90,7 @@ impl Zipfian {
         if uz < 1.0 {
             return 0;
         }
-        if self.items >= 2 && uz < 1.0 + 0.5f64.powf(self.theta) {
+        if self.items >= 2 && uz < self.second_item_bound {
             return 1;
         }
         let v = (self.items as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;

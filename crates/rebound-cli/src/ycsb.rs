@@ -334,7 +334,7 @@ impl Worker for YcsbWorker {
             for op in &ops {
                 match *op {
                     Op::Read(k) => {
-                        tx.get(table, &key(k, ks))?;
+                        tx.get_with(table, &key(k, ks), |value| value.len())?;
                     }
                     Op::Update(k) => tx.update(table, &key(k, ks), value)?,
                     Op::Insert(k) => tx.insert(table, &key(k, ks), value)?,
@@ -343,7 +343,7 @@ impl Worker for YcsbWorker {
                     }
                     Op::ReadModifyWrite(k) => {
                         let kb = key(k, ks);
-                        tx.get(table, &kb)?;
+                        tx.get_with(table, &kb, |value| value.len())?;
                         tx.update(table, &kb, value)?;
                     }
                 }

@@ -190,6 +190,11 @@ pub struct TableStats {
     /// DRAM tiles of version headers allocated (recycled when GC frees a
     /// block, so bounded by the blocks alive at once).
     pub tiles: u64,
+    /// Blocks from the medium whose slots are still verified on every read:
+    /// the background scrub has not reached them yet, they are their
+    /// region's last block, or they hold a damaged slot. Blocks this
+    /// process formatted never count.
+    pub unverified_blocks: u64,
 }
 
 /// A handle to a table; cheap to clone.
@@ -628,6 +633,35 @@ impl Transaction<'_> {
         self.state.get(&table.rt, key)
     }
 
+    /// Reads `key`'s value into `out`, reusing its capacity: a loop that
+    /// keeps one buffer reads without allocating. Returns false, leaving
+    /// `out` unspecified, if the key is absent.
+    pub fn get_into(&mut self, table: &Table, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.state.get_into(&table.rt, key, out)
+    }
+
+    /// Calls `read` with `key`'s value, borrowed from a buffer the session
+    /// reuses, and returns what it returns (`None` if the key is absent).
+    /// No allocation once the buffer has grown to the table's values.
+    ///
+    /// ```no_run
+    /// # use rebound::{Database, Options, TableOptions};
+    /// # let db = Database::open("/dev/shm/doc-get-with", Options::default())?;
+    /// # let accounts = db.create_table("accounts", TableOptions::default())?;
+    /// # let mut session = db.session()?;
+    /// let mut tx = session.begin();
+    /// let balance = tx.get_with(&accounts, b"alice", |value| value.len())?;
+    /// # Ok::<(), rebound::Error>(())
+    /// ```
+    pub fn get_with<R>(
+        &mut self,
+        table: &Table,
+        key: &[u8],
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>> {
+        self.state.get_with(&table.rt, key, read)
+    }
+
     /// Inserts a new key; [`Error::DuplicateKey`] if it exists.
     pub fn insert(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
         self.state.insert(&table.rt, key, value)
@@ -672,11 +706,12 @@ impl Transaction<'_> {
 fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
     let heap = &table.heap;
     let versions: u64 = (0..MAX_WORKERS).map(|w| heap.used_slots(w)).sum();
-    let (mut blocks, mut obsolete) = (0u64, 0u64);
+    let (mut blocks, mut obsolete, mut unverified) = (0u64, 0u64, 0u64);
     for region in heap.regions.iter() {
         for block in region.present() {
             blocks += 1;
             obsolete += heap.obsolete_in(medium, block);
+            unverified += u64::from(!block.is_trusted());
         }
     }
     let slot = heap.def.slot_size as u64;
@@ -690,6 +725,7 @@ fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
         live_bytes: versions.saturating_sub(obsolete) * slot,
         obsolete_bytes: obsolete * slot,
         tiles: heap.tiles.allocated() as u64,
+        unverified_blocks: unverified,
     }
 }
 
@@ -1012,7 +1048,26 @@ struct Maintenance {
     long_after: Duration,
     /// Clock readings of earlier rounds, oldest first.
     clock_history: std::collections::VecDeque<(Instant, u64)>,
+    /// Where the scrub of blocks from the medium resumes.
+    scrub: ScrubCursor,
 }
+
+/// Position of the background scrub: (table, region, block seq).
+#[derive(Default)]
+struct ScrubCursor {
+    table: usize,
+    region: usize,
+    seq: usize,
+    /// Blocks left untrusted in the pass so far (damaged, or a region's
+    /// last block); another pass follows while that number shrinks.
+    left: usize,
+    left_by_last_pass: Option<usize>,
+    finished: bool,
+}
+
+/// Blocks one maintenance round verifies at most: 4 MiB of slots with the
+/// default block size, a few milliseconds of checksums every tick.
+const SCRUB_BLOCKS_PER_ROUND: usize = 4;
 
 impl Maintenance {
     fn new(options: &Options, persistent: bool) -> Maintenance {
@@ -1024,6 +1079,7 @@ impl Maintenance {
             )),
             long_after: options.long_transaction_after,
             clock_history: std::collections::VecDeque::new(),
+            scrub: ScrubCursor::default(),
         }
     }
 }
@@ -1051,6 +1107,7 @@ impl DbInner {
                 self.store.move_idle_long_transactions();
             }
         }
+        self.scrub_step(&mut m.scrub);
         let gc = match self.gc.enabled {
             true => self.gc_round(self.gc.batch_blocks.max(1), false),
             false => Ok(()),
@@ -1073,6 +1130,51 @@ impl DbInner {
             self.note_failure(BackgroundWork::Checkpoint, e);
         }
         gc.and(checkpoint)
+    }
+}
+
+impl DbInner {
+    /// Verifies a few blocks that came from the medium, so that reads of
+    /// them stop computing checksums (`TableHeap::scrub_block`). Passes
+    /// repeat while blocks are left untrusted: a region's last block is
+    /// trusted once it is no longer last; a damaged block never is, and
+    /// reads of it keep verifying and reporting the damage.
+    fn scrub_step(&self, cursor: &mut ScrubCursor) {
+        if cursor.finished {
+            return;
+        }
+        let tables = &self.store.tables;
+        let mut budget = SCRUB_BLOCKS_PER_ROUND;
+        while budget > 0 {
+            let Some(table) = tables.get(cursor.table) else {
+                let left = cursor.left;
+                *cursor = ScrubCursor {
+                    left_by_last_pass: Some(left),
+                    finished: left == 0 || cursor.left_by_last_pass == Some(left),
+                    ..ScrubCursor::default()
+                };
+                return;
+            };
+            let heap = &table.heap;
+            let Some(region) = heap.regions.get(cursor.region) else {
+                (cursor.table, cursor.region, cursor.seq) = (cursor.table + 1, 0, 0);
+                continue;
+            };
+            if cursor.seq >= region.len() {
+                (cursor.region, cursor.seq) = (cursor.region + 1, 0);
+                continue;
+            }
+            let unverified = region
+                .get(cursor.seq)
+                .is_some_and(|b| !b.is_vacant() && !b.is_trusted());
+            if unverified {
+                if !heap.scrub_block(&self.store.medium, cursor.region, cursor.seq) {
+                    cursor.left += 1;
+                }
+                budget -= 1;
+            }
+            cursor.seq += 1;
+        }
     }
 }
 

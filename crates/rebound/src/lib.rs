@@ -38,6 +38,13 @@ pub use gc::{GcOptions, GcStats};
 pub use medium::{Guarantee, SimDevice};
 pub use recovery::RecoveryReport;
 
+/// The DRAM index on its own, for the index micro-benchmark
+/// (`benches/index.rs`); not part of the supported API.
+#[doc(hidden)]
+pub mod bench_support {
+    pub use crate::index::BTree;
+}
+
 /// The README's code blocks, compiled by `cargo test --doc` so that they
 /// keep up with the API.
 #[cfg(doctest)]

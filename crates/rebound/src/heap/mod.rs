@@ -141,16 +141,38 @@ pub struct Block {
     /// Emptied by GC: checkpoints no longer list it; freed once no reader
     /// can hold an address into it.
     retired: AtomicBool,
+    /// Every slot a reader can reach holds what this process wrote or
+    /// verified, so reads skip the checksum: set for blocks formatted by
+    /// this process, and for blocks from the medium once the scrub has
+    /// verified all their slots (see `TableHeap::scrub_block`).
+    trusted: AtomicBool,
 }
 
 impl Block {
+    /// A block found on the medium: its slots are verified when read.
     pub fn new(offset: u64, seq: u32) -> Block {
         Block {
             offset: AtomicU64::new(offset),
             seq,
             tile: AtomicU32::new(0),
             retired: AtomicBool::new(false),
+            trusted: AtomicBool::new(false),
         }
+    }
+
+    /// A block this process formatted: every slot in it is its own write.
+    fn formatted_here(offset: u64, seq: u32) -> Block {
+        let block = Block::new(offset, seq);
+        block.trust();
+        block
+    }
+
+    pub fn is_trusted(&self) -> bool {
+        self.trusted.load(Acquire)
+    }
+
+    fn trust(&self) {
+        self.trusted.store(true, Release);
     }
 
     pub fn offset(&self) -> u64 {
@@ -290,7 +312,8 @@ pub const MAX_KEY_BYTES: usize = 512;
 
 /// What a read of a published slot finds.
 pub enum SlotRead {
-    Value(Vec<u8>),
+    /// The value is in the caller's buffer.
+    Value,
     Deleted,
     /// The slot fails its checksum.
     Damaged,
@@ -401,9 +424,13 @@ impl TableHeap {
                 block: cursor.block + 1,
                 slot: 0,
             };
-            let offset = region.get(cursor.block as usize).map_or(0, |b| b.offset());
-            medium.store(offset + MIN_TXN_AT, catalog::pack(txn));
-            medium.persist_now(offset + MIN_TXN_AT, 8)?;
+            let Some(block) = region.get(cursor.block as usize) else {
+                return Err(Error::Corrupt("a linked block vanished".into()));
+            };
+            medium.store(block.offset() + MIN_TXN_AT, catalog::pack(txn));
+            medium.persist_now(block.offset() + MIN_TXN_AT, 8)?;
+            // Recovery emptied it: whatever it holds from now on is ours.
+            block.trust();
         }
         let current = region.get(cursor.block as usize);
         let block = match current {
@@ -448,7 +475,7 @@ impl TableHeap {
         // Fenced here, not at commit, so the link is durable even if the
         // session moves to another thread (x86 fences are per core).
         medium.fence()?;
-        region.push(Block::new(offset, seq as u32))?;
+        region.push(Block::formatted_here(offset, seq as u32))?;
         *cursor = Cursor {
             block: seq as u32,
             slot: 0,
@@ -504,26 +531,79 @@ impl TableHeap {
 
     /// What a reader finds in a published slot: the value, verified
     /// against the slot checksum, so a damaged value is never served.
-    pub fn read_live(&self, medium: &Medium, addr: Addr) -> SlotRead {
-        let Some(slot_at) = self.slot_offset(addr) else {
+    ///
+    /// The value lands in `out` (its earlier contents are dropped), so a
+    /// reader that keeps one buffer reads without allocating.
+    pub fn read_live(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> SlotRead {
+        let Some(block) = self.block(addr) else {
             return SlotRead::Gone;
         };
+        let slot_at = self.slot_at(block, addr.slot());
         let header = SlotHeader::read(medium, slot_at);
         if !self.fits(&header) {
             return SlotRead::Damaged;
         }
-        let at = slot_at + slot::CHECKED_FROM;
-        let mut head = [0u8; 12 + MAX_KEY_BYTES];
-        let head = &mut head[..12 + header.key_len];
-        medium.read_at(at, head);
-        let mut value = vec![0u8; header.value_len];
-        medium.read_at(at + head.len() as u64, &mut value);
-        let computed = crc32c::crc32c_append(slot::crc(header.txn(), head), &value);
-        match (computed == header.crc, header.is_tombstone()) {
+        let intact = match block.is_trusted() {
+            true => {
+                out.resize(header.value_len, 0);
+                medium.read_at(slot_at + SLOT_HEADER + header.key_len as u64, out);
+                true
+            }
+            false => self.read_verified(medium, slot_at, &header, out),
+        };
+        match (intact, header.is_tombstone()) {
             (false, _) => SlotRead::Damaged,
             (true, true) => SlotRead::Deleted,
-            (true, false) => SlotRead::Value(value),
+            (true, false) => SlotRead::Value,
         }
+    }
+
+    /// Reads a slot's value into `out` and checks the slot checksum. The
+    /// checked bytes (12 header bytes, key, value) are contiguous: one
+    /// copy, one checksum, then the value is moved to the front.
+    fn read_verified(
+        &self,
+        medium: &Medium,
+        slot_at: u64,
+        header: &SlotHeader,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let head_len = (SLOT_HEADER - slot::CHECKED_FROM) as usize + header.key_len;
+        out.resize(head_len + header.value_len, 0);
+        medium.read_at(slot_at + slot::CHECKED_FROM, out);
+        let computed = slot::crc(header.txn(), out);
+        out.drain(..head_len);
+        computed == header.crc
+    }
+
+    /// Verifies every written slot of a block that came from the medium and,
+    /// if all pass, trusts the block from then on (reads skip the checksum).
+    /// The region's last block is left for later: slots may still be
+    /// appended to it. Returns whether the block is trusted now.
+    pub fn scrub_block(&self, medium: &Medium, worker: usize, seq: usize) -> bool {
+        let region = &self.regions[worker];
+        let Some(block) = region.get(seq) else {
+            return false;
+        };
+        if block.is_trusted() || block.is_vacant() || seq + 1 >= region.len() {
+            return block.is_trusted();
+        }
+        let mut buf = Vec::new();
+        for slot in 0..self.def.slots_per_block {
+            let addr = Addr::new(worker, seq as u32, slot);
+            let intact = match self.slot_word(medium, addr) {
+                SlotWord::Written { hole: false, .. } => {
+                    self.verify_into(medium, addr, &mut buf).is_some()
+                }
+                SlotWord::Written { hole: true, .. } | SlotWord::Empty => true,
+                SlotWord::Invalid => false,
+            };
+            if !intact {
+                return false;
+            }
+        }
+        block.trust();
+        true
     }
 
     /// Whether a version is a tombstone; `None` if its header is damaged.
@@ -531,8 +611,11 @@ impl TableHeap {
     /// and, as that makes it cheap, a matching checksum; so a flipped flag
     /// never turns a live version into a deletion or back.
     pub fn tombstone(&self, medium: &Medium, addr: Addr) -> Option<bool> {
-        let at = self.slot_offset(addr)?;
-        let header = SlotHeader::read(medium, at);
+        let block = self.block(addr)?;
+        let header = SlotHeader::read(medium, self.slot_at(block, addr.slot()));
+        if block.is_trusted() {
+            return Some(header.is_tombstone());
+        }
         if header.value_len > 0 {
             return (!header.is_tombstone()).then_some(false);
         }

@@ -12,6 +12,82 @@ pub(crate) const fn tail_words(len: usize) -> usize {
     len.saturating_sub(1) / 8
 }
 
+/// A key as nodes compare it: a length and zero-padded big-endian words.
+pub(crate) trait KeyWords {
+    fn len(&self) -> usize;
+    /// Big-endian word `index` of the zero-padded key; 0 past its end.
+    fn word(&self, index: usize) -> u64;
+
+    /// The words after the head word, as stored in a node's heap.
+    fn tail(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        (1..1 + tail_words(self.len())).map(|index| self.word(index))
+    }
+}
+
+/// A search key borrowed from the caller: no copy, and its head word is
+/// computed once, since nearly every comparison stops at the head.
+#[derive(Clone, Copy)]
+pub(crate) struct ProbeKey<'a> {
+    bytes: &'a [u8],
+    head: u64,
+}
+
+impl<'a> ProbeKey<'a> {
+    /// `None` for lengths that no stored key can have.
+    #[inline]
+    pub(crate) fn new(bytes: &'a [u8]) -> Option<Self> {
+        if bytes.is_empty() || bytes.len() > MAX_KEY_LEN {
+            return None;
+        }
+        Some(Self {
+            bytes,
+            head: padded_word(bytes, 0),
+        })
+    }
+}
+
+impl KeyWords for ProbeKey<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    #[inline]
+    fn word(&self, index: usize) -> u64 {
+        match index {
+            0 => self.head,
+            _ => padded_word(self.bytes, index),
+        }
+    }
+}
+
+/// Word `index` of `bytes`, zero-padded past the end.
+#[inline]
+fn padded_word(bytes: &[u8], index: usize) -> u64 {
+    let start = index * 8;
+    match bytes.get(start..start + 8) {
+        Some(chunk) => u64::from_be_bytes(chunk.try_into().unwrap_or_default()),
+        None => {
+            let mut word = [0; 8];
+            let rest = bytes.get(start..).unwrap_or_default();
+            word[..rest.len()].copy_from_slice(rest);
+            u64::from_be_bytes(word)
+        }
+    }
+}
+
+impl KeyWords for InlineKey {
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn word(&self, index: usize) -> u64 {
+        InlineKey::word(self, index)
+    }
+}
+
 /// A key of 1..=`MAX_KEY_LEN` bytes. Bytes past `len` are always zero, which
 /// is what makes word-wise comparison agree with `memcmp` (see
 /// [`compare_stored`]).
@@ -113,16 +189,16 @@ impl fmt::Debug for InlineKey {
 pub(crate) fn compare_stored(
     len: usize,
     word_at: impl Fn(usize) -> u64,
-    key: &InlineKey,
+    key: &impl KeyWords,
 ) -> Ordering {
-    let shared_words = len.min(key.len).div_ceil(8).max(1);
+    let shared_words = len.min(key.len()).div_ceil(8).max(1);
     for index in 0..shared_words {
         match word_at(index).cmp(&key.word(index)) {
             Ordering::Equal => {}
             unequal => return unequal,
         }
     }
-    len.cmp(&key.len)
+    len.cmp(&key.len())
 }
 
 /// The shortest prefix of `right` that still sorts above `left` (which must
@@ -169,6 +245,17 @@ mod tests {
             let high = InlineKey::new(&high).unwrap();
             let separator = shortest_separator(&low, &high);
             prop_assert!(low < separator && separator <= high);
+        }
+
+        #[test]
+        fn probe_keys_compare_like_stored_keys(a in key_bytes(), b in key_bytes()) {
+            let stored = InlineKey::new(&a).unwrap();
+            let probe = ProbeKey::new(&b).unwrap();
+            prop_assert_eq!(compare_stored(a.len(), |i| stored.word(i), &probe), a.cmp(&b));
+            let same = InlineKey::new(&b).unwrap();
+            for index in 0..MAX_KEY_LEN / 8 {
+                prop_assert_eq!(KeyWords::word(&probe, index), same.word(index));
+            }
         }
 
         #[test]

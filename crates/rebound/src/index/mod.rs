@@ -19,7 +19,8 @@
 //! | 8..16       | 1         | header: bits 0..16 slot count, 16..32 `heap_start` (body word index), 32..48 dead heap words, 48..64 zero |
 //! | 16..24      | 2         | inner: address of the leftmost child (keys below the first separator); leaf: 0 |
 //! | 24..32      | 3         | level: 0 for leaves, parent = child + 1; immutable            |
-//! | 32..4080    | 4..510    | body: 506 words, slots from the front, key-tail heap from the back |
+//! | 32..160     | 4..20     | 16 search hints: hint `i` is the head word of slot `(i + 1) * count / 17` (meaningless while count < 34) |
+//! | 160..4080   | 20..510   | body: 490 words, slots from the front, key-tail heap from the back |
 //! | 4080..4088  | 510       | `update_time` (max `ut` of writes routed through the node)    |
 //! | 4088..4096  | 511       | `gap_read_ts` (leaves; 0 and unused in inner nodes)           |
 //!
@@ -30,10 +31,20 @@
 //! * payload: the value (leaf) or the child's address (inner: child for keys
 //!   >= this slot's key and below the next slot's key).
 //!
+//! A search first bisects the hints without branching on the data (they
+//! share the header's cache lines), which narrows the slots that can hold
+//! the answer to about one seventeenth, then bisects those; hints equal to
+//! the probe's head bound nothing, as keys sharing a head may sort either
+//! way. Writers rewrite the hints under the node lock after every change
+//! of the slots, so a reader whose version validates used hints that
+//! matched the slots; torn hints can only narrow the range wrongly in a
+//! read that then fails validation, and the range is clamped to the slots.
+//! Search keys are borrowed (`key::ProbeKey`), not copied into a buffer.
+//!
 //! A key of `len` bytes keeps bytes 8.. as `(len - 1) / 8` big-endian,
 //! zero-padded tail words in the heap, which grows down from the end of the
 //! body (`heap_start`). An entry thus needs 3 + (len - 1) / 8 words: 3 for an
-//! 8-byte key (168 per node), at most 66 for a 512-byte key (7 per node, more
+//! 8-byte key (163 per node), at most 66 for a 512-byte key (7 per node, more
 //! than the 4 required). Removal shifts the slots down and leaves the tail as
 //! a dead hole; an insert that does not fit contiguously compacts the node in
 //! place first and splits only if the live entries really fill it. Splits cut
@@ -122,7 +133,9 @@
 //!   inherited from the parent at the ends.
 //! * All leaves are at level 0, and every child has its parent's level - 1.
 //! * `heap_start >= 3 * count`, and tails of live slots lie in
-//!   `heap_start..506`, disjoint from one another.
+//!   `heap_start..490`, disjoint from one another.
+//! * While `count >= 34`, hint `i` equals the head of slot
+//!   `(i + 1) * count / 17`.
 //! * Every node is referenced exactly once: by the root cell or by one slot of
 //!   one parent.
 //! * A node's key range never grows; it only shrinks when the node splits.
@@ -142,7 +155,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crossbeam_utils::Backoff;
 
-use key::InlineKey;
+use key::{InlineKey, KeyWords, ProbeKey};
 use node::{NoRoom, Node, ReadGuard, Restart, RootCell, WriteGuard};
 
 pub const MAX_KEY_LEN: usize = 512;
@@ -233,7 +246,7 @@ impl BTree {
 
     fn lookup(&self, key: &[u8], gap_reader: Option<u64>) -> Option<u64> {
         // A key of illegal length can never be inserted, so no gap needs marking.
-        let key = InlineKey::new(key)?;
+        let key = ProbeKey::new(key)?;
         retry(|| {
             let leaf = self.descend(Some(&key), |_, _| {})?;
             let (slot, found) = leaf.node().search(&key);
@@ -262,7 +275,7 @@ impl BTree {
         writer_ts: u64,
         ut: u64,
     ) -> Result<(), InsertError> {
-        let key = key_to_store(key);
+        let key = probe_to_store(key);
         self.modify_leaf(&key, ut, |leaf| {
             let (slot, found) = leaf.search(&key);
             if found {
@@ -290,7 +303,7 @@ impl BTree {
         new: u64,
         ut: u64,
     ) -> Result<(), Option<u64>> {
-        let key = key_to_store(key);
+        let key = probe_to_store(key);
         self.modify_leaf(&key, ut, |leaf| {
             let (slot, found) = leaf.search(&key);
             if !found {
@@ -312,7 +325,7 @@ impl BTree {
     /// If the key is empty or longer than [`MAX_KEY_LEN`].
     #[allow(dead_code)] // part of the index's interface; used by its tests
     pub fn upsert(&self, key: &[u8], value: u64, ut: u64) -> Option<u64> {
-        let key = key_to_store(key);
+        let key = probe_to_store(key);
         self.modify_leaf(&key, ut, |leaf| {
             let (slot, found) = leaf.search(&key);
             if found {
@@ -332,7 +345,7 @@ impl BTree {
     /// # Panics
     /// If the key is empty or longer than [`MAX_KEY_LEN`].
     pub fn remove(&self, key: &[u8], ut: u64) -> Option<u64> {
-        let key = key_to_store(key);
+        let key = probe_to_store(key);
         self.modify_leaf(&key, ut, |leaf| {
             let (slot, found) = leaf.search(&key);
             if !found {
@@ -348,7 +361,7 @@ impl BTree {
     /// leaf's gap timestamp to `gap_ts`: the gap that replaces the entry keeps
     /// protecting what readers of the entry saw against older inserters.
     pub fn remove_if(&self, key: &[u8], expected: u64, gap_ts: u64, ut: u64) -> bool {
-        let key = key_to_store(key);
+        let key = probe_to_store(key);
         self.modify_leaf(&key, ut, |leaf| {
             let (slot, found) = leaf.search(&key);
             if !found || leaf.value(slot) != expected {
@@ -365,7 +378,7 @@ impl BTree {
         &self,
         leaf: &mut WriteGuard<'_>,
         slot: usize,
-        key: &InlineKey,
+        key: &impl KeyWords,
         value: u64,
     ) -> Result<(), NoRoom> {
         leaf.insert_entry(slot, key, value)?;
@@ -378,7 +391,7 @@ impl BTree {
     /// with `ut`; splits and retries while `apply` reports the leaf full.
     fn modify_leaf<T>(
         &self,
-        key: &InlineKey,
+        key: &impl KeyWords,
         ut: u64,
         mut apply: impl FnMut(&mut WriteGuard<'_>) -> LeafOutcome<T>,
     ) -> T {
@@ -430,7 +443,7 @@ impl BTree {
         }
     }
 
-    fn descend_for_write(&self, key: &InlineKey, ut: u64) -> Result<WritePath<'_>, Restart> {
+    fn descend_for_write(&self, key: &impl KeyWords, ut: u64) -> Result<WritePath<'_>, Restart> {
         let mut path = WritePath::new();
         self.descend(Some(key), |guard, _| {
             guard.node().mark_update_time(ut);
@@ -443,9 +456,9 @@ impl BTree {
     /// (`None`: the leftmost leaf). `visit` sees each node with the child
     /// index about to be followed (`None` at the leaf); whatever it reads from
     /// an inner node is validated when the descent moves on.
-    fn descend<'a>(
+    fn descend<'a, K: KeyWords>(
         &'a self,
-        key: Option<&InlineKey>,
+        key: Option<&K>,
         mut visit: impl FnMut(&ReadGuard<'a>, Option<usize>),
     ) -> Result<ReadGuard<'a>, Restart> {
         let mut guard = self.root.read()?;
@@ -477,12 +490,19 @@ fn retry<T>(mut attempt: impl FnMut() -> Result<T, Restart>) -> T {
 }
 
 fn key_to_store(key: &[u8]) -> InlineKey {
-    InlineKey::new(key).unwrap_or_else(|| {
-        panic!(
-            "index keys must be 1..={MAX_KEY_LEN} bytes long, got {}",
-            key.len()
-        )
-    })
+    InlineKey::new(key).unwrap_or_else(|| illegal_key(key))
+}
+
+/// Like [`key_to_store`], without copying: for one write.
+fn probe_to_store(key: &[u8]) -> ProbeKey<'_> {
+    ProbeKey::new(key).unwrap_or_else(|| illegal_key(key))
+}
+
+fn illegal_key(key: &[u8]) -> ! {
+    panic!(
+        "index keys must be 1..={MAX_KEY_LEN} bytes long, got {}",
+        key.len()
+    )
 }
 
 /// The optimistic reads of one root-to-leaf descent, kept so that a split

@@ -71,6 +71,25 @@ impl Mapping {
         unsafe { AtomicU64::from_ptr(self.raw.as_mut_ptr().add(off as usize).cast()) }
     }
 
+    /// The `count` words from `off`, bounds-checked once for the whole run.
+    #[inline]
+    pub(crate) fn words(&self, off: u64, count: usize) -> &[AtomicU64] {
+        assert!(
+            off.is_multiple_of(8) && off + 8 * count as u64 <= self.len(),
+            "medium access of {count} words at {off} outside 0..{}",
+            self.len()
+        );
+        // SAFETY: as in `word`, for each of the `count` consecutive words:
+        // the range is 8-aligned and inside the usable length, backed by the
+        // mapping for as long as `self` lives, and only accessed atomically.
+        unsafe {
+            std::slice::from_raw_parts(
+                AtomicU64::from_ptr(self.raw.as_mut_ptr().add(off as usize).cast()),
+                count,
+            )
+        }
+    }
+
     /// Address of the cache line containing `off`, for write-back only.
     #[inline]
     pub(crate) fn line_ptr(&self, off: u64) -> *const u8 {

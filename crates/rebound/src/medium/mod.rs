@@ -244,18 +244,32 @@ impl Medium {
         }
     }
 
-    /// Copies `out.len()` bytes out from any offset.
+    /// Copies `out.len()` bytes out from any offset. Whole words are
+    /// copied as whole words: this is the read path of every value.
+    #[inline]
     pub fn read_at(&self, off: u64, out: &mut [u8]) {
-        let mut at = off & !7;
-        let mut skip = (off - at) as usize;
-        let mut filled = 0;
-        while filled < out.len() {
-            let word = self.word(at).load(Ordering::Relaxed).to_le_bytes();
-            let take = (8 - skip).min(out.len() - filled);
-            out[filled..filled + take].copy_from_slice(&word[skip..skip + take]);
-            filled += take;
-            skip = 0;
-            at += 8;
+        if out.is_empty() {
+            return;
+        }
+        let first = off & !7;
+        let skip = (off - first) as usize;
+        let count = (skip + out.len()).div_ceil(8);
+        let words = self.map.words(first, count);
+        let (head, rest) = out.split_at_mut((8 - skip).min(out.len()));
+        let Some((first_word, words)) = words.split_first() else {
+            return;
+        };
+        let bytes = first_word.load(Ordering::Relaxed).to_le_bytes();
+        head.copy_from_slice(&bytes[skip..skip + head.len()]);
+        let mut chunks = rest.chunks_exact_mut(8);
+        let mut words = words.iter();
+        for (chunk, word) in (&mut chunks).zip(&mut words) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        }
+        let tail = chunks.into_remainder();
+        if let Some(word) = words.next() {
+            let bytes = word.load(Ordering::Relaxed).to_le_bytes();
+            tail.copy_from_slice(&bytes[..tail.len()]);
         }
     }
 

@@ -535,6 +535,9 @@ pub struct WriteSet {
     /// The worker's region, or its long-transaction region once moved.
     region: usize,
     writes: Vec<Write>,
+    /// The slot-encoding buffer, kept between transactions so that writes
+    /// do not allocate once it has grown.
+    spare_buf: Vec<u8>,
 }
 
 impl WriteSet {
@@ -543,6 +546,7 @@ impl WriteSet {
             ts: 0,
             region: worker,
             writes: Vec::new(),
+            spare_buf: Vec::new(),
         }
     }
 }
@@ -581,16 +585,19 @@ impl<'s> TxnState<'s> {
             Ok(ts) => (ts, None),
             Err(e) => (0, Some(e)),
         };
-        *store.write_sets[worker].lock() = WriteSet {
-            ts,
-            region: worker,
-            writes: Vec::new(),
+        // Reset in place: the vectors keep their capacity between transactions.
+        let buf = {
+            let mut set = store.write_sets[worker].lock();
+            set.ts = ts;
+            set.region = worker;
+            set.writes.clear();
+            std::mem::take(&mut set.spare_buf)
         };
         TxnState {
             store,
             worker,
             ts,
-            buf: Vec::new(),
+            buf,
             poisoned,
         }
     }
@@ -660,29 +667,62 @@ impl<'s> TxnState<'s> {
     }
 
     pub fn get(&mut self, table: &TableRt, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(self.get_into(table, key, &mut value)?.then_some(value))
+    }
+
+    /// Reads `key`'s value into `out`; false (and `out` unspecified) if absent.
+    pub fn get_into(&mut self, table: &TableRt, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         self.check_usable()?;
         let table = self.table(table, key, None)?;
-        let result = self.read_key(table, key);
+        let result = self.read_key_into(table, key, out);
         self.guard(result)
     }
 
+    /// Hands `key`'s value to `read` without allocating: it is read into the
+    /// transaction's reusable buffer.
+    pub fn get_with<R>(
+        &mut self,
+        table: &TableRt,
+        key: &[u8],
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let found = self.get_into(table, key, &mut buf);
+        let answer = found.map(|found| found.then(|| read(&buf)));
+        self.buf = buf;
+        answer
+    }
+
     fn read_key(&self, table: &TableRt, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(self.read_key_into(table, key, &mut value)?.then_some(value))
+    }
+
+    fn read_key_into(&self, table: &TableRt, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         loop {
             let Some(head) = table.lookup_marking_gap(&self.store.medium, key, self.ts)? else {
-                return Ok(None);
+                return Ok(false);
             };
             match self.visible(table, Addr(head))? {
                 Visible::Retry => continue,
-                Visible::Absent => return Ok(None),
-                Visible::Version(addr) => return self.live_value(table, addr),
+                Visible::Absent => return Ok(false),
+                Visible::Version(addr) => return self.live_value_into(table, addr, out),
             }
         }
     }
 
     fn live_value(&self, table: &TableRt, addr: Addr) -> Result<Option<Vec<u8>>> {
-        match table.heap.read_live(&self.store.medium, addr) {
-            SlotRead::Value(value) => Ok(Some(value)),
-            SlotRead::Deleted => Ok(None),
+        let mut value = Vec::new();
+        Ok(self
+            .live_value_into(table, addr, &mut value)?
+            .then_some(value))
+    }
+
+    fn live_value_into(&self, table: &TableRt, addr: Addr, out: &mut Vec<u8>) -> Result<bool> {
+        match table.heap.read_live(&self.store.medium, addr, out) {
+            SlotRead::Value => Ok(true),
+            SlotRead::Deleted => Ok(false),
             SlotRead::Damaged => Err(Error::Corrupt(format!(
                 "version at {addr:?} of table {:?} fails its checksum",
                 table.heap.def.name
@@ -1208,6 +1248,9 @@ impl<'s> TxnState<'s> {
     fn rollback(&mut self) {
         let store = self.store;
         let mut set = store.write_sets[self.worker].lock();
+        if set.spare_buf.capacity() < self.buf.capacity() {
+            set.spare_buf = std::mem::take(&mut self.buf);
+        }
         if set.writes.is_empty() {
             return;
         }
