@@ -362,6 +362,27 @@ impl TableHeap {
         Some(&self.tile(block)[addr.slot() as usize])
     }
 
+    /// Starts loading a version's header (if its tile exists) and its slot,
+    /// so that the two misses of reading a version overlap.
+    #[inline]
+    pub fn prefetch_version(&self, medium: &Medium, addr: Addr) {
+        let Some(block) = self.block(addr) else {
+            return;
+        };
+        medium.prefetch(self.slot_at(block, addr.slot()), self.def.slot_size as u64);
+        let tile = block.tile.load(Acquire);
+        if tile != 0 {
+            if let Some(header) = self
+                .tiles
+                .all
+                .get(tile as usize - 1)
+                .and_then(|tile| tile.get(addr.slot() as usize))
+            {
+                crate::medium::prefetch(header);
+            }
+        }
+    }
+
     /// A block's tile, taken from the pool on first use.
     pub fn tile(&self, block: &Block) -> &[VersionHeader] {
         let mut index = block.tile.load(Acquire);

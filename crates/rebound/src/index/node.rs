@@ -331,7 +331,26 @@ impl SlotView for Node {
         // Torn hints may disagree with the count; validation rejects the
         // answer then, but the range must stay inside the slots.
         let high = high.min(count);
-        (low.min(high), high)
+        let low = low.min(high);
+        // The bisection's probes then hit lines already on their way.
+        if let Some(slots) = self.body.get(low * SLOT_WORDS..high * SLOT_WORDS) {
+            // Every 8 words, and the last: the range need not start a line.
+            let starts = slots.iter().step_by(8).chain(slots.last());
+            for word in starts {
+                crate::medium::prefetch(word);
+            }
+        }
+        (low, high)
+    }
+}
+
+/// Starts loading what a search reads first in a node: the lines holding
+/// the version, the header and the hints.
+#[inline]
+fn prefetch_head(node: *const Node) {
+    let bytes = node.cast::<u8>();
+    for line in 0..(HEADER_WORDS + HINTS).div_ceil(8) {
+        crate::medium::prefetch(bytes.wrapping_add(line * 64));
     }
 }
 
@@ -537,6 +556,10 @@ impl<'a> ReadGuard<'a> {
             0 => self.node.leftmost.load(Relaxed),
             _ => self.node.slot_payload(index - 1),
         };
+        // Before validating: the child's first lines (version, header,
+        // hints) start loading while the parent is checked; a prefetch of a
+        // torn address is harmless.
+        prefetch_head(ptr::with_exposed_provenance::<Node>(raw as usize));
         self.validate()?;
         let child: *const Node = ptr::with_exposed_provenance(raw as usize);
         // SAFETY: `raw` was read between observing `version` unlocked (Acquire

@@ -704,6 +704,7 @@ impl<'s> TxnState<'s> {
             let Some(head) = table.lookup_marking_gap(&self.store.medium, key, self.ts)? else {
                 return Ok(false);
             };
+            table.heap.prefetch_version(&self.store.medium, Addr(head));
             match self.visible(table, Addr(head))? {
                 Visible::Retry => continue,
                 Visible::Absent => return Ok(false),
@@ -865,7 +866,10 @@ impl<'s> TxnState<'s> {
             // later readers and writers of the key meet. Reporting a key as
             // missing is a read of the gap, so that path marks it.
             let head = match table.lookup(&self.store.medium, key)? {
-                Some(head) => Addr(head),
+                Some(head) => {
+                    table.heap.prefetch_version(&self.store.medium, Addr(head));
+                    Addr(head)
+                }
                 None if matches!(kind, WriteKind::Insert | WriteKind::Put) => {
                     match self.insert_fresh(table, key, value, set)? {
                         true => return Ok(false),
