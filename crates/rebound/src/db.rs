@@ -55,6 +55,7 @@ pub enum MediumChoice {
 
 /// Settings for [`Database::open`].
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct Options {
     pub durability: Durability,
     pub medium: MediumChoice,
@@ -113,8 +114,40 @@ impl Default for Options {
     }
 }
 
+setters!(Options {
+    /// How commits are made durable (default: [`Durability::LogFree`]).
+    durability: Durability,
+    /// Where the data lives (default: [`MediumChoice::Auto`]).
+    medium: MediumChoice,
+    /// Injected latency per persisted 256-byte line, emulating slower NVM.
+    persist_latency_ns: u64,
+    /// Create the directory and database when missing (default: true).
+    create_if_missing: bool,
+    /// Address space reserved for the data file (default: 1 TiB).
+    max_size: u64,
+    /// Index checkpoints and the recovery design they imply.
+    checkpoint: CheckpointMode,
+    /// Time since the last checkpoint after which one is taken if
+    /// something was written (default: 10 s).
+    checkpoint_interval: Duration,
+    /// Versions written since the last checkpoint after which one is taken.
+    checkpoint_after_versions: u64,
+    /// Load the checkpoint runs into the DRAM indexes in a background
+    /// thread after a restart (default: true).
+    load_indexes_in_background: bool,
+    /// Block garbage collection settings.
+    gc: GcOptions,
+    /// Age after which a transaction moves its versions to its
+    /// long-transaction region (default: 1 s).
+    long_transaction_after: Duration,
+    /// Run the background maintenance thread (default: true); see
+    /// [`Options::background_thread`](struct.Options.html#structfield.background_thread).
+    background_thread: bool,
+});
+
 /// Limits of a table; slots are fixed-size, so these size its storage.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct TableOptions {
     pub max_key_len: u32,
     pub max_value_len: u32,
@@ -133,8 +166,18 @@ impl Default for TableOptions {
     }
 }
 
+setters!(TableOptions {
+    /// Longest key, in bytes (1..=512; default 64).
+    max_key_len: u32,
+    /// Longest value, in bytes (at most [`MAX_VALUE_LEN`]; default 1024).
+    max_value_len: u32,
+    /// Slots per block (4..=2048), or 0 for blocks of about 1 MiB.
+    block_slots: u32,
+});
+
 /// What the database holds and has done since it was opened.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct Stats {
     pub commits: u64,
     /// Transactions that hit a serialization conflict.
@@ -178,6 +221,7 @@ struct BackgroundFailures {
 /// has a committed successor (or is a hole left by an abort, or a deleted
 /// key's tombstone nobody needs) and is what garbage collection reclaims.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TableStats {
     pub name: String,
     pub index_entries: u64,

@@ -17,6 +17,24 @@
 //! → `recovery` → `db`.
 #![deny(unsafe_code)]
 
+/// Consuming builder setters, one per field and named after it: option
+/// structs are `#[non_exhaustive]`, so callers outside the crate cannot
+/// write struct literals, and new fields must not break them.
+macro_rules! setters {
+    ($ty:ident { $($(#[doc = $doc:expr])* $field:ident: $fty:ty,)* }) => {
+        impl $ty {
+            $(
+                $(#[doc = $doc])*
+                #[must_use]
+                pub fn $field(mut self, $field: $fty) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+
 mod catalog;
 mod checkpoint;
 mod db;

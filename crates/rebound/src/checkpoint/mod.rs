@@ -74,6 +74,7 @@ use std::time::{Duration, Instant};
 
 /// Which index checkpoints to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum CheckpointMode {
     /// No index checkpoints: recovery scans every version (Zen-style).
     Off,
@@ -88,6 +89,7 @@ pub enum CheckpointMode {
 
 /// What one checkpoint did.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct CheckpointStats {
     pub sequence: u64,
     pub incremental: bool,

@@ -52,6 +52,7 @@ pub const NVM_LINE: u64 = 256;
 
 /// What a successful `fence()` protects against, reported to users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Guarantee {
     /// Nothing is persisted (the `none` design).
     None,

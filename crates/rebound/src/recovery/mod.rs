@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 /// What recovery did and how long each phase took.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct RecoveryReport {
     /// True when the medium was freshly formatted (nothing to recover).
     pub fresh: bool,
