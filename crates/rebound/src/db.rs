@@ -10,10 +10,10 @@ use crate::heap::TableHeap;
 use crate::index::{BTree, MAX_KEY_LEN};
 use crate::medium::{Guarantee, Medium, SimDevice};
 use crate::recovery::{self, Recovered, RecoveryReport};
-use crate::txn::{owned_range, Store, TableRt, TxnState};
+use crate::txn::{owned_range, prefix_end, Cursor, Store, TableRt, TxnState};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -662,7 +662,7 @@ pub struct Transaction<'s> {
     state: TxnState<'s>,
 }
 
-impl Transaction<'_> {
+impl<'s> Transaction<'s> {
     /// This transaction's timestamp (its id).
     pub fn id(&self) -> u64 {
         self.state.id()
@@ -692,14 +692,47 @@ impl Transaction<'_> {
         self.state.delete(&table.rt, key)
     }
 
-    /// Up to `limit` live entries with keys in `range`, ascending.
+    /// Up to `limit` live entries with keys in `range`, ascending; the
+    /// same reads as taking `limit` entries from [`range`](Self::range).
     pub fn scan<K: AsRef<[u8]>>(
         &mut self,
         table: &Table,
         range: impl RangeBounds<K>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.state.scan(&table.rt, owned_range(range), limit)
+        self.state
+            .range(table.rt.clone(), owned_range(range), limit)?
+            .take(limit)
+            .collect()
+    }
+
+    /// A cursor over the live entries with keys in `range`, in key order;
+    /// `.rev()` (or `next_back`) gives descending order. Entries are
+    /// fetched lazily, so a cursor dropped early reads little more than it
+    /// returned. Any byte-key range works: `..`, `a..b`, `a..=b`,
+    /// `(Bound::Excluded(a), Bound::Unbounded)`, ...; a range whose start
+    /// is above its end is empty.
+    ///
+    /// ```no_run
+    /// # fn demo(tx: &mut rebound::Transaction<'_>, t: &rebound::Table) -> rebound::Result<()> {
+    /// for entry in tx.range(t, b"a".as_slice()..b"m".as_slice())?.rev() {
+    ///     let (key, value) = entry?;
+    ///     println!("{key:?} = {value:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn range<K: AsRef<[u8]>>(
+        &mut self,
+        table: &Table,
+        range: impl RangeBounds<K>,
+    ) -> Result<Cursor<'_, 's>> {
+        self.state.range(table.rt.clone(), owned_range(range), 0)
+    }
+
+    /// A cursor over the live entries whose keys start with `prefix`.
+    pub fn prefix(&mut self, table: &Table, prefix: &[u8]) -> Result<Cursor<'_, 's>> {
+        let upper = prefix_end(prefix).map_or(Bound::Unbounded, Bound::Excluded);
+        self.range(table, (Bound::Included(prefix.to_vec()), upper))
     }
 
     /// Makes the transaction durable, then visible. `Ok` means it survives

@@ -55,6 +55,7 @@ pub use error::{Error, Result};
 pub use gc::{GcOptions, GcStats};
 pub use medium::{Guarantee, SimDevice};
 pub use recovery::RecoveryReport;
+pub use txn::Cursor;
 
 /// The README's code blocks, compiled by `cargo test --doc` so that they
 /// keep up with the API.
