@@ -29,6 +29,7 @@ pub const MAX_VALUE_LEN: u32 = crate::heap::MAX_VALUE_BYTES;
 
 /// How commits are made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Durability {
     /// Nothing is persisted; the database lives in anonymous memory.
@@ -40,6 +41,7 @@ pub enum Durability {
 
 /// Where the data lives.
 #[derive(Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum MediumChoice {
     /// Persistent-memory emulation on tmpfs/DAX, `msync` on other filesystems.
@@ -49,12 +51,16 @@ pub enum MediumChoice {
     PersistentMemory,
     /// `msync` at commit (group commit coalesces concurrent committers).
     Disk,
-    /// A simulated device for crash testing; the path is not used.
+    /// A simulated device for crash testing; the path is not used. It
+    /// lives in memory, so it has no serialized form.
+    #[cfg_attr(feature = "serde", serde(skip))]
     Simulated(SimDevice),
 }
 
 /// Settings for [`Database::open`].
 #[derive(Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 #[non_exhaustive]
 pub struct Options {
     pub durability: Durability,
@@ -147,6 +153,8 @@ setters!(Options {
 
 /// Limits of a table; slots are fixed-size, so these size its storage.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 #[non_exhaustive]
 pub struct TableOptions {
     pub max_key_len: u32,
@@ -177,6 +185,8 @@ setters!(TableOptions {
 
 /// What the database holds and has done since it was opened.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 #[non_exhaustive]
 pub struct Stats {
     pub commits: u64,
@@ -221,6 +231,7 @@ struct BackgroundFailures {
 /// has a committed successor (or is a hole left by an abort, or a deleted
 /// key's tombstone nobody needs) and is what garbage collection reclaims.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct TableStats {
     pub name: String,

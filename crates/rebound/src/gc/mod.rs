@@ -50,6 +50,8 @@ use std::time::{Duration, Instant};
 
 /// Settings of block GC.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 #[non_exhaustive]
 pub struct GcOptions {
     /// Collect blocks at all (only with index checkpoints).
@@ -97,6 +99,8 @@ setters!(GcOptions {
 
 /// What GC did since the database was opened.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 #[non_exhaustive]
 pub struct GcStats {
     /// Rounds that relocated at least one block.
