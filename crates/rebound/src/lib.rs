@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Layers, bottom to top (a layer only calls the ones below it):
-//! [`medium`] → `catalog` → `heap` → `index` → `txn` → `checkpoint` → `gc`
+//! `medium` → `catalog` → `heap` → `index` → `txn` → `checkpoint` → `gc`
 //! → `recovery` → `db`.
 #![deny(unsafe_code)]
 
@@ -42,7 +42,7 @@ mod error;
 mod gc;
 mod heap;
 mod index;
-pub mod medium;
+mod medium;
 mod recovery;
 mod txn;
 

@@ -155,10 +155,6 @@ impl Medium {
         self.map.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Grows the usable length to at least `new_len`, reserving real space so
     /// that a full disk is an error here and never a SIGBUS later.
     pub fn grow(&self, new_len: u64) -> Result<()> {
