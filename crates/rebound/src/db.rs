@@ -147,7 +147,7 @@ setters!(Options {
     /// long-transaction region (default: 1 s).
     long_transaction_after: Duration,
     /// Run the background maintenance thread (default: true); see
-    /// [`Options::background_thread`](struct.Options.html#structfield.background_thread).
+    /// [`Options::background_thread`](Options#structfield.background_thread).
     background_thread: bool,
 });
 
@@ -457,7 +457,7 @@ impl Database {
     }
 
     /// Does one round of the background thread's work now, in the calling
-    /// thread (see [`Options::background_thread`]): reaps settled
+    /// thread (see [`Options::background_thread`](Options#structfield.background_thread)): reaps settled
     /// deletions, flags and moves long transactions, runs a GC round if
     /// enough blocks qualify, and takes a checkpoint if one is due. Every
     /// step runs; the first error is returned.
