@@ -351,6 +351,17 @@ fn f(v: &Value, path: &[&str]) -> Option<f64> {
     v.as_f64()
 }
 
+/// A recovery phase in milliseconds: the engine's duration
+/// (`{secs, nanos}`), or the `<phase>_ms` number of older result files.
+fn phase_ms(recovery: &Value, phase: &str) -> f64 {
+    let engine = f(recovery, &[phase, "secs"])
+        .zip(f(recovery, &[phase, "nanos"]))
+        .map(|(secs, nanos)| secs * 1e3 + nanos / 1e6);
+    engine
+        .or_else(|| f(recovery, &[&format!("{phase}_ms")]))
+        .unwrap_or(0.0)
+}
+
 fn s(v: &Value, key: &str) -> String {
     v.get(key)
         .and_then(Value::as_str)
@@ -406,11 +417,11 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                 written.extend(render(&Chart::Timeline(tl), &base, args.svg_only)?);
                 let r = &v["recovery"];
                 let parts = [
-                    f(r, &["metadata_ms"]).unwrap_or(0.0),
-                    f(r, &["undo_redo_ms"]).unwrap_or(0.0),
-                    f(r, &["index_build_ms"]).unwrap_or(0.0),
+                    phase_ms(r, "metadata"),
+                    phase_ms(r, "undo_redo"),
+                    phase_ms(r, "index_build"),
                 ];
-                let total = f(r, &["total_ms"]).unwrap_or(0.0);
+                let total = phase_ms(r, "total");
                 let other = (total - parts.iter().sum::<f64>()).max(0.0);
                 let label = format!(
                     "{workload} ({} versions)",

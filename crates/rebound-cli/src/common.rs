@@ -20,49 +20,16 @@ pub fn designs() -> Vec<(&'static str, Options)> {
     let d = Options::default;
     vec![
         // Baseline: nothing persisted (DRAM database, no log).
-        (
-            "none",
-            Options {
-                durability: Durability::None,
-                ..d()
-            },
-        ),
+        ("none", d().durability(Durability::None)),
         // FIR: log-free storage, index checkpoints chosen by the cost model.
         ("log-free", d()),
         // Zen-style: log-free storage, no index checkpoint (full-scan recovery).
-        (
-            "log-free-nockpt",
-            Options {
-                checkpoint: CheckpointMode::Off,
-                ..d()
-            },
-        ),
+        ("log-free-nockpt", d().checkpoint(CheckpointMode::Off)),
         // Log-free storage, every checkpoint full / incremental.
-        (
-            "log-free-full",
-            Options {
-                checkpoint: CheckpointMode::Full,
-                ..d()
-            },
-        ),
-        (
-            "log-free-incr",
-            Options {
-                checkpoint: CheckpointMode::Incremental,
-                ..d()
-            },
-        ),
+        ("log-free-full", d().checkpoint(CheckpointMode::Full)),
+        ("log-free-incr", d().checkpoint(CheckpointMode::Incremental)),
         // FIR without block GC: storage grows with every update.
-        (
-            "log-free-nogc",
-            Options {
-                gc: GcOptions {
-                    enabled: false,
-                    ..GcOptions::default()
-                },
-                ..d()
-            },
-        ),
+        ("log-free-nogc", d().gc(GcOptions::default().enabled(false))),
     ]
 }
 

@@ -16,7 +16,7 @@ use rebound::{Database, RecoveryReport};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -57,20 +57,12 @@ pub struct CrashChildArgs {
     pub bench: String,
 }
 
-/// `RecoveryReport` in milliseconds, plus what this tool measured.
+/// The engine's `RecoveryReport` (its fields at the top level, durations
+/// as `{secs, nanos}`), plus what this tool measured.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RecoveryRecord {
-    pub fresh: bool,
-    /// Recovery started from an index checkpoint.
-    pub from_checkpoint: bool,
-    pub checkpoint_sequence: u64,
-    /// Versions with txn ids from here on were redone.
-    pub redo_from_txn: u64,
-    pub metadata_ms: f64,
-    pub undo_redo_ms: f64,
-    pub index_build_ms: f64,
-    /// The engine's own total (open until transactions are accepted).
-    pub total_ms: f64,
+    #[serde(flatten)]
+    pub engine: RecoveryReport,
     /// `Database::open` as timed by the caller.
     pub open_ms: f64,
     /// From the start of `open` until the first transaction committed.
@@ -79,56 +71,68 @@ pub struct RecoveryRecord {
     /// engine loads checkpointed indexes in the background after `open`);
     /// `None` when nothing was loaded in the background.
     pub indexes_loaded_ms: Option<f64>,
-    pub tables: usize,
-    pub blocks: u64,
-    pub versions_scanned: u64,
-    pub versions_committed: u64,
-    pub versions_undone: u64,
-    pub checkpoint_entries: u64,
-    pub index_entries: u64,
 }
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// A CSV column for one JSON field; a `{secs, nanos}` duration becomes
+/// milliseconds under `<name>_ms`.
+fn csv_cell((name, value): (String, serde_json::Value)) -> (String, String) {
+    let secs = value.get("secs").and_then(serde_json::Value::as_u64);
+    let nanos = value.get("nanos").and_then(serde_json::Value::as_u64);
+    match (secs, nanos, value) {
+        (Some(secs), Some(nanos), _) => {
+            let ms = ms(Duration::new(secs, nanos as u32));
+            (format!("{name}_ms"), ms.to_string())
+        }
+        (_, _, serde_json::Value::Null) => (name, String::new()),
+        (_, _, serde_json::Value::String(text)) => (name, text),
+        (_, _, value) => (name, value.to_string()),
+    }
+}
+
 impl RecoveryRecord {
     pub fn new(r: &RecoveryReport, open: Duration, first_txn: Duration) -> RecoveryRecord {
         RecoveryRecord {
-            fresh: r.fresh,
-            from_checkpoint: r.from_checkpoint,
-            checkpoint_sequence: r.checkpoint_sequence,
-            redo_from_txn: r.redo_from_txn,
-            metadata_ms: ms(r.metadata),
-            undo_redo_ms: ms(r.undo_redo),
-            index_build_ms: ms(r.index_build),
-            total_ms: ms(r.total),
+            engine: r.clone(),
             open_ms: ms(open),
             first_txn_ms: ms(first_txn),
             indexes_loaded_ms: None,
-            tables: r.tables,
-            blocks: r.blocks,
-            versions_scanned: r.versions_scanned,
-            versions_committed: r.versions_committed,
-            versions_undone: r.versions_undone,
-            checkpoint_entries: r.checkpoint_entries,
-            index_entries: r.index_entries,
         }
     }
 
+    /// Writes the record as a one-row CSV file. Durations become
+    /// `<name>_ms` columns: CSV has no room for the JSON's `{secs, nanos}`.
+    fn write_csv(&self, dir: &Path, base: &str) -> BoxResult<PathBuf> {
+        let serde_json::Value::Object(fields) = serde_json::to_value(self)? else {
+            return Err("a recovery record serializes as an object".into());
+        };
+        let row: Vec<(String, String)> = fields.into_iter().map(csv_cell).collect();
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(format!("{base}.csv"));
+        let mut w = csv::Writer::from_path(&path)?;
+        w.write_record(row.iter().map(|(name, _)| name))?;
+        w.write_record(row.iter().map(|(_, value)| value))?;
+        w.flush()?;
+        Ok(path)
+    }
+
     pub fn print(&self) {
-        if self.from_checkpoint {
+        let r = &self.engine;
+        if r.from_checkpoint {
             println!(
                 "recovery report (from index checkpoint {}, redo from txn {}):",
-                self.checkpoint_sequence, self.redo_from_txn
+                r.checkpoint_sequence, r.redo_from_txn
             );
         } else {
             println!("recovery report (no index checkpoint: full scan):");
         }
-        println!("  metadata     {:>10.3} ms", self.metadata_ms);
-        println!("  undo_redo    {:>10.3} ms", self.undo_redo_ms);
-        println!("  index_build  {:>10.3} ms", self.index_build_ms);
-        println!("  total        {:>10.3} ms (engine)", self.total_ms);
+        println!("  metadata     {:>10.3} ms", ms(r.metadata));
+        println!("  undo_redo    {:>10.3} ms", ms(r.undo_redo));
+        println!("  index_build  {:>10.3} ms", ms(r.index_build));
+        println!("  total        {:>10.3} ms (engine)", ms(r.total));
         println!(
             "  open         {:>10.3} ms (Database::open, timed outside)",
             self.open_ms
@@ -139,13 +143,13 @@ impl RecoveryRecord {
         );
         println!(
             "  counts: {} tables, {} blocks, {} versions scanned, {} committed, {} undone, {} checkpoint entries, {} index entries",
-            self.tables,
-            self.blocks,
-            self.versions_scanned,
-            self.versions_committed,
-            self.versions_undone,
-            self.checkpoint_entries,
-            self.index_entries
+            r.tables,
+            r.blocks,
+            r.versions_scanned,
+            r.versions_committed,
+            r.versions_undone,
+            r.checkpoint_entries,
+            r.index_entries
         );
     }
 }
@@ -446,11 +450,9 @@ pub fn run(args: CrashArgs) -> BoxResult<()> {
     let base = args.out.base(&format!("crash-{label}"));
     let json = write_json(&args.out.out, &base, &result)?;
     let csv = write_csv(&args.out.out, &base, &result.series)?;
-    let rcsv = write_csv(
-        &args.out.out,
-        &format!("{base}-recovery"),
-        std::slice::from_ref(&result.recovery),
-    )?;
+    let rcsv = result
+        .recovery
+        .write_csv(&args.out.out, &format!("{base}-recovery"))?;
     println!(
         "results: {} {} {}",
         json.display(),

@@ -83,11 +83,9 @@ fn tempfile_dir() -> BoxResult<PathBuf> {
 }
 
 fn table_options() -> TableOptions {
-    TableOptions {
-        max_key_len: 8,
-        max_value_len: VALUE_LEN as u32,
-        ..TableOptions::default()
-    }
+    TableOptions::default()
+        .max_key_len(8)
+        .max_value_len(VALUE_LEN as u32)
 }
 
 fn usertable(db: &Database) -> BoxResult<Table> {
@@ -105,13 +103,7 @@ fn compare_designs(dir: &Path) -> BoxResult<()> {
         ("log-free", Durability::LogFree),
     ] {
         let path = dir.join(format!("compare-{name}"));
-        let db = Database::open(
-            &path,
-            Options {
-                durability,
-                ..Options::default()
-            },
-        )?;
+        let db = Database::open(&path, Options::default().durability(durability))?;
         let table = usertable(&db)?;
         let mut session = db.session()?;
         let mut tx = session.begin();

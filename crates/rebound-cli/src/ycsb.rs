@@ -134,11 +134,9 @@ impl YcsbConfig {
     }
 
     pub fn table_options(&self) -> TableOptions {
-        TableOptions {
-            max_key_len: self.key_size as u32,
-            max_value_len: self.value_size as u32,
-            ..TableOptions::default()
-        }
+        TableOptions::default()
+            .max_key_len(self.key_size as u32)
+            .max_value_len(self.value_size as u32)
     }
 
     pub fn label(&self) -> String {

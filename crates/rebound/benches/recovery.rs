@@ -68,19 +68,14 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn options(mode: CheckpointMode) -> Options {
-    Options {
-        checkpoint: mode,
-        ..Options::default()
-    }
+    Options::default().checkpoint(mode)
 }
 
 /// Checkpoints only when the experiment takes them.
 fn manual_checkpoints(mode: CheckpointMode) -> Options {
-    Options {
-        checkpoint_interval: Duration::from_secs(3600),
-        checkpoint_after_versions: u64::MAX,
-        ..options(mode)
-    }
+    options(mode)
+        .checkpoint_interval(Duration::from_secs(3600))
+        .checkpoint_after_versions(u64::MAX)
 }
 
 fn table(db: &Database) -> Table {
@@ -89,11 +84,7 @@ fn table(db: &Database) -> Table {
         None => db
             .create_table(
                 "usertable",
-                TableOptions {
-                    max_key_len: 8,
-                    max_value_len: 100,
-                    ..TableOptions::default()
-                },
+                TableOptions::default().max_key_len(8).max_value_len(100),
             )
             .unwrap(),
     }

@@ -11,20 +11,13 @@ fn open(durability: Durability) -> (tempfile::TempDir, Database, Table) {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let db = Database::open(
         dir.path().join("db"),
-        Options {
-            durability,
-            ..Options::default()
-        },
+        Options::default().durability(durability),
     )
     .unwrap();
     let table = db
         .create_table(
             "usertable",
-            TableOptions {
-                max_key_len: 8,
-                max_value_len: 100,
-                ..TableOptions::default()
-            },
+            TableOptions::default().max_key_len(8).max_value_len(100),
         )
         .unwrap();
     let mut session = db.session().unwrap();

@@ -10,10 +10,10 @@ use crate::heap::TableHeap;
 use crate::index::{BTree, MAX_KEY_LEN};
 use crate::medium::{Guarantee, Medium, SimDevice};
 use crate::recovery::{self, Recovered, RecoveryReport};
-use crate::txn::{owned_range, Store, TableRt, TxnState};
+use crate::txn::{owned_range, prefix_end, Cursor, Store, TableRt, TxnState};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,6 +29,7 @@ pub const MAX_VALUE_LEN: u32 = crate::heap::MAX_VALUE_BYTES;
 
 /// How commits are made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Durability {
     /// Nothing is persisted; the database lives in anonymous memory.
@@ -40,6 +41,7 @@ pub enum Durability {
 
 /// Where the data lives.
 #[derive(Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum MediumChoice {
     /// Persistent-memory emulation on tmpfs/DAX, `msync` on other filesystems.
@@ -49,12 +51,17 @@ pub enum MediumChoice {
     PersistentMemory,
     /// `msync` at commit (group commit coalesces concurrent committers).
     Disk,
-    /// A simulated device for crash testing; the path is not used.
+    /// A simulated device for crash testing; the path is not used. It
+    /// lives in memory, so it has no serialized form.
+    #[cfg_attr(feature = "serde", serde(skip))]
     Simulated(SimDevice),
 }
 
 /// Settings for [`Database::open`].
 #[derive(Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
 pub struct Options {
     pub durability: Durability,
     pub medium: MediumChoice,
@@ -113,8 +120,42 @@ impl Default for Options {
     }
 }
 
+setters!(Options {
+    /// How commits are made durable (default: [`Durability::LogFree`]).
+    durability: Durability,
+    /// Where the data lives (default: [`MediumChoice::Auto`]).
+    medium: MediumChoice,
+    /// Injected latency per persisted 256-byte line, emulating slower NVM.
+    persist_latency_ns: u64,
+    /// Create the directory and database when missing (default: true).
+    create_if_missing: bool,
+    /// Address space reserved for the data file (default: 1 TiB).
+    max_size: u64,
+    /// Index checkpoints and the recovery design they imply.
+    checkpoint: CheckpointMode,
+    /// Time since the last checkpoint after which one is taken if
+    /// something was written (default: 10 s).
+    checkpoint_interval: Duration,
+    /// Versions written since the last checkpoint after which one is taken.
+    checkpoint_after_versions: u64,
+    /// Load the checkpoint runs into the DRAM indexes in a background
+    /// thread after a restart (default: true).
+    load_indexes_in_background: bool,
+    /// Block garbage collection settings.
+    gc: GcOptions,
+    /// Age after which a transaction moves its versions to its
+    /// long-transaction region (default: 1 s).
+    long_transaction_after: Duration,
+    /// Run the background maintenance thread (default: true); see
+    /// [`Options::background_thread`](Options#structfield.background_thread).
+    background_thread: bool,
+});
+
 /// Limits of a table; slots are fixed-size, so these size its storage.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
 pub struct TableOptions {
     pub max_key_len: u32,
     pub max_value_len: u32,
@@ -133,8 +174,20 @@ impl Default for TableOptions {
     }
 }
 
+setters!(TableOptions {
+    /// Longest key, in bytes (1..=512; default 64).
+    max_key_len: u32,
+    /// Longest value, in bytes (at most [`MAX_VALUE_LEN`]; default 1024).
+    max_value_len: u32,
+    /// Slots per block (4..=2048), or 0 for blocks of about 1 MiB.
+    block_slots: u32,
+});
+
 /// What the database holds and has done since it was opened.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
 pub struct Stats {
     pub commits: u64,
     /// Transactions that hit a serialization conflict.
@@ -178,6 +231,8 @@ struct BackgroundFailures {
 /// has a committed successor (or is a hole left by an abort, or a deleted
 /// key's tombstone nobody needs) and is what garbage collection reclaims.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct TableStats {
     pub name: String,
     pub index_entries: u64,
@@ -407,7 +462,7 @@ impl Database {
     }
 
     /// Does one round of the background thread's work now, in the calling
-    /// thread (see [`Options::background_thread`]): reaps settled
+    /// thread (see [`Options::background_thread`](Options#structfield.background_thread)): reaps settled
     /// deletions, flags and moves long transactions, runs a GC round if
     /// enough blocks qualify, and takes a checkpoint if one is due. Every
     /// step runs; the first error is returned.
@@ -623,7 +678,7 @@ pub struct Transaction<'s> {
     state: TxnState<'s>,
 }
 
-impl Transaction<'_> {
+impl<'s> Transaction<'s> {
     /// This transaction's timestamp (its id).
     pub fn id(&self) -> u64 {
         self.state.id()
@@ -682,14 +737,47 @@ impl Transaction<'_> {
         self.state.delete(&table.rt, key)
     }
 
-    /// Up to `limit` live entries with keys in `range`, ascending.
+    /// Up to `limit` live entries with keys in `range`, ascending; the
+    /// same reads as taking `limit` entries from [`range`](Self::range).
     pub fn scan<K: AsRef<[u8]>>(
         &mut self,
         table: &Table,
         range: impl RangeBounds<K>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.state.scan(&table.rt, owned_range(range), limit)
+        self.state
+            .range(table.rt.clone(), owned_range(range), limit)?
+            .take(limit)
+            .collect()
+    }
+
+    /// A cursor over the live entries with keys in `range`, in key order;
+    /// `.rev()` (or `next_back`) gives descending order. Entries are
+    /// fetched lazily, so a cursor dropped early reads little more than it
+    /// returned. Any byte-key range works: `..`, `a..b`, `a..=b`,
+    /// `(Bound::Excluded(a), Bound::Unbounded)`, ...; a range whose start
+    /// is above its end is empty.
+    ///
+    /// ```no_run
+    /// # fn demo(tx: &mut rebound::Transaction<'_>, t: &rebound::Table) -> rebound::Result<()> {
+    /// for entry in tx.range(t, b"a".as_slice()..b"m".as_slice())?.rev() {
+    ///     let (key, value) = entry?;
+    ///     println!("{key:?} = {value:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn range<K: AsRef<[u8]>>(
+        &mut self,
+        table: &Table,
+        range: impl RangeBounds<K>,
+    ) -> Result<Cursor<'_, 's>> {
+        self.state.range(table.rt.clone(), owned_range(range), 0)
+    }
+
+    /// A cursor over the live entries whose keys start with `prefix`.
+    pub fn prefix(&mut self, table: &Table, prefix: &[u8]) -> Result<Cursor<'_, 's>> {
+        let upper = prefix_end(prefix).map_or(Bound::Unbounded, Bound::Excluded);
+        self.range(table, (Bound::Included(prefix.to_vec()), upper))
     }
 
     /// Makes the transaction durable, then visible. `Ok` means it survives

@@ -2,6 +2,7 @@
 
 /// Everything that can go wrong, as a value the caller can match on.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A serialization conflict: abort and retry the transaction.
     #[error("serialization conflict; retry the transaction")]

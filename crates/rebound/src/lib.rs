@@ -13,9 +13,27 @@
 //! ```
 //!
 //! Layers, bottom to top (a layer only calls the ones below it):
-//! [`medium`] → `catalog` → `heap` → `index` → `txn` → `checkpoint` → `gc`
+//! `medium` → `catalog` → `heap` → `index` → `txn` → `checkpoint` → `gc`
 //! → `recovery` → `db`.
 #![deny(unsafe_code)]
+
+/// Consuming builder setters, one per field and named after it: option
+/// structs are `#[non_exhaustive]`, so callers outside the crate cannot
+/// write struct literals, and new fields must not break them.
+macro_rules! setters {
+    ($ty:ident { $($(#[doc = $doc:expr])* $field:ident: $fty:ty,)* }) => {
+        impl $ty {
+            $(
+                $(#[doc = $doc])*
+                #[must_use]
+                pub fn $field(mut self, $field: $fty) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
 
 mod catalog;
 mod checkpoint;
@@ -24,7 +42,7 @@ mod error;
 mod gc;
 mod heap;
 mod index;
-pub mod medium;
+mod medium;
 mod recovery;
 mod txn;
 
@@ -37,6 +55,7 @@ pub use error::{Error, Result};
 pub use gc::{GcOptions, GcStats};
 pub use medium::{Guarantee, SimDevice};
 pub use recovery::RecoveryReport;
+pub use txn::Cursor;
 
 /// The DRAM index on its own, for the index micro-benchmark
 /// (`benches/index.rs`); not part of the supported API.

@@ -12,11 +12,7 @@ fn populate(dir: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let t = db
         .create_table(
             "t",
-            TableOptions {
-                max_key_len: 16,
-                max_value_len: 64,
-                ..TableOptions::default()
-            },
+            TableOptions::default().max_key_len(16).max_value_len(64),
         )
         .unwrap();
     let mut s = db.session().unwrap();

@@ -3,10 +3,7 @@
 use rebound::{Database, Durability, Error, MediumChoice, Options, SimDevice, TableOptions};
 
 fn sim_options(device: &SimDevice) -> Options {
-    Options {
-        medium: MediumChoice::Simulated(device.clone()),
-        ..Options::default()
-    }
+    Options::default().medium(MediumChoice::Simulated(device.clone()))
 }
 
 #[test]
@@ -86,22 +83,11 @@ fn aborted_writes_are_invisible_and_stay_dead_after_reopen() {
 
 #[test]
 fn limits_are_typed_errors() {
-    let db = Database::open(
-        "unused",
-        Options {
-            durability: Durability::None,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let db = Database::open("unused", Options::default().durability(Durability::None)).unwrap();
     let t = db
         .create_table(
             "t",
-            TableOptions {
-                max_key_len: 8,
-                max_value_len: 16,
-                ..TableOptions::default()
-            },
+            TableOptions::default().max_key_len(8).max_value_len(16),
         )
         .unwrap();
     assert!(matches!(
@@ -111,11 +97,7 @@ fn limits_are_typed_errors() {
     assert!(matches!(
         db.create_table(
             "big",
-            TableOptions {
-                max_key_len: 10_000,
-                max_value_len: 1,
-                ..TableOptions::default()
-            }
+            TableOptions::default().max_key_len(10_000).max_value_len(1)
         ),
         Err(Error::InvalidTable(_))
     ));
@@ -137,14 +119,7 @@ fn limits_are_typed_errors() {
     tx.commit().unwrap();
     assert!(db.table("missing").unwrap().is_none());
 
-    let other = Database::open(
-        "unused",
-        Options {
-            durability: Durability::None,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let other = Database::open("unused", Options::default().durability(Durability::None)).unwrap();
     let foreign = other.create_table("t", TableOptions::default()).unwrap();
     let mut tx = s.begin();
     assert!(matches!(tx.get(&foreign, b"k"), Err(Error::ForeignTable)));
@@ -157,10 +132,7 @@ fn reopen_file_database_keeps_commits() {
     {
         // No background thread: a GC round or checkpoint of its own would
         // leave less than all 5000 versions for recovery to scan.
-        let options = Options {
-            background_thread: false,
-            ..Options::default()
-        };
+        let options = Options::default().background_thread(false);
         let db = Database::open(&path, options).unwrap();
         let t = db.create_table("t", TableOptions::default()).unwrap();
         let mut s = db.session().unwrap();
@@ -191,10 +163,7 @@ fn reopen_file_database_keeps_commits() {
 #[test]
 fn disk_backend_with_concurrent_committers_keeps_commits() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let options = || Options {
-        medium: MediumChoice::Disk,
-        ..Options::default()
-    };
+    let options = || Options::default().medium(MediumChoice::Disk);
     {
         let db = Database::open(dir.path(), options()).unwrap();
         assert_eq!(db.guarantee(), rebound::Guarantee::PowerLoss);

@@ -47,38 +47,33 @@ fn open_loading(
     // Checkpoints, GC rounds and maintenance are run by the workload at
     // seeded points, never by time: no background thread, and no trigger
     // that reads the clock.
-    let options = Options {
-        medium: MediumChoice::Simulated(device.clone()),
-        checkpoint: mode,
-        background_thread: false,
-        checkpoint_interval: Duration::from_secs(3600),
+    let options = Options::default()
+        .medium(MediumChoice::Simulated(device.clone()))
+        .checkpoint(mode)
+        .background_thread(false)
+        .checkpoint_interval(Duration::from_secs(3600))
         // Maintenance takes a checkpoint when this many versions were written.
-        checkpoint_after_versions: 64,
+        .checkpoint_after_versions(64)
         // Maintenance flags every running transaction as long and moves it.
-        long_transaction_after: Duration::ZERO,
-        load_indexes_in_background: background,
+        .long_transaction_after(Duration::ZERO)
+        .load_indexes_in_background(background)
         // A low threshold makes GC relocate live versions, not only drop
         // dead ones; maintenance runs a round when 2 blocks qualify and
         // takes GC's checkpoint at once.
-        gc: GcOptions {
-            threshold: 0.5,
-            batch_blocks: 2,
-            min_checkpoint_interval: Duration::ZERO,
-            ..GcOptions::default()
-        },
-        ..Options::default()
-    };
+        .gc(GcOptions::default()
+            .threshold(0.5)
+            .batch_blocks(2)
+            .min_checkpoint_interval(Duration::ZERO));
     Database::open("unused", options)
 }
 
 /// Small blocks, so that regions span many blocks and crashes land while a
 /// transaction is linking a new one.
 fn table_options() -> TableOptions {
-    TableOptions {
-        max_key_len: 16,
-        max_value_len: 40,
-        block_slots: 8,
-    }
+    TableOptions::default()
+        .max_key_len(16)
+        .max_value_len(40)
+        .block_slots(8)
 }
 
 /// One committed transaction's effects, in order.

@@ -13,15 +13,10 @@ fn fresh_dir() -> tempfile::TempDir {
 
 /// Background work only when a test asks for it.
 fn quiet() -> Options {
-    Options {
-        checkpoint_interval: Duration::from_secs(3600),
-        checkpoint_after_versions: u64::MAX,
-        gc: GcOptions {
-            enabled: false,
-            ..GcOptions::default()
-        },
-        ..Options::default()
-    }
+    Options::default()
+        .checkpoint_interval(Duration::from_secs(3600))
+        .checkpoint_after_versions(u64::MAX)
+        .gc(GcOptions::default().enabled(false))
 }
 
 /// Waits (bounded) until `done` holds; the bound only turns a hang into
@@ -118,11 +113,10 @@ fn a_background_panic_poisons_the_database_and_loses_nothing() {
 /// updates make obsolete, so GC wants to relocate it.
 fn cold_key_in_a_collectable_block(dir: &Path) {
     let db = Database::open(dir, quiet()).unwrap();
-    let options = TableOptions {
-        max_key_len: 16,
-        max_value_len: 32,
-        block_slots: 8,
-    };
+    let options = TableOptions::default()
+        .max_key_len(16)
+        .max_value_len(32)
+        .block_slots(8);
     let t = db.create_table("t", options).unwrap();
     let mut session = db.session().unwrap();
     let mut tx = session.begin();
@@ -150,13 +144,11 @@ fn a_damaged_live_version_fails_gc_and_background_failures_are_counted() {
     assert_eq!(found.len(), 1, "the value is stored once");
     flip_byte(&file, found[0] + 3);
 
-    let gc = GcOptions {
-        threshold: 0.5,
-        batch_blocks: 1,
-        min_checkpoint_interval: Duration::from_millis(1),
-        ..GcOptions::default()
-    };
-    let explicit = Options { gc, ..quiet() };
+    let gc = GcOptions::default()
+        .threshold(0.5)
+        .batch_blocks(1)
+        .min_checkpoint_interval(Duration::from_millis(1));
+    let explicit = quiet().gc(gc);
     let db = Database::open(dir.path(), explicit).unwrap();
     db.wait_for_indexes();
     assert!(
@@ -172,11 +164,9 @@ fn a_damaged_live_version_fails_gc_and_background_failures_are_counted() {
     drop(t);
     drop(db);
 
-    let background = Options {
-        gc,
-        checkpoint_interval: Duration::from_millis(10),
-        ..Options::default()
-    };
+    let background = Options::default()
+        .gc(gc)
+        .checkpoint_interval(Duration::from_millis(10));
     let db = Database::open(dir.path(), background).unwrap();
     eventually("a background GC failure is counted", || {
         db.stats().gc_failures > 0
@@ -191,22 +181,16 @@ fn a_damaged_live_version_fails_gc_and_background_failures_are_counted() {
 fn background_checkpoint_failures_are_counted() {
     let dir = fresh_dir();
     // Room for the catalog and a few blocks only.
-    let options = Options {
-        max_size: 536_576 + 6 * 4096,
-        checkpoint_after_versions: 1,
-        checkpoint_interval: Duration::from_millis(1),
-        gc: GcOptions {
-            enabled: false,
-            ..GcOptions::default()
-        },
-        ..Options::default()
-    };
+    let options = Options::default()
+        .max_size(536_576 + 6 * 4096)
+        .checkpoint_after_versions(1)
+        .checkpoint_interval(Duration::from_millis(1))
+        .gc(GcOptions::default().enabled(false));
     let db = Database::open(dir.path(), options).unwrap();
-    let table_options = TableOptions {
-        max_key_len: 8,
-        max_value_len: 900,
-        block_slots: 4,
-    };
+    let table_options = TableOptions::default()
+        .max_key_len(8)
+        .max_value_len(900)
+        .block_slots(4);
     let t = db.create_table("t", table_options).unwrap();
     let mut session = db.session().unwrap();
     let mut written = 0u64;
@@ -258,10 +242,7 @@ fn a_damaged_checkpoint_run_is_corrupt_for_get_scan_and_table() {
     flip_byte(&file, in_run[0] + 7);
 
     // Served on demand: the damaged group is found by the lookup itself.
-    let on_demand = Options {
-        load_indexes_in_background: false,
-        ..quiet()
-    };
+    let on_demand = quiet().load_indexes_in_background(false);
     let db = Database::open(dir.path(), on_demand).unwrap();
     let t = db.table("t").unwrap().unwrap();
     let mut session = db.session().unwrap();

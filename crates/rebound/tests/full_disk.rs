@@ -15,11 +15,7 @@ fn full_disk_is_an_error_and_keeps_acknowledged_commits() {
     let t = db
         .create_table(
             "t",
-            TableOptions {
-                max_key_len: 8,
-                max_value_len: 1000,
-                ..TableOptions::default()
-            },
+            TableOptions::default().max_key_len(8).max_value_len(1000),
         )
         .unwrap();
     let mut s = db.session().unwrap();

@@ -11,26 +11,20 @@ use std::time::Duration;
 const DATA_START: u64 = 536_576;
 
 fn options(medium: MediumChoice) -> Options {
-    Options {
-        medium,
-        checkpoint_interval: Duration::from_secs(3600),
-        checkpoint_after_versions: u64::MAX,
+    Options::default()
+        .medium(medium)
+        .checkpoint_interval(Duration::from_secs(3600))
+        .checkpoint_after_versions(u64::MAX)
         // Rounds are run by the test, so what it sees does not depend on
         // the background thread's timing.
-        gc: GcOptions {
-            batch_blocks: usize::MAX,
-            ..GcOptions::default()
-        },
-        ..Options::default()
-    }
+        .gc(GcOptions::default().batch_blocks(usize::MAX))
 }
 
 fn table_options() -> TableOptions {
-    TableOptions {
-        max_key_len: 16,
-        max_value_len: 100,
-        block_slots: 64,
-    }
+    TableOptions::default()
+        .max_key_len(16)
+        .max_value_len(100)
+        .block_slots(64)
 }
 
 fn value(rng: &mut StdRng) -> Vec<u8> {
@@ -139,13 +133,7 @@ fn deleted_and_updated_keys_with(seed: u64) {
     let device = SimDevice::new(1 << 30);
     let db = Database::open("unused", options(MediumChoice::Simulated(device.clone()))).unwrap();
     let table = db
-        .create_table(
-            "t",
-            TableOptions {
-                block_slots: 8,
-                ..table_options()
-            },
-        )
+        .create_table("t", table_options().block_slots(8))
         .unwrap();
     let mut session = db.session().unwrap();
     for i in 0..3_000u32 {

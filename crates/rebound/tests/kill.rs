@@ -45,18 +45,14 @@ fn parse_value(v: &[u8]) -> (u64, u64) {
 }
 
 fn options() -> Options {
-    Options {
-        gc: GcOptions {
-            threshold: 0.5,
-            batch_blocks: 1,
-            min_checkpoint_interval: std::time::Duration::from_millis(5),
-            ..GcOptions::default()
-        },
+    Options::default()
+        .gc(GcOptions::default()
+            .threshold(0.5)
+            .batch_blocks(1)
+            .min_checkpoint_interval(std::time::Duration::from_millis(5)))
         // Checkpoints every few thousand versions, so that recovery starts
         // from images listing blocks GC is about to free.
-        checkpoint_after_versions: 3_000,
-        ..Options::default()
-    }
+        .checkpoint_after_versions(3_000)
 }
 
 /// The child: commits forever until killed, reporting intent and commit.
@@ -70,11 +66,10 @@ fn child() {
         None => db
             .create_table(
                 "kv",
-                TableOptions {
-                    max_key_len: 8,
-                    max_value_len: 100,
-                    block_slots: 16,
-                },
+                TableOptions::default()
+                    .max_key_len(8)
+                    .max_value_len(100)
+                    .block_slots(16),
             )
             .unwrap(),
     };

@@ -19,20 +19,15 @@ use std::time::Duration;
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn open(device: &SimDevice) -> Database {
-    let options = Options {
-        medium: MediumChoice::Simulated(device.clone()),
-        checkpoint: CheckpointMode::Incremental,
-        checkpoint_interval: Duration::from_secs(3600),
-        checkpoint_after_versions: u64::MAX,
-        background_thread: false,
+    let options = Options::default()
+        .medium(MediumChoice::Simulated(device.clone()))
+        .checkpoint(CheckpointMode::Incremental)
+        .checkpoint_interval(Duration::from_secs(3600))
+        .checkpoint_after_versions(u64::MAX)
+        .background_thread(false)
         // Every running transaction counts as long at the next tick.
-        long_transaction_after: Duration::ZERO,
-        gc: GcOptions {
-            batch_blocks: usize::MAX,
-            ..GcOptions::default()
-        },
-        ..Options::default()
-    };
+        .long_transaction_after(Duration::ZERO)
+        .gc(GcOptions::default().batch_blocks(usize::MAX));
     Database::open("unused", options).unwrap()
 }
 
@@ -95,11 +90,10 @@ fn long_transaction_across_a_crash_with(ending: Ending, seed: u64) {
     let table = db
         .create_table(
             "t",
-            TableOptions {
-                max_key_len: 16,
-                max_value_len: 16,
-                block_slots: 16,
-            },
+            TableOptions::default()
+                .max_key_len(16)
+                .max_value_len(16)
+                .block_slots(16),
         )
         .unwrap();
     let mut model = Model::new();
@@ -155,10 +149,7 @@ fn long_transaction_across_a_crash_with(ending: Ending, seed: u64) {
     drop(db);
     let recovered = Database::open(
         "unused",
-        Options {
-            medium: MediumChoice::Simulated(crashed),
-            ..Options::default()
-        },
+        Options::default().medium(MediumChoice::Simulated(crashed)),
     )
     .unwrap_or_else(|e| panic!("recovery failed: {e}; {ctx}"));
     assert_eq!(contents(&recovered), model, "{ctx}");

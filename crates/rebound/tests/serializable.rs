@@ -69,20 +69,13 @@ fn concurrent_transfers_with(seed: u64) {
     let device = SimDevice::new(1 << 30);
     let db = Database::open(
         "unused",
-        Options {
-            medium: MediumChoice::Simulated(device.clone()),
-            ..Options::default()
-        },
+        Options::default().medium(MediumChoice::Simulated(device.clone())),
     )
     .unwrap();
     let table = db
         .create_table(
             "accounts",
-            TableOptions {
-                max_key_len: 4,
-                max_value_len: 8,
-                ..TableOptions::default()
-            },
+            TableOptions::default().max_key_len(4).max_value_len(8),
         )
         .unwrap();
     let mut session = db.session().unwrap();
@@ -141,10 +134,7 @@ fn concurrent_transfers_with(seed: u64) {
     let crashed = device.crash(seed);
     let db = Database::open(
         "unused",
-        Options {
-            medium: MediumChoice::Simulated(crashed),
-            ..Options::default()
-        },
+        Options::default().medium(MediumChoice::Simulated(crashed)),
     )
     .unwrap();
     let table = db.table("accounts").unwrap().unwrap();
@@ -158,10 +148,7 @@ fn concurrent_transfers_with(seed: u64) {
 fn two_doctors() -> (Database, Table) {
     let db = Database::open(
         "unused",
-        Options {
-            durability: rebound::Durability::None,
-            ..Options::default()
-        },
+        Options::default().durability(rebound::Durability::None),
     )
     .unwrap();
     let table = db.create_table("oncall", TableOptions::default()).unwrap();
@@ -234,10 +221,7 @@ fn removing_a_deleted_key_keeps_phantom_protection() {
     let device = SimDevice::new(1 << 28);
     let db = Database::open(
         "unused",
-        Options {
-            medium: MediumChoice::Simulated(device),
-            ..Options::default()
-        },
+        Options::default().medium(MediumChoice::Simulated(device)),
     )
     .unwrap();
     let table = db.create_table("t", TableOptions::default()).unwrap();

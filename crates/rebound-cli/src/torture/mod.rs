@@ -135,16 +135,12 @@ impl ChildSpec {
 /// half obsolete, one at a time, and takes its checkpoint every 5 ms;
 /// checkpoints come every 3 000 versions.
 pub fn eager_options() -> Options {
-    Options {
-        gc: GcOptions {
-            threshold: 0.5,
-            batch_blocks: 1,
-            min_checkpoint_interval: Duration::from_millis(5),
-            ..GcOptions::default()
-        },
-        checkpoint_after_versions: 3_000,
-        ..Options::default()
-    }
+    Options::default()
+        .gc(GcOptions::default()
+            .threshold(0.5)
+            .batch_blocks(1)
+            .min_checkpoint_interval(Duration::from_millis(5)))
+        .checkpoint_after_versions(3_000)
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -273,10 +269,7 @@ pub fn run(args: TortureArgs) -> BoxResult<()> {
     let load_start = Instant::now();
     let mut oracle = {
         let db = Database::open(&dir.path, Options::default())?;
-        let slots = |o: TableOptions| TableOptions {
-            block_slots: args.block_slots,
-            ..o
-        };
+        let slots = |o: TableOptions| o.block_slots(args.block_slots);
         let oracle = match args.workload {
             Workload::Tpcc => {
                 let cfg = base.tpcc();

@@ -135,10 +135,7 @@ mod tests {
     fn tiny() -> (Database, TpccConfig) {
         let db = Database::open(
             "/nonexistent-unused",
-            Options {
-                durability: Durability::None,
-                ..Options::default()
-            },
+            Options::default().durability(Durability::None),
         )
         .unwrap();
         let cfg = TpccConfig {

@@ -326,10 +326,7 @@ pub struct CheckArgs {
 pub fn check_command(args: CheckArgs) -> BoxResult<()> {
     let db = Database::open(
         &args.dir,
-        rebound::Options {
-            create_if_missing: false,
-            ..rebound::Options::default()
-        },
+        rebound::Options::default().create_if_missing(false),
     )?;
     let report = check::check(&db)?;
     println!("{}", report.summary());

@@ -87,11 +87,9 @@ pub const ALL_TABLES: [&TableDef; 11] = [
 
 impl TableDef {
     pub fn options(&self) -> TableOptions {
-        TableOptions {
-            max_key_len: self.key_len,
-            max_value_len: self.value_len,
-            ..TableOptions::default()
-        }
+        TableOptions::default()
+            .max_key_len(self.key_len)
+            .max_value_len(self.value_len)
     }
 }
 

@@ -46,6 +46,19 @@ impl ColdEntries for ColdRun {
             None => Ok(Vec::new()),
         }
     }
+
+    fn range_rev(
+        &self,
+        medium: &Medium,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, u64)>> {
+        match self.image.table(self.table) {
+            Some(section) => section.range_rev(medium, lower, upper, limit),
+            None => Ok(Vec::new()),
+        }
+    }
 }
 
 /// Moves every table's run into its DRAM index, in parallel; a table whose

@@ -341,20 +341,10 @@ impl TableSection {
             }
             first_group = false;
             for (key, addr) in entries {
-                let below = match lower {
-                    Bound::Included(l) => key.as_slice() < l,
-                    Bound::Excluded(l) => key.as_slice() <= l,
-                    Bound::Unbounded => false,
-                };
-                if below {
+                if below(&key, lower) {
                     continue;
                 }
-                let inside = match upper {
-                    Bound::Included(u) => key.as_slice() <= u,
-                    Bound::Excluded(u) => key.as_slice() < u,
-                    Bound::Unbounded => true,
-                };
-                if !inside || out.len() == limit {
+                if !within(&key, upper) || out.len() == limit {
                     return Ok(out);
                 }
                 out.push((key, addr));
@@ -362,6 +352,58 @@ impl TableSection {
             g += 1;
         }
         Ok(out)
+    }
+
+    /// Up to `limit` entries with keys in the range, descending, each from
+    /// a verified group.
+    pub fn range_rev(
+        &self,
+        medium: &Medium,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, u64)>> {
+        let Some(mut g) = self.last_group_within(medium, upper)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        while let Some(entries) = self.group(medium, g)? {
+            for (key, addr) in entries.into_iter().rev() {
+                if !within(&key, upper) {
+                    continue;
+                }
+                if below(&key, lower) || out.len() == limit {
+                    return Ok(out);
+                }
+                out.push((key, addr));
+            }
+            let Some(previous) = g.checked_sub(1) else {
+                break;
+            };
+            g = previous;
+        }
+        Ok(out)
+    }
+
+    /// The last group that may hold keys within `upper`, checked against
+    /// its neighbour: a damaged fence key may have steered the search.
+    fn last_group_within(&self, medium: &Medium, upper: Bound<&[u8]>) -> Result<Option<usize>> {
+        let to = match upper {
+            Bound::Included(k) | Bound::Excluded(k) => k,
+            Bound::Unbounded => return Ok(self.fences.len().checked_sub(1)),
+        };
+        let g = self.group_for(medium, to);
+        let first_within = |g| -> Result<Option<bool>> {
+            Ok(self
+                .group(medium, g)?
+                .map(|entries| entries.first().is_some_and(|(k, _)| k.as_slice() <= to)))
+        };
+        let consistent =
+            (g == 0 || first_within(g)? != Some(false)) && first_within(g + 1)? != Some(true);
+        match consistent {
+            true => Ok(Some(g)),
+            false => Err(corrupt("run search inconsistent with its entries")),
+        }
     }
 
     /// Sequential reader of all entries (callers verify the body first).
@@ -372,6 +414,24 @@ impl TableSection {
 
 /// Run entries as (key, address).
 type Entries = Vec<(Vec<u8>, u64)>;
+
+/// Whether `key` lies below a range's lower bound.
+fn below(key: &[u8], lower: Bound<&[u8]>) -> bool {
+    match lower {
+        Bound::Included(l) => key < l,
+        Bound::Excluded(l) => key <= l,
+        Bound::Unbounded => false,
+    }
+}
+
+/// Whether `key` lies within a range's upper bound.
+fn within(key: &[u8], upper: Bound<&[u8]>) -> bool {
+    match upper {
+        Bound::Included(u) => key <= u,
+        Bound::Excluded(u) => key < u,
+        Bound::Unbounded => true,
+    }
+}
 
 /// Parses a verified group of entries; keys must ascend.
 fn parse_entries(mut bytes: &[u8]) -> Result<Entries> {

@@ -74,6 +74,8 @@ use std::time::{Duration, Instant};
 
 /// Which index checkpoints to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum CheckpointMode {
     /// No index checkpoints: recovery scans every version (Zen-style).
     Off,
@@ -88,6 +90,9 @@ pub enum CheckpointMode {
 
 /// What one checkpoint did.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
 pub struct CheckpointStats {
     pub sequence: u64,
     pub incremental: bool,

@@ -50,6 +50,9 @@ use std::time::{Duration, Instant};
 
 /// Settings of block GC.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
 pub struct GcOptions {
     /// Collect blocks at all (only with index checkpoints).
     pub enabled: bool,
@@ -79,8 +82,26 @@ impl Default for GcOptions {
     }
 }
 
+setters!(GcOptions {
+    /// Collect blocks at all (only with index checkpoints; default: true).
+    enabled: bool,
+    /// Obsolete fraction of its slots that makes a block a candidate
+    /// (default 0.9, as in FIR).
+    threshold: f64,
+    /// Candidates needed before a background round starts (default 4).
+    batch_blocks: usize,
+    /// Most blocks relocated per round (default 256).
+    max_blocks_per_round: usize,
+    /// Least time between the checkpoints GC takes to free blocks
+    /// (default 1 s).
+    min_checkpoint_interval: Duration,
+});
+
 /// What GC did since the database was opened.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
 pub struct GcStats {
     /// Rounds that relocated at least one block.
     pub rounds: u64,

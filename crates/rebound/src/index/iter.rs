@@ -7,6 +7,12 @@
 //! shrinks (splits keep the lower half in place), so the leaf found for the
 //! fence always starts exactly at the fence: no key is skipped or repeated,
 //! whatever splits happen in between.
+//!
+//! A reverse scan mirrors this: the descent steers towards the keys below
+//! its current end and copies the leaf's lower fence, and the next descent
+//! ends there. The leaf found for keys below a fence always ends at or
+//! above it (its lower half stays in place when it splits, so the part
+//! below the fence is still in it or in the new node found instead).
 
 use std::ops::Bound;
 
@@ -40,6 +46,20 @@ impl Start {
             Self::First => None,
             Self::AtOrAfter(key) | Self::After(key) => Some(key),
         }
+    }
+
+    /// Whether the key in `slot` of a leaf is at or past the start.
+    fn admits_slot(&self, leaf: &Node, slot: usize) -> bool {
+        match self {
+            Self::First => true,
+            Self::AtOrAfter(key) => leaf.compare_key(slot, key).is_ge(),
+            Self::After(key) => leaf.compare_key(slot, key).is_gt(),
+        }
+    }
+
+    /// Whether some key below `fence` may be at or past the start.
+    fn admits_below(&self, fence: &InlineKey) -> bool {
+        self.key().is_none_or(|key| key < fence)
     }
 
     fn first_slot(&self, leaf: &Node) -> usize {
@@ -82,6 +102,17 @@ impl End {
             Self::Before(end) => key < end,
             Self::AtOrBefore(end) => key <= end,
             Self::Nothing => false,
+        }
+    }
+
+    /// In an inner node, the child holding the last keys before the end; in
+    /// a leaf, one past the last slot before the end.
+    fn slot_after(&self, node: &Node) -> usize {
+        match self {
+            Self::Last => node.count(),
+            Self::Before(end) => node.search(end).0,
+            Self::AtOrBefore(end) => node.child_index(Some(end)),
+            Self::Nothing => 0,
         }
     }
 
@@ -219,6 +250,65 @@ impl BTree {
         Ok(match stopped_at_end {
             true => None,
             false => fences.upper.filter(|fence| end.admits(fence)),
+        })
+    }
+
+    /// Like [`scan`](Self::scan), in descending key order: visits entries
+    /// with `lower <= key < upper` from the top until `visit` returns
+    /// false, with the same gap marking and guarantees.
+    pub fn scan_rev(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        reader_ts: Option<u64>,
+        mut visit: impl FnMut(&[u8], u64) -> bool,
+    ) {
+        let start = Start::new(lower);
+        let mut end = End::new(upper);
+        let mut batch = Batch::default();
+        while !matches!(end, End::Nothing) {
+            let next = retry(|| self.scan_leaf_rev(&start, &end, reader_ts, &mut batch));
+            if !batch.iter().all(|(key, value)| visit(key, value)) {
+                return;
+            }
+            end = next.map_or(End::Nothing, End::Before);
+        }
+    }
+
+    /// Copies the in-range entries of the leaf holding the last keys before
+    /// `end` into `batch`, descending; returns the leaf's lower fence if
+    /// the range goes on below it.
+    fn scan_leaf_rev(
+        &self,
+        start: &Start,
+        end: &End,
+        reader_ts: Option<u64>,
+        batch: &mut Batch,
+    ) -> Result<Option<InlineKey>, Restart> {
+        batch.clear();
+        let mut fences = Fences::default();
+        let mut guard = self.root.read()?;
+        while !guard.node().is_leaf() {
+            let child = end.slot_after(guard.node());
+            fences.narrow(guard.node(), child);
+            guard = step_down(&guard, child)?;
+        }
+        let node = guard.node();
+        // An optimistic read may be torn; validation below catches that,
+        // the clamp keeps the loop inside the node meanwhile.
+        let mut slot = end.slot_after(node).min(node.count());
+        while slot > 0 && start.admits_slot(node, slot - 1) {
+            slot -= 1;
+            batch.push(node, slot);
+        }
+        match reader_ts {
+            Some(reader_ts) => guard.mark_gap_and_validate(reader_ts)?,
+            None => guard.validate()?,
+        }
+        let stopped_at_start = slot > 0;
+        Ok(match stopped_at_start {
+            true => None,
+            false => fences.lower.filter(|fence| start.admits_below(fence)),
         })
     }
 

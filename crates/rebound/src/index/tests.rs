@@ -115,6 +115,43 @@ fn collect_scan(
     found
 }
 
+fn collect_scan_rev(
+    tree: &BTree,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    limit: usize,
+) -> Vec<(Vec<u8>, u64)> {
+    let mut found = Vec::new();
+    tree.scan_rev(lower, upper, None, |key, value| {
+        found.push((key.to_vec(), value));
+        found.len() < limit
+    });
+    found
+}
+
+/// Asserts that forward and reverse scans both match the model.
+fn check_scans(
+    tree: &BTree,
+    model: &Model,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    limit: usize,
+) {
+    assert_eq!(
+        collect_scan(tree, lower, upper, limit),
+        model_scan(model, lower, upper, limit),
+        "{lower:?} {upper:?}"
+    );
+    let mut expected = model_scan(model, lower, upper, usize::MAX);
+    expected.reverse();
+    expected.truncate(limit);
+    assert_eq!(
+        collect_scan_rev(tree, lower, upper, limit),
+        expected,
+        "reverse {lower:?} {upper:?}"
+    );
+}
+
 fn model_scan(
     model: &Model,
     lower: Bound<&[u8]>,
@@ -257,10 +294,7 @@ fn apply_to_both(tree: &BTree, model: &mut Model, keys: &[Vec<u8>], op: &Op, ut:
         Op::Get(index) => assert_eq!(tree.get(key(index)), model.get(key(index)).copied()),
         Op::Scan(lower, upper, limit) => {
             let (lower, upper) = (lower.resolve(keys), upper.resolve(keys));
-            assert_eq!(
-                collect_scan(tree, lower, upper, *limit),
-                model_scan(model, lower, upper, *limit)
-            );
+            check_scans(tree, model, lower, upper, *limit);
         }
     }
 }
@@ -309,10 +343,7 @@ fn random_long_keys_build_a_deep_tree_matching_the_model() {
             Bound::Included(keys[lower].as_slice()),
             Bound::Excluded(keys[upper].as_slice()),
         );
-        assert_eq!(
-            collect_scan(&tree, bounds.0, bounds.1, usize::MAX),
-            model_scan(&model, bounds.0, bounds.1, usize::MAX)
-        );
+        check_scans(&tree, &model, bounds.0, bounds.1, usize::MAX);
     }
 }
 
@@ -337,11 +368,7 @@ fn scan_bounds_follow_std_semantics() {
                 (Bound::Unbounded, Bound::Included(upper)),
                 (Bound::Excluded(lower), Bound::Unbounded),
             ] {
-                assert_eq!(
-                    collect_scan(&tree, lower, upper, usize::MAX),
-                    model_scan(&model, lower, upper, usize::MAX),
-                    "{lower:?} {upper:?}"
-                );
+                check_scans(&tree, &model, lower, upper, usize::MAX);
             }
         }
     }
@@ -764,6 +791,75 @@ fn scan_with_reader_ts_blocks_older_inserts_into_the_range() {
     // Leaves far outside the scanned range were never marked.
     assert_eq!(tree.insert_if_absent(b"row009001", 1, 15, 2), Ok(()));
     assert_eq!(tree.insert_if_absent(b"a", 1, 15, 2), Ok(()));
+}
+
+#[test]
+fn reverse_scan_with_reader_ts_blocks_older_inserts_into_the_range() {
+    let tree = BTree::new();
+    for i in 0..5000u32 {
+        tree.upsert(format!("row{:06}", i * 2).as_bytes(), 0, 1);
+    }
+    assert!(tree.height() >= 2);
+    let mut seen = Vec::new();
+    tree.scan_rev(
+        Bound::Included(b"row001000".as_slice()),
+        Bound::Excluded(b"row004000".as_slice()),
+        Some(20),
+        |key, _| {
+            seen.push(key.to_vec());
+            true
+        },
+    );
+    assert_eq!(seen.len(), 1500);
+    assert_eq!(seen.first().unwrap().as_slice(), b"row003998");
+    assert_eq!(seen.last().unwrap().as_slice(), b"row001000");
+    for key in ["row001001", "row002501", "row003999"] {
+        assert_eq!(
+            tree.insert_if_absent(key.as_bytes(), 1, 15, 2),
+            Err(InsertError::Phantom),
+            "{key}"
+        );
+    }
+    assert_eq!(tree.insert_if_absent(b"row009001", 1, 15, 2), Ok(()));
+    assert_eq!(tree.insert_if_absent(b"a", 1, 15, 2), Ok(()));
+}
+
+/// Keys present for a whole reverse scan are seen exactly once, in
+/// descending order, while concurrent inserts split the leaves under it.
+#[test]
+fn reverse_scans_see_stable_keys_once_under_concurrent_splits() {
+    const STABLE: u64 = 3000;
+    let key = |i: u64| [&[b'r'; 40][..], &i.to_be_bytes()].concat();
+    let tree = BTree::new();
+    for i in 0..STABLE {
+        tree.upsert(&key(2 * i), 0, 1);
+    }
+    let done = AtomicBool::new(false);
+    thread::scope(|scope| {
+        let (tree, done) = (&tree, &done);
+        scope.spawn(move || {
+            let mut rng = StdRng::seed_from_u64(5);
+            let mut odd: Vec<u64> = (0..STABLE).map(|i| 2 * i + 1).collect();
+            odd.shuffle(&mut rng);
+            for i in odd {
+                tree.upsert(&key(i), 1, 2);
+            }
+            done.store(true, SeqCst);
+        });
+        let mut scans = 0;
+        while !done.load(SeqCst) || scans < 3 {
+            let mut stable = Vec::new();
+            tree.scan_rev(Bound::Unbounded, Bound::Unbounded, None, |key, value| {
+                if value == 0 {
+                    stable.push(key.to_vec());
+                }
+                true
+            });
+            let expected: Vec<Vec<u8>> = (0..STABLE).rev().map(|i| key(2 * i)).collect();
+            assert_eq!(stable, expected);
+            scans += 1;
+        }
+    });
 }
 
 #[test]

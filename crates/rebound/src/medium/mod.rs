@@ -52,6 +52,7 @@ pub const NVM_LINE: u64 = 256;
 
 /// What a successful `fence()` protects against, reported to users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Guarantee {
     /// Nothing is persisted (the `none` design).
     None,
@@ -152,10 +153,6 @@ impl Medium {
     /// Current usable length in bytes.
     pub fn len(&self) -> u64 {
         self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Grows the usable length to at least `new_len`, reserving real space so

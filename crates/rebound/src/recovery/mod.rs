@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 
 /// What recovery did and how long each phase took.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
 pub struct RecoveryReport {
     /// True when the medium was freshly formatted (nothing to recover).
     pub fresh: bool,

@@ -41,11 +41,13 @@
 //! than the aborted id, can never resurrect them.
 
 mod clock;
+mod cursor;
 mod long;
 mod relocate;
 mod sampler;
 
 pub use clock::Clock;
+pub use cursor::{prefix_end, Cursor, Order};
 pub use sampler::{Sample, UpdateSampler};
 
 use crate::catalog;
@@ -307,6 +309,14 @@ pub trait ColdEntries: Send + Sync {
         upper: Bound<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, u64)>>;
+    /// Up to `limit` entries with keys in the range, descending.
+    fn range_rev(
+        &self,
+        medium: &Medium,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, u64)>>;
 }
 
 /// A table at run time: its heap and its primary index.
@@ -391,21 +401,24 @@ impl TableRt {
         }
     }
 
-    /// Moves the cold entries a scan of `want` keys from `lower` can reach.
+    /// Moves the cold entries a scan of `want` keys from the `order` end
+    /// of the range can reach.
     pub fn warm_range(
         &self,
         medium: &Medium,
-        lower: &Bound<Vec<u8>>,
-        upper: &Bound<Vec<u8>>,
+        (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
         want: usize,
+        order: Order,
     ) -> Result<()> {
         let Some(cold) = self.cold() else {
             return Ok(());
         };
-        let entries = cold
-            .range(medium, as_slice_bound(lower), as_slice_bound(upper), want)
-            .inspect_err(|_| self.mark_damaged())?;
-        for (key, addr) in entries {
+        let (lower, upper) = (as_slice_bound(lower), as_slice_bound(upper));
+        let entries = match order {
+            Order::Ascending => cold.range(medium, lower, upper, want),
+            Order::Descending => cold.range_rev(medium, lower, upper, want),
+        };
+        for (key, addr) in entries.inspect_err(|_| self.mark_damaged())? {
             self.adopt(medium, &key, addr)?;
         }
         Ok(())
@@ -1097,71 +1110,6 @@ impl<'s> TxnState<'s> {
         }
         table.heap.make_hole(&self.store.medium, addr, self.ts);
         self.store.medium.fence()
-    }
-
-    /// Visible live entries with keys in `range`, ascending, at most `limit`.
-    pub fn scan(
-        &mut self,
-        table: &TableRt,
-        range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.check_usable()?;
-        if table.instance != self.store.instance {
-            return Err(Error::ForeignTable);
-        }
-        table.check_damaged()?;
-        let result = self.scan_checked(table, range, limit);
-        self.guard(result)
-    }
-
-    fn scan_checked(
-        &self,
-        table: &TableRt,
-        range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let (mut lower, upper) = range;
-        let mut out = Vec::new();
-        while out.len() < limit {
-            let want = (limit - out.len()).clamp(16, 1024);
-            let batch = self.scan_batch(table, &lower, &upper, want)?;
-            let exhausted = batch.len() < want;
-            for (key, head) in &batch {
-                if let Some(value) = self.read_chain(table, key, Addr(*head))? {
-                    out.push((key.clone(), value));
-                    if out.len() == limit {
-                        return Ok(out);
-                    }
-                }
-            }
-            match batch.into_iter().last() {
-                Some((key, _)) if !exhausted => lower = Bound::Excluded(key),
-                _ => break,
-            }
-        }
-        Ok(out)
-    }
-
-    fn scan_batch(
-        &self,
-        table: &TableRt,
-        lower: &Bound<Vec<u8>>,
-        upper: &Bound<Vec<u8>>,
-        want: usize,
-    ) -> Result<Vec<(Vec<u8>, u64)>> {
-        let mut batch = Vec::with_capacity(want);
-        table.warm_range(&self.store.medium, lower, upper, want)?;
-        table.index.scan(
-            as_slice_bound(lower),
-            as_slice_bound(upper),
-            Some(self.ts),
-            |key, head| {
-                batch.push((key.to_vec(), head));
-                batch.len() < want
-            },
-        );
-        Ok(batch)
     }
 
     fn read_chain(&self, table: &TableRt, key: &[u8], head: Addr) -> Result<Option<Vec<u8>>> {

@@ -133,20 +133,16 @@ fn value_of(rng: &mut impl Rng, n: usize, max: u32) -> Vec<u8> {
 /// the test is not calling the database: no timed checkpoints, GC only
 /// when asked (`collect_garbage`), no long-transaction moves.
 pub fn quiet_options() -> Options {
-    Options {
-        checkpoint_interval: Duration::from_secs(3600),
-        checkpoint_after_versions: u64::MAX,
-        long_transaction_after: Duration::from_secs(3600),
-        gc: GcOptions {
-            enabled: true,
-            threshold: 0.5,
-            batch_blocks: usize::MAX,
-            min_checkpoint_interval: Duration::from_secs(3600),
-            ..GcOptions::default()
-        },
-        max_size: 256 << 20,
-        ..Options::default()
-    }
+    Options::default()
+        .checkpoint_interval(Duration::from_secs(3600))
+        .checkpoint_after_versions(u64::MAX)
+        .long_transaction_after(Duration::from_secs(3600))
+        .gc(GcOptions::default()
+            .enabled(true)
+            .threshold(0.5)
+            .batch_blocks(usize::MAX)
+            .min_checkpoint_interval(Duration::from_secs(3600)))
+        .max_size(256 << 20)
 }
 
 /// Runs the workload and copies the data file while the database is open
@@ -157,11 +153,10 @@ pub fn build_crashed(w: Workload) -> Crashed {
     let t = db
         .create_table(
             "t",
-            TableOptions {
-                max_key_len: w.max_key_len,
-                max_value_len: w.max_value_len,
-                block_slots: w.block_slots,
-            },
+            TableOptions::default()
+                .max_key_len(w.max_key_len)
+                .max_value_len(w.max_value_len)
+                .block_slots(w.block_slots),
         )
         .unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(w.seed);

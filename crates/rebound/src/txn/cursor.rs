@@ -1,0 +1,231 @@
+//! Range cursors: serializable range reads in either key order, fetched
+//! lazily from the index in batches.
+//!
+//! A fetch copies up to a batch of index entries (key, chain head) and
+//! marks every leaf it read with the transaction's timestamp, exactly as a
+//! scan does, so no older writer can insert into the part of the range
+//! fetched so far. Version chains are resolved (raising the versions' read
+//! marks) only as entries are returned, so a cursor dropped early has read
+//! what it returned, and has gap-marked at most one batch more.
+//!
+//! The two ends share the range: the keys not fetched yet lie strictly
+//! between `lower` and `upper`. Once a fetch comes back short nothing is
+//! left between them, and each end drains the other's buffer from the far
+//! side, so no key is returned twice.
+
+use super::{as_slice_bound, TableRt, TxnState};
+use crate::error::{Error, Result};
+use crate::heap::Addr;
+use std::collections::VecDeque;
+use std::iter::FusedIterator;
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// Entries a cursor's first fetch asks for; each later fetch doubles it.
+pub const MIN_BATCH: usize = 16;
+/// Largest fetch, which bounds the entries copied beyond what was returned.
+pub const MAX_BATCH: usize = 1024;
+
+/// Which end of the range an operation works at.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    Ascending,
+    Descending,
+}
+
+/// An index entry: a key and the head of its version chain.
+type Entry = (Vec<u8>, u64);
+
+/// Live entries of a key range as `Result<(key, value)>`, ascending from
+/// [`next`](Iterator::next) and descending from
+/// [`next_back`](DoubleEndedIterator::next_back) (so `.rev()` iterates
+/// backwards). Made by [`Transaction::range`](crate::Transaction::range)
+/// and [`Transaction::prefix`](crate::Transaction::prefix).
+///
+/// Reads are part of the transaction and keep its serializability: every
+/// key returned is read as by `get`, and the gaps between them are
+/// protected against phantoms. Entries are fetched in batches as the
+/// iteration proceeds; dropping the cursor ends it. After an error (for
+/// instance [`Error::Conflict`]) the cursor yields nothing more.
+pub struct Cursor<'t, 's> {
+    txn: &'t mut TxnState<'s>,
+    table: Arc<TableRt>,
+    lower: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
+    /// Fetched at the lower end, ascending, not returned yet.
+    front: VecDeque<Entry>,
+    /// Fetched at the upper end, descending, not returned yet.
+    back: VecDeque<Entry>,
+    /// No key is left between `lower` and `upper`.
+    exhausted: bool,
+    /// Entries the next fetch asks for.
+    batch: usize,
+    failed: bool,
+}
+
+impl<'t, 's> Cursor<'t, 's> {
+    /// A cursor over `range` whose first fetch asks for `first_batch`
+    /// entries (clamped to the batch limits).
+    pub(super) fn new(
+        txn: &'t mut TxnState<'s>,
+        table: Arc<TableRt>,
+        (lower, upper): (Bound<Vec<u8>>, Bound<Vec<u8>>),
+        first_batch: usize,
+    ) -> Self {
+        Cursor {
+            txn,
+            table,
+            lower,
+            upper,
+            front: VecDeque::new(),
+            back: VecDeque::new(),
+            exhausted: false,
+            batch: first_batch.clamp(MIN_BATCH, MAX_BATCH),
+            failed: false,
+        }
+    }
+
+    /// The next live entry at the `order` end.
+    fn step(&mut self, order: Order) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
+        while !self.failed {
+            let (key, head) = match self.take(order) {
+                Ok(Some(entry)) => entry,
+                Ok(None) => return None,
+                Err(e) => return Some(self.fail(e)),
+            };
+            match self.txn.read_chain(&self.table, &key, Addr(head)) {
+                Ok(Some(value)) => return Some(Ok((key, value))),
+                Ok(None) => continue,
+                Err(e) => return Some(self.fail(e)),
+            }
+        }
+        None
+    }
+
+    /// The next index entry at the `order` end, fetching when needed.
+    fn take(&mut self, order: Order) -> Result<Option<Entry>> {
+        loop {
+            let (mine, theirs) = match order {
+                Order::Ascending => (&mut self.front, &mut self.back),
+                Order::Descending => (&mut self.back, &mut self.front),
+            };
+            if let Some(entry) = mine.pop_front() {
+                return Ok(Some(entry));
+            }
+            if self.exhausted {
+                return Ok(theirs.pop_back());
+            }
+            self.fetch(order)?;
+        }
+    }
+
+    /// Fetches the next batch at the `order` end into its empty buffer.
+    fn fetch(&mut self, order: Order) -> Result<()> {
+        let want = self.batch;
+        self.batch = (want * 2).min(MAX_BATCH);
+        let batch = self
+            .txn
+            .index_batch(&self.table, (&self.lower, &self.upper), want, order)?;
+        self.exhausted = batch.len() < want;
+        if let Some((key, _)) = batch.last() {
+            let position = Bound::Excluded(key.clone());
+            match order {
+                Order::Ascending => self.lower = position,
+                Order::Descending => self.upper = position,
+            }
+        }
+        match order {
+            Order::Ascending => self.front = batch.into(),
+            Order::Descending => self.back = batch.into(),
+        }
+        Ok(())
+    }
+
+    /// Ends the iteration; a conflict also poisons the transaction.
+    fn fail(&mut self, error: Error) -> Result<(Vec<u8>, Vec<u8>)> {
+        self.failed = true;
+        self.txn.guard(Err(error))
+    }
+}
+
+impl Iterator for Cursor<'_, '_> {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.step(Order::Ascending)
+    }
+}
+
+impl DoubleEndedIterator for Cursor<'_, '_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.step(Order::Descending)
+    }
+}
+
+impl FusedIterator for Cursor<'_, '_> {}
+
+impl<'s> TxnState<'s> {
+    /// A cursor over the live entries of `range` (see [`Cursor`]).
+    pub fn range(
+        &mut self,
+        table: Arc<TableRt>,
+        range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+        first_batch: usize,
+    ) -> Result<Cursor<'_, 's>> {
+        self.check_usable()?;
+        if table.instance != self.store.instance {
+            return Err(Error::ForeignTable);
+        }
+        table.check_damaged()?;
+        Ok(Cursor::new(self, table, range, first_batch))
+    }
+
+    /// Up to `want` index entries of the range from its `order` end,
+    /// marking every leaf read (phantom protection).
+    fn index_batch(
+        &self,
+        table: &TableRt,
+        (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
+        want: usize,
+        order: Order,
+    ) -> Result<Vec<Entry>> {
+        table.warm_range(&self.store.medium, (lower, upper), want, order)?;
+        let mut batch = Vec::with_capacity(want);
+        let visit = |key: &[u8], head| {
+            batch.push((key.to_vec(), head));
+            batch.len() < want
+        };
+        let (lower, upper) = (as_slice_bound(lower), as_slice_bound(upper));
+        match order {
+            Order::Ascending => table.index.scan(lower, upper, Some(self.ts), visit),
+            Order::Descending => table.index.scan_rev(lower, upper, Some(self.ts), visit),
+        }
+        Ok(batch)
+    }
+}
+
+/// The least key above every key that starts with `prefix`; `None` when
+/// there is none (the prefix is empty or all `0xFF`).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_end_is_the_least_key_above_the_prefix() {
+        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_end(b"a\xff\xff"), Some(b"b".to_vec()));
+        assert_eq!(prefix_end(b"\xff\xff"), None);
+        assert_eq!(prefix_end(b""), None);
+    }
+}

@@ -1,0 +1,334 @@
+//! Range cursors: forward, reverse, two-ended and prefix iteration against
+//! a model, bounds of every kind (also while the index is served from a
+//! checkpoint after a restart), laziness, and phantom protection.
+
+mod common;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rebound::{
+    Database, Error, MediumChoice, Options, SimDevice, Table, TableOptions, Transaction,
+};
+use std::collections::BTreeMap;
+use std::ops::{Bound, RangeBounds};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+type Range = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// Key bytes: few, so that prefixes and bounds hit keys, including the
+/// extremes of the byte range.
+const ALPHABET: [u8; 4] = [0x00, b'a', b'b', 0xff];
+
+fn sim_options(device: &SimDevice) -> Options {
+    Options::default()
+        .medium(MediumChoice::Simulated(device.clone()))
+        .background_thread(false)
+}
+
+fn random_key(rng: &mut impl Rng, min_len: usize) -> Vec<u8> {
+    let len = rng.gen_range(min_len..=4);
+    (0..len)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())])
+        .collect()
+}
+
+fn random_bound(rng: &mut impl Rng) -> Bound<Vec<u8>> {
+    let key = match rng.gen_ratio(1, 20) {
+        // Longer than any key may be: the index truncates such bounds.
+        true => vec![b'a'; 600],
+        false => random_key(rng, 0),
+    };
+    match rng.gen_range(0..3) {
+        0 => Bound::Included(key),
+        1 => Bound::Excluded(key),
+        _ => Bound::Unbounded,
+    }
+}
+
+/// Random puts and deletes in `tx`, mirrored in `model`.
+fn random_writes(tx: &mut Transaction<'_>, t: &Table, model: &mut Model, rng: &mut impl Rng) {
+    for _ in 0..rng.gen_range(1..40) {
+        let key = random_key(rng, 1);
+        if rng.gen_ratio(1, 4) {
+            assert_eq!(tx.delete(t, &key).unwrap(), model.remove(&key).is_some());
+        } else {
+            let value = rng.gen::<u32>().to_le_bytes().to_vec();
+            assert_eq!(
+                tx.put(t, &key, &value).unwrap(),
+                model.insert(key, value).is_some()
+            );
+        }
+    }
+}
+
+fn expected(model: &Model, range: &Range) -> Entries {
+    model
+        .iter()
+        .filter(|(key, _)| range.contains(*key))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
+/// Forward, reverse, two-ended, limited-scan and prefix reads of random
+/// ranges all agree with the model. Reverse reads go first: after a restart they must warm the index alone.
+fn check_ranges(
+    tx: &mut Transaction<'_>,
+    t: &Table,
+    model: &Model,
+    rng: &mut impl Rng,
+    rounds: usize,
+) {
+    for _ in 0..rounds {
+        let range: Range = (random_bound(rng), random_bound(rng));
+        let want = expected(model, &range);
+        let ctx = format!("{range:?}");
+        let mut reverse: Entries = tx
+            .range(t, range.clone())
+            .unwrap()
+            .rev()
+            .map(Result::unwrap)
+            .collect();
+        reverse.reverse();
+        assert_eq!(reverse, want, "reverse {ctx}");
+        let forward: Entries = tx
+            .range(t, range.clone())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(forward, want, "forward {ctx}");
+        let forward: Entries = tx
+            .range(t, range.clone())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(forward, want, "forward {ctx}");
+        assert_eq!(
+            two_ended(tx, t, range.clone(), rng),
+            want,
+            "two-ended {ctx}"
+        );
+        let limit = rng.gen_range(0..want.len() + 2);
+        let scanned = tx.scan(t, range, limit).unwrap();
+        assert_eq!(scanned, want[..limit.min(want.len())], "scan {ctx}");
+
+        let prefix = random_key(rng, 0);
+        let want: Entries = expected(model, &(Bound::Unbounded, Bound::Unbounded))
+            .into_iter()
+            .filter(|(key, _)| key.starts_with(&prefix))
+            .collect();
+        let found: Entries = tx.prefix(t, &prefix).unwrap().map(Result::unwrap).collect();
+        assert_eq!(found, want, "prefix {prefix:?}");
+    }
+}
+
+/// Takes entries from both ends at random; returns them in key order.
+fn two_ended(tx: &mut Transaction<'_>, t: &Table, range: Range, rng: &mut impl Rng) -> Entries {
+    let mut cursor = tx.range(t, range).unwrap();
+    let (mut front, mut back) = (Vec::new(), Vec::new());
+    loop {
+        let entry = match rng.gen_bool(0.5) {
+            true => cursor.next().map(|e| front.push(e.unwrap())),
+            false => cursor.next_back().map(|e| back.push(e.unwrap())),
+        };
+        if entry.is_none() {
+            break;
+        }
+    }
+    assert!(
+        cursor.next().is_none() && cursor.next_back().is_none(),
+        "fused"
+    );
+    front.extend(back.into_iter().rev());
+    front
+}
+
+#[test]
+fn cursors_match_the_model() {
+    common::each_seed(cursors_match_the_model_with);
+}
+
+fn cursors_match_the_model_with(seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let device = SimDevice::new(1 << 28);
+    let db = Database::open("unused", sim_options(&device)).unwrap();
+    // Small blocks and many keys of up to 4 bytes: the index gets several levels.
+    let t = db
+        .create_table("t", TableOptions::default().max_key_len(8))
+        .unwrap();
+    let mut session = db.session().unwrap();
+    let mut model = Model::new();
+    for _ in 0..30 {
+        let mut tx = session.begin();
+        random_writes(&mut tx, &t, &mut model, &mut rng);
+        tx.commit().unwrap();
+    }
+    // Uncommitted writes of the reading transaction are part of what it sees.
+    let mut tx = session.begin();
+    let mut own = model.clone();
+    random_writes(&mut tx, &t, &mut own, &mut rng);
+    check_ranges(&mut tx, &t, &own, &mut rng, 60);
+    tx.abort();
+
+    // After a restart the index is served from the checkpoint on demand:
+    // cursors warm what they reach, from either end.
+    db.checkpoint().unwrap();
+    let mut tx = session.begin();
+    random_writes(&mut tx, &t, &mut model, &mut rng);
+    tx.commit().unwrap();
+    drop((session, t, db));
+    let stopped = device.clean_copy();
+    for _ in 0..10 {
+        let options = sim_options(&stopped.clean_copy()).load_indexes_in_background(false);
+        let db = Database::open("unused", options).unwrap();
+        let t = db.table("t").unwrap().unwrap();
+        let mut session = db.session().unwrap();
+        let mut tx = session.begin();
+        check_ranges(&mut tx, &t, &model, &mut rng, 1);
+        tx.commit().unwrap();
+    }
+}
+
+/// Rows `row00000`, `row00002`, ... `row09998`: many leaves.
+fn rows() -> (Database, Table) {
+    let db = Database::open("unused", sim_options(&SimDevice::new(1 << 28))).unwrap();
+    let t = db.create_table("t", TableOptions::default()).unwrap();
+    let mut session = db.session().unwrap();
+    let mut tx = session.begin();
+    for i in (0..10_000).step_by(2) {
+        tx.insert(&t, row(i).as_bytes(), b"v").unwrap();
+    }
+    tx.commit().unwrap();
+    (db, t)
+}
+
+fn row(i: u32) -> String {
+    format!("row{i:05}")
+}
+
+/// An older transaction may not insert into a range a younger one read
+/// through a cursor, in either direction, nor write a key it returned.
+#[test]
+fn cursor_reads_block_older_inserts_and_updates() {
+    let (db, t) = rows();
+    let mut sessions: Vec<_> = (0..5).map(|_| db.session().unwrap()).collect();
+    for reverse in [false, true] {
+        let (mine, others) = sessions.split_last_mut().unwrap();
+        let mut older: Vec<_> = others.iter_mut().map(|s| s.begin()).collect();
+        let mut younger = mine.begin();
+        let cursor = younger.range(&t, row(4000)..row(6000)).unwrap();
+        let read: Entries = match reverse {
+            false => cursor.map(Result::unwrap).collect(),
+            true => cursor.rev().map(Result::unwrap).collect(),
+        };
+        assert_eq!(read.len(), 1000, "reverse: {reverse}");
+        let keys = [row(4001), row(5001), row(5999)];
+        for (tx, key) in older.iter_mut().zip(&keys) {
+            assert!(
+                matches!(tx.insert(&t, key.as_bytes(), b"x"), Err(Error::Conflict)),
+                "{key} reverse: {reverse}"
+            );
+        }
+        assert!(matches!(
+            older[3].update(&t, row(5000).as_bytes(), b"x"),
+            Err(Error::Conflict)
+        ));
+        drop(older);
+        younger.commit().unwrap();
+    }
+}
+
+/// A cursor dropped after one entry has read that entry and gap-marked at
+/// most one batch: writes far inside the range stay possible for older
+/// transactions, writes next to what it returned do not.
+#[test]
+fn a_cursor_dropped_early_reads_little_more_than_it_returned() {
+    let (db, t) = rows();
+    let mut sessions: Vec<_> = (0..4).map(|_| db.session().unwrap()).collect();
+    for reverse in [false, true] {
+        let (mine, others) = sessions.split_last_mut().unwrap();
+        let mut older: Vec<_> = others.iter_mut().map(|s| s.begin()).collect();
+        let mut younger = mine.begin();
+        let mut cursor = younger.range::<&[u8]>(&t, ..).unwrap();
+        let (first, near, far, unread) = match reverse {
+            false => (cursor.next(), row(1), row(9001), row(9998)),
+            true => (cursor.next_back(), row(9997), row(1), row(0)),
+        };
+        let (key, _) = first.unwrap().unwrap();
+        drop(cursor);
+        let mut far_writer = older.remove(0);
+        far_writer.insert(&t, far.as_bytes(), b"x").unwrap();
+        far_writer.update(&t, unread.as_bytes(), b"x").unwrap();
+        far_writer.commit().unwrap();
+        assert!(matches!(
+            older[0].insert(&t, near.as_bytes(), b"x"),
+            Err(Error::Conflict)
+        ));
+        assert!(matches!(
+            older[1].update(&t, &key, b"x"),
+            Err(Error::Conflict)
+        ));
+        drop(older);
+        younger.commit().unwrap();
+    }
+}
+
+/// Writers insert keys into a range while readers read it forwards and
+/// backwards in one transaction: a reader that commits saw the same rows
+/// both times (no phantom appeared between its two reads).
+#[test]
+fn concurrent_inserts_never_show_a_reader_a_phantom() {
+    common::each_seed(concurrent_inserts_with);
+}
+
+fn concurrent_inserts_with(seed: u64) {
+    let (db, t) = rows();
+    let committed_reads = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for writer in 0..2u64 {
+            let (db, t) = (&db, &t);
+            scope.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(common::derive(seed, writer));
+                let mut session = db.session().unwrap();
+                for _ in 0..300 {
+                    let key = row(rng.gen_range(0..5000) * 2 + 1);
+                    let mut tx = session.begin();
+                    match tx.insert(t, key.as_bytes(), b"new") {
+                        Ok(()) => {
+                            let _ = tx.commit();
+                        }
+                        Err(e) if e.is_retryable() || matches!(e, Error::DuplicateKey) => {}
+                        Err(e) => panic!("insert: {e}"),
+                    }
+                }
+            });
+        }
+        let (db, t, committed_reads) = (&db, &t, &committed_reads);
+        scope.spawn(move || {
+            let mut session = db.session().unwrap();
+            for _ in 0..40 {
+                let mut tx = session.begin();
+                let reads = (|| -> rebound::Result<(Entries, Entries)> {
+                    let forward = tx
+                        .range(t, row(3000)..row(7000))?
+                        .collect::<rebound::Result<_>>()?;
+                    let mut reverse: Entries = tx
+                        .range(t, row(3000)..row(7000))?
+                        .rev()
+                        .collect::<rebound::Result<_>>()?;
+                    reverse.reverse();
+                    Ok((forward, reverse))
+                })();
+                match reads {
+                    Ok((forward, reverse)) => {
+                        assert_eq!(forward, reverse);
+                        tx.commit().unwrap();
+                        committed_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Err(e) => assert!(e.is_retryable(), "{e}"),
+                }
+            }
+        });
+    });
+    assert!(committed_reads.into_inner() > 0, "some reader committed");
+}
