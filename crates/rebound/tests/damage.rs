@@ -275,17 +275,13 @@ fn a_damaged_checkpoint_run_is_corrupt_for_get_scan_and_table() {
 #[test]
 fn the_scrub_trusts_only_clean_blocks_and_damage_is_still_reported() {
     let dir = fresh_dir();
-    let options = || Options {
-        background_thread: false,
-        ..quiet()
-    };
+    let options = || quiet().background_thread(false);
     let value = |k: usize| format!("VALUE-{k:02}-0123456789").into_bytes();
     let db = Database::open(dir.path(), options()).unwrap();
-    let table_options = TableOptions {
-        max_key_len: 8,
-        max_value_len: 32,
-        block_slots: 8,
-    };
+    let table_options = TableOptions::default()
+        .max_key_len(8)
+        .max_value_len(32)
+        .block_slots(8);
     let t = db.create_table("t", table_options).unwrap();
     let mut session = db.session().unwrap();
     for k in 0..64 {
