@@ -263,6 +263,47 @@ impl BTree {
         })
     }
 
+    /// Like [`get`](Self::get), for a caller about to replace the value: the
+    /// path is marked with `ut` as a write's is, and the returned hint lets
+    /// [`compare_and_set_hinted`](Self::compare_and_set_hinted) lock the
+    /// leaf without descending again while nobody changed it.
+    pub fn get_for_update(&self, key: &[u8], ut: u64) -> Option<(u64, UpdateHint<'_>)> {
+        let key = ProbeKey::new(key)?;
+        retry(|| {
+            let leaf = self.descend(Some(&key), |guard, _| guard.node().mark_update_time(ut))?;
+            let (slot, found) = leaf.node().search(&key);
+            let value = leaf.node().value(slot);
+            leaf.validate()?;
+            Ok(found.then_some((value, UpdateHint { leaf })))
+        })
+    }
+
+    /// [`compare_and_set`](Self::compare_and_set) starting from the leaf a
+    /// [`get_for_update`](Self::get_for_update) of the same key found; if
+    /// that leaf changed since, from the root.
+    pub fn compare_and_set_hinted(
+        &self,
+        hint: &UpdateHint<'_>,
+        key: &[u8],
+        expected: u64,
+        new: u64,
+        ut: u64,
+    ) -> Result<(), Option<u64>> {
+        let Some(mut leaf) = hint.leaf.upgrade() else {
+            return self.compare_and_set(key, expected, new, ut);
+        };
+        let (slot, found) = leaf.search(&probe_to_store(key));
+        if !found {
+            return Err(None);
+        }
+        let current = leaf.value(slot);
+        if current != expected {
+            return Err(Some(current));
+        }
+        leaf.set_value(slot, new);
+        Ok(())
+    }
+
     /// Inserts when absent. `Err(Exists(v))` if present; `Err(Phantom)` if the
     /// covering leaf's gap_read_ts > `writer_ts`.
     ///
@@ -503,6 +544,12 @@ fn illegal_key(key: &[u8]) -> ! {
         "index keys must be 1..={MAX_KEY_LEN} bytes long, got {}",
         key.len()
     )
+}
+
+/// Where a key was found for an update (see [`BTree::get_for_update`]):
+/// its leaf, at the version the lookup validated.
+pub struct UpdateHint<'a> {
+    leaf: ReadGuard<'a>,
 }
 
 /// The optimistic reads of one root-to-leaf descent, kept so that a split

@@ -333,12 +333,15 @@ impl SlotView for Node {
         let high = high.min(count);
         let low = low.min(high);
         // The bisection's probes then hit lines already on their way.
-        if let Some(slots) = self.body.get(low * SLOT_WORDS..high * SLOT_WORDS) {
-            // Every 8 words, and the last: the range need not start a line.
-            let starts = slots.iter().step_by(8).chain(slots.last());
-            for word in starts {
-                crate::medium::prefetch(word);
-            }
+        let first = self
+            .body
+            .as_ptr()
+            .wrapping_add(low * SLOT_WORDS)
+            .cast::<u8>();
+        let misalign = first.addr() % 64;
+        let bytes = (high - low) * SLOT_WORDS * 8 + misalign;
+        for line in (0..bytes).step_by(64) {
+            crate::medium::prefetch(first.wrapping_sub(misalign).wrapping_add(line));
         }
         (low, high)
     }

@@ -1245,3 +1245,44 @@ fn insert_sorted_absent_runs_alongside_writers() {
         }
     }
 }
+
+/// A hinted compare-and-set acts on the leaf the lookup found while it is
+/// unchanged, and starts from the root once a split moved the key away;
+/// either way it answers exactly as the plain one would, and the lookup
+/// marks the path like a write.
+#[test]
+fn hinted_compare_and_set_survives_splits_of_its_leaf() {
+    let tree = BTree::new();
+    for i in 0..1000u64 {
+        tree.upsert(&(i * 2).to_be_bytes(), i, 1);
+    }
+    let key = 1000u64.to_be_bytes();
+    let (value, hint) = tree.get_for_update(&key, 7).expect("present");
+    assert_eq!(value, 500);
+    assert!(path_marks(&tree, &key).iter().all(|&(ut, _)| ut >= 7));
+    assert_eq!(
+        tree.compare_and_set_hinted(&hint, &key, 499, 9, 7),
+        Err(Some(500))
+    );
+    assert_eq!(
+        tree.compare_and_set_hinted(&hint, &key, 500, 501, 7),
+        Ok(())
+    );
+    let (_, stale) = tree.get_for_update(&key, 8).expect("present");
+    // Odd keys around it split its leaf (and more) after the lookup.
+    for i in 0..1000u64 {
+        tree.upsert(&(i * 2 + 1).to_be_bytes(), i, 9);
+    }
+    assert_eq!(
+        tree.compare_and_set_hinted(&stale, &key, 501, 502, 10),
+        Ok(())
+    );
+    assert_eq!(tree.get(&key), Some(502));
+    let absent = 3000u64.to_be_bytes();
+    assert!(tree.get_for_update(&absent, 11).is_none());
+    assert_eq!(
+        tree.compare_and_set_hinted(&stale, &absent, 1, 2, 11),
+        Err(None)
+    );
+    check_invariants(&tree);
+}

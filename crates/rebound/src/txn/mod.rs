@@ -54,7 +54,7 @@ use crate::catalog;
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
 use crate::heap::{Addr, SlotRead, Space, TableHeap, VersionHeader};
-use crate::index::{BTree, InsertError};
+use crate::index::{BTree, InsertError, UpdateHint};
 use crate::medium::Medium;
 use crossbeam_utils::CachePadded;
 use std::ops::{Bound, RangeBounds};
@@ -366,18 +366,25 @@ impl TableRt {
         self.cold.read().clone()
     }
 
-    /// The index head of `key`, materializing a cold entry if needed.
-    pub fn lookup(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
-        if let Some(head) = self.index.get(key) {
-            return Ok(Some(head));
+    /// The index head of `key` for a write about to replace it (see
+    /// `BTree::get_for_update`), materializing a cold entry if needed.
+    pub fn lookup_for_update(
+        &self,
+        medium: &Medium,
+        key: &[u8],
+        ut: u64,
+    ) -> Result<Option<(u64, UpdateHint<'_>)>> {
+        if let Some(found) = self.index.get_for_update(key, ut) {
+            return Ok(Some(found));
         }
         Ok(match self.warm(medium, key)? {
-            true => self.index.get(key),
+            true => self.index.get_for_update(key, ut),
             false => None,
         })
     }
 
-    /// Like `lookup`, recording the gap read when the key is absent.
+    /// The index head of `key` for a read, materializing a cold entry if
+    /// needed and recording the gap read when the key is absent.
     pub fn lookup_marking_gap(&self, medium: &Medium, key: &[u8], ts: u64) -> Result<Option<u64>> {
         if let Some(head) = self.index.get(key) {
             return Ok(Some(head));
@@ -562,6 +569,13 @@ impl WriteSet {
             spare_buf: Vec::new(),
         }
     }
+}
+
+/// The chain head a write replaces, and where the index had it, if known.
+#[derive(Clone, Copy)]
+struct Target<'h, 'i> {
+    head: Addr,
+    hint: Option<&'h UpdateHint<'i>>,
 }
 
 /// What a write should do to an existing key.
@@ -878,10 +892,10 @@ impl<'s> TxnState<'s> {
             // Inserting needs no gap mark: the pending index entry is what
             // later readers and writers of the key meet. Reporting a key as
             // missing is a read of the gap, so that path marks it.
-            let head = match table.lookup(&self.store.medium, key)? {
-                Some(head) => {
+            let (head, hint) = match table.lookup_for_update(&self.store.medium, key, self.ts)? {
+                Some((head, hint)) => {
                     table.heap.prefetch_version(&self.store.medium, Addr(head));
-                    Addr(head)
+                    (Addr(head), Some(hint))
                 }
                 None if matches!(kind, WriteKind::Insert | WriteKind::Put) => {
                     match self.insert_fresh(table, key, value, set)? {
@@ -890,11 +904,15 @@ impl<'s> TxnState<'s> {
                     }
                 }
                 None => match table.lookup_marking_gap(&self.store.medium, key, self.ts)? {
-                    Some(head) => Addr(head),
+                    Some(head) => (Addr(head), None),
                     None => return self.missing(kind),
                 },
             };
-            if let Some(existed) = self.write_over(table, key, value, kind, head, set)? {
+            let at = Target {
+                head,
+                hint: hint.as_ref(),
+            };
+            if let Some(existed) = self.write_over(table, key, value, kind, at, set)? {
                 return Ok(existed);
             }
         }
@@ -914,7 +932,7 @@ impl<'s> TxnState<'s> {
         key: &[u8],
         value: Option<&[u8]>,
         kind: WriteKind,
-        head: Addr,
+        Target { head, hint }: Target<'_, '_>,
         set: &mut WriteSet,
     ) -> Result<Option<bool>> {
         let header = self.version(table, head)?;
@@ -965,7 +983,8 @@ impl<'s> TxnState<'s> {
             return answer.map(Some);
         }
         // Nobody can repoint a head we hold locked; fail safe if it happens.
-        match self.append_successor(table, key, value, (head, header), 0, set)? {
+        let at = Target { head, hint };
+        match self.append_successor(table, key, value, (at, header), 0, set)? {
             true => Ok(Some(existed)),
             false => Err(Error::Conflict),
         }
@@ -980,7 +999,7 @@ impl<'s> TxnState<'s> {
         table: &TableRt,
         key: &[u8],
         value: Option<&[u8]>,
-        (head, header): (Addr, &VersionHeader),
+        (Target { head, hint }, header): (Target<'_, '_>, &VersionHeader),
         read: u64,
         set: &mut WriteSet,
     ) -> Result<bool> {
@@ -995,11 +1014,13 @@ impl<'s> TxnState<'s> {
         new_header.read.store(read, Release);
         new_header.prev.store(head.0 + 1, Release);
         new_header.begin.store(PENDING | self.ts, Release);
-        if table
-            .index
-            .compare_and_set(key, head.0, new.0, self.ts)
-            .is_err()
-        {
+        let repointed = match hint {
+            Some(hint) => table
+                .index
+                .compare_and_set_hinted(hint, key, head.0, new.0, self.ts),
+            None => table.index.compare_and_set(key, head.0, new.0, self.ts),
+        };
+        if repointed.is_err() {
             header.end.store(0, Release);
             self.discard(table, new)?;
             return Ok(false);

@@ -8,7 +8,7 @@
 //! (`gc::empty_block`), and writers that meet its locks wait for it, so a
 //! copy's timestamp never makes a user transaction conflict.
 
-use super::{TableRt, TxnState};
+use super::{TableRt, Target, TxnState};
 use crate::error::Result;
 use crate::heap::tile::{LOCKED, PENDING};
 use crate::heap::Addr;
@@ -48,6 +48,7 @@ impl TxnState<'_> {
         // with it. Marks made after our lock cannot exist: such readers
         // wait for us and then read the copy.
         let read = header.read.load(SeqCst);
-        self.append_successor(table, &slot.key, value, (head, header), read, &mut set)
+        let at = Target { head, hint: None };
+        self.append_successor(table, &slot.key, value, (at, header), read, &mut set)
     }
 }
