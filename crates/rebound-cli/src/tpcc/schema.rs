@@ -270,7 +270,12 @@ impl<'a> Dec<'a> {
     pub fn str(&mut self, width: usize) -> String {
         let b = self.take(width);
         let end = b.iter().position(|&c| c == 0).unwrap_or(width);
-        String::from_utf8_lossy(&b[..end]).into_owned()
+        let b = &b[..end];
+        // Rows hold what `Enc::str` wrote, so the lossy path is for damage only.
+        match std::str::from_utf8(b) {
+            Ok(s) => s.to_owned(),
+            Err(_) => String::from_utf8_lossy(b).into_owned(),
+        }
     }
 }
 

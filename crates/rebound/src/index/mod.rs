@@ -161,8 +161,10 @@ use node::{NoRoom, Node, ReadGuard, Restart, RootCell, WriteGuard};
 pub const MAX_KEY_LEN: usize = 512;
 
 /// A path is at most this deep. Inner nodes that split keep at least three
-/// children each, so even 2^64 keys could not come close.
-const MAX_HEIGHT: usize = 48;
+/// children each, so a tree this tall would hold over 3^22 nodes of 4 KiB
+/// (over 10^14 bytes) on one level alone. Kept small because every write's
+/// descent records its path in an array of this length.
+const MAX_HEIGHT: usize = 24;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InsertError {
