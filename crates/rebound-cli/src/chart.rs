@@ -358,6 +358,15 @@ fn s(v: &Value, key: &str) -> String {
         .to_owned()
 }
 
+/// A compare bar's label: the contender and, where recorded, the class
+/// of guarantee its commits give.
+fn bar_label(d: &Value) -> String {
+    match d["guarantee"].as_str() {
+        Some(g) => format!("{} [{g}]", s(d, "design")),
+        None => s(d, "design"),
+    }
+}
+
 fn series_points(series: &Value) -> Vec<(f64, f64)> {
     let mut pts: Vec<(f64, f64)> = series
         .as_array()
@@ -448,10 +457,12 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                             .iter()
                             .map(|d| {
                                 (
-                                    s(d, "design"),
+                                    bar_label(d),
                                     vec![
                                         f(d, &["mean_txn_per_s"]).unwrap_or(0.0),
-                                        f(d, &["median_ratio_to_none"]).unwrap_or(f64::NAN),
+                                        f(d, &["median_ratio"])
+                                            .or_else(|| f(d, &["median_ratio_to_none"]))
+                                            .unwrap_or(f64::NAN),
                                     ],
                                 )
                             })
@@ -459,7 +470,19 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                     })
                     .unwrap_or_default();
                 let ph = Phases {
-                    title: format!("{}: throughput by durability design", s(&v, "workload")),
+                    title: format!(
+                        "{}: throughput by {}, ratio to {}",
+                        s(&v, "workload"),
+                        if v["config"]["engines"]
+                            .as_array()
+                            .is_some_and(|e| !e.is_empty())
+                        {
+                            "engine"
+                        } else {
+                            "durability design"
+                        },
+                        v["baseline"].as_str().unwrap_or("none")
+                    ),
                     bars,
                 };
                 let base = args.out.join(format!("{stem}-designs"));

@@ -5,11 +5,12 @@ use crate::common::{
     DirArgs, Done, DriveSpec, Environment, Flow, Limit, NoObserver, OutArgs, RunStats, SummaryRow,
     Worker,
 };
+use crate::engines::{self, with_engine, Engine, EngineArgs, Session, Tx};
 use crate::gen::{Distribution, KeyChooser};
 use clap::{Args, ValueEnum};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rebound::{Database, Session, Table, TableOptions};
+use rebound::TableOptions;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::Write;
@@ -289,8 +290,8 @@ impl Drop for AckSink {
     }
 }
 
-pub struct YcsbWorker {
-    table: Table,
+pub struct YcsbWorker<T> {
+    table: T,
     thread: u64,
     seq: u64,
     gen: OpGen,
@@ -300,14 +301,14 @@ pub struct YcsbWorker {
     ack: Option<AckSink>,
 }
 
-impl YcsbWorker {
+impl<T: Clone> YcsbWorker<T> {
     pub fn new(
-        table: &Table,
+        table: &T,
         cfg: &YcsbConfig,
         thread: u64,
         next_insert: Arc<AtomicU64>,
         ack: Option<AckSink>,
-    ) -> YcsbWorker {
+    ) -> YcsbWorker<T> {
         YcsbWorker {
             table: table.clone(),
             thread,
@@ -321,8 +322,11 @@ impl YcsbWorker {
     }
 }
 
-impl Worker for YcsbWorker {
-    fn run_one(&mut self, session: &mut Session) -> rebound::Result<(usize, Done<()>)> {
+impl<S: Session> Worker<S> for YcsbWorker<S::Table>
+where
+    S::Table: Send,
+{
+    fn run_one(&mut self, session: &mut S) -> engines::Result<(usize, Done<()>)> {
         let seq = self.seq;
         self.seq += 1;
         let ops = self.gen.ops(self.thread, seq);
@@ -364,17 +368,14 @@ impl Worker for YcsbWorker {
 }
 
 /// Creates (or finds) the table.
-pub fn usertable(db: &Database, cfg: &YcsbConfig) -> BoxResult<Table> {
-    Ok(match db.table(TABLE)? {
-        Some(t) => t,
-        None => db.create_table(TABLE, cfg.table_options())?,
-    })
+pub fn usertable<E: Engine>(db: &E, cfg: &YcsbConfig) -> BoxResult<E::Table> {
+    Ok(db.open_table(TABLE, &cfg.table_options())?)
 }
 
 pub use crate::common::LoadStats;
 
 /// Loads `records` rows, 1000 per transaction, with `threads` threads.
-pub fn load(db: &Database, cfg: &YcsbConfig, show_progress: bool) -> BoxResult<LoadStats> {
+pub fn load<E: Engine>(db: &E, cfg: &YcsbConfig, show_progress: bool) -> BoxResult<LoadStats> {
     let table = usertable(db, cfg)?;
     let bar = progress(cfg.records, "load", "rows");
     if !show_progress {
@@ -450,15 +451,15 @@ impl LimitArgs {
 /// Runs the measured phase on a loaded database.
 /// With `acks`, every commit is reported on stdout (crash child); worker
 /// thread numbers start at `thread_base`.
-pub fn run_on(
-    db: &Database,
+pub fn run_on<E: Engine>(
+    db: &E,
     cfg: &YcsbConfig,
     spec: &DriveSpec<'_>,
     acks: bool,
     thread_base: u64,
 ) -> BoxResult<RunStats> {
     let table = usertable(db, cfg)?;
-    let items = table.approximate_len() as u64;
+    let items = db.approximate_len(&table)?;
     let next_insert = Arc::new(AtomicU64::new(items.max(cfg.records)));
     let workers: Vec<_> = (0..cfg.threads as u64)
         .map(|t| {
@@ -480,9 +481,11 @@ pub struct YcsbArgs {
     pub cfg: YcsbConfig,
     #[command(flatten)]
     pub limit: LimitArgs,
-    /// Durability design (see `rebound compare --help`).
+    /// Durability design of Rebound (see `rebound compare --help`).
     #[arg(long, default_value = "log-free")]
     pub design: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     #[command(flatten)]
     pub dir: DirArgs,
     #[command(flatten)]
@@ -503,18 +506,23 @@ pub struct YcsbResult {
 pub fn run(args: YcsbArgs) -> BoxResult<()> {
     args.cfg.validate()?;
     let dir = DbDir::new(&args.dir, "ycsb")?;
-    let db = crate::common::open_design(&dir.path, &args.design)?;
+    with_engine!(args.engine.engine, |E| run_engine::<E>(&args, &dir))
+}
+
+fn run_engine<E: Engine>(args: &YcsbArgs, dir: &DbDir) -> BoxResult<()> {
+    let db = E::open(&dir.path, &args.engine.settings(&args.design))?;
+    let name = args.engine.label(&args.design);
     let mut load = load(&db, &args.cfg, true)?;
     if !args.limit.no_settle {
-        crate::common::settle(&db, &mut load)?;
+        crate::common::settle_engine(&db, &mut load)?;
     }
     println!(
-        "{}: loaded {} rows in {:.2} s ({:.0} rows/s), design {}",
+        "{}: loaded {} rows in {:.2} s ({:.0} rows/s), {name} ({})",
         args.cfg.label(),
         load.rows,
         load.seconds,
         load.rows_per_s,
-        args.design
+        db.guarantee()
     );
     let label = args.cfg.label();
     let spec = DriveSpec {
@@ -526,23 +534,22 @@ pub fn run(args: YcsbArgs) -> BoxResult<()> {
     };
     let stats = run_on(&db, &args.cfg, &spec, false, 0)?;
     println!("{}: {}", args.cfg.label(), describe(&stats));
-    let base = args
-        .out
-        .base(&format!("{}-{}", args.cfg.label(), args.design));
+    let base = args.out.base(&format!("{}-{name}", args.cfg.label()));
     let result = YcsbResult {
         benchmark: "ycsb".into(),
         distribution: args.cfg.distribution(),
-        design: DesignRecord::of(&args.design, &db),
+        design: DesignRecord::of_engine(&name, &db, !args.engine.no_sync),
         environment: Environment::capture(),
         load,
         result: stats,
         config: args.clone(),
     };
+    db.close()?;
     let json = write_json(&args.out.out, &base, &result)?;
     let row = SummaryRow::new(
         "ycsb",
         &args.cfg.label(),
-        &args.design,
+        &name,
         args.cfg.threads,
         &result.result,
         serde_json::to_string(&args)?,
@@ -573,18 +580,18 @@ pub struct OracleReport {
 
 /// Checks the recovered table against the acknowledged commits
 /// (`acks`: (thread, seq) → txn id). Only for workloads without inserts.
-pub fn verify_oracle(
-    db: &Database,
+pub fn verify_oracle<E: Engine>(
+    db: &E,
     cfg: &YcsbConfig,
     acks: &HashMap<(u64, u64), u64>,
 ) -> BoxResult<OracleReport> {
     let table = db
-        .table(TABLE)?
+        .find_table(TABLE)?
         .ok_or("the recovered database has no usertable")?;
     let mut session = db.session()?;
     // The recovered state: key → (thread, seq, id).
     let mut state: Vec<(u64, u64, u64)> = Vec::with_capacity(cfg.records as usize);
-    let mut tx = session.begin();
+    let mut tx = session.begin()?;
     let mut from = 0u64;
     while from < cfg.records {
         let to = (from + 10_000).min(cfg.records);
