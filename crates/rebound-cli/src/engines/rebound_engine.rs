@@ -41,7 +41,7 @@ impl Engine for Database {
     fn open_table(&self, name: &str, shape: &TableOptions) -> Result<Table> {
         match Database::table(self, name)? {
             Some(t) => Ok(t),
-            None => Ok(self.create_table(name, shape.clone())?),
+            None => Ok(self.create_table(name, *shape)?),
         }
     }
 
