@@ -432,12 +432,10 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                 let total = f(r, &["total_ms"]).unwrap_or(0.0);
                 let other = (total - parts.iter().sum::<f64>()).max(0.0);
                 // Other engines report only their open (all of it "other").
+                let class = v["design"]["guarantee_class"].as_str().unwrap_or("?");
                 let label = match v["engine"].as_str() {
-                    Some(engine) if engine != "rebound" => format!(
-                        "{engine} {workload} [{}]",
-                        v["design"]["guarantee_class"].as_str().unwrap_or("?")
-                    ),
-                    _ => format!(
+                    Some(engine) => format!("{engine} [{class}]"),
+                    None => format!(
                         "{workload} ({} versions)",
                         f(r, &["versions_scanned"]).unwrap_or(0.0)
                     ),
