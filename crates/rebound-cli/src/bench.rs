@@ -1,10 +1,10 @@
 //! The two benchmarks behind one enum, for `compare` and `crash`.
 
 use crate::common::{BoxResult, DriveSpec, LoadStats, RunStats};
+use crate::engines::Engine;
 use crate::tpcc::{self, TpccConfig};
 use crate::ycsb::{self, YcsbConfig};
 use clap::Subcommand;
-use rebound::Database;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -38,7 +38,7 @@ impl Bench {
         }
     }
 
-    pub fn load(&self, db: &Database, show_progress: bool) -> BoxResult<LoadStats> {
+    pub fn load<E: Engine>(&self, db: &E, show_progress: bool) -> BoxResult<LoadStats> {
         match self {
             Bench::Ycsb(c) => ycsb::load(db, c, show_progress),
             Bench::Tpcc(c) => tpcc::load::load(db, c, show_progress),
@@ -46,9 +46,9 @@ impl Bench {
     }
 
     /// Runs the workload; `shared` carries TPC-C's cross-worker state.
-    pub fn run_on(
+    pub fn run_on<E: Engine>(
         &self,
-        db: &Database,
+        db: &E,
         spec: &DriveSpec<'_>,
         shared: Option<&Arc<tpcc::Shared>>,
         acks: bool,

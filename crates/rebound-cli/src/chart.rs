@@ -106,7 +106,7 @@ fn draw_timeline<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, tl: &Timeline
         .y_desc("committed txn/s (per 100 ms)")
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
-        .y_label_formatter(&|v| format!("{:.0}k", v / 1e3))
+        .y_label_formatter(&|v| rate_label(*v))
         .draw()
         .map_err(err)?;
     if let (Some(k), Some(r)) = (tl.kill, tl.recovered) {
@@ -256,6 +256,16 @@ fn draw_phases<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, ph: &Phases) ->
     root.present().map_err(err)
 }
 
+/// A throughput axis label: thousands only where they are whole enough
+/// to tell ticks apart.
+fn rate_label(v: f64) -> String {
+    if v.abs() >= 10_000.0 {
+        format!("{:.0}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
 /// The label of the bar at integer position `x` of a bar chart, if any.
 fn category_label(labels: &[String], x: f64) -> String {
     let i = x.round();
@@ -285,7 +295,7 @@ fn draw_designs<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, ph: &Phases) -
         .x_labels(n.max(2))
         .x_label_formatter(&|x| category_label(&labels, *x))
         .y_desc("committed txn/s")
-        .y_label_formatter(&|v| format!("{:.0}k", v / 1e3))
+        .y_label_formatter(&|v| rate_label(*v))
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .draw()
@@ -369,6 +379,15 @@ fn s(v: &Value, key: &str) -> String {
         .to_owned()
 }
 
+/// A compare bar's label: the contender and, where recorded, the class
+/// of guarantee its commits give.
+fn bar_label(d: &Value) -> String {
+    match d["guarantee"].as_str() {
+        Some(g) => format!("{} [{g}]", s(d, "design")),
+        None => s(d, "design"),
+    }
+}
+
 fn series_points(series: &Value) -> Vec<(f64, f64)> {
     let mut pts: Vec<(f64, f64)> = series
         .as_array()
@@ -423,10 +442,15 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                 ];
                 let total = phase_ms(r, "total");
                 let other = (total - parts.iter().sum::<f64>()).max(0.0);
-                let label = format!(
-                    "{workload} ({} versions)",
-                    f(r, &["versions_scanned"]).unwrap_or(0.0)
-                );
+                // Other engines report only their open (all of it "other").
+                let class = v["design"]["guarantee_class"].as_str().unwrap_or("?");
+                let label = match v["engine"].as_str() {
+                    Some(engine) => format!("{engine} [{class}]"),
+                    None => format!(
+                        "{workload} ({} versions)",
+                        f(r, &["versions_scanned"]).unwrap_or(0.0)
+                    ),
+                };
                 phases.push((label, vec![parts[0], parts[1], parts[2], other]));
             }
             Some("ycsb") | Some("tpcc") => {
@@ -459,10 +483,12 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                             .iter()
                             .map(|d| {
                                 (
-                                    s(d, "design"),
+                                    bar_label(d),
                                     vec![
                                         f(d, &["mean_txn_per_s"]).unwrap_or(0.0),
-                                        f(d, &["median_ratio_to_none"]).unwrap_or(f64::NAN),
+                                        f(d, &["median_ratio"])
+                                            .or_else(|| f(d, &["median_ratio_to_none"]))
+                                            .unwrap_or(f64::NAN),
                                     ],
                                 )
                             })
@@ -470,7 +496,19 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                     })
                     .unwrap_or_default();
                 let ph = Phases {
-                    title: format!("{}: throughput by durability design", s(&v, "workload")),
+                    title: format!(
+                        "{}: throughput by {}, ratio to {}",
+                        s(&v, "workload"),
+                        if v["config"]["engines"]
+                            .as_array()
+                            .is_some_and(|e| !e.is_empty())
+                        {
+                            "engine"
+                        } else {
+                            "durability design"
+                        },
+                        v["baseline"].as_str().unwrap_or("none")
+                    ),
                     bars,
                 };
                 let base = args.out.join(format!("{stem}-designs"));

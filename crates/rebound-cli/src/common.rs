@@ -2,10 +2,11 @@
 //! designs, retry loops, the multi-threaded driver, statistics and result
 //! files.
 
+use crate::engines::{self, Engine, Guarantee, Session, Tx};
 use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use rebound::{CheckpointMode, Database, Durability, GcOptions, Options, Session, Transaction};
+use rebound::{CheckpointMode, Database, Durability, GcOptions, Options};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -125,11 +126,6 @@ pub fn scratch_dir(label: &str) -> BoxResult<PathBuf> {
     Ok(dir)
 }
 
-/// Opens design `design` in `dir`.
-pub fn open_design(dir: &Path, design: &str) -> BoxResult<Database> {
-    Ok(Database::open(dir, design_options(design)?)?)
-}
-
 /// What a transaction body asks for: commit with a result, or roll back
 /// (a user abort, such as TPC-C's invalid New-Order item).
 pub enum Flow<T> {
@@ -146,24 +142,27 @@ pub struct Done<T> {
 }
 
 /// Runs `body` in a fresh transaction until it commits (or rolls back),
-/// retrying every `Error::Conflict`. Other errors are returned.
-pub fn run_txn<T>(
-    session: &mut Session,
-    mut body: impl FnMut(&mut Transaction<'_>) -> rebound::Result<Flow<T>>,
-) -> rebound::Result<Done<T>> {
+/// retrying every conflict. Other errors are returned.
+pub fn run_txn<S: Session, T>(
+    session: &mut S,
+    mut body: impl FnMut(&mut S::Tx<'_>) -> engines::Result<Flow<T>>,
+) -> engines::Result<Done<T>> {
     let mut conflicts = 0;
     loop {
-        let mut tx = session.begin();
-        let outcome = match body(&mut tx) {
-            Ok(Flow::Commit(v)) => tx.commit().map(|()| Some(v)),
-            Ok(Flow::Rollback) => {
-                tx.abort();
-                Ok(None)
-            }
-            Err(e) => {
-                tx.abort();
-                Err(e)
-            }
+        let outcome = match session.begin() {
+            Ok(mut tx) => match body(&mut tx) {
+                Ok(Flow::Commit(v)) => tx.commit().map(|()| Some(v)),
+                Ok(Flow::Rollback) => {
+                    tx.abort();
+                    Ok(None)
+                }
+                Err(e) => {
+                    tx.abort();
+                    Err(e)
+                }
+            },
+            // A single-writer engine that timed out waiting for its lock.
+            Err(e) => Err(e),
         };
         match outcome {
             Ok(value) => return Ok(Done { value, conflicts }),
@@ -281,10 +280,10 @@ pub enum Limit {
 }
 
 /// One worker thread's transaction generator and executor.
-pub trait Worker: Send {
+pub trait Worker<S: Session>: Send {
     /// Runs one logical transaction to its end, retrying conflicts.
     /// Returns its kind (index into the kind names) and the outcome.
-    fn run_one(&mut self, session: &mut Session) -> rebound::Result<(usize, Done<()>)>;
+    fn run_one(&mut self, session: &mut S) -> engines::Result<(usize, Done<()>)>;
 }
 
 /// What the driver reports while running (the crash child prints samples).
@@ -308,8 +307,8 @@ pub struct DriveSpec<'a> {
 
 /// Runs `workers` (one thread and one session each) until the limit,
 /// sampling throughput every 100 ms.
-pub fn drive<W: Worker>(
-    db: &Database,
+pub fn drive<E: Engine, W: Worker<E::Session>>(
+    db: &E,
     workers: Vec<W>,
     kind_names: &[&str],
     spec: &DriveSpec<'_>,
@@ -623,6 +622,16 @@ pub fn describe(stats: &RunStats) -> String {
 /// The durability facts of an open database, for the record.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DesignRecord {
+    /// The engine; for Rebound `design` names its durability design, for
+    /// the others it is the engine's name.
+    #[serde(default = "rebound_name")]
+    pub engine: String,
+    /// What an acknowledged commit survives.
+    #[serde(default = "unknown_guarantee")]
+    pub guarantee_class: Guarantee,
+    /// Whether transactions run one at a time (single-writer engines).
+    #[serde(default)]
+    pub single_writer: bool,
     pub design: String,
     pub durability: String,
     pub guarantee: String,
@@ -633,10 +642,43 @@ pub struct DesignRecord {
     pub path: Option<PathBuf>,
 }
 
+fn rebound_name() -> String {
+    "rebound".into()
+}
+
+fn unknown_guarantee() -> Guarantee {
+    Guarantee::None
+}
+
 impl DesignRecord {
+    /// The record of any engine: Rebound's design details, or the
+    /// engine's name, sync setting and guarantee class.
+    pub fn of_engine<E: Engine>(design: &str, engine: &E, durable: bool) -> DesignRecord {
+        if let Some(db) = engine.rebound() {
+            return DesignRecord::of(design, db);
+        }
+        let guarantee = engine.guarantee();
+        DesignRecord {
+            engine: engine.kind().name().into(),
+            guarantee_class: guarantee,
+            single_writer: engine.kind().single_writer(),
+            design: engine.kind().name().into(),
+            durability: if durable { "sync" } else { "no-sync" }.into(),
+            guarantee: guarantee.as_str().into(),
+            checkpoint: String::new(),
+            checkpoint_interval_s: 0.0,
+            checkpoint_after_versions: 0,
+            persist_latency_ns: 0,
+            path: None,
+        }
+    }
+
     pub fn of(name: &str, db: &Database) -> DesignRecord {
         let opts = design_options(name).unwrap_or_default();
         DesignRecord {
+            engine: rebound_name(),
+            guarantee_class: Engine::guarantee(db),
+            single_writer: false,
             design: name.to_owned(),
             durability: format!("{:?}", db.durability()),
             guarantee: format!("{:?}", db.guarantee()),
@@ -660,6 +702,15 @@ pub struct LoadStats {
     pub settle_seconds: f64,
     /// Sequence number of the last checkpoint taken before the run.
     pub checkpoint_sequence: Option<u64>,
+}
+
+/// [`settle`] for Rebound; the other engines have no background work of
+/// this kind to wait for.
+pub fn settle_engine<E: Engine>(engine: &E, load: &mut LoadStats) -> BoxResult<()> {
+    match engine.rebound() {
+        Some(db) => settle(db, load),
+        None => Ok(()),
+    }
 }
 
 /// Brings a freshly loaded database to steady state before measuring: a

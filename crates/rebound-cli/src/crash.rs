@@ -8,11 +8,12 @@ use crate::common::{
     design_options, unix_ms, write_csv, write_json, BoxResult, DbDir, DesignRecord, DirArgs,
     DriveSpec, Environment, Limit, LoadStats, Observer, OutArgs, RunStats, Sample,
 };
+use crate::engines::{with_engine, Engine, EngineArgs, EngineKind, Guarantee, Session, Tx};
 use crate::tpcc::{self, check::CheckReport};
 use crate::ycsb::{self, OracleReport};
 use clap::Args;
 use rand::Rng;
-use rebound::{Database, RecoveryReport};
+use rebound::RecoveryReport;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -35,9 +36,11 @@ pub struct CrashArgs {
     /// Seconds to keep running the workload after recovery.
     #[arg(long, default_value_t = 3.0)]
     pub post_secs: f64,
-    /// Durability design (must survive a process crash).
+    /// Durability design of Rebound (must survive a process crash).
     #[arg(long, default_value = "log-free")]
     pub design: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     #[command(flatten)]
     pub dir: DirArgs,
     #[command(flatten)]
@@ -52,6 +55,8 @@ pub struct CrashChildArgs {
     pub dir: PathBuf,
     #[arg(long)]
     pub design: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// The benchmark as JSON.
     #[arg(long)]
     pub bench: String,
@@ -94,6 +99,16 @@ fn csv_cell((name, value): (String, serde_json::Value)) -> (String, String) {
 }
 
 impl RecoveryRecord {
+    /// What an engine without a recovery report of its own tells: the
+    /// time of its open and of the first transaction after it.
+    pub fn timed(open: Duration, first_txn: Duration) -> RecoveryRecord {
+        RecoveryRecord {
+            open_ms: ms(open),
+            first_txn_ms: ms(first_txn),
+            ..RecoveryRecord::default()
+        }
+    }
+
     pub fn new(r: &RecoveryReport, open: Duration, first_txn: Duration) -> RecoveryRecord {
         RecoveryRecord {
             engine: r.clone(),
@@ -117,6 +132,16 @@ impl RecoveryRecord {
         w.write_record(row.iter().map(|(_, value)| value))?;
         w.flush()?;
         Ok(path)
+    }
+
+    /// Prints the engine's open and first transaction only.
+    pub fn print_timing(&self, engine: EngineKind) {
+        println!("reopen ({engine}):");
+        println!("  open         {:>10.3} ms", self.open_ms);
+        println!(
+            "  first txn    {:>10.3} ms after open began",
+            self.first_txn_ms
+        );
     }
 
     pub fn print(&self) {
@@ -179,6 +204,8 @@ impl Verification {
 #[derive(Serialize, Deserialize)]
 pub struct CrashResult {
     pub benchmark: String,
+    #[serde(default)]
+    pub engine: String,
     pub workload: String,
     pub config: CrashArgs,
     pub design: DesignRecord,
@@ -213,8 +240,11 @@ struct ChildReport {
 
 pub fn run(args: CrashArgs) -> BoxResult<()> {
     args.bench.validate()?;
-    let options = design_options(&args.design)?;
-    if options.durability == rebound::Durability::None {
+    let kind = args.engine.engine;
+    if kind == EngineKind::Rebound
+        && (args.engine.no_sync
+            || design_options(&args.design)?.durability == rebound::Durability::None)
+    {
         return Err("crash needs a durable design".into());
     }
     if let Bench::Ycsb(c) = &args.bench {
@@ -227,14 +257,27 @@ pub fn run(args: CrashArgs) -> BoxResult<()> {
         if c.value_size < ycsb::HEADER {
             return Err(format!("crash needs --value-size >= {}", ycsb::HEADER).into());
         }
+        // The oracle orders writes by transaction id; RocksDB's ids are
+        // drawn at begin, which is commit order only for one writer.
+        if kind == EngineKind::Rocksdb && c.threads > 1 {
+            return Err("crash with rocksdb and YCSB needs --threads 1".into());
+        }
     }
+    with_engine!(kind, |E| run_engine::<E>(&args))
+}
+
+fn run_engine<E: Engine>(args: &CrashArgs) -> BoxResult<()> {
     let label = args.bench.label();
     let dir = DbDir::new(&args.dir, "crash")?;
+    let settings = args.engine.settings(&args.design);
     // Load in this process, then close.
     let load = {
-        let db = Database::open(&dir.path, options.clone())?;
+        let db = E::open(&dir.path, &settings)?;
+        if db.guarantee() == Guarantee::None {
+            return Err(format!("{}: commits would not survive the kill", db.kind()).into());
+        }
         let mut load = args.bench.load(&db, true)?;
-        crate::common::settle(&db, &mut load)?;
+        crate::common::settle_engine(&db, &mut load)?;
         db.close()?;
         load
     };
@@ -255,6 +298,8 @@ pub fn run(args: CrashArgs) -> BoxResult<()> {
         .arg("--dir")
         .arg(&dir.path)
         .args(["--design", &args.design])
+        .args(["--engine", args.engine.engine.name()])
+        .args(args.engine.no_sync.then_some("--no-sync"))
         .args(["--bench", &serde_json::to_string(&args.bench)?])
         .stdout(Stdio::piped())
         .spawn()?;
@@ -327,14 +372,20 @@ pub fn run(args: CrashArgs) -> BoxResult<()> {
 
     // Reopen.
     let open_start = Instant::now();
-    let db = Database::open(&dir.path, options)?;
+    let db = E::open(&dir.path, &settings)?;
     let open = open_start.elapsed();
     let recovered_ms = unix_ms();
     first_txn(&db, &args.bench)?;
     let first = open_start.elapsed();
     let open_start_ms = recovered_ms - ms(open);
-    let mut recovery = RecoveryRecord::new(db.recovery_report(), open, first);
-    recovery.print();
+    let mut recovery = match db.rebound() {
+        Some(r) => RecoveryRecord::new(r.recovery_report(), open, first),
+        None => RecoveryRecord::timed(open, first),
+    };
+    match db.rebound() {
+        Some(_) => recovery.print(),
+        None => recovery.print_timing(db.kind()),
+    }
 
     // Verify.
     let verify_start = Instant::now();
@@ -386,7 +437,7 @@ pub fn run(args: CrashArgs) -> BoxResult<()> {
         "after recovery: {}",
         crate::common::describe(&after_recovery)
     );
-    recovery.indexes_loaded_ms = db.wait_for_indexes().map(ms);
+    recovery.indexes_loaded_ms = db.rebound().and_then(|r| r.wait_for_indexes()).map(ms);
     if let Some(l) = recovery.indexes_loaded_ms {
         println!("indexes all in DRAM {l:.1} ms after open began");
     }
@@ -427,8 +478,9 @@ pub fn run(args: CrashArgs) -> BoxResult<()> {
     let indexes_loaded_ms = recovery.indexes_loaded_ms;
     let result = CrashResult {
         benchmark: "crash".into(),
+        engine: db.kind().name().into(),
         workload: label.clone(),
-        design: DesignRecord::of(&args.design, &db),
+        design: DesignRecord::of_engine(&args.design, &db, !args.engine.no_sync),
         environment: Environment::capture(),
         load,
         killed_after_s,
@@ -446,7 +498,7 @@ pub fn run(args: CrashArgs) -> BoxResult<()> {
         series,
         config: args.clone(),
     };
-    drop(db);
+    db.close()?;
     let base = args.out.base(&format!("crash-{label}"));
     let json = write_json(&args.out.out, &base, &result)?;
     let csv = write_csv(&args.out.out, &base, &result.series)?;
@@ -469,22 +521,19 @@ fn since_ms(unix: f64) -> Duration {
     Duration::from_secs_f64(((unix_ms() - unix) / 1e3).max(0.0))
 }
 
-/// One small committed transaction: the database is serving again.
-fn first_txn(db: &Database, bench: &Bench) -> BoxResult<()> {
+/// One small committed transaction that reads a loaded row: the database
+/// is serving again.
+fn first_txn<E: Engine>(db: &E, bench: &Bench) -> BoxResult<()> {
+    let (table, key) = match bench {
+        Bench::Ycsb(c) => (ycsb::TABLE, ycsb::key(0, c.key_size)),
+        Bench::Tpcc(_) => (tpcc::schema::WAREHOUSE.name, tpcc::schema::k_warehouse(1)),
+    };
+    let t = db
+        .find_table(table)?
+        .ok_or_else(|| format!("no table {table:?}"))?;
     let mut s = db.session()?;
-    let mut tx = s.begin();
-    match bench {
-        Bench::Ycsb(c) => {
-            let t = db.table(ycsb::TABLE)?.ok_or("no usertable")?;
-            tx.get(&t, &ycsb::key(0, c.key_size))?;
-        }
-        Bench::Tpcc(_) => {
-            let t = db
-                .table(tpcc::schema::WAREHOUSE.name)?
-                .ok_or("no warehouse table")?;
-            tx.get(&t, &tpcc::schema::k_warehouse(1))?;
-        }
-    }
+    let mut tx = s.begin()?;
+    tx.get(&t, &key)?.ok_or("the first row is missing")?;
     tx.commit()?;
     Ok(())
 }
@@ -509,10 +558,16 @@ impl Observer for ChildObserver {
 /// The hidden child: open, announce, run until killed.
 pub fn child(args: CrashChildArgs) -> BoxResult<()> {
     let bench: Bench = serde_json::from_str(&args.bench)?;
-    let db = Database::open(&args.dir, design_options(&args.design)?)?;
+    with_engine!(args.engine.engine, |E| child_engine::<E>(&args, &bench))
+}
+
+fn child_engine<E: Engine>(args: &CrashChildArgs, bench: &Bench) -> BoxResult<()> {
+    let db = E::open(&args.dir, &args.engine.settings(&args.design))?;
     // Start from steady state: indexes fully in DRAM.
-    db.wait_for_indexes();
-    let shared = match &bench {
+    if let Some(r) = db.rebound() {
+        r.wait_for_indexes();
+    }
+    let shared = match bench {
         Bench::Tpcc(c) => Some(tpcc::Shared::new(c)),
         Bench::Ycsb(_) => None,
     };

@@ -8,7 +8,9 @@ mod common;
 mod compare;
 mod crash;
 mod demo;
+mod engines;
 mod gen;
+mod load;
 mod torture;
 mod tpcc;
 mod ycsb;
@@ -45,9 +47,13 @@ enum Command {
     /// cycle, with eager checkpoints and GC; after each kill reopen and
     /// check consistency and that no acknowledged commit was lost.
     Torture(torture::TortureArgs),
-    /// Run one workload on several durability designs; ratios to `none`.
+    /// Run one workload on several durability designs (ratios to `none`)
+    /// or on several engines (`--engines`, ratios to the first).
     /// Designs: none, log-free, log-free-nockpt, log-free-full, log-free-incr.
     Compare(compare::CompareArgs),
+    /// Bulk-load rows into one table of any engine, 1000 rows per
+    /// transaction; reports rows/s.
+    Load(load::LoadArgs),
     /// Render SVG/PNG charts from result JSON files.
     Chart(chart::ChartArgs),
     /// The child process of `demo` (not for direct use).
@@ -73,6 +79,7 @@ fn main() {
         Command::TpccCheck(args) => tpcc::check_command(args),
         Command::Crash(args) => crash::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Load(args) => load::run(args),
         Command::Chart(args) => chart::run(args),
         Command::DemoChild(args) => demo::child(args),
         Command::CrashChild(args) => crash::child(args),

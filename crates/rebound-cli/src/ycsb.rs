@@ -5,11 +5,12 @@ use crate::common::{
     DirArgs, Done, DriveSpec, Environment, Flow, Limit, NoObserver, OutArgs, RunStats, SummaryRow,
     Worker,
 };
+use crate::engines::{self, with_engine, Engine, EngineArgs, Session, Tx};
 use crate::gen::{Distribution, KeyChooser};
 use clap::{Args, ValueEnum};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rebound::{Database, Session, Table, TableOptions};
+use rebound::TableOptions;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::Write;
@@ -146,9 +147,17 @@ impl YcsbConfig {
 
 /// The table's key for record number `k`.
 pub fn key(k: u64, key_size: usize) -> Vec<u8> {
-    let mut v = k.to_be_bytes().to_vec();
-    v.resize(key_size, 0);
+    let mut v = Vec::new();
+    key_into(k, key_size, &mut v);
     v
+}
+
+/// `key` into a buffer the caller reuses; returns the key.
+pub fn key_into(k: u64, key_size: usize, out: &mut Vec<u8>) -> &[u8] {
+    out.clear();
+    out.extend_from_slice(&k.to_be_bytes());
+    out.resize(key_size, 0);
+    out
 }
 
 pub fn key_number(key: &[u8]) -> Option<u64> {
@@ -227,29 +236,36 @@ impl OpGen {
 
     /// The requests of transaction `seq` of `thread`.
     pub fn ops(&mut self, thread: u64, seq: u64) -> Vec<Op> {
+        let mut ops = Vec::new();
+        self.ops_into(thread, seq, &mut ops);
+        ops
+    }
+
+    /// `ops` into a vector the caller reuses.
+    pub fn ops_into(&mut self, thread: u64, seq: u64, ops: &mut Vec<Op>) {
         let mut rng = SmallRng::seed_from_u64(txn_seed(self.cfg.seed, thread, seq));
         let mix = self.cfg.workload.mix();
-        (0..self.cfg.requests)
-            .map(|_| {
-                let items = self.next_insert.load(Ordering::Relaxed);
-                let mut r: f64 = rng.gen();
-                let mut which = 0;
-                while which < 4 && r >= mix[which] {
-                    r -= mix[which];
-                    which += 1;
+        ops.clear();
+        let requests = (0..self.cfg.requests).map(|_| {
+            let items = self.next_insert.load(Ordering::Relaxed);
+            let mut r: f64 = rng.gen();
+            let mut which = 0;
+            while which < 4 && r >= mix[which] {
+                r -= mix[which];
+                which += 1;
+            }
+            match which {
+                0 => Op::Read(self.chooser.next(&mut rng, items)),
+                1 => Op::Update(self.chooser.next(&mut rng, items)),
+                2 => Op::Insert(self.next_insert.fetch_add(1, Ordering::Relaxed)),
+                3 => {
+                    let len = rng.gen_range(1..=self.cfg.max_scan);
+                    Op::Scan(self.chooser.next(&mut rng, items), len)
                 }
-                match which {
-                    0 => Op::Read(self.chooser.next(&mut rng, items)),
-                    1 => Op::Update(self.chooser.next(&mut rng, items)),
-                    2 => Op::Insert(self.next_insert.fetch_add(1, Ordering::Relaxed)),
-                    3 => {
-                        let len = rng.gen_range(1..=self.cfg.max_scan);
-                        Op::Scan(self.chooser.next(&mut rng, items), len)
-                    }
-                    _ => Op::ReadModifyWrite(self.chooser.next(&mut rng, items)),
-                }
-            })
-            .collect()
+                _ => Op::ReadModifyWrite(self.chooser.next(&mut rng, items)),
+            }
+        });
+        ops.extend(requests);
     }
 }
 
@@ -287,25 +303,29 @@ impl Drop for AckSink {
     }
 }
 
-pub struct YcsbWorker {
-    table: Table,
+pub struct YcsbWorker<T> {
+    table: T,
     thread: u64,
     seq: u64,
     gen: OpGen,
     value_size: usize,
     key_size: usize,
     value: Vec<u8>,
+    /// Reused across transactions, so a request allocates nothing.
+    ops: Vec<Op>,
+    key: Vec<u8>,
+    read: Vec<u8>,
     ack: Option<AckSink>,
 }
 
-impl YcsbWorker {
+impl<T: Clone> YcsbWorker<T> {
     pub fn new(
-        table: &Table,
+        table: &T,
         cfg: &YcsbConfig,
         thread: u64,
         next_insert: Arc<AtomicU64>,
         ack: Option<AckSink>,
-    ) -> YcsbWorker {
+    ) -> YcsbWorker<T> {
         YcsbWorker {
             table: table.clone(),
             thread,
@@ -314,35 +334,42 @@ impl YcsbWorker {
             value_size: cfg.value_size,
             key_size: cfg.key_size,
             value: Vec::new(),
+            ops: Vec::new(),
+            key: Vec::new(),
+            read: Vec::new(),
             ack,
         }
     }
 }
 
-impl Worker for YcsbWorker {
-    fn run_one(&mut self, session: &mut Session) -> rebound::Result<(usize, Done<()>)> {
+impl<S: Session> Worker<S> for YcsbWorker<S::Table>
+where
+    S::Table: Send,
+{
+    fn run_one(&mut self, session: &mut S) -> engines::Result<(usize, Done<()>)> {
         let seq = self.seq;
         self.seq += 1;
-        let ops = self.gen.ops(self.thread, seq);
+        self.gen.ops_into(self.thread, seq, &mut self.ops);
         let (table, thread, vs, ks) = (&self.table, self.thread, self.value_size, self.key_size);
-        let value = &mut self.value;
+        let (value, ops, kb, read) = (&mut self.value, &self.ops, &mut self.key, &mut self.read);
         let done = run_txn(session, |tx| {
             let id = tx.id();
             fill_value(value, vs, thread, seq, id);
-            for op in &ops {
+            for op in ops {
                 match *op {
                     Op::Read(k) => {
-                        tx.get_with(table, &key(k, ks), |value| value.len())?;
+                        key_into(k, ks, kb);
+                        tx.get_into(table, kb, read)?;
                     }
-                    Op::Update(k) => tx.update(table, &key(k, ks), value)?,
-                    Op::Insert(k) => tx.insert(table, &key(k, ks), value)?,
+                    Op::Update(k) => tx.update(table, key_into(k, ks, kb), value)?,
+                    Op::Insert(k) => tx.insert(table, key_into(k, ks, kb), value)?,
                     Op::Scan(k, len) => {
                         tx.scan(table, key(k, ks).., len)?;
                     }
                     Op::ReadModifyWrite(k) => {
-                        let kb = key(k, ks);
-                        tx.get_with(table, &kb, |value| value.len())?;
-                        tx.update(table, &kb, value)?;
+                        key_into(k, ks, kb);
+                        tx.get_into(table, kb, read)?;
+                        tx.update(table, kb, value)?;
                     }
                 }
             }
@@ -362,17 +389,14 @@ impl Worker for YcsbWorker {
 }
 
 /// Creates (or finds) the table.
-pub fn usertable(db: &Database, cfg: &YcsbConfig) -> BoxResult<Table> {
-    Ok(match db.table(TABLE)? {
-        Some(t) => t,
-        None => db.create_table(TABLE, cfg.table_options())?,
-    })
+pub fn usertable<E: Engine>(db: &E, cfg: &YcsbConfig) -> BoxResult<E::Table> {
+    Ok(db.open_table(TABLE, &cfg.table_options())?)
 }
 
 pub use crate::common::LoadStats;
 
 /// Loads `records` rows, 1000 per transaction, with `threads` threads.
-pub fn load(db: &Database, cfg: &YcsbConfig, show_progress: bool) -> BoxResult<LoadStats> {
+pub fn load<E: Engine>(db: &E, cfg: &YcsbConfig, show_progress: bool) -> BoxResult<LoadStats> {
     let table = usertable(db, cfg)?;
     let bar = progress(cfg.records, "load", "rows");
     if !show_progress {
@@ -448,15 +472,15 @@ impl LimitArgs {
 /// Runs the measured phase on a loaded database.
 /// With `acks`, every commit is reported on stdout (crash child); worker
 /// thread numbers start at `thread_base`.
-pub fn run_on(
-    db: &Database,
+pub fn run_on<E: Engine>(
+    db: &E,
     cfg: &YcsbConfig,
     spec: &DriveSpec<'_>,
     acks: bool,
     thread_base: u64,
 ) -> BoxResult<RunStats> {
     let table = usertable(db, cfg)?;
-    let items = table.approximate_len() as u64;
+    let items = db.approximate_len(&table)?;
     let next_insert = Arc::new(AtomicU64::new(items.max(cfg.records)));
     let workers: Vec<_> = (0..cfg.threads as u64)
         .map(|t| {
@@ -478,9 +502,11 @@ pub struct YcsbArgs {
     pub cfg: YcsbConfig,
     #[command(flatten)]
     pub limit: LimitArgs,
-    /// Durability design (see `rebound compare --help`).
+    /// Durability design of Rebound (see `rebound compare --help`).
     #[arg(long, default_value = "log-free")]
     pub design: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     #[command(flatten)]
     pub dir: DirArgs,
     #[command(flatten)]
@@ -501,18 +527,23 @@ pub struct YcsbResult {
 pub fn run(args: YcsbArgs) -> BoxResult<()> {
     args.cfg.validate()?;
     let dir = DbDir::new(&args.dir, "ycsb")?;
-    let db = crate::common::open_design(&dir.path, &args.design)?;
+    with_engine!(args.engine.engine, |E| run_engine::<E>(&args, &dir))
+}
+
+fn run_engine<E: Engine>(args: &YcsbArgs, dir: &DbDir) -> BoxResult<()> {
+    let db = E::open(&dir.path, &args.engine.settings(&args.design))?;
+    let name = args.engine.label(&args.design);
     let mut load = load(&db, &args.cfg, true)?;
     if !args.limit.no_settle {
-        crate::common::settle(&db, &mut load)?;
+        crate::common::settle_engine(&db, &mut load)?;
     }
     println!(
-        "{}: loaded {} rows in {:.2} s ({:.0} rows/s), design {}",
+        "{}: loaded {} rows in {:.2} s ({:.0} rows/s), {name} ({})",
         args.cfg.label(),
         load.rows,
         load.seconds,
         load.rows_per_s,
-        args.design
+        db.guarantee()
     );
     let label = args.cfg.label();
     let spec = DriveSpec {
@@ -524,23 +555,22 @@ pub fn run(args: YcsbArgs) -> BoxResult<()> {
     };
     let stats = run_on(&db, &args.cfg, &spec, false, 0)?;
     println!("{}: {}", args.cfg.label(), describe(&stats));
-    let base = args
-        .out
-        .base(&format!("{}-{}", args.cfg.label(), args.design));
+    let base = args.out.base(&format!("{}-{name}", args.cfg.label()));
     let result = YcsbResult {
         benchmark: "ycsb".into(),
         distribution: args.cfg.distribution(),
-        design: DesignRecord::of(&args.design, &db),
+        design: DesignRecord::of_engine(&name, &db, !args.engine.no_sync),
         environment: Environment::capture(),
         load,
         result: stats,
         config: args.clone(),
     };
+    db.close()?;
     let json = write_json(&args.out.out, &base, &result)?;
     let row = SummaryRow::new(
         "ycsb",
         &args.cfg.label(),
-        &args.design,
+        &name,
         args.cfg.threads,
         &result.result,
         serde_json::to_string(&args)?,
@@ -571,18 +601,18 @@ pub struct OracleReport {
 
 /// Checks the recovered table against the acknowledged commits
 /// (`acks`: (thread, seq) → txn id). Only for workloads without inserts.
-pub fn verify_oracle(
-    db: &Database,
+pub fn verify_oracle<E: Engine>(
+    db: &E,
     cfg: &YcsbConfig,
     acks: &HashMap<(u64, u64), u64>,
 ) -> BoxResult<OracleReport> {
     let table = db
-        .table(TABLE)?
+        .find_table(TABLE)?
         .ok_or("the recovered database has no usertable")?;
     let mut session = db.session()?;
     // The recovered state: key → (thread, seq, id).
     let mut state: Vec<(u64, u64, u64)> = Vec::with_capacity(cfg.records as usize);
-    let mut tx = session.begin();
+    let mut tx = session.begin()?;
     let mut from = 0u64;
     while from < cfg.records {
         let to = (from + 10_000).min(cfg.records);

@@ -218,8 +218,9 @@ fn compare_runs_every_design_with_ratios_to_none() {
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[0]["design"]["design"], "none");
-    assert_eq!(runs[0]["ratio_to_none"], 1.0);
-    assert!(runs[1]["ratio_to_none"].as_f64().unwrap() > 0.0);
+    assert_eq!(runs[0]["ratio"], 1.0);
+    assert!(runs[1]["ratio"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["baseline"], "none");
     let csv = std::fs::read_to_string(out.path().join("cmp.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3);
     let charts = out.path().join("charts");
@@ -259,6 +260,130 @@ fn compare_tpcc_and_unknown_designs() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown design"));
+}
+
+#[test]
+fn compare_engines_records_guarantees_and_ratios_to_the_first() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = rebound(&[
+        "compare",
+        "--engines",
+        "rebound,lmdb,redb,sqlite,fjall",
+        "--txns",
+        "200",
+        "--out",
+        s(out.path()),
+        "--name",
+        "eng",
+        "ycsb",
+        "--records",
+        "1000",
+        "--workload",
+        "e",
+        "--threads",
+        "2",
+    ]);
+    assert!(stdout.contains("vs rebound"), "{stdout}");
+    assert!(stdout.contains("single-writer"), "{stdout}");
+    let v = json(&out.path().join("eng.json"));
+    assert_eq!(v["baseline"], "rebound");
+    let summary = v["summary"].as_array().unwrap();
+    let names: Vec<&str> = summary
+        .iter()
+        .map(|d| d["design"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["rebound", "lmdb", "redb", "sqlite", "fjall"]);
+    for d in summary {
+        // The scratch directories live on tmpfs: a sync keeps data only
+        // until the machine stops.
+        assert_eq!(d["guarantee"], "process-crash", "{d}");
+        assert!(d["mean_txn_per_s"].as_f64().unwrap() > 0.0, "{d}");
+    }
+    assert_eq!(summary[0]["median_ratio"], 1.0);
+    assert_eq!(summary[1]["single_writer"], true);
+    let charts = out.path().join("charts");
+    rebound(&[
+        "chart",
+        "--svg-only",
+        s(&out.path().join("eng.json")),
+        "--out",
+        s(&charts),
+    ]);
+    let svg = std::fs::read_to_string(charts.join("eng-designs.svg")).unwrap();
+    assert!(svg.contains("process-crash"));
+}
+
+#[test]
+fn load_and_tpcc_run_on_other_engines() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = rebound(&[
+        "load",
+        "--engine",
+        "redb",
+        "--records",
+        "5000",
+        "--out",
+        s(out.path()),
+        "--name",
+        "l",
+    ]);
+    assert!(stdout.contains("5000 rows of 8+100 bytes"), "{stdout}");
+    assert_eq!(json(&out.path().join("l.json"))["load"]["rows"], 5000);
+    let stdout = rebound(&[
+        "tpcc",
+        "--engine",
+        "sqlite",
+        "--items",
+        "300",
+        "--customers",
+        "30",
+        "--txns",
+        "300",
+        "--out",
+        s(out.path()),
+        "--name",
+        "t",
+    ]);
+    assert!(stdout.contains("conditions 1-4 hold"), "{stdout}");
+    let v = json(&out.path().join("t.json"));
+    assert_eq!(v["design"]["engine"], "sqlite");
+    assert_eq!(v["design"]["guarantee_class"], "process-crash");
+}
+
+#[test]
+fn crash_verifies_acknowledged_commits_on_other_engines() {
+    for engine in ["lmdb", "fjall"] {
+        let out = tempfile::tempdir().unwrap();
+        let stdout = rebound(&[
+            "crash",
+            "--engine",
+            engine,
+            "--after-secs",
+            "0.6",
+            "--post-secs",
+            "0.2",
+            "--out",
+            s(out.path()),
+            "--name",
+            "c",
+            "ycsb",
+            "--records",
+            "2000",
+            "--workload",
+            "a",
+        ]);
+        assert!(stdout.contains(&format!("reopen ({engine})")), "{stdout}");
+        assert!(stdout.contains("-> OK"), "{stdout}");
+        let v = json(&out.path().join("c.json"));
+        assert_eq!(v["engine"], engine);
+        assert!(
+            v["verification"]["Ycsb"]["acknowledged_txns"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+        assert!(v["recovery"]["first_txn_ms"].as_f64().unwrap() > 0.0);
+    }
 }
 
 #[test]

@@ -547,7 +547,7 @@ impl TpccOracle {
 /// when the order has a carrier.
 fn check_lines(
     tx: &mut rebound::Transaction<'_>,
-    t: &Tables,
+    t: &Tables<rebound::Table>,
     (w, d, o): (u16, u8, u32),
     ol_cnt: u8,
     carrier: u8,

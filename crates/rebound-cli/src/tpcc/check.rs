@@ -9,7 +9,7 @@
 use super::schema::*;
 use super::Tables;
 use crate::common::BoxResult;
-use rebound::Database;
+use crate::engines::{Engine, Session, Tx};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -44,10 +44,10 @@ impl CheckReport {
     }
 }
 
-pub fn check(db: &Database) -> BoxResult<CheckReport> {
+pub fn check<E: Engine>(db: &E) -> BoxResult<CheckReport> {
     let t = Tables::existing(db)?;
     let mut session = db.session()?;
-    let mut tx = session.begin();
+    let mut tx = session.begin()?;
     let mut r = CheckReport::default();
     let all_w = tx.scan::<&[u8]>(&t.warehouse, .., usize::MAX)?;
     for (wk, wv) in all_w {
@@ -130,7 +130,7 @@ pub fn check(db: &Database) -> BoxResult<CheckReport> {
 mod tests {
     use super::*;
     use crate::tpcc::{load, TpccConfig};
-    use rebound::{Durability, Options};
+    use rebound::{Database, Durability, Options};
 
     fn tiny() -> (Database, TpccConfig) {
         let db = Database::open(

@@ -3,11 +3,11 @@
 use super::schema::*;
 use super::{Tables, TpccConfig, C_LAST_LOAD};
 use crate::common::{progress, run_txn, BoxResult, Flow};
+use crate::engines::{self, Engine, Session, Tx};
 use crate::gen::nurand;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use rebound::{Database, Session, Transaction};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -102,7 +102,7 @@ pub fn expected_rows(cfg: &TpccConfig) -> u64 {
 }
 
 /// Loads the initial population with `cfg.threads` threads.
-pub fn load(db: &Database, cfg: &TpccConfig, show_progress: bool) -> BoxResult<LoadStats> {
+pub fn load<E: Engine>(db: &E, cfg: &TpccConfig, show_progress: bool) -> BoxResult<LoadStats> {
     let tables = Tables::open(db)?;
     let tasks = tasks(cfg);
     let next = AtomicUsize::new(0);
@@ -151,12 +151,12 @@ pub fn load(db: &Database, cfg: &TpccConfig, show_progress: bool) -> BoxResult<L
 }
 
 /// Inserts `rows` in transactions of about `BATCH` rows.
-fn batched<T>(
-    session: &mut Session,
+fn batched<S: Session, T>(
+    session: &mut S,
     items: &[T],
     bar: &indicatif::ProgressBar,
-    mut insert: impl FnMut(&mut Transaction<'_>, &T) -> rebound::Result<u64>,
-) -> rebound::Result<u64> {
+    mut insert: impl FnMut(&mut S::Tx<'_>, &T) -> engines::Result<u64>,
+) -> engines::Result<u64> {
     let mut total = 0;
     for chunk in items.chunks(BATCH as usize) {
         let done = run_txn(session, |tx| {
@@ -173,9 +173,9 @@ fn batched<T>(
     Ok(total)
 }
 
-fn load_task(
-    session: &mut Session,
-    t: &Tables,
+fn load_task<S: Session>(
+    session: &mut S,
+    t: &Tables<S::Table>,
     cfg: &TpccConfig,
     task: Task,
     rng: &mut SmallRng,
@@ -251,9 +251,9 @@ fn load_task(
     }
 }
 
-fn load_district(
-    session: &mut Session,
-    t: &Tables,
+fn load_district<S: Session>(
+    session: &mut S,
+    t: &Tables<S::Table>,
     cfg: &TpccConfig,
     w: u16,
     d: u8,

@@ -8,12 +8,13 @@ pub mod schema;
 pub mod txns;
 
 use crate::common::{
-    describe, drive, open_design, write_csv, write_json, BoxResult, DbDir, DesignRecord, DirArgs,
-    DriveSpec, Environment, OutArgs, RunStats, SummaryRow,
+    describe, drive, write_csv, write_json, BoxResult, DbDir, DesignRecord, DirArgs, DriveSpec,
+    Environment, OutArgs, RunStats, SummaryRow,
 };
+use crate::engines::{with_engine, Engine, EngineArgs};
 use crate::ycsb::LimitArgs;
 use clap::Args;
-use rebound::{Database, Table};
+use rebound::Database;
 use schema::*;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicU64;
@@ -132,29 +133,24 @@ impl TpccConfig {
 
 /// Handles of all TPC-C tables.
 #[derive(Clone)]
-pub struct Tables {
-    pub warehouse: Table,
-    pub district: Table,
-    pub customer: Table,
-    pub customer_name: Table,
-    pub history: Table,
-    pub new_order: Table,
-    pub order: Table,
-    pub order_customer: Table,
-    pub order_line: Table,
-    pub item: Table,
-    pub stock: Table,
+pub struct Tables<T> {
+    pub warehouse: T,
+    pub district: T,
+    pub customer: T,
+    pub customer_name: T,
+    pub history: T,
+    pub new_order: T,
+    pub order: T,
+    pub order_customer: T,
+    pub order_line: T,
+    pub item: T,
+    pub stock: T,
 }
 
-impl Tables {
+impl<T> Tables<T> {
     /// Opens the tables, creating the missing ones.
-    pub fn open(db: &Database) -> BoxResult<Tables> {
-        let t = |def: &TableDef| -> BoxResult<Table> {
-            Ok(match db.table(def.name)? {
-                Some(t) => t,
-                None => db.create_table(def.name, def.options())?,
-            })
-        };
+    pub fn open<E: Engine<Table = T>>(db: &E) -> BoxResult<Tables<T>> {
+        let t = |def: &TableDef| -> BoxResult<T> { Ok(db.open_table(def.name, &def.options())?) };
         Ok(Tables {
             warehouse: t(&WAREHOUSE)?,
             district: t(&DISTRICT)?,
@@ -171,9 +167,9 @@ impl Tables {
     }
 
     /// Opens existing tables only.
-    pub fn existing(db: &Database) -> BoxResult<Tables> {
+    pub fn existing<E: Engine<Table = T>>(db: &E) -> BoxResult<Tables<T>> {
         for def in ALL_TABLES {
-            if db.table(def.name)?.is_none() {
+            if db.find_table(def.name)?.is_none() {
                 return Err(format!("not a TPC-C database: no table {:?}", def.name).into());
             }
         }
@@ -202,8 +198,8 @@ impl Shared {
 }
 
 /// Runs the mix on a loaded database.
-pub fn run_on(
-    db: &Database,
+pub fn run_on<E: Engine>(
+    db: &E,
     cfg: &TpccConfig,
     spec: &DriveSpec<'_>,
     shared: &Arc<Shared>,
@@ -221,9 +217,11 @@ pub struct TpccArgs {
     pub cfg: TpccConfig,
     #[command(flatten)]
     pub limit: LimitArgs,
-    /// Durability design (see `rebound compare --help`).
+    /// Durability design of Rebound (see `rebound compare --help`).
     #[arg(long, default_value = "log-free")]
     pub design: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Skip the consistency check after the run.
     #[arg(long)]
     pub no_check: bool,
@@ -254,14 +252,23 @@ pub fn run(args: TpccArgs) -> BoxResult<()> {
         return check_command(CheckArgs { dir });
     }
     let dir = DbDir::new(&args.dir, "tpcc")?;
-    let db = open_design(&dir.path, &args.design)?;
+    with_engine!(args.engine.engine, |E| run_engine::<E>(&args, &dir))
+}
+
+fn run_engine<E: Engine>(args: &TpccArgs, dir: &DbDir) -> BoxResult<()> {
+    let db = E::open(&dir.path, &args.engine.settings(&args.design))?;
+    let name = args.engine.label(&args.design);
     let mut load = load::load(&db, &args.cfg, true)?;
     if !args.limit.no_settle {
-        crate::common::settle(&db, &mut load)?;
+        crate::common::settle_engine(&db, &mut load)?;
     }
     println!(
-        "tpcc: loaded {} warehouse(s), {} rows in {:.2} s ({:.0} rows/s), design {}",
-        args.cfg.warehouses, load.rows, load.seconds, load.rows_per_s, args.design
+        "tpcc: loaded {} warehouse(s), {} rows in {:.2} s ({:.0} rows/s), {name} ({})",
+        args.cfg.warehouses,
+        load.rows,
+        load.seconds,
+        load.rows_per_s,
+        db.guarantee()
     );
     let shared = Shared::new(&args.cfg);
     let spec = DriveSpec {
@@ -286,21 +293,22 @@ pub fn run(args: TpccArgs) -> BoxResult<()> {
         println!("consistency: {}", report.summary());
         Some(report)
     };
-    let base = args.out.base(&format!("tpcc-{}", args.design));
+    let base = args.out.base(&format!("tpcc-{name}"));
     let result = TpccResult {
         benchmark: "tpcc".into(),
-        design: DesignRecord::of(&args.design, &db),
+        design: DesignRecord::of_engine(&name, &db, !args.engine.no_sync),
         environment: Environment::capture(),
         load,
         result: stats,
         check: check.clone(),
         config: args.clone(),
     };
+    db.close()?;
     let json = write_json(&args.out.out, &base, &result)?;
     let row = SummaryRow::new(
         "tpcc",
         &format!("tpcc-w{}", args.cfg.warehouses),
-        &args.design,
+        &name,
         args.cfg.threads,
         &result.result,
         serde_json::to_string(&args)?,

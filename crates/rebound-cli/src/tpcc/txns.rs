@@ -5,10 +5,10 @@ use super::load::now_us;
 use super::schema::*;
 use super::{Shared, Tables, TpccConfig, C_ID, C_LAST_RUN, C_OL_I_ID};
 use crate::common::{run_txn, Done, Flow, Worker};
+use crate::engines::{self, Error, Session, Tx};
 use crate::gen::nurand;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rebound::{Error, Session, Table, Transaction};
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -45,8 +45,8 @@ pub enum Outcome {
     ReadOnly,
 }
 
-pub struct TpccWorker {
-    t: Tables,
+pub struct TpccWorker<T> {
+    t: Tables<T>,
     cfg: TpccConfig,
     rng: SmallRng,
     home_w: u16,
@@ -65,7 +65,7 @@ pub fn pick_kind<R: Rng>(rng: &mut R, mix: &[u32]) -> usize {
     mix.len() - 1
 }
 
-fn get_row(tx: &mut Transaction<'_>, table: &Table, key: &[u8]) -> rebound::Result<Vec<u8>> {
+fn get_row<X: Tx>(tx: &mut X, table: &X::Table, key: &[u8]) -> engines::Result<Vec<u8>> {
     tx.get(table, key)?.ok_or(Error::KeyNotFound)
 }
 
@@ -78,13 +78,13 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 /// Resolves a customer: by id, or the middle one (rounded up) of those
 /// with the last name, sorted by first name (clause 2.5.2.2).
-fn find_customer(
-    tx: &mut Transaction<'_>,
-    t: &Tables,
+fn find_customer<X: Tx>(
+    tx: &mut X,
+    t: &Tables<X::Table>,
     w: u16,
     d: u8,
     sel: &CustomerSel,
-) -> rebound::Result<Option<u32>> {
+) -> engines::Result<Option<u32>> {
     match sel {
         CustomerSel::Id(c) => Ok(Some(*c)),
         CustomerSel::LastName(last) => {
@@ -100,8 +100,13 @@ fn find_customer(
     }
 }
 
-impl TpccWorker {
-    pub fn new(t: &Tables, cfg: &TpccConfig, thread: usize, shared: Arc<Shared>) -> TpccWorker {
+impl<T: Clone> TpccWorker<T> {
+    pub fn new(
+        t: &Tables<T>,
+        cfg: &TpccConfig,
+        thread: usize,
+        shared: Arc<Shared>,
+    ) -> TpccWorker<T> {
         TpccWorker {
             t: t.clone(),
             cfg: cfg.clone(),
@@ -145,7 +150,10 @@ impl TpccWorker {
         nurand(&mut self.rng, 1023, 1, self.cfg.customers as u64, C_ID) as u32
     }
 
-    pub fn new_order(&mut self, session: &mut Session) -> rebound::Result<Done<Outcome>> {
+    pub fn new_order<S: Session<Table = T>>(
+        &mut self,
+        session: &mut S,
+    ) -> engines::Result<Done<Outcome>> {
         let w = self.home_w;
         let d = self.rng.gen_range(1..=DISTRICTS);
         let c = self.customer_id();
@@ -235,7 +243,10 @@ impl TpccWorker {
         Ok(done)
     }
 
-    pub fn payment(&mut self, session: &mut Session) -> rebound::Result<Done<Outcome>> {
+    pub fn payment<S: Session<Table = T>>(
+        &mut self,
+        session: &mut S,
+    ) -> engines::Result<Done<Outcome>> {
         let w = self.home_w;
         let d = self.rng.gen_range(1..=DISTRICTS);
         let (cw, cd) = if self.rng.gen_bool(self.cfg.remote_payment) {
@@ -286,7 +297,10 @@ impl TpccWorker {
         })
     }
 
-    pub fn order_status(&mut self, session: &mut Session) -> rebound::Result<Done<Outcome>> {
+    pub fn order_status<S: Session<Table = T>>(
+        &mut self,
+        session: &mut S,
+    ) -> engines::Result<Done<Outcome>> {
         let w = self.home_w;
         let d = self.rng.gen_range(1..=DISTRICTS);
         let sel = self.customer_sel();
@@ -315,7 +329,10 @@ impl TpccWorker {
         })
     }
 
-    pub fn delivery(&mut self, session: &mut Session) -> rebound::Result<Done<Outcome>> {
+    pub fn delivery<S: Session<Table = T>>(
+        &mut self,
+        session: &mut S,
+    ) -> engines::Result<Done<Outcome>> {
         let w = self.home_w;
         let carrier = self.rng.gen_range(1..=10u8);
         let t = &self.t;
@@ -373,7 +390,10 @@ impl TpccWorker {
         })
     }
 
-    pub fn stock_level(&mut self, session: &mut Session) -> rebound::Result<Done<Outcome>> {
+    pub fn stock_level<S: Session<Table = T>>(
+        &mut self,
+        session: &mut S,
+    ) -> engines::Result<Done<Outcome>> {
         let w = self.home_w;
         let d = self.rng.gen_range(1..=DISTRICTS);
         let threshold = self.rng.gen_range(10..=20);
@@ -409,11 +429,11 @@ impl TpccWorker {
     }
 
     /// Runs one transaction of `kind` to its end, retrying conflicts.
-    pub fn run_kind(
+    pub fn run_kind<S: Session<Table = T>>(
         &mut self,
-        session: &mut Session,
+        session: &mut S,
         kind: usize,
-    ) -> rebound::Result<Done<Outcome>> {
+    ) -> engines::Result<Done<Outcome>> {
         match kind {
             0 => self.new_order(session),
             1 => self.payment(session),
@@ -424,8 +444,11 @@ impl TpccWorker {
     }
 }
 
-impl Worker for TpccWorker {
-    fn run_one(&mut self, session: &mut Session) -> rebound::Result<(usize, Done<()>)> {
+impl<S: Session> Worker<S> for TpccWorker<S::Table>
+where
+    S::Table: Clone + Send,
+{
+    fn run_one(&mut self, session: &mut S) -> engines::Result<(usize, Done<()>)> {
         let kind = self.pick();
         let done = self.run_kind(session, kind)?;
         Ok((

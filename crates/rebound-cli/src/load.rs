@@ -1,0 +1,96 @@
+//! `rebound load`: bulk load of N rows into one table of any engine, in
+//! transactions of 1000 rows; reports rows/s.
+
+use crate::common::{write_json, BoxResult, DbDir, DesignRecord, DirArgs, Environment, OutArgs};
+use crate::engines::{with_engine, Engine, EngineArgs};
+use crate::ycsb::{self, LoadStats, YcsbConfig};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+#[derive(Args, Clone, Debug, Serialize, Deserialize)]
+pub struct LoadArgs {
+    /// Rows to load.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub records: u64,
+    /// Key size in bytes (a big-endian row number, zero-padded beyond 8).
+    #[arg(long, default_value_t = 8)]
+    pub key_size: usize,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    /// Loader threads (each inserts its own batches of 1000 rows).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Durability design of Rebound (see `rebound compare --help`).
+    #[arg(long, default_value = "log-free")]
+    pub design: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub dir: DirArgs,
+    #[command(flatten)]
+    pub out: OutArgs,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct LoadResult {
+    pub benchmark: String,
+    pub config: LoadArgs,
+    pub design: DesignRecord,
+    pub environment: Environment,
+    pub load: LoadStats,
+}
+
+impl LoadArgs {
+    /// The YCSB table and loader with these sizes.
+    fn ycsb(&self) -> YcsbConfig {
+        YcsbConfig {
+            workload: ycsb::Workload::C,
+            records: self.records,
+            value_size: self.value_size,
+            key_size: self.key_size,
+            requests: 1,
+            distribution: None,
+            theta: 0.0,
+            max_scan: 1,
+            threads: self.threads,
+            seed: 0,
+        }
+    }
+}
+
+pub fn run(args: LoadArgs) -> BoxResult<()> {
+    args.ycsb().validate()?;
+    let dir = DbDir::new(&args.dir, "load")?;
+    with_engine!(args.engine.engine, |E| run_engine::<E>(&args, &dir))
+}
+
+fn run_engine<E: Engine>(args: &LoadArgs, dir: &DbDir) -> BoxResult<()> {
+    let db = E::open(&dir.path, &args.engine.settings(&args.design))?;
+    let name = args.engine.label(&args.design);
+    let load = ycsb::load(&db, &args.ycsb(), true)?;
+    println!(
+        "load {name} ({}): {} rows of {}+{} bytes in {:.2} s: {:.0} rows/s",
+        db.guarantee(),
+        load.rows,
+        args.key_size,
+        args.value_size,
+        load.seconds,
+        load.rows_per_s
+    );
+    let result = LoadResult {
+        benchmark: "load".into(),
+        design: DesignRecord::of_engine(&name, &db, !args.engine.no_sync),
+        environment: Environment::capture(),
+        load,
+        config: args.clone(),
+    };
+    db.close()?;
+    let json = write_json(
+        &args.out.out,
+        &args.out.base(&format!("load-{name}")),
+        &result,
+    )?;
+    println!("results: {}", json.display());
+    Ok(())
+}
