@@ -279,6 +279,66 @@ impl<'a> Dec<'a> {
     }
 }
 
+/// A field at a fixed offset of an encoded row: the hot transactions read
+/// and change a few numbers of a row in place instead of decoding its
+/// strings and encoding them again. Offsets are checked against the
+/// encoders by `field_offsets_match_the_layouts`.
+#[derive(Clone, Copy, Debug)]
+pub struct At(pub usize);
+
+impl At {
+    fn array<const N: usize>(self, row: &[u8]) -> [u8; N] {
+        row.get(self.0..self.0 + N)
+            .and_then(|b| b.try_into().ok())
+            .expect("row shorter than its layout")
+    }
+    fn put(self, row: &mut [u8], bytes: &[u8]) {
+        row.get_mut(self.0..self.0 + bytes.len())
+            .expect("row shorter than its layout")
+            .copy_from_slice(bytes);
+    }
+    pub fn i32(self, row: &[u8]) -> i32 {
+        i32::from_le_bytes(self.array(row))
+    }
+    pub fn u32(self, row: &[u8]) -> u32 {
+        u32::from_le_bytes(self.array(row))
+    }
+    pub fn i64(self, row: &[u8]) -> i64 {
+        i64::from_le_bytes(self.array(row))
+    }
+    pub fn u64(self, row: &[u8]) -> u64 {
+        u64::from_le_bytes(self.array(row))
+    }
+    pub fn set_i32(self, row: &mut [u8], v: i32) {
+        self.put(row, &v.to_le_bytes());
+    }
+    pub fn set_u32(self, row: &mut [u8], v: u32) {
+        self.put(row, &v.to_le_bytes());
+    }
+    pub fn set_i64(self, row: &mut [u8], v: i64) {
+        self.put(row, &v.to_le_bytes());
+    }
+    pub fn set_u64(self, row: &mut [u8], v: u64) {
+        self.put(row, &v.to_le_bytes());
+    }
+    /// The string of a `width`-byte field, without its zero padding.
+    pub fn str(self, row: &[u8], width: usize) -> &[u8] {
+        let b = row
+            .get(self.0..self.0 + width)
+            .expect("row shorter than its layout");
+        &b[..b.iter().position(|&c| c == 0).unwrap_or(width)]
+    }
+    /// Writes a string into a `width`-byte field, zero-padded.
+    pub fn set_str(self, row: &mut [u8], value: &[u8], width: usize) {
+        let field = row
+            .get_mut(self.0..self.0 + width)
+            .expect("row shorter than its layout");
+        let n = value.len().min(width);
+        field[..n].copy_from_slice(&value[..n]);
+        field[n..].fill(0);
+    }
+}
+
 /// Street, city, state and zip, shared by several tables.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Address {
@@ -320,6 +380,9 @@ pub struct Warehouse {
 
 impl Warehouse {
     pub const LEN: usize = 10 + Address::LEN + 4 + 8;
+    pub const NAME: At = At(0);
+    pub const TAX: At = At(10 + Address::LEN);
+    pub const YTD: At = At(14 + Address::LEN);
     pub fn encode(&self) -> Vec<u8> {
         self.address
             .enc(Enc::new(Self::LEN).str(&self.name, 10))
@@ -349,6 +412,10 @@ pub struct District {
 
 impl District {
     pub const LEN: usize = 10 + Address::LEN + 4 + 8 + 4;
+    pub const NAME: At = At(0);
+    pub const TAX: At = At(10 + Address::LEN);
+    pub const YTD: At = At(14 + Address::LEN);
+    pub const NEXT_O_ID: At = At(22 + Address::LEN);
     pub fn encode(&self) -> Vec<u8> {
         self.address
             .enc(Enc::new(Self::LEN).str(&self.name, 10))
@@ -389,6 +456,12 @@ pub struct Customer {
 
 impl Customer {
     pub const LEN: usize = 16 + 2 + 16 + Address::LEN + 16 + 8 + 2 + 8 + 4 + 8 + 8 + 4 + 4 + 500;
+    pub const CREDIT: At = At(58 + Address::LEN);
+    pub const DISCOUNT: At = At(68 + Address::LEN);
+    pub const BALANCE: At = At(72 + Address::LEN);
+    pub const YTD_PAYMENT: At = At(80 + Address::LEN);
+    pub const PAYMENT_CNT: At = At(88 + Address::LEN);
+    pub const DATA: At = At(96 + Address::LEN);
     pub fn encode(&self) -> Vec<u8> {
         self.address
             .enc(
@@ -550,6 +623,7 @@ pub struct Item {
 
 impl Item {
     pub const LEN: usize = 4 + 24 + 8 + 50;
+    pub const PRICE: At = At(28);
     pub fn encode(&self) -> Vec<u8> {
         Enc::new(Self::LEN)
             .u32(self.im_id)
@@ -558,6 +632,9 @@ impl Item {
             .str(&self.data, 50)
             .0
     }
+    /// The transactions read only the price (`Item::PRICE`); the whole
+    /// row is decoded by the round-trip test.
+    #[cfg(test)]
     pub fn decode(b: &[u8]) -> Item {
         let mut d = Dec::new(b);
         Item {
@@ -581,6 +658,14 @@ pub struct Stock {
 
 impl Stock {
     pub const LEN: usize = 4 + 240 + 8 + 4 + 4 + 50;
+    pub const QUANTITY: At = At(0);
+    pub const YTD: At = At(244);
+    pub const ORDER_CNT: At = At(252);
+    pub const REMOTE_CNT: At = At(256);
+    /// `S_DIST_xx` of district `d` (1..=10).
+    pub fn dist(d: u8) -> At {
+        At(4 + 24 * (usize::from(d).clamp(1, 10) - 1))
+    }
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Enc::new(Self::LEN).i32(self.quantity);
         for s in &self.dist {
@@ -623,6 +708,98 @@ pub fn last_name(n: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn field_offsets_match_the_layouts() {
+        let address = Address {
+            street_1: "s1".into(),
+            street_2: "s2".into(),
+            city: "city".into(),
+            state: "NY".into(),
+            zip: "123411111".into(),
+        };
+        let w = Warehouse {
+            name: "wname".into(),
+            address: address.clone(),
+            tax: 1111,
+            ytd: -2222,
+        };
+        let row = w.encode();
+        assert_eq!(Warehouse::NAME.str(&row, 10), b"wname");
+        assert_eq!(Warehouse::TAX.u32(&row), 1111);
+        assert_eq!(Warehouse::YTD.i64(&row), -2222);
+        let d = District {
+            name: "dname".into(),
+            address: address.clone(),
+            tax: 3333,
+            ytd: 4444,
+            next_o_id: 5555,
+        };
+        let mut row = d.encode();
+        assert_eq!(District::NAME.str(&row, 10), b"dname");
+        assert_eq!(District::TAX.u32(&row), 3333);
+        assert_eq!(District::YTD.i64(&row), 4444);
+        District::NEXT_O_ID.set_u32(&mut row, 5556);
+        District::YTD.set_i64(&mut row, 4445);
+        let changed = District::decode(&row);
+        assert_eq!((changed.next_o_id, changed.ytd), (5556, 4445));
+        assert_eq!(changed.name, d.name);
+        let c = Customer {
+            address,
+            credit: "BC".into(),
+            discount: 777,
+            balance: -888,
+            ytd_payment: 999,
+            payment_cnt: 12,
+            delivery_cnt: 13,
+            data: "d".repeat(500),
+            ..Default::default()
+        };
+        let mut row = c.encode();
+        assert_eq!(Customer::CREDIT.str(&row, 2), b"BC");
+        assert_eq!(Customer::DISCOUNT.u32(&row), 777);
+        assert_eq!(Customer::BALANCE.i64(&row), -888);
+        assert_eq!(Customer::YTD_PAYMENT.i64(&row), 999);
+        assert_eq!(Customer::PAYMENT_CNT.u32(&row), 12);
+        assert_eq!(Customer::DATA.str(&row, 500), "d".repeat(500).as_bytes());
+        Customer::DATA.set_str(&mut row, b"new data", 500);
+        Customer::PAYMENT_CNT.set_u32(&mut row, 14);
+        let changed = Customer::decode(&row);
+        assert_eq!(
+            (changed.data.as_str(), changed.payment_cnt),
+            ("new data", 14)
+        );
+        assert_eq!(changed.delivery_cnt, 13);
+        let i = Item {
+            im_id: 1,
+            name: "item".into(),
+            price: 4242,
+            data: "data".into(),
+        };
+        assert_eq!(Item::PRICE.i64(&i.encode()), 4242);
+        let st = Stock {
+            quantity: 17,
+            dist: std::array::from_fn(|i| format!("district-{i}")),
+            ytd: 18,
+            order_cnt: 19,
+            remote_cnt: 20,
+            data: "sdata".into(),
+        };
+        let mut row = st.encode();
+        assert_eq!(Stock::QUANTITY.i32(&row), 17);
+        assert_eq!(Stock::YTD.u64(&row), 18);
+        assert_eq!(Stock::ORDER_CNT.u32(&row), 19);
+        assert_eq!(Stock::REMOTE_CNT.u32(&row), 20);
+        for d in 1..=10u8 {
+            let expected = format!("district-{}", d - 1);
+            assert_eq!(Stock::dist(d).str(&row, 24), expected.as_bytes());
+        }
+        Stock::QUANTITY.set_i32(&mut row, -5);
+        Stock::REMOTE_CNT.set_u32(&mut row, 21);
+        let changed = Stock::decode(&row);
+        assert_eq!((changed.quantity, changed.remote_cnt), (-5, 21));
+        assert_eq!((changed.dist, changed.data), (st.dist, st.data));
+    }
 
     #[test]
     fn rows_round_trip_at_their_declared_length() {

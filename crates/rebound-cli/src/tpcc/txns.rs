@@ -69,6 +69,35 @@ fn get_row<X: Tx>(tx: &mut X, table: &X::Table, key: &[u8]) -> engines::Result<V
     tx.get(table, key)?.ok_or(Error::KeyNotFound)
 }
 
+/// New-Order's change to a STOCK row (clause 2.4.2.2), in place.
+fn take_stock(row: &mut [u8], quantity: u8, remote: bool) {
+    let q = i32::from(quantity);
+    let have = Stock::QUANTITY.i32(row);
+    let left = if have >= q + 10 {
+        have - q
+    } else {
+        have - q + 91
+    };
+    Stock::QUANTITY.set_i32(row, left);
+    Stock::YTD.set_u64(row, Stock::YTD.u64(row) + u64::from(quantity));
+    Stock::ORDER_CNT.set_u32(row, Stock::ORDER_CNT.u32(row) + 1);
+    if remote {
+        Stock::REMOTE_CNT.set_u32(row, Stock::REMOTE_CNT.u32(row) + 1);
+    }
+}
+
+/// Payment's change to a CUSTOMER row (clause 2.5.2.2), in place: a
+/// bad-credit customer's data gets `entry(old data)`, cut to 500 bytes.
+fn pay(row: &mut [u8], amount: i64, entry: impl FnOnce(&[u8]) -> Vec<u8>) {
+    Customer::BALANCE.set_i64(row, Customer::BALANCE.i64(row) - amount);
+    Customer::YTD_PAYMENT.set_i64(row, Customer::YTD_PAYMENT.i64(row) + amount);
+    Customer::PAYMENT_CNT.set_u32(row, Customer::PAYMENT_CNT.u32(row) + 1);
+    if Customer::CREDIT.str(row, 2) == b"BC" {
+        let data = entry(Customer::DATA.str(row, 500));
+        Customer::DATA.set_str(row, &data, 500);
+    }
+}
+
 /// Upper bound for scanning all keys that start with `prefix`.
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut k = prefix.to_vec();
@@ -177,13 +206,13 @@ impl<T: Clone> TpccWorker<T> {
         let all_local = lines.iter().all(|&(_, sw, _)| sw == w) as u8;
         let t = &self.t;
         let done = run_txn(session, |tx| {
-            let wh = Warehouse::decode(&get_row(tx, &t.warehouse, &k_warehouse(w))?);
+            let wh = get_row(tx, &t.warehouse, &k_warehouse(w))?;
             let dkey = k_district(w, d);
-            let mut dist = District::decode(&get_row(tx, &t.district, &dkey)?);
-            let o = dist.next_o_id;
-            dist.next_o_id += 1;
-            tx.update(&t.district, &dkey, &dist.encode())?;
-            let cust = Customer::decode(&get_row(tx, &t.customer, &k_customer(w, d, c))?);
+            let mut dist = get_row(tx, &t.district, &dkey)?;
+            let o = District::NEXT_O_ID.u32(&dist);
+            District::NEXT_O_ID.set_u32(&mut dist, o + 1);
+            tx.update(&t.district, &dkey, &dist)?;
+            let cust = get_row(tx, &t.customer, &k_customer(w, d, c))?;
             let now = now_us();
             let order = Order {
                 c_id: c,
@@ -196,26 +225,18 @@ impl<T: Clone> TpccWorker<T> {
             tx.insert(&t.new_order, &k_order(w, d, o), b"")?;
             tx.insert(&t.order_customer, &k_order_customer(w, d, c, o), b"")?;
             let mut total = 0i64;
+            let (mut item, mut stock) = (Vec::new(), Vec::new());
             for (n, &(i, sw, q)) in lines.iter().enumerate() {
-                let Some(item) = tx.get(&t.item, &k_item(i))? else {
+                if !tx.get_into(&t.item, &k_item(i), &mut item)? {
                     return Ok(Flow::Rollback);
-                };
-                let item = Item::decode(&item);
+                }
                 let skey = k_stock(sw, i);
-                let mut s = Stock::decode(&get_row(tx, &t.stock, &skey)?);
-                let q32 = q as i32;
-                if s.quantity >= q32 + 10 {
-                    s.quantity -= q32;
-                } else {
-                    s.quantity = s.quantity - q32 + 91;
+                if !tx.get_into(&t.stock, &skey, &mut stock)? {
+                    return Err(Error::KeyNotFound);
                 }
-                s.ytd += q as u64;
-                s.order_cnt += 1;
-                if sw != w {
-                    s.remote_cnt += 1;
-                }
-                tx.update(&t.stock, &skey, &s.encode())?;
-                let amount = q as i64 * item.price;
+                take_stock(&mut stock, q, sw != w);
+                tx.update(&t.stock, &skey, &stock)?;
+                let amount = q as i64 * Item::PRICE.i64(&item);
                 total += amount;
                 let line = OrderLine {
                     i_id: i,
@@ -223,7 +244,7 @@ impl<T: Clone> TpccWorker<T> {
                     delivery_d: 0,
                     quantity: q,
                     amount,
-                    dist_info: s.dist[d as usize - 1].clone(),
+                    dist_info: String::from_utf8_lossy(Stock::dist(d).str(&stock, 24)).into_owned(),
                 };
                 tx.insert(
                     &t.order_line,
@@ -232,9 +253,12 @@ impl<T: Clone> TpccWorker<T> {
                 )?;
             }
             // The total the terminal would display (clause 2.4.2.2).
-            let _total = total * (10_000 - cust.discount as i64) / 10_000
-                * (10_000 + wh.tax as i64 + dist.tax as i64)
-                / 10_000;
+            let (discount, w_tax, d_tax) = (
+                Customer::DISCOUNT.u32(&cust) as i64,
+                Warehouse::TAX.u32(&wh) as i64,
+                District::TAX.u32(&dist) as i64,
+            );
+            let _total = total * (10_000 - discount) / 10_000 * (10_000 + w_tax + d_tax) / 10_000;
             Ok(Flow::Commit(Outcome::NewOrder { w, d, o, ol_cnt }))
         })?;
         if done.value.is_some() {
@@ -259,28 +283,26 @@ impl<T: Clone> TpccWorker<T> {
         let t = &self.t;
         run_txn(session, |tx| {
             let wkey = k_warehouse(w);
-            let mut wh = Warehouse::decode(&get_row(tx, &t.warehouse, &wkey)?);
-            wh.ytd += amount;
-            tx.update(&t.warehouse, &wkey, &wh.encode())?;
+            let mut wh = get_row(tx, &t.warehouse, &wkey)?;
+            let ytd = Warehouse::YTD.i64(&wh) + amount;
+            Warehouse::YTD.set_i64(&mut wh, ytd);
+            tx.update(&t.warehouse, &wkey, &wh)?;
             let dkey = k_district(w, d);
-            let mut dist = District::decode(&get_row(tx, &t.district, &dkey)?);
-            dist.ytd += amount;
-            tx.update(&t.district, &dkey, &dist.encode())?;
+            let mut dist = get_row(tx, &t.district, &dkey)?;
+            let ytd = District::YTD.i64(&dist) + amount;
+            District::YTD.set_i64(&mut dist, ytd);
+            tx.update(&t.district, &dkey, &dist)?;
             let Some(c) = find_customer(tx, t, cw, cd, &sel)? else {
                 return Err(Error::KeyNotFound);
             };
             let ckey = k_customer(cw, cd, c);
-            let mut cust = Customer::decode(&get_row(tx, &t.customer, &ckey)?);
-            cust.balance -= amount;
-            cust.ytd_payment += amount;
-            cust.payment_cnt += 1;
-            if cust.credit == "BC" {
-                let mut data = format!("{c} {cd} {cw} {d} {w} {amount}|");
-                data.push_str(&cust.data);
-                data.truncate(500);
-                cust.data = data;
-            }
-            tx.update(&t.customer, &ckey, &cust.encode())?;
+            let mut cust = get_row(tx, &t.customer, &ckey)?;
+            pay(&mut cust, amount, |data| {
+                let mut entry = format!("{c} {cd} {cw} {d} {w} {amount}|").into_bytes();
+                entry.extend_from_slice(data);
+                entry
+            });
+            tx.update(&t.customer, &ckey, &cust)?;
             let h = History {
                 c_id: c,
                 c_d_id: cd,
@@ -289,7 +311,11 @@ impl<T: Clone> TpccWorker<T> {
                 w_id: w,
                 date: now_us(),
                 amount,
-                data: format!("{}    {}", wh.name, dist.name),
+                data: format!(
+                    "{}    {}",
+                    String::from_utf8_lossy(Warehouse::NAME.str(&wh, 10)),
+                    String::from_utf8_lossy(District::NAME.str(&dist, 10))
+                ),
             };
             let txn = tx.id();
             tx.insert(&t.history, &k_history(w, d, txn, 0), &h.encode())?;
