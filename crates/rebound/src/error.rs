@@ -33,6 +33,16 @@ pub enum Error {
     DuplicateKey,
     #[error("key not found")]
     KeyNotFound,
+    /// The write would give two live rows the same key in this unique
+    /// secondary index; nothing was written.
+    #[error("unique index {0:?} already has a row with this key")]
+    UniqueViolation(String),
+    #[error("no index named {0:?} on this table")]
+    NoSuchIndex(String),
+    #[error("index {0:?} already exists on this table")]
+    IndexExists(String),
+    #[error("invalid index definition: {0}")]
+    InvalidIndex(String),
     /// The handle belongs to another database or the table was not found in it.
     #[error("table handle does not belong to this database")]
     ForeignTable,

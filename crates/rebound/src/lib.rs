@@ -14,7 +14,7 @@
 //!
 //! Layers, bottom to top (a layer only calls the ones below it):
 //! `medium` → `catalog` → `heap` → `index` → `txn` → `checkpoint` → `gc`
-//! → `recovery` → `db`.
+//! → `recovery` → `adaptive` (secondary index recovery) → `db`.
 #![deny(unsafe_code)]
 
 /// Consuming builder setters, one per field and named after it: option
@@ -35,6 +35,7 @@ macro_rules! setters {
     };
 }
 
+mod adaptive;
 mod catalog;
 mod checkpoint;
 mod db;
@@ -46,10 +47,11 @@ mod medium;
 mod recovery;
 mod txn;
 
+pub use adaptive::IndexRecovery;
 pub use checkpoint::{CheckpointMode, CheckpointStats};
 pub use db::{
-    Database, Durability, MediumChoice, Options, Session, Stats, Table, TableOptions, TableStats,
-    Transaction, DATA_FILE, MAX_VALUE_LEN,
+    Database, Durability, Index, IndexOptions, IndexStats, MediumChoice, Options, Session, Stats,
+    Table, TableOptions, TableStats, Transaction, DATA_FILE, MAX_VALUE_LEN,
 };
 pub use error::{Error, Result};
 pub use gc::{GcOptions, GcStats};

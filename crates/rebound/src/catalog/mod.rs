@@ -16,6 +16,8 @@
 //! ```
 //!
 //! Superblock: see `superblock`. Table descriptors: see `descriptor`.
+//! Secondary index definitions (descriptor bytes 128..1024) and the
+//! index statistics ring (superblock area, bytes 1024..4096): see `indexes`.
 //!
 //! Txn-id lease (superblock area, offset 64): one word `(check8 << 56) | n`.
 //! No transaction id ≥ n has been handed out; before handing one out the
@@ -54,10 +56,15 @@ use crate::medium::Medium;
 
 mod bytes;
 mod descriptor;
+mod indexes;
 mod superblock;
 mod words;
 
 pub use descriptor::{create_table, read_tables, region_head, set_region_head};
+pub use indexes::{
+    create_index, read_indexes, read_usage, write_usage, IndexDef, KeyPart, Source, UsageRecord,
+    MAX_INDEXES_PER_TABLE, MAX_INDEX_NAME_LEN, MAX_KEY_PARTS,
+};
 pub use superblock::{format, is_unformatted, validate_superblock};
 pub use words::{
     checkpoint_root, gc_freed, last_commit, pack, set_checkpoint_root, set_gc_freed,

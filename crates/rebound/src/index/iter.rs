@@ -323,6 +323,27 @@ impl BTree {
         entries
     }
 
+    /// The lower bounds of the root's children but the first: keys that
+    /// cut the tree into parts of similar size (none while the root is a
+    /// leaf), for work split across threads.
+    pub fn root_separators(&self) -> Vec<Vec<u8>> {
+        let mut separators = Vec::new();
+        let mut first = true;
+        self.walk(
+            |lower, _, _, _| {
+                if std::mem::take(&mut first) {
+                    return true;
+                }
+                if let Some(lower) = lower {
+                    separators.push(lower.to_vec());
+                }
+                false
+            },
+            |_, _| {},
+        );
+        separators
+    }
+
     /// Depth-first, pre-order walk for checkpointing.
     ///
     /// `on_subtree(min, max, update_time, is_leaf)` is called once per node

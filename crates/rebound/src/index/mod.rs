@@ -334,6 +334,39 @@ impl BTree {
         })
     }
 
+    /// Inserts `key` with `value`, or raises an existing entry's value to
+    /// at least `value` (secondary index entries carry the newest writer's
+    /// timestamp). `Err(Phantom)` as `insert_if_absent` when the key is new
+    /// and the covering leaf's gap_read_ts > `writer_ts`.
+    ///
+    /// # Panics
+    /// If the key is empty or longer than [`MAX_KEY_LEN`].
+    pub fn insert_or_raise(
+        &self,
+        key: &[u8],
+        value: u64,
+        writer_ts: u64,
+        ut: u64,
+    ) -> Result<(), InsertError> {
+        let key = probe_to_store(key);
+        self.modify_leaf(&key, ut, |leaf| {
+            let (slot, found) = leaf.search(&key);
+            if found {
+                if leaf.value(slot) < value {
+                    leaf.set_value(slot, value);
+                }
+                return Done(Ok(()));
+            }
+            if leaf.gap_read_ts() > writer_ts {
+                return Done(Err(InsertError::Phantom));
+            }
+            match self.insert_new(leaf, slot, &key, value) {
+                Ok(()) => Done(Ok(())),
+                Err(NoRoom) => Full,
+            }
+        })
+    }
+
     /// Replaces the value of an existing key only if it currently equals
     /// `expected`. `Err(current)` otherwise (`None` if absent).
     ///

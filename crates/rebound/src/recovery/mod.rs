@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::heap::{Addr, Block, Cursor, SlotWord, Space, TableHeap};
 use crate::index::{BTree, MAX_KEY_LEN};
 use crate::medium::Medium;
-use crate::txn::{Clock, Store, TableRt};
+use crate::txn::{Clock, SecondaryRt, Store, TableRt};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -176,6 +176,7 @@ pub fn recover(
         report.index_build = report.index_build.max(times.1);
         report.checkpoint_entries += times.2;
         report.index_entries += table.index.len() as u64;
+        attach_secondary_indexes(&medium, &table)?;
         tables.push(table);
     }
     let durable = image.as_ref().map(|img| {
@@ -337,6 +338,40 @@ fn recover_table(
         counts,
         (undo_redo, phase.elapsed(), checkpoint_entries),
     ))
+}
+
+/// Gives a recovered table its secondary index definitions, unbuilt: they
+/// live in DRAM only and are rebuilt by the strategy `open` chose. A
+/// definition `create_index` would refuse for this table is damage.
+fn attach_secondary_indexes(medium: &Medium, table: &TableRt) -> Result<()> {
+    let def = &table.heap.def;
+    for index in catalog::read_indexes(medium, def.id)? {
+        let fits = index.parts.iter().all(|p| {
+            let limit = match p.source {
+                catalog::Source::PrimaryKey => def.max_key_len,
+                catalog::Source::Value => def.max_value_len,
+            };
+            p.start.saturating_add(p.len) <= limit
+        }) && index.key_len() + def.max_key_len as usize <= MAX_KEY_LEN;
+        let repeated = table
+            .secondaries
+            .iter()
+            .any(|(_, other)| other.def.name == index.name);
+        // A failed `create_index` leaves its number unused.
+        while table.secondaries.count() < index.number as usize {
+            table.secondaries.push(Arc::new(SecondaryRt::placeholder()));
+        }
+        if !fits || repeated || index.number as usize != table.secondaries.count() {
+            return Err(Error::Corrupt(format!(
+                "index slot {} of table {:?} does not fit the table",
+                index.number, def.name
+            )));
+        }
+        table
+            .secondaries
+            .push(Arc::new(SecondaryRt::new(index, false)));
+    }
+    Ok(())
 }
 
 /// Table limits are checked against what `create_table` accepts before

@@ -45,10 +45,12 @@ mod cursor;
 mod long;
 mod relocate;
 mod sampler;
+mod secondary;
 
 pub use clock::Clock;
 pub use cursor::{prefix_end, Cursor, Order};
 pub use sampler::{Sample, UpdateSampler};
+pub use secondary::{Rows, SecondaryRt, Stale, DROPPED, READY};
 
 use crate::catalog;
 use crate::error::{Error, Result};
@@ -106,6 +108,8 @@ pub struct Store {
     /// Timestamp of GC's running system transaction, 0 when none runs:
     /// writers that meet its locks wait for it instead of conflicting.
     pub gc_txn: AtomicU64,
+    /// Secondary index entries that may be stale (see `secondary`).
+    pub index_garbage: parking_lot::Mutex<Vec<Stale>>,
 }
 
 /// A transaction running for less than the long-transaction threshold.
@@ -148,6 +152,7 @@ impl Store {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             gc_txn: AtomicU64::new(0),
+            index_garbage: parking_lot::Mutex::new(Vec::new()),
             write_sets: (0..crate::catalog::MAX_WORKERS)
                 .map(|w| parking_lot::Mutex::new(WriteSet::new(w)))
                 .collect(),
@@ -325,6 +330,8 @@ pub struct TableRt {
     pub index: BTree,
     pub instance: u64,
     pub sampler: UpdateSampler,
+    /// Secondary indexes, in creation order (`IndexDef::number`).
+    pub secondaries: boxcar::Vec<Arc<SecondaryRt>>,
     cold: parking_lot::RwLock<Option<Arc<dyn ColdEntries>>>,
     cold_active: std::sync::atomic::AtomicBool,
     damaged: std::sync::atomic::AtomicBool,
@@ -337,6 +344,7 @@ impl TableRt {
             index,
             instance,
             sampler: UpdateSampler::default(),
+            secondaries: boxcar::Vec::new(),
             cold: parking_lot::RwLock::new(None),
             cold_active: std::sync::atomic::AtomicBool::new(false),
             damaged: std::sync::atomic::AtomicBool::new(false),
@@ -601,6 +609,8 @@ pub struct TxnState<'s> {
     ts: u64,
     buf: Vec<u8>,
     poisoned: Option<Error>,
+    /// Secondary index entries this transaction entered: (table, index, entry).
+    entered: Vec<(u32, Arc<SecondaryRt>, Vec<u8>)>,
 }
 
 impl<'s> TxnState<'s> {
@@ -626,6 +636,7 @@ impl<'s> TxnState<'s> {
             ts,
             buf,
             poisoned,
+            entered: Vec::new(),
         }
     }
 
@@ -873,10 +884,23 @@ impl<'s> TxnState<'s> {
         self.check_usable()?;
         let table = self.table(table, key, value)?;
         table.sampler.record(key);
+        let indexed = table.secondaries.count() > 0;
+        if indexed {
+            let checked = self.check_unique(table, key, value);
+            self.guard(checked)?;
+        }
         let store = self.store;
         let mut set = store.write_sets[self.worker].lock();
         let result = self.write_checked(table, key, value, kind, &mut set);
         drop(set);
+        let result = match result {
+            Ok(existed) if indexed && (existed || kind != WriteKind::Delete) => {
+                let old = self.replaced_value(table, key);
+                self.maintain_indexes(table, key, value, old.as_deref())
+                    .map(|()| existed)
+            }
+            other => other,
+        };
         self.guard(result)
     }
 
@@ -1170,6 +1194,7 @@ impl<'s> TxnState<'s> {
             set.writes.clear();
         }
         drop(set);
+        self.entered.clear();
         store.counters[self.worker].commits.fetch_add(1, Relaxed);
         Ok(())
     }
@@ -1219,6 +1244,7 @@ impl<'s> TxnState<'s> {
     }
 
     fn rollback(&mut self) {
+        self.queue_entered();
         let store = self.store;
         let mut set = store.write_sets[self.worker].lock();
         if set.spare_buf.capacity() < self.buf.capacity() {

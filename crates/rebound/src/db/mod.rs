@@ -1,5 +1,11 @@
-//! The public API: databases, tables, sessions, transactions.
+//! The public API: databases, tables, sessions, transactions; secondary
+//! indexes in `secondary`.
 
+mod secondary;
+
+pub use secondary::{Index, IndexOptions, IndexStats};
+
+use crate::adaptive::{IndexManager, IndexRecovery};
 use crate::catalog::{self, TableDef, MAX_NAME_LEN, MAX_SESSIONS, MAX_TABLES, MAX_WORKERS};
 use crate::checkpoint::{
     load_cold, CheckpointImage, CheckpointMode, CheckpointStats, Checkpointer, ColdRun,
@@ -99,6 +105,11 @@ pub struct Options {
     /// then every fence the engine issues is issued by a caller's thread,
     /// so a single-threaded workload replays exactly (crash testing).
     pub background_thread: bool,
+    /// How secondary indexes are rebuilt after a restart (SOFORT).
+    pub index_recovery: IndexRecovery,
+    /// Threads that rebuild secondary indexes after a restart; 0 means
+    /// one per available core.
+    pub index_recovery_threads: usize,
 }
 
 impl Default for Options {
@@ -116,6 +127,8 @@ impl Default for Options {
             gc: GcOptions::default(),
             long_transaction_after: Duration::from_secs(1),
             background_thread: true,
+            index_recovery: IndexRecovery::Adaptive,
+            index_recovery_threads: 0,
         }
     }
 }
@@ -149,6 +162,11 @@ setters!(Options {
     /// Run the background maintenance thread (default: true); see
     /// [`Options::background_thread`](Options#structfield.background_thread).
     background_thread: bool,
+    /// How secondary indexes come back after a restart (default:
+    /// [`IndexRecovery::Adaptive`]).
+    index_recovery: IndexRecovery,
+    /// Threads rebuilding secondary indexes after a restart (0: one per core).
+    index_recovery_threads: usize,
 });
 
 /// Limits of a table; slots are fixed-size, so these size its storage.
@@ -332,6 +350,10 @@ struct DbInner {
     panic_requested: AtomicBool,
     report: RecoveryReport,
     durability: Durability,
+    /// Secondary index recovery and statistics.
+    indexes: IndexManager,
+    /// Rebuilds secondary indexes in the background after a restart.
+    index_recovery: Mutex<Option<std::thread::JoinHandle<()>>>,
     _lock: Option<File>,
 }
 
@@ -365,6 +387,11 @@ impl Database {
             && options.durability != Durability::None)
             .then(|| path.as_ref().to_path_buf());
         let persistent = options.durability != Durability::None;
+        let threads = match options.index_recovery_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let indexes = IndexManager::new(options.index_recovery, threads, started, &store.medium);
         let inner = DbInner {
             store,
             checkpointer: Mutex::new(Checkpointer::new(options.checkpoint, durable)),
@@ -393,6 +420,8 @@ impl Database {
             panic_requested: AtomicBool::new(false),
             report,
             durability: options.durability,
+            indexes,
+            index_recovery: Mutex::new(None),
             _lock: lock,
         };
         let db = Database {
@@ -401,6 +430,7 @@ impl Database {
         if let Some(image) = cold {
             db.start_index_load(image, options.load_indexes_in_background);
         }
+        db.start_secondary_recovery()?;
         if options.background_thread {
             *db.inner.background.lock() = Some(Background::start(&db.inner));
         }
@@ -654,7 +684,10 @@ impl Session {
         if let Err(e) = self.db.check_open() {
             state.poison(e);
         }
-        Transaction { state }
+        Transaction {
+            state,
+            db: &self.db.inner,
+        }
     }
 
     /// The worker (region) number this session writes to.
@@ -676,6 +709,7 @@ impl Drop for Session {
 /// A serializable transaction. Dropping it without `commit` aborts it.
 pub struct Transaction<'s> {
     state: TxnState<'s>,
+    db: &'s DbInner,
 }
 
 impl<'s> Transaction<'s> {
@@ -719,16 +753,19 @@ impl<'s> Transaction<'s> {
 
     /// Inserts a new key; [`Error::DuplicateKey`] if it exists.
     pub fn insert(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
+        self.prepare_write(table)?;
         self.state.insert(&table.rt, key, value)
     }
 
     /// Replaces the value of an existing key; [`Error::KeyNotFound`] otherwise.
     pub fn update(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
+        self.prepare_write(table)?;
         self.state.update(&table.rt, key, value)
     }
 
     /// Inserts or replaces; returns whether the key existed.
     pub fn put(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.prepare_write(table)?;
         self.state.put(&table.rt, key, value)
     }
 
@@ -1071,6 +1108,7 @@ impl DbInner {
     /// Stops and joins the index loader and the checkpoint thread.
     fn stop_background(&self) {
         self.cancel_load.store(true, Ordering::Release);
+        self.stop_secondary_recovery();
         self.wait_for_indexes();
         if let Some(background) = self.background.lock().take() {
             background.stop();
@@ -1182,6 +1220,7 @@ impl DbInner {
     fn maintain(&self, background: bool) -> Result<()> {
         let mut m = self.maintenance.lock();
         self.store.reap_deleted();
+        self.maintain_secondaries();
         m.clock_history
             .push_back((Instant::now(), self.store.clock.peek()));
         while m.clock_history.len() > 1 && m.clock_history[1].0.elapsed() >= m.long_after {

@@ -1,0 +1,454 @@
+//! Recovery of secondary indexes after a restart (SOFORT, papers/004 §3).
+//!
+//! Secondary indexes live in DRAM only (`txn::secondary`), so a restart
+//! finds them empty. Primary data and primary indexes come back first
+//! (`recovery`); then one of three strategies rebuilds the rest:
+//! * **Synchronous**: every index is built, with all recovery threads,
+//!   before `open` returns (the paper's ¬rk.Q0.R8 baseline).
+//! * **On demand**: nothing is built until a statement needs an index;
+//!   that statement builds it in its own thread (others wanting the same
+//!   index wait for it). Indexes no statement needs are never built.
+//! * **Adaptive** (default): recovery threads start at once and rebuild
+//!   the index of highest `rank(s, t)` (eq. 3) first, using all recovery
+//!   threads while the best remaining rank is positive and one thread
+//!   once it is negative (Alg. 1–2: resources go back to the workload).
+//!   A statement that wants an index not built yet is answered by a scan
+//!   of the table, or waits for the build when that is estimated to be
+//!   cheaper (the build is running and nearly done).
+//!
+//! `rank(s, t) = α(n)·Benefit(s, WoPast) + (1 − α(n))·Benefit(s,
+//! WoRestart(t)) − rebuild(s)` with `α(n) = 0.99ⁿ`, n the statements that
+//! wanted some index since the restart. Benefit is `Benefit_indep` (eq. 4):
+//! per statement, the estimated cost of a table scan minus that of the
+//! index lookup. WoPast comes from the statistics ring in the medium
+//! (`catalog::indexes`), written about once a second as exponentially
+//! decayed sums (half-life `WINDOW_HALF_LIFE`), so it describes the
+//! seconds before the crash. `rebuild(s)` is the table's rows times the
+//! measured (at first, estimated) cost of entering one row.
+
+use crate::catalog::{self, UsageRecord};
+use crate::error::Result;
+use crate::medium::Medium;
+use crate::txn::{SecondaryRt, Store, TableRt, READY};
+use parking_lot::Mutex;
+use std::ops::Bound;
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How secondary indexes come back after a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub enum IndexRecovery {
+    /// Build every index before `open` returns.
+    Synchronous,
+    /// Build an index when a statement first needs it, in that statement.
+    OnDemand,
+    /// Build in the background in order of benefit to the workload (SOFORT).
+    #[default]
+    Adaptive,
+}
+
+/// Estimated cost of reading one row in a table scan.
+pub const SCAN_ROW_NS: u64 = 150;
+/// Estimated cost of one index descent plus reading one row through it.
+pub const PROBE_NS: u64 = 1_500;
+/// Cost of entering one row into an index before a build measured it.
+const BUILD_ROW_NS: u64 = 500;
+/// Decay of the restart workload's weight per statement: α(n) = ALPHAⁿ.
+const ALPHA: f64 = 0.99;
+/// Half-life of the workload statistics kept for the next restart.
+const WINDOW_HALF_LIFE: Duration = Duration::from_secs(5);
+/// How often the statistics are written to the medium.
+const USAGE_PERIOD: Duration = Duration::from_secs(1);
+
+/// How a statement that wants an index is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Through the index (it is ready).
+    Index,
+    /// By reading the whole table.
+    Scan,
+}
+
+/// Chooses plans, runs builds and keeps the workload statistics.
+pub struct IndexManager {
+    strategy: IndexRecovery,
+    /// Recovery threads a build may use at most (R of Alg. 1).
+    pub threads: usize,
+    opened: Instant,
+    /// The statistics found in the medium at open (WoPast).
+    past: Vec<UsageRecord>,
+    /// Statements that wanted an index since open (n of α(n)).
+    restart_statements: AtomicU64,
+    /// Measured cost of entering one row, 0 until a build finished.
+    build_ns_per_row: AtomicU64,
+    pub cancel: AtomicBool,
+    ring: Mutex<Ring>,
+    /// When every secondary index was ready, measured from `opened`.
+    all_ready_after: Mutex<Option<Duration>>,
+}
+
+/// Decayed sums being written to the statistics ring.
+struct Ring {
+    next_seq: u64,
+    written_at: Instant,
+    /// Per index (table, number): totals at the last write and the sums.
+    sums: Vec<((u32, u32), Sums)>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Sums {
+    seen_statements: u64,
+    seen_saved: u64,
+    statements: f64,
+    saved_ns: f64,
+}
+
+impl IndexManager {
+    /// Reads the workload statistics the medium kept across the restart.
+    pub fn new(strategy: IndexRecovery, threads: usize, opened: Instant, medium: &Medium) -> Self {
+        let (past, top) = catalog::read_usage(medium);
+        let sums = past
+            .iter()
+            .map(|r| {
+                let sums = Sums {
+                    statements: r.statements as f64,
+                    saved_ns: r.saved_ns as f64,
+                    ..Sums::default()
+                };
+                ((r.table, r.number), sums)
+            })
+            .collect();
+        IndexManager {
+            strategy,
+            threads: threads.max(1),
+            opened,
+            past,
+            restart_statements: AtomicU64::new(0),
+            build_ns_per_row: AtomicU64::new(0),
+            cancel: AtomicBool::new(false),
+            ring: Mutex::new(Ring {
+                next_seq: top + 1,
+                written_at: Instant::now(),
+                sums,
+            }),
+            all_ready_after: Mutex::new(None),
+        }
+    }
+
+    pub fn strategy(&self) -> IndexRecovery {
+        self.strategy
+    }
+
+    pub fn all_ready_after(&self) -> Option<Duration> {
+        *self.all_ready_after.lock()
+    }
+
+    /// Records that every index is ready (first time only).
+    pub fn note_all_ready(&self) {
+        self.all_ready_after
+            .lock()
+            .get_or_insert_with(|| self.opened.elapsed());
+    }
+
+    /// Whether every secondary index of the store is ready.
+    pub fn all_built(&self, store: &Store) -> bool {
+        let tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
+        all_ready(&tables)
+    }
+
+    /// Makes a built index usable by lookups.
+    pub fn publish(&self, index: &SecondaryRt) {
+        index.set_state(READY);
+        index
+            .built_after
+            .lock()
+            .get_or_insert_with(|| self.opened.elapsed());
+    }
+
+    fn build_cost_per_row(&self) -> u64 {
+        match self.build_ns_per_row.load(Relaxed) {
+            0 => BUILD_ROW_NS,
+            measured => measured,
+        }
+    }
+
+    /// Estimated benefit of the index to one statement that returned
+    /// `rows` rows from a table of `table_rows` (eq. 4).
+    pub fn benefit(table_rows: u64, rows: usize) -> u64 {
+        (table_rows * SCAN_ROW_NS).saturating_sub(PROBE_NS * (1 + rows as u64))
+    }
+
+    /// Decides how a statement that wants `index` is answered, waiting for
+    /// or performing its build as the strategy says. The caller runs
+    /// inside a transaction, which keeps GC away from the versions a build
+    /// performed here reads.
+    pub fn plan(&self, store: &Store, table: &TableRt, index: &SecondaryRt) -> Result<Plan> {
+        if index.is_ready() {
+            return Ok(Plan::Index);
+        }
+        self.restart_statements.fetch_add(1, Relaxed);
+        match self.strategy {
+            IndexRecovery::Synchronous | IndexRecovery::OnDemand => {
+                self.build_or_wait(store, table, index)?;
+                if self.all_built(store) {
+                    self.note_all_ready();
+                }
+                Ok(if index.is_ready() {
+                    Plan::Index
+                } else {
+                    Plan::Scan
+                })
+            }
+            IndexRecovery::Adaptive => Ok(self.adaptive_plan(table, index)),
+        }
+    }
+
+    /// Scan, or wait for a running build estimated to end sooner than a scan.
+    fn adaptive_plan(&self, table: &TableRt, index: &SecondaryRt) -> Plan {
+        if !index.build_lock.is_locked() {
+            return Plan::Scan;
+        }
+        let rows = table.index.len() as u64;
+        let left = rows.saturating_sub(index.build_progress.load(Relaxed));
+        if left * self.build_cost_per_row() >= rows * SCAN_ROW_NS {
+            return Plan::Scan;
+        }
+        index.usage.waits.fetch_add(1, Relaxed);
+        drop(index.build_lock.lock());
+        match index.is_ready() {
+            true => Plan::Index,
+            false => Plan::Scan,
+        }
+    }
+
+    /// Builds `index` in the calling thread unless another thread is
+    /// building it, in which case this waits for that build.
+    pub fn build_or_wait(&self, store: &Store, table: &TableRt, index: &SecondaryRt) -> Result<()> {
+        index.usage.waits.fetch_add(1, Relaxed);
+        let _building = index.build_lock.lock();
+        if index.is_ready() {
+            return Ok(());
+        }
+        self.build_locked(store, table, index, &[None])
+    }
+
+    /// Builds an index whose build lock the caller holds, splitting the
+    /// table's key range over `workers` (one thread each; `None` means the
+    /// calling thread's own transaction protects the reads).
+    pub fn build_locked(
+        &self,
+        store: &Store,
+        table: &TableRt,
+        index: &SecondaryRt,
+        workers: &[Option<usize>],
+    ) -> Result<()> {
+        let started = Instant::now();
+        index.build_progress.store(0, Relaxed);
+        let ranges = split_range(table, workers.len());
+        let cancelled = || self.cancel.load(Acquire);
+        let outcomes: Vec<Result<bool>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = ranges
+                .iter()
+                .zip(workers)
+                .skip(1)
+                .map(|(range, &worker)| {
+                    let range = range.clone();
+                    scope.spawn(move || store.build_index(table, index, worker, range, &cancelled))
+                })
+                .collect();
+            let mut outcomes = vec![store.build_index(
+                table,
+                index,
+                workers.first().copied().flatten(),
+                ranges[0].clone(),
+                &cancelled,
+            )];
+            outcomes.extend(handles.into_iter().map(|h| match h.join() {
+                Ok(outcome) => outcome,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }));
+            outcomes
+        });
+        let mut complete = true;
+        for outcome in outcomes {
+            complete &= outcome?;
+        }
+        if complete {
+            let rows = index.build_progress.load(Relaxed).max(1);
+            let threads = ranges.len() as u64;
+            let per_row = started.elapsed().as_nanos() as u64 * threads / rows;
+            self.build_ns_per_row.store(per_row.max(1), Relaxed);
+            self.publish(index);
+        }
+        Ok(())
+    }
+
+    /// SOFORT's rank of an index not built yet (eq. 3).
+    pub fn rank(&self, table: &TableRt, index: &SecondaryRt) -> f64 {
+        let n = self.restart_statements.load(Relaxed);
+        let alpha = ALPHA.powf(n as f64);
+        let key = (table.heap.def.id, index.def.number);
+        let past = self
+            .past
+            .iter()
+            .find(|r| (r.table, r.number) == key)
+            .map_or(0.0, |r| r.saved_ns as f64);
+        let restart = index.usage.saved_ns.load(Relaxed) as f64;
+        let rebuild = (table.index.len() as u64 * self.build_cost_per_row()) as f64;
+        alpha * past + (1.0 - alpha) * restart - rebuild
+    }
+
+    /// The not-yet-built index of highest rank nobody is building, with
+    /// its rank (Alg. 2).
+    pub fn next_to_rebuild(
+        &self,
+        tables: &[Arc<TableRt>],
+    ) -> Option<(Arc<TableRt>, Arc<SecondaryRt>, f64)> {
+        let mut best: Option<(Arc<TableRt>, Arc<SecondaryRt>, f64)> = None;
+        for table in tables {
+            for (_, index) in table.secondaries.iter() {
+                if index.is_ready() || index.is_dropped() || index.build_lock.is_locked() {
+                    continue;
+                }
+                let rank = self.rank(table, index);
+                if best.as_ref().is_none_or(|b| rank > b.2) {
+                    best = Some((table.clone(), index.clone(), rank));
+                }
+            }
+        }
+        best
+    }
+
+    /// The adaptive recovery procedure (Alg. 1) on recovery workers
+    /// `workers`: builds the best-ranked index with all of them while its
+    /// rank is positive, with the first one only afterwards. Returns when
+    /// every index is ready or on cancellation.
+    pub fn run_adaptive(&self, store: &Store, workers: &[usize]) -> Result<()> {
+        let tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
+        let all: Vec<Option<usize>> = workers.iter().map(|&w| Some(w)).collect();
+        while !self.cancel.load(Acquire) {
+            let Some((table, index, rank)) = self.next_to_rebuild(&tables) else {
+                if all_ready(&tables) {
+                    self.note_all_ready();
+                    return Ok(());
+                }
+                // A statement is building the last ones; wait for it.
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            };
+            let Some(_building) = index.build_lock.try_lock() else {
+                continue;
+            };
+            if index.is_ready() {
+                continue;
+            }
+            let use_workers = match rank > 0.0 {
+                true => &all[..],
+                false => &all[..1],
+            };
+            self.build_locked(store, &table, &index, use_workers)?;
+        }
+        Ok(())
+    }
+
+    /// Builds every index not ready yet, each with all `workers`
+    /// (synchronous recovery, and `wait_for_secondary_indexes`).
+    pub fn build_all(&self, store: &Store, workers: &[Option<usize>]) -> Result<()> {
+        let tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
+        for table in &tables {
+            for (_, index) in table.secondaries.iter() {
+                if index.is_ready() || index.is_dropped() {
+                    continue;
+                }
+                let _building = index.build_lock.lock();
+                if !index.is_ready() {
+                    self.build_locked(store, table, index, workers)?;
+                }
+            }
+        }
+        if all_ready(&tables) {
+            self.note_all_ready();
+        }
+        Ok(())
+    }
+
+    /// Writes the decayed workload sums to the statistics ring, at most
+    /// once per `USAGE_PERIOD`.
+    pub fn persist_usage(&self, store: &Store) {
+        let mut ring = self.ring.lock();
+        let elapsed = ring.written_at.elapsed();
+        if elapsed < USAGE_PERIOD {
+            return;
+        }
+        ring.written_at = Instant::now();
+        let decay = 0.5f64.powf(elapsed.as_secs_f64() / WINDOW_HALF_LIFE.as_secs_f64());
+        let window_ms = (WINDOW_HALF_LIFE.as_secs_f64() / std::f64::consts::LN_2 * 1000.0) as u64;
+        for (_, table) in store.tables.iter() {
+            for (_, index) in table.secondaries.iter() {
+                let key = (table.heap.def.id, index.def.number);
+                let statements = index.usage.statements.load(Relaxed);
+                let saved = index.usage.saved_ns.load(Relaxed);
+                let position = match ring.sums.iter().position(|(k, _)| *k == key) {
+                    Some(p) => p,
+                    None => {
+                        ring.sums.push((key, Sums::default()));
+                        ring.sums.len() - 1
+                    }
+                };
+                let sums = &mut ring.sums[position].1;
+                sums.statements = sums.statements * decay
+                    + statements.saturating_sub(sums.seen_statements) as f64;
+                sums.saved_ns =
+                    sums.saved_ns * decay + saved.saturating_sub(sums.seen_saved) as f64;
+                sums.seen_statements = statements;
+                sums.seen_saved = saved;
+                let record = UsageRecord {
+                    table: key.0,
+                    number: key.1,
+                    statements: sums.statements as u64,
+                    saved_ns: sums.saved_ns as u64,
+                    window_ms,
+                };
+                let seq = ring.next_seq;
+                ring.next_seq += 1;
+                catalog::write_usage(&store.medium, seq, &record);
+            }
+        }
+    }
+}
+
+fn all_ready(tables: &[Arc<TableRt>]) -> bool {
+    tables.iter().all(|t| {
+        t.secondaries
+            .iter()
+            .all(|(_, i)| i.is_ready() || i.is_dropped())
+    })
+}
+
+/// A range of primary keys.
+type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// Cuts the table's key range into at most `parts` ranges at separators
+/// of the primary index's root.
+fn split_range(table: &TableRt, parts: usize) -> Vec<KeyRange> {
+    let separators = match parts > 1 {
+        true => table.index.root_separators(),
+        false => Vec::new(),
+    };
+    let mut cuts: Vec<Vec<u8>> = (1..parts)
+        .filter_map(|i| separators.get(i * separators.len() / parts).cloned())
+        .collect();
+    cuts.dedup();
+    let mut ranges = Vec::with_capacity(parts);
+    let mut lower = Bound::Unbounded;
+    for cut in cuts {
+        ranges.push((lower, Bound::Excluded(cut.clone())));
+        lower = Bound::Included(cut);
+    }
+    ranges.push((lower, Bound::Unbounded));
+    ranges
+}

@@ -1,0 +1,497 @@
+//! Secondary indexes in the public API, and their recovery after a
+//! restart (the strategies are in `adaptive`).
+
+use super::{Database, DbInner, Table, Transaction};
+use crate::adaptive::{IndexManager, IndexRecovery, Plan};
+use crate::catalog::{
+    self, IndexDef, KeyPart, Source, MAX_INDEXES_PER_TABLE, MAX_INDEX_NAME_LEN, MAX_KEY_PARTS,
+};
+use crate::error::{Error, Result};
+use crate::index::MAX_KEY_LEN;
+use crate::txn::{owned_range, prefix_end, Rows, SecondaryRt, TableRt, TxnState, DROPPED};
+use std::ops::{Bound, Range, RangeBounds};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a secondary index cuts its key out of a row: the concatenation of
+/// byte ranges of the primary key and of the value, in the order given.
+/// Every key of an index has the same length, so fixed-width fields are
+/// what it indexes; a row too short for a range has no entry (it is never
+/// found through the index, like a NULL).
+///
+/// The definition is data, not code, so the engine can rebuild the index
+/// after a restart before the application has done anything.
+///
+/// ```no_run
+/// # use rebound::{Database, IndexOptions, Options, TableOptions};
+/// # let db = Database::open("/dev/shm/doc-index", Options::default())?;
+/// # let customers = db.create_table("customers", TableOptions::default())?;
+/// // Value bytes 0..16 hold the last name; the key starts with the district.
+/// let by_name = db.create_index(
+///     &customers,
+///     "by_name",
+///     IndexOptions::default().key_bytes(0..4).value_bytes(0..16),
+/// )?;
+/// # Ok::<(), rebound::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IndexOptions {
+    parts: Vec<KeyPart>,
+    /// At most one live row per secondary key; a write that would make a
+    /// second fails with [`Error::UniqueViolation`].
+    pub unique: bool,
+}
+
+impl IndexOptions {
+    /// Appends bytes `bytes` of the primary key to the secondary key.
+    #[must_use]
+    pub fn key_bytes(self, bytes: Range<usize>) -> Self {
+        self.part(Source::PrimaryKey, bytes)
+    }
+
+    /// Appends bytes `bytes` of the value to the secondary key.
+    #[must_use]
+    pub fn value_bytes(self, bytes: Range<usize>) -> Self {
+        self.part(Source::Value, bytes)
+    }
+
+    /// Makes the index unique (default: not unique).
+    #[must_use]
+    pub fn unique(mut self, unique: bool) -> Self {
+        self.unique = unique;
+        self
+    }
+
+    fn part(mut self, source: Source, bytes: Range<usize>) -> Self {
+        let start = u32::try_from(bytes.start).unwrap_or(u32::MAX);
+        let len = u32::try_from(bytes.end.saturating_sub(bytes.start)).unwrap_or(0);
+        self.parts.push(KeyPart { source, start, len });
+        self
+    }
+}
+
+/// A handle to a secondary index; cheap to clone.
+#[derive(Clone)]
+pub struct Index {
+    table: Arc<TableRt>,
+    rt: Arc<SecondaryRt>,
+}
+
+impl Index {
+    pub fn name(&self) -> &str {
+        &self.rt.def.name
+    }
+
+    pub fn table_name(&self) -> &str {
+        &self.table.heap.def.name
+    }
+
+    pub fn is_unique(&self) -> bool {
+        self.rt.def.unique
+    }
+
+    /// Length in bytes of every key of this index.
+    pub fn key_len(&self) -> usize {
+        self.rt.def.key_len()
+    }
+
+    /// Whether lookups go through the index (false while it is rebuilt
+    /// after a restart: they are then answered by other means).
+    pub fn is_ready(&self) -> bool {
+        self.rt.is_ready()
+    }
+}
+
+/// One secondary index's state and use since open.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct IndexStats {
+    pub table: String,
+    pub name: String,
+    pub unique: bool,
+    pub ready: bool,
+    /// From the start of `open` until it was ready (`None`: not yet, or
+    /// it never needed building since open).
+    pub built_after: Option<Duration>,
+    /// Entries in the index, stale ones awaiting removal included.
+    pub entries: u64,
+    /// Statements that wanted the index.
+    pub statements: u64,
+    /// Of those, answered by a table scan because it was not built.
+    pub scans_instead: u64,
+    /// Statements that waited for (or performed) its build.
+    pub waits: u64,
+    /// Estimated time it saved (or would have saved) those statements.
+    pub saved_ns: u64,
+    /// Its SOFORT rank now, while it is not built.
+    pub rank: Option<f64>,
+}
+
+impl Database {
+    /// Creates a secondary index on `table` and builds it from the rows
+    /// the table holds; the definition is durable when this returns.
+    /// Writes running meanwhile keep it up to date. A unique index over
+    /// rows that already repeat a key fails with
+    /// [`Error::UniqueViolation`] and is not created.
+    pub fn create_index(&self, table: &Table, name: &str, options: IndexOptions) -> Result<Index> {
+        self.check_open()?;
+        let inner = &self.inner;
+        let rt = &table.rt;
+        if rt.instance != inner.store.instance {
+            return Err(Error::ForeignTable);
+        }
+        rt.check_damaged()?;
+        let _guard = inner.create_lock.lock();
+        validate_index(rt, name, &options)?;
+        let def = IndexDef {
+            table: rt.heap.def.id,
+            number: rt.secondaries.count() as u32,
+            name: name.to_owned(),
+            unique: options.unique,
+            parts: options.parts,
+        };
+        let index = Arc::new(SecondaryRt::new(def, false));
+        rt.secondaries.push(index.clone());
+        let built = inner
+            .build_new_index(rt, &index)
+            .and_then(|()| catalog::create_index(&inner.store.medium, &index.def));
+        if let Err(e) = built {
+            index.set_state(DROPPED);
+            return Err(e);
+        }
+        inner.indexes.publish(&index);
+        Ok(Index {
+            table: rt.clone(),
+            rt: index,
+        })
+    }
+
+    /// The secondary index `name` of `table`, if it exists.
+    pub fn index(&self, table: &Table, name: &str) -> Result<Option<Index>> {
+        self.check_open()?;
+        let found = table
+            .rt
+            .secondaries
+            .iter()
+            .find(|(_, i)| i.def.name == name && !i.is_dropped());
+        Ok(found.map(|(_, rt)| Index {
+            table: table.rt.clone(),
+            rt: rt.clone(),
+        }))
+    }
+
+    /// Every secondary index's state and use since open.
+    pub fn index_stats(&self) -> Vec<IndexStats> {
+        let manager = &self.inner.indexes;
+        let mut stats = Vec::new();
+        for (_, table) in self.inner.store.tables.iter() {
+            for (_, index) in table.secondaries.iter() {
+                if index.is_dropped() {
+                    continue;
+                }
+                let usage = &index.usage;
+                stats.push(IndexStats {
+                    table: table.heap.def.name.clone(),
+                    name: index.def.name.clone(),
+                    unique: index.def.unique,
+                    ready: index.is_ready(),
+                    built_after: *index.built_after.lock(),
+                    entries: index.tree.len() as u64,
+                    statements: usage.statements.load(Ordering::Relaxed),
+                    scans_instead: usage.scans_instead.load(Ordering::Relaxed),
+                    waits: usage.waits.load(Ordering::Relaxed),
+                    saved_ns: usage.saved_ns.load(Ordering::Relaxed),
+                    rank: (!index.is_ready()).then(|| manager.rank(table, index)),
+                });
+            }
+        }
+        stats
+    }
+
+    /// Builds whatever secondary index is not ready yet, in the calling
+    /// thread and the recovery threads, and returns the time from the
+    /// start of `open` until all were ready.
+    pub fn wait_for_secondary_indexes(&self) -> Result<Option<Duration>> {
+        self.check_open()?;
+        let inner = &self.inner;
+        let workers = inner.reserve_workers(inner.indexes.threads);
+        let built = inner.indexes.build_all(&inner.store, &workers);
+        inner.release_workers(&workers);
+        built?;
+        Ok(inner.indexes.all_ready_after())
+    }
+
+    /// The strategy the secondary indexes of this open recover with.
+    pub fn index_recovery(&self) -> IndexRecovery {
+        self.inner.indexes.strategy()
+    }
+
+    /// Starts the rebuild of the secondary indexes after a restart, as
+    /// the strategy says; synchronous recovery finishes it here.
+    pub(super) fn start_secondary_recovery(&self) -> Result<()> {
+        let inner = &self.inner;
+        if inner.indexes.all_built(&inner.store) {
+            inner.indexes.note_all_ready();
+            return Ok(());
+        }
+        match inner.indexes.strategy() {
+            IndexRecovery::Synchronous => {
+                let workers = inner.reserve_workers(inner.indexes.threads);
+                let built = inner.indexes.build_all(&inner.store, &workers);
+                inner.release_workers(&workers);
+                built
+            }
+            IndexRecovery::OnDemand => Ok(()),
+            IndexRecovery::Adaptive => {
+                self.spawn_adaptive_recovery();
+                Ok(())
+            }
+        }
+    }
+
+    fn spawn_adaptive_recovery(&self) {
+        let inner = self.inner.clone();
+        let handle = std::thread::Builder::new()
+            .name("rebound-index-recovery".into())
+            .spawn(move || {
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let workers = inner.reserve_workers(inner.indexes.threads);
+                    let ids: Vec<usize> = workers.iter().flatten().copied().collect();
+                    let built = match ids.is_empty() {
+                        true => Ok(()),
+                        false => inner.indexes.run_adaptive(&inner.store, &ids),
+                    };
+                    inner.release_workers(&workers);
+                    built
+                }));
+                match outcome {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => inner.note_index_failure(&e),
+                    Err(panic) => inner.poison("rebound-index-recovery", panic.as_ref()),
+                }
+            })
+            .expect("spawn the index recovery thread");
+        *self.inner.index_recovery.lock() = Some(handle);
+    }
+}
+
+fn validate_index(table: &TableRt, name: &str, options: &IndexOptions) -> Result<()> {
+    let invalid = |why: String| Err(Error::InvalidIndex(why));
+    if name.is_empty() || name.len() > MAX_INDEX_NAME_LEN {
+        return invalid(format!("name must be 1..={MAX_INDEX_NAME_LEN} bytes"));
+    }
+    let existing = || table.secondaries.iter().filter(|(_, i)| !i.is_dropped());
+    if existing().any(|(_, i)| i.def.name == name) {
+        return Err(Error::IndexExists(name.to_owned()));
+    }
+    if table.secondaries.count() >= MAX_INDEXES_PER_TABLE {
+        return invalid(format!(
+            "a table has at most {MAX_INDEXES_PER_TABLE} indexes"
+        ));
+    }
+    if !(1..=MAX_KEY_PARTS).contains(&options.parts.len()) {
+        return invalid(format!("a key has 1..={MAX_KEY_PARTS} byte ranges"));
+    }
+    let def = &table.heap.def;
+    for part in &options.parts {
+        let limit = match part.source {
+            Source::PrimaryKey => def.max_key_len,
+            Source::Value => def.max_value_len,
+        };
+        if part.len == 0 || part.start.saturating_add(part.len) > limit {
+            return invalid(format!(
+                "byte range {}..{} is empty or beyond the table's limit of {limit}",
+                part.start,
+                part.start.saturating_add(part.len)
+            ));
+        }
+    }
+    let key_len: u32 = options.parts.iter().map(|p| p.len).sum();
+    if (key_len + def.max_key_len) as usize > MAX_KEY_LEN {
+        return invalid(format!(
+            "index key ({key_len} bytes) plus the table's max key ({}) exceeds {MAX_KEY_LEN}",
+            def.max_key_len
+        ));
+    }
+    Ok(())
+}
+
+impl DbInner {
+    /// Claims up to `n` free session slots for background readers.
+    pub(super) fn reserve_workers(&self, n: usize) -> Vec<Option<usize>> {
+        let mut sessions = self.sessions.lock();
+        let mut workers = Vec::new();
+        for (worker, used) in sessions.iter_mut().enumerate() {
+            if workers.len() == n {
+                break;
+            }
+            if !*used {
+                *used = true;
+                workers.push(Some(worker));
+            }
+        }
+        workers
+    }
+
+    pub(super) fn release_workers(&self, workers: &[Option<usize>]) {
+        let mut sessions = self.sessions.lock();
+        for worker in workers.iter().flatten() {
+            sessions[*worker] = false;
+        }
+    }
+
+    /// Builds a new index over the rows the table holds and, if unique,
+    /// checks that no secondary key repeats among them.
+    fn build_new_index(&self, table: &Arc<TableRt>, index: &Arc<SecondaryRt>) -> Result<()> {
+        let workers = self.reserve_workers(self.indexes.threads);
+        let Some(&Some(first)) = workers.first() else {
+            return Err(Error::TooManySessions(crate::catalog::MAX_SESSIONS));
+        };
+        let outcome = {
+            let _building = index.build_lock.lock();
+            self.indexes
+                .build_locked(&self.store, table, index, &workers)
+        };
+        let outcome = outcome.and_then(|()| match index.def.unique {
+            true => self.check_no_repeats(table, index, first),
+            false => Ok(()),
+        });
+        self.release_workers(&workers);
+        outcome
+    }
+
+    fn check_no_repeats(&self, table: &TableRt, index: &SecondaryRt, worker: usize) -> Result<()> {
+        let mut repeated = Vec::new();
+        let mut previous: Option<Vec<u8>> = None;
+        index
+            .tree
+            .scan(Bound::Unbounded, Bound::Unbounded, None, |entry, _| {
+                let (secondary, _) = index.split(entry);
+                if previous.as_deref() == Some(secondary) && repeated.last() != Some(&previous) {
+                    repeated.push(previous.clone());
+                }
+                previous = Some(secondary.to_vec());
+                true
+            });
+        let mut txn = TxnState::begin(&self.store, worker);
+        for secondary in repeated.into_iter().flatten() {
+            let range = (
+                Bound::Included(secondary.clone()),
+                Bound::Included(secondary),
+            );
+            if txn
+                .index_lookup(table, index, (&range.0, &range.1), 2)?
+                .len()
+                > 1
+            {
+                return Err(Error::UniqueViolation(index.def.name.clone()));
+            }
+        }
+        txn.commit()
+    }
+
+    /// Maintenance of secondary indexes: stale entries and statistics.
+    pub(super) fn maintain_secondaries(&self) {
+        {
+            // GC must not free blocks whose chains the vacuum reads.
+            let _gc = self.collector.lock();
+            self.store.vacuum_indexes();
+        }
+        self.indexes.persist_usage(&self.store);
+    }
+
+    pub(super) fn stop_secondary_recovery(&self) {
+        self.indexes.cancel.store(true, Ordering::Release);
+        if let Some(handle) = self.index_recovery.lock().take() {
+            let _ = handle.join();
+        }
+    }
+
+    fn note_index_failure(&self, error: &Error) {
+        self.failures.lock().last_error = Some(format!("index recovery: {error}"));
+    }
+}
+
+impl Transaction<'_> {
+    /// The first row (primary key, value) whose secondary key is `key`.
+    pub fn index_get(&mut self, index: &Index, key: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let range = (Bound::Included(key.to_vec()), Bound::Included(key.to_vec()));
+        Ok(self.index_lookup(index, range, 1)?.into_iter().next())
+    }
+
+    /// Up to `limit` rows (primary key, value) whose secondary key lies in
+    /// `range`, ordered by secondary key, then primary key. Serializable
+    /// like [`scan`](Transaction::scan): the rows are read as by `get`,
+    /// and no older transaction can add a row to the range afterwards.
+    pub fn index_scan<K: AsRef<[u8]>>(
+        &mut self,
+        index: &Index,
+        range: impl RangeBounds<K>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.index_lookup(index, owned_range(range), limit)
+    }
+
+    /// Every row whose secondary key lies in `range` (see [`index_scan`](Self::index_scan)).
+    pub fn index_range<K: AsRef<[u8]>>(
+        &mut self,
+        index: &Index,
+        range: impl RangeBounds<K>,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.index_lookup(index, owned_range(range), usize::MAX)
+    }
+
+    /// Every row whose secondary key starts with `prefix`.
+    pub fn index_prefix(
+        &mut self,
+        index: &Index,
+        prefix: &[u8],
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let upper = prefix_end(prefix).map_or(Bound::Unbounded, Bound::Excluded);
+        self.index_lookup(index, (Bound::Included(prefix.to_vec()), upper), usize::MAX)
+    }
+
+    fn index_lookup(
+        &mut self,
+        index: &Index,
+        range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+        limit: usize,
+    ) -> Result<Rows> {
+        let db = self.db;
+        if index.table.instance != db.store.instance {
+            return Err(Error::ForeignTable);
+        }
+        let plan = db.indexes.plan(&db.store, &index.table, &index.rt)?;
+        let range = (&range.0, &range.1);
+        let rows = match plan {
+            Plan::Index => self
+                .state
+                .index_lookup(&index.table, &index.rt, range, limit)?,
+            Plan::Scan => {
+                index.rt.usage.scans_instead.fetch_add(1, Ordering::Relaxed);
+                self.state
+                    .index_lookup_by_scan(index.table.clone(), &index.rt, range, limit)?
+            }
+        };
+        let table_rows = index.table.index.len() as u64;
+        index
+            .rt
+            .record_use(IndexManager::benefit(table_rows, rows.len()));
+        Ok(rows)
+    }
+
+    /// Before a write: unique indexes not built yet are built or waited
+    /// for if the strategy says so (else the write checks by a scan).
+    pub(super) fn prepare_write(&mut self, table: &Table) -> Result<()> {
+        let db = self.db;
+        for (_, index) in table.rt.secondaries.iter() {
+            if index.def.unique && !index.is_ready() && !index.is_dropped() {
+                db.indexes.plan(&db.store, &table.rt, index)?;
+            }
+        }
+        Ok(())
+    }
+}

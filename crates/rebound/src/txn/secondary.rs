@@ -1,0 +1,590 @@
+//! Secondary indexes (SOFORT, papers/004 §3.1): ordered DRAM maps that are
+//! never persisted and are rebuilt from the table after a restart.
+//!
+//! # Entries
+//! A secondary key is a fixed-length concatenation of byte ranges of the
+//! primary key and the value (`IndexDef::parts`); a row too short for one
+//! of them has no entry, like a NULL. The index stores one entry per
+//! (secondary key, primary key): the tree key is `secondary ‖ primary`
+//! (the fixed length makes `secondary` a prefix that sorts correctly) and
+//! the value is the largest timestamp of a transaction that wrote a
+//! version with that secondary key, or of the version a build indexed.
+//!
+//! # Why reads stay serializable without versioned entries
+//! Entries are a superset: every version any running or future
+//! transaction can see has its entry, and stale entries may remain. A
+//! lookup scans the tree marking the leaves' gap timestamps (as a primary
+//! scan does), then reads every candidate row through MVTO (`get`), and
+//! keeps it only if the version it sees still has that secondary key.
+//! * A writer inserts its entry right after its primary write, through the
+//!   gap check, so an older writer cannot put a row into a range a younger
+//!   transaction has looked up: it gets `Conflict`.
+//! * A row a lookup returned (or rejected) was read through MVTO, so no
+//!   older writer can change it afterwards.
+//! * A unique index checks, before the write, every entry with the new
+//!   secondary key by reading its row; the scan marked the gap, so of two
+//!   racing inserters of one key the older one conflicts.
+//!
+//! # Removing stale entries
+//! An update that changes a row's secondary key, a delete, and an abort
+//! leave entries that no version needs any more; they are queued
+//! (`Store::index_garbage`) and removed by maintenance once the entry's
+//! timestamp is below the low-water mark and the newest version committed
+//! below it does not carry the key. The removal is conditional on the
+//! entry's value, so a writer that raised it meanwhile keeps it.
+
+use super::{Store, TableRt, TxnState};
+use crate::catalog::{IndexDef, Source};
+use crate::error::{Error, Result};
+use crate::heap::tile::{ABORTED, PENDING};
+use crate::heap::{Addr, SlotRead};
+use crate::index::{BTree, InsertError};
+use std::ops::Bound;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicU64, AtomicU8};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Not built since the restart: lookups must not use the tree.
+pub const NOT_BUILT: u8 = 0;
+/// Complete: every version anyone can see has its entry.
+pub const READY: u8 = 1;
+/// Creation failed; writers ignore it.
+pub const DROPPED: u8 = 2;
+
+/// What statements wanted from an index and what it saved them, in
+/// estimated nanoseconds (SOFORT's Benefit, eq. 1).
+#[derive(Default)]
+pub struct Usage {
+    pub statements: AtomicU64,
+    pub saved_ns: AtomicU64,
+    /// Statements answered by a table scan because it was not built.
+    pub scans_instead: AtomicU64,
+    /// Statements that waited for (or performed) its build.
+    pub waits: AtomicU64,
+}
+
+/// A secondary index at run time.
+pub struct SecondaryRt {
+    pub def: IndexDef,
+    pub tree: BTree,
+    state: AtomicU8,
+    /// Held by whoever builds the index; waiting for a build is taking it.
+    pub build_lock: parking_lot::Mutex<()>,
+    /// Primary keys visited by the running build (progress for the cost model).
+    pub build_progress: AtomicU64,
+    /// Since open (or creation).
+    pub usage: Usage,
+    /// Time from the start of open until the index was ready.
+    pub built_after: parking_lot::Mutex<Option<Duration>>,
+}
+
+impl SecondaryRt {
+    pub fn new(def: IndexDef, ready: bool) -> SecondaryRt {
+        SecondaryRt {
+            def,
+            tree: BTree::new(),
+            state: AtomicU8::new(if ready { READY } else { NOT_BUILT }),
+            build_lock: parking_lot::Mutex::new(()),
+            build_progress: AtomicU64::new(0),
+            usage: Usage::default(),
+            built_after: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// Stands for a number whose creation failed, so numbers stay positions.
+    pub fn placeholder() -> SecondaryRt {
+        let def = IndexDef {
+            table: 0,
+            number: 0,
+            name: String::new(),
+            unique: false,
+            parts: Vec::new(),
+        };
+        let index = SecondaryRt::new(def, false);
+        index.set_state(DROPPED);
+        index
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.state.load(Acquire) == READY
+    }
+
+    pub fn is_dropped(&self) -> bool {
+        self.state.load(Acquire) == DROPPED
+    }
+
+    pub fn set_state(&self, state: u8) {
+        self.state.store(state, Release);
+    }
+
+    /// The secondary key of a row into `out`; false if the row is too
+    /// short for it (it then has no entry).
+    pub fn secondary_key(&self, key: &[u8], value: &[u8], out: &mut Vec<u8>) -> bool {
+        out.clear();
+        for part in &self.def.parts {
+            let source = match part.source {
+                Source::PrimaryKey => key,
+                Source::Value => value,
+            };
+            let (start, end) = (part.start as usize, (part.start + part.len) as usize);
+            match source.get(start..end) {
+                Some(bytes) => out.extend_from_slice(bytes),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Splits a tree key into (secondary key, primary key).
+    pub fn split<'k>(&self, entry: &'k [u8]) -> (&'k [u8], &'k [u8]) {
+        entry.split_at(self.def.key_len().min(entry.len()))
+    }
+
+    fn entry(&self, secondary: &[u8], key: &[u8]) -> Vec<u8> {
+        let mut entry = Vec::with_capacity(secondary.len() + key.len());
+        entry.extend_from_slice(secondary);
+        entry.extend_from_slice(key);
+        entry
+    }
+
+    /// Records one statement that wanted the index and what it saved.
+    pub fn record_use(&self, saved_ns: u64) {
+        self.usage.statements.fetch_add(1, Relaxed);
+        self.usage.saved_ns.fetch_add(saved_ns, Relaxed);
+    }
+}
+
+/// A stale-entry candidate: removed once nothing can need it.
+pub struct Stale {
+    pub table: u32,
+    pub index: Arc<SecondaryRt>,
+    pub entry: Vec<u8>,
+}
+
+/// Tree bounds that contain every entry whose secondary key lies in
+/// `range` (the caller filters exactly): keys are `secondary ‖ primary`.
+fn entry_bounds(
+    (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
+    key_len: usize,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let truncate = |b: &Vec<u8>| b[..b.len().min(key_len)].to_vec();
+    let lower = match lower {
+        Bound::Included(b) | Bound::Excluded(b) => Bound::Included(truncate(b)),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let upper = match upper {
+        Bound::Included(b) | Bound::Excluded(b) => {
+            super::prefix_end(&truncate(b)).map_or(Bound::Unbounded, Bound::Excluded)
+        }
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    (lower, upper)
+}
+
+fn contains((lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>), key: &[u8]) -> bool {
+    let above = match lower {
+        Bound::Included(b) => key >= b.as_slice(),
+        Bound::Excluded(b) => key > b.as_slice(),
+        Bound::Unbounded => true,
+    };
+    let below = match upper {
+        Bound::Included(b) => key <= b.as_slice(),
+        Bound::Excluded(b) => key < b.as_slice(),
+        Bound::Unbounded => true,
+    };
+    above && below
+}
+
+/// Rows found through a secondary index: (primary key, value), in
+/// (secondary key, primary key) order.
+pub type Rows = Vec<(Vec<u8>, Vec<u8>)>;
+
+impl TxnState<'_> {
+    /// Up to `limit` rows whose secondary key lies in `range`, through the
+    /// index's tree. The index must be ready.
+    pub fn index_lookup(
+        &mut self,
+        table: &TableRt,
+        index: &SecondaryRt,
+        range: (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
+        limit: usize,
+    ) -> Result<Rows> {
+        self.check_usable()?;
+        self.check_index(table)?;
+        let result = self.lookup_through_tree(table, index, range, limit);
+        self.guard(result)
+    }
+
+    /// The same rows as `index_lookup`, found by reading the whole table
+    /// (for an index that is not built yet).
+    pub fn index_lookup_by_scan(
+        &mut self,
+        table: Arc<TableRt>,
+        index: &SecondaryRt,
+        range: (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
+        limit: usize,
+    ) -> Result<Rows> {
+        self.check_usable()?;
+        self.check_index(&table)?;
+        let mut found = Vec::new();
+        let mut secondary = Vec::new();
+        let cursor = self.range(
+            table,
+            (Bound::Unbounded, Bound::Unbounded),
+            super::cursor::MAX_BATCH,
+        )?;
+        for row in cursor {
+            let (key, value) = row?;
+            if index.secondary_key(&key, &value, &mut secondary) && contains(range, &secondary) {
+                found.push((secondary.clone(), key, value));
+            }
+        }
+        found.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        found.truncate(limit);
+        Ok(found.into_iter().map(|(_, k, v)| (k, v)).collect())
+    }
+
+    fn check_index(&self, table: &TableRt) -> Result<()> {
+        if table.instance != self.store.instance {
+            return Err(Error::ForeignTable);
+        }
+        table.check_damaged()
+    }
+
+    fn lookup_through_tree(
+        &self,
+        table: &TableRt,
+        index: &SecondaryRt,
+        range: (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
+        limit: usize,
+    ) -> Result<Rows> {
+        let (lower, upper) = entry_bounds(range, index.def.key_len());
+        let mut entries = Vec::new();
+        index.tree.scan(
+            super::as_slice_bound(&lower),
+            super::as_slice_bound(&upper),
+            Some(self.ts),
+            |entry, _| {
+                entries.push(entry.to_vec());
+                true
+            },
+        );
+        let mut rows = Vec::new();
+        let mut secondary = Vec::new();
+        for entry in entries {
+            if rows.len() >= limit {
+                break;
+            }
+            let (wanted, key) = index.split(&entry);
+            if key.is_empty() || !contains(range, wanted) {
+                continue;
+            }
+            let mut value = Vec::new();
+            if self.read_key_into(table, key, &mut value)?
+                && index.secondary_key(key, &value, &mut secondary)
+                && secondary == wanted
+            {
+                rows.push((key.to_vec(), value));
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Refuses a write that would give a second live row `key`'s new
+    /// secondary key in any unique index of the table. An index that is
+    /// not built is checked by reading the table.
+    pub(super) fn check_unique(
+        &mut self,
+        table: &TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<()> {
+        let Some(value) = value else {
+            return Ok(());
+        };
+        let mut secondary = Vec::new();
+        for (_, index) in table.secondaries.iter() {
+            if !index.def.unique
+                || index.is_dropped()
+                || !index.secondary_key(key, value, &mut secondary)
+            {
+                continue;
+            }
+            let range = (
+                Bound::Included(secondary.clone()),
+                Bound::Included(secondary.clone()),
+            );
+            let range = (&range.0, &range.1);
+            let rows = match index.is_ready() {
+                true => self.lookup_through_tree(table, index, range, 2)?,
+                false => {
+                    let table = self.store.tables[table.heap.def.id as usize].clone();
+                    self.index_lookup_by_scan(table, index, range, 2)?
+                }
+            };
+            if rows.iter().any(|(other, _)| other != key) {
+                return Err(Error::UniqueViolation(index.def.name.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The value this transaction's new version of `key` replaced: its
+    /// chain predecessor (`None` if there is none or it is a deletion).
+    pub(super) fn replaced_value(&self, table: &TableRt, key: &[u8]) -> Option<Vec<u8>> {
+        let head = table.index.get(key)?;
+        let header = table.heap.header(Addr(head))?;
+        if header.begin.load(Acquire) != PENDING | self.ts {
+            return None;
+        }
+        let prev = match header.prev.load(Acquire) {
+            0 => return None,
+            prev => Addr(prev - 1),
+        };
+        let mut value = Vec::new();
+        match table.heap.read_live(&self.store.medium, prev, &mut value) {
+            SlotRead::Value => Some(value),
+            _ => None,
+        }
+    }
+
+    /// After a write of `key` (new value `value`, `None` for a delete)
+    /// over `old`: enters the new secondary keys and queues the old ones.
+    pub(super) fn maintain_indexes(
+        &mut self,
+        table: &TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+        old: Option<&[u8]>,
+    ) -> Result<()> {
+        let (mut new_key, mut old_key) = (Vec::new(), Vec::new());
+        for (_, index) in table.secondaries.iter() {
+            if index.is_dropped() {
+                continue;
+            }
+            let has_new = value.is_some_and(|v| index.secondary_key(key, v, &mut new_key));
+            let has_old = old.is_some_and(|v| index.secondary_key(key, v, &mut old_key));
+            if has_new {
+                let entry = index.entry(&new_key, key);
+                if let Err(InsertError::Phantom) = index
+                    .tree
+                    .insert_or_raise(&entry, self.ts, self.ts, self.ts)
+                {
+                    return Err(Error::Conflict);
+                }
+                self.entered.push((table.heap.def.id, index.clone(), entry));
+            }
+            if has_old && (!has_new || old_key != new_key) {
+                self.store.index_garbage.lock().push(Stale {
+                    table: table.heap.def.id,
+                    index: index.clone(),
+                    entry: index.entry(&old_key, key),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// An aborted transaction's entries may be stale: queue them.
+    pub(super) fn queue_entered(&mut self) {
+        if self.entered.is_empty() {
+            return;
+        }
+        let mut garbage = self.store.index_garbage.lock();
+        for (table, index, entry) in self.entered.drain(..) {
+            garbage.push(Stale {
+                table,
+                index,
+                entry,
+            });
+        }
+    }
+}
+
+/// Announces a reader of version chains outside any transaction, so that
+/// GC frees nothing it may reach (see `Store::low_water`).
+pub struct ChainReader<'s> {
+    store: &'s Store,
+    worker: usize,
+}
+
+impl<'s> ChainReader<'s> {
+    pub fn new(store: &'s Store, worker: usize) -> Self {
+        store.active[worker].store(store.clock.peek().max(1), SeqCst);
+        ChainReader { store, worker }
+    }
+}
+
+impl Drop for ChainReader<'_> {
+    fn drop(&mut self) {
+        self.store.active[self.worker].store(0, SeqCst);
+    }
+}
+
+/// Primary keys a build visits per batch (one `ChainReader` each).
+const BUILD_BATCH: usize = 512;
+
+impl Store {
+    /// Enters every version of `table` with a key in `range` that some
+    /// transaction may read into `index`: for each key, its chain head
+    /// unless aborted, and the newest committed version. Versions written
+    /// later enter themselves. Runs as worker `worker`, announced per
+    /// batch (`None`: the caller's transaction protects it); stops early, returning `Ok(false)`, when `cancelled` says so.
+    pub fn build_index(
+        &self,
+        table: &TableRt,
+        index: &SecondaryRt,
+        worker: Option<usize>,
+        (mut lower, upper): (Bound<Vec<u8>>, Bound<Vec<u8>>),
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        let mut batch = Vec::with_capacity(BUILD_BATCH);
+        let mut secondary = Vec::new();
+        loop {
+            if cancelled() {
+                return Ok(false);
+            }
+            let _reader = worker.map(|w| ChainReader::new(self, w));
+            table.warm_range(
+                &self.medium,
+                (&lower, &upper),
+                BUILD_BATCH,
+                super::Order::Ascending,
+            )?;
+            batch.clear();
+            table.index.scan(
+                super::as_slice_bound(&lower),
+                super::as_slice_bound(&upper),
+                None,
+                |key, head| {
+                    batch.push((key.to_vec(), head));
+                    batch.len() < BUILD_BATCH
+                },
+            );
+            for (key, head) in &batch {
+                self.enter_versions(table, index, key, Addr(*head), &mut secondary);
+            }
+            index.build_progress.fetch_add(batch.len() as u64, Relaxed);
+            match batch.last() {
+                Some((key, _)) if batch.len() == BUILD_BATCH => {
+                    lower = Bound::Excluded(key.clone())
+                }
+                _ => return Ok(true),
+            }
+        }
+    }
+
+    fn enter_versions(
+        &self,
+        table: &TableRt,
+        index: &SecondaryRt,
+        key: &[u8],
+        head: Addr,
+        secondary: &mut Vec<u8>,
+    ) {
+        let mut value = Vec::new();
+        let mut addr = head;
+        loop {
+            let Some(header) = table.heap.header(addr) else {
+                return;
+            };
+            let begin = header.begin.load(Acquire);
+            if begin != ABORTED {
+                let live = matches!(
+                    table.heap.read_live(&self.medium, addr, &mut value),
+                    SlotRead::Value
+                );
+                if live && index.secondary_key(key, &value, secondary) {
+                    let mut entry = secondary.clone();
+                    entry.extend_from_slice(key);
+                    // The row existed before anyone looked: no gap check.
+                    let _ = index
+                        .tree
+                        .insert_or_raise(&entry, begin & !PENDING, u64::MAX, 0);
+                }
+                if begin & PENDING == 0 {
+                    return;
+                }
+            }
+            match header.prev.load(Acquire) {
+                0 => return,
+                prev => addr = Addr(prev - 1),
+            }
+        }
+    }
+
+    /// Removes the queued stale entries nothing can need any more; keeps
+    /// the ones that may still be needed for a later round. Returns how
+    /// many were removed. The caller keeps GC from freeing blocks meanwhile.
+    pub fn vacuum_indexes(&self) -> u64 {
+        let pending = std::mem::take(&mut *self.index_garbage.lock());
+        if pending.is_empty() {
+            return 0;
+        }
+        let (low_water, ut) = (self.low_water(), self.clock.peek());
+        let mut keep = Vec::new();
+        let mut removed = 0;
+        for stale in pending {
+            match self.judge_stale(&stale, low_water) {
+                Judgement::Remove(seen) => {
+                    removed += u64::from(stale.index.tree.remove_if(&stale.entry, seen, 0, ut));
+                }
+                Judgement::Needed => {}
+                Judgement::Later => keep.push(stale),
+            }
+        }
+        self.index_garbage.lock().extend(keep);
+        removed
+    }
+
+    fn judge_stale(&self, stale: &Stale, low_water: u64) -> Judgement {
+        let Some(seen) = stale.index.tree.get(&stale.entry) else {
+            return Judgement::Needed;
+        };
+        let table = &self.tables[stale.table as usize];
+        if seen >= low_water || table.is_loading() {
+            return Judgement::Later;
+        }
+        let (wanted, key) = stale.index.split(&stale.entry);
+        let Some(head) = table.index.get(key) else {
+            return Judgement::Remove(seen);
+        };
+        // The version every running and future transaction sees, unless a
+        // younger one (whose writer raised the entry) replaces it.
+        let mut addr = Addr(head);
+        let mut value = Vec::new();
+        let mut secondary = Vec::new();
+        loop {
+            let Some(header) = table.heap.header(addr) else {
+                return Judgement::Needed;
+            };
+            let begin = header.begin.load(Acquire);
+            if begin & PENDING == 0 && begin != ABORTED && begin < low_water {
+                return match table.heap.read_live(&self.medium, addr, &mut value) {
+                    SlotRead::Value
+                        if stale.index.secondary_key(key, &value, &mut secondary)
+                            && secondary == wanted =>
+                    {
+                        Judgement::Needed
+                    }
+                    SlotRead::Value | SlotRead::Deleted => Judgement::Remove(seen),
+                    _ => Judgement::Needed,
+                };
+            }
+            match header.prev.load(Acquire) {
+                0 => return Judgement::Remove(seen),
+                prev => addr = Addr(prev - 1),
+            }
+        }
+    }
+}
+
+enum Judgement {
+    /// Nothing can need it: remove it if its value is still this.
+    Remove(u64),
+    /// A version that transactions see carries it (or it is gone).
+    Needed,
+    /// Ask again in a later round.
+    Later,
+}
