@@ -14,6 +14,11 @@
 //! every fence is issued by the test's thread and a crash point depends on
 //! nothing but the seed (`crash_points_replay_exactly` checks that).
 //!
+//! Table `alpha` has a secondary index on its values' first two bytes and
+//! `beta` a unique one on key and value bytes; after every recovery (which
+//! rebuilds them with a strategy chosen by the seed) each index lookup must
+//! equal a filtered scan.
+//!
 //! Seeds come from `tests/seeds.txt` (see `tests/common/mod.rs`). Replay one
 //! case: `REBOUND_SEED=<seed> REBOUND_CRASH_AT=<fence> cargo test -p rebound
 //! --test crash_oracle replay -- --ignored` (the failure message prints the
@@ -24,8 +29,8 @@ mod common;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rebound::{
-    CheckpointMode, Database, Error, GcOptions, MediumChoice, Options, Session, SimDevice, Table,
-    TableOptions,
+    CheckpointMode, Database, Error, GcOptions, IndexOptions, IndexRecovery, MediumChoice, Options,
+    Session, SimDevice, Table, TableOptions,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,7 +39,16 @@ const TABLES: [&str; 2] = ["alpha", "beta"];
 type Model = BTreeMap<(usize, Vec<u8>), Vec<u8>>;
 
 fn open(device: &SimDevice, mode: CheckpointMode) -> Result<Database, Error> {
-    open_loading(device, mode, true)
+    open_loading(device, mode, true, IndexRecovery::Adaptive)
+}
+
+/// The secondary index recovery a crash case reopens with.
+fn strategy_for(seed: u64) -> IndexRecovery {
+    [
+        IndexRecovery::Synchronous,
+        IndexRecovery::OnDemand,
+        IndexRecovery::Adaptive,
+    ][(seed % 3) as usize]
 }
 
 /// `background: false` leaves the recovered checkpoint runs to be served on
@@ -43,6 +57,7 @@ fn open_loading(
     device: &SimDevice,
     mode: CheckpointMode,
     background: bool,
+    indexes: IndexRecovery,
 ) -> Result<Database, Error> {
     // Checkpoints, GC rounds and maintenance are run by the workload at
     // seeded points, never by time: no background thread, and no trigger
@@ -57,6 +72,7 @@ fn open_loading(
         // Maintenance flags every running transaction as long and moves it.
         .long_transaction_after(Duration::ZERO)
         .load_indexes_in_background(background)
+        .index_recovery(indexes)
         // A low threshold makes GC relocate live versions, not only drop
         // dead ones; maintenance runs a round when 2 blocks qualify and
         // takes GC's checkpoint at once.
@@ -222,10 +238,39 @@ fn apply(model: &mut Model, t: usize, k: Vec<u8>, v: Option<Vec<u8>>) {
     };
 }
 
+/// The table, created if missing, with its index, created if missing (a
+/// crash can fall between the two; then the index is built over rows).
 fn table(db: &Database, name: &str) -> Table {
-    match db.table(name).unwrap() {
+    let t = match db.table(name).unwrap() {
         Some(t) => t,
         None => db.create_table(name, table_options()).unwrap(),
+    };
+    let (index, options) = index_of(name);
+    if db.index(&t, index).unwrap().is_none() {
+        db.create_index(&t, index, options).unwrap();
+    }
+    t
+}
+
+/// Values shorter than an index's byte range have no entry in it.
+fn index_of(table: &str) -> (&'static str, IndexOptions) {
+    match table {
+        "alpha" => ("by_head", IndexOptions::default().value_bytes(0..2)),
+        _ => (
+            "by_key_and_head",
+            IndexOptions::default()
+                .key_bytes(1..5)
+                .value_bytes(0..1)
+                .unique(true),
+        ),
+    }
+}
+
+/// The secondary key `index_of(table)` gives a row, if it has one.
+fn secondary_key(table: &str, key: &[u8], value: &[u8]) -> Option<Vec<u8>> {
+    match table {
+        "alpha" => value.get(0..2).map(<[u8]>::to_vec),
+        _ => Some([key.get(1..5)?, value.get(0..1)?].concat()),
     }
 }
 
@@ -238,14 +283,26 @@ fn contents(db: &Database) -> Model {
         let Some(table) = db.table(name).unwrap() else {
             continue;
         };
-        for (k, v) in tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap() {
+        let rows = tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap();
+        for (k, v) in &rows {
             assert_eq!(
-                tx.get(&table, &k).unwrap().as_ref(),
-                Some(&v),
+                tx.get(&table, k).unwrap().as_ref(),
+                Some(v),
                 "get disagrees with scan"
             );
-            out.insert((t, k), v);
+            out.insert((t, k.clone()), v.clone());
         }
+        let mut want: Vec<_> = rows
+            .into_iter()
+            .filter_map(|(k, v)| Some((secondary_key(name, &k, &v)?, k, v)))
+            .collect();
+        want.sort();
+        let Some(index) = db.index(&table, index_of(name).0).unwrap() else {
+            continue;
+        };
+        let got = tx.index_range::<&[u8]>(&index, ..).unwrap();
+        let want: Vec<_> = want.into_iter().map(|(_, k, v)| (k, v)).collect();
+        assert_eq!(got, want, "index {} disagrees with a scan", index.name());
     }
     out
 }
@@ -264,7 +321,8 @@ fn model_after(commits: &[Effects], n: usize) -> Model {
 /// Returns whether the crash happened (and so was checked): it does not if
 /// the workload issues fewer than `crash_at` fences.
 fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: CheckpointMode) -> bool {
-    let ctx = format!("seed {seed} crash at fence {crash_at} mode {mode:?} (replay: REBOUND_SEED={seed} REBOUND_CRASH_AT={crash_at} REBOUND_TXNS={txns} REBOUND_KEYS={key_space} REBOUND_MODE={mode:?} cargo test -p rebound --test crash_oracle replay -- --ignored --nocapture)");
+    let strategy = strategy_for(seed ^ crash_at);
+    let ctx = format!("seed {seed} crash at fence {crash_at} mode {mode:?} indexes {strategy:?} (replay: REBOUND_SEED={seed} REBOUND_CRASH_AT={crash_at} REBOUND_TXNS={txns} REBOUND_KEYS={key_space} REBOUND_MODE={mode:?} cargo test -p rebound --test crash_oracle replay -- --ignored --nocapture)");
     let device = SimDevice::new(1 << 30);
     device.arm_crash_at_fence(crash_at, seed ^ crash_at);
     let db = open(&device, mode).unwrap();
@@ -294,7 +352,7 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: Check
         Err(Error::InvalidOption(_)) if mode != CheckpointMode::Off => None,
         Err(e) => panic!("full-scan recovery failed: {e}; {ctx}"),
     };
-    let db = open_loading(&crashed, mode, crash_at.is_multiple_of(2))
+    let db = open_loading(&crashed, mode, crash_at.is_multiple_of(2), strategy)
         .unwrap_or_else(|e| panic!("recovery failed: {e}; {ctx}"));
     let got = contents(&db);
     if let Some(full_scan) = full_scan {
@@ -346,6 +404,9 @@ fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: Check
 /// of them one block linked after it by the transaction in flight (the
 /// region continues into it), so eight blocks are exempt.
 fn assert_no_leaked_blocks(db: &Database, ctx: &str) {
+    // Index rebuilds read version chains, which holds GC back meanwhile.
+    db.wait_for_secondary_indexes()
+        .unwrap_or_else(|e| panic!("index rebuild failed: {e}; {ctx}"));
     for _ in 0..3 {
         db.collect_garbage()
             .unwrap_or_else(|e| panic!("GC failed: {e}; {ctx}"));

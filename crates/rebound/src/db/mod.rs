@@ -1220,7 +1220,7 @@ impl DbInner {
     fn maintain(&self, background: bool) -> Result<()> {
         let mut m = self.maintenance.lock();
         self.store.reap_deleted();
-        self.maintain_secondaries();
+        self.maintain_secondaries(background);
         m.clock_history
             .push_back((Instant::now(), self.store.clock.peek()));
         while m.clock_history.len() > 1 && m.clock_history[1].0.elapsed() >= m.long_after {

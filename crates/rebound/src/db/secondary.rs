@@ -393,14 +393,19 @@ impl DbInner {
         txn.commit()
     }
 
-    /// Maintenance of secondary indexes: stale entries and statistics.
-    pub(super) fn maintain_secondaries(&self) {
+    /// Maintenance of secondary indexes: stale entries, and (in the
+    /// background thread only) the workload statistics. Those are written
+    /// at wall-clock intervals, so a caller-driven round (crash testing)
+    /// leaves them alone to stay replayable.
+    pub(super) fn maintain_secondaries(&self, background: bool) {
         {
             // GC must not free blocks whose chains the vacuum reads.
             let _gc = self.collector.lock();
             self.store.vacuum_indexes();
         }
-        self.indexes.persist_usage(&self.store);
+        if background {
+            self.indexes.persist_usage(&self.store);
+        }
     }
 
     pub(super) fn stop_secondary_recovery(&self) {
