@@ -110,6 +110,11 @@ pub struct Options {
     /// Threads that rebuild secondary indexes after a restart; 0 means
     /// one per available core.
     pub index_recovery_threads: usize,
+    /// With adaptive index recovery, start the rebuild threads at open
+    /// (default). When false nothing is rebuilt until
+    /// [`Database::wait_for_secondary_indexes`]; lookups meanwhile are
+    /// answered by scans (useful for testing that path).
+    pub index_recovery_in_background: bool,
 }
 
 impl Default for Options {
@@ -129,6 +134,7 @@ impl Default for Options {
             background_thread: true,
             index_recovery: IndexRecovery::Adaptive,
             index_recovery_threads: 0,
+            index_recovery_in_background: true,
         }
     }
 }
@@ -167,6 +173,8 @@ setters!(Options {
     index_recovery: IndexRecovery,
     /// Threads rebuilding secondary indexes after a restart (0: one per core).
     index_recovery_threads: usize,
+    /// Start adaptive index recovery at open (default: true).
+    index_recovery_in_background: bool,
 });
 
 /// Limits of a table; slots are fixed-size, so these size its storage.
@@ -430,7 +438,7 @@ impl Database {
         if let Some(image) = cold {
             db.start_index_load(image, options.load_indexes_in_background);
         }
-        db.start_secondary_recovery()?;
+        db.start_secondary_recovery(options.index_recovery_in_background)?;
         if options.background_thread {
             *db.inner.background.lock() = Some(Background::start(&db.inner));
         }

@@ -231,7 +231,7 @@ impl Database {
 
     /// Starts the rebuild of the secondary indexes after a restart, as
     /// the strategy says; synchronous recovery finishes it here.
-    pub(super) fn start_secondary_recovery(&self) -> Result<()> {
+    pub(super) fn start_secondary_recovery(&self, in_background: bool) -> Result<()> {
         let inner = &self.inner;
         if inner.indexes.all_built(&inner.store) {
             inner.indexes.note_all_ready();
@@ -246,7 +246,9 @@ impl Database {
             }
             IndexRecovery::OnDemand => Ok(()),
             IndexRecovery::Adaptive => {
-                self.spawn_adaptive_recovery();
+                if in_background {
+                    self.spawn_adaptive_recovery();
+                }
                 Ok(())
             }
         }

@@ -358,6 +358,7 @@ impl TxnState<'_> {
         value: Option<&[u8]>,
         old: Option<&[u8]>,
     ) -> Result<()> {
+        self.queue_rewritten(table.heap.def.id, key);
         let (mut new_key, mut old_key) = (Vec::new(), Vec::new());
         for (_, index) in table.secondaries.iter() {
             if index.is_dropped() {
@@ -384,6 +385,30 @@ impl TxnState<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A second write of `key` by this transaction replaced the first in
+    /// place, so the entries the first one entered may be stale: queue them.
+    fn queue_rewritten(&mut self, table: u32, key: &[u8]) {
+        let rewritten = |(t, index, entry): &(u32, Arc<SecondaryRt>, Vec<u8>)| {
+            *t == table && index.split(entry).1 == key
+        };
+        if !self.entered.iter().any(rewritten) {
+            return;
+        }
+        let mut garbage = self.store.index_garbage.lock();
+        self.entered.retain(|written| {
+            if !rewritten(written) {
+                return true;
+            }
+            let (table, index, entry) = written.clone();
+            garbage.push(Stale {
+                table,
+                index,
+                entry,
+            });
+            false
+        });
     }
 
     /// An aborted transaction's entries may be stale: queue them.
@@ -557,19 +582,26 @@ impl Store {
         let mut secondary = Vec::new();
         loop {
             let Some(header) = table.heap.header(addr) else {
-                return Judgement::Needed;
+                return Judgement::Later;
             };
             let begin = header.begin.load(Acquire);
             if begin & PENDING == 0 && begin != ABORTED && begin < low_water {
-                return match table.heap.read_live(&self.medium, addr, &mut value) {
-                    SlotRead::Value
-                        if stale.index.secondary_key(key, &value, &mut secondary)
-                            && secondary == wanted =>
-                    {
-                        Judgement::Needed
+                let has_key = match table.heap.read_live(&self.medium, addr, &mut value) {
+                    SlotRead::Value => {
+                        stale.index.secondary_key(key, &value, &mut secondary)
+                            && secondary == wanted
                     }
-                    SlotRead::Value | SlotRead::Deleted => Judgement::Remove(seen),
-                    _ => Judgement::Needed,
+                    SlotRead::Deleted => false,
+                    // Damaged or gone: keeping an entry is always safe.
+                    _ => return Judgement::Needed,
+                };
+                return match (has_key, addr.0 == head) {
+                    (false, _) => Judgement::Remove(seen),
+                    // The newest version carries it: a later change of
+                    // the row queues the entry again.
+                    (true, true) => Judgement::Needed,
+                    // A younger version may drop it once it commits.
+                    (true, false) => Judgement::Later,
                 };
             }
             match header.prev.load(Acquire) {
