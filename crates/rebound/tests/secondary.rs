@@ -392,3 +392,53 @@ fn check_indexes(
     assert!(got.windows(2).all(|w| w[0].1[4..8] != w[1].1[4..8]));
     Ok(())
 }
+
+/// An older transaction may not move a row into a key range a younger
+/// one looked up through an index (it never read that row), nor create a
+/// second row with a unique key a younger one found absent.
+#[test]
+fn index_lookups_are_protected_against_phantoms() {
+    let device = SimDevice::new(1 << 28);
+    let db = Database::open("unused", sim_options(&device, IndexRecovery::Adaptive)).unwrap();
+    let t = people(&db);
+    let by_city = db
+        .create_index(&t, "by_city", IndexOptions::default().value_bytes(0..4))
+        .unwrap();
+    let by_age = db
+        .create_index(
+            &t,
+            "by_age",
+            IndexOptions::default().value_bytes(4..8).unique(true),
+        )
+        .unwrap();
+    let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
+    let mut tx = s1.begin();
+    tx.insert(&t, b"ann", &row("rome", 30)).unwrap();
+    tx.insert(&t, b"bob", &row("oslo", 40)).unwrap();
+    tx.commit().unwrap();
+
+    let mut older = s1.begin();
+    let mut younger = s2.begin();
+    let first = younger.index_prefix(&by_city, b"oslo").unwrap();
+    assert!(matches!(
+        older.update(&t, b"ann", &row("oslo", 30)),
+        Err(Error::Conflict)
+    ));
+    older.abort();
+    assert_eq!(younger.index_prefix(&by_city, b"oslo").unwrap(), first);
+    younger.commit().unwrap();
+
+    let mut older = s1.begin();
+    let mut younger = s2.begin();
+    assert!(younger
+        .index_get(&by_age, &50u32.to_be_bytes())
+        .unwrap()
+        .is_none());
+    assert!(matches!(
+        older.insert(&t, b"cat", &row("lima", 50)),
+        Err(Error::Conflict)
+    ));
+    older.abort();
+    younger.insert(&t, b"dan", &row("kyiv", 50)).unwrap();
+    younger.commit().unwrap();
+}

@@ -244,3 +244,88 @@ pub fn read_usage(medium: &Medium) -> (Vec<UsageRecord>, u64) {
     }
     (newest.into_iter().map(|(_, r)| r).collect(), top)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::DATA_START;
+
+    fn medium() -> Medium {
+        Medium::volatile(1 << 24, DATA_START).expect("a volatile medium")
+    }
+
+    fn definition(number: u32) -> IndexDef {
+        IndexDef {
+            table: 3,
+            number,
+            name: format!("by_field_{number}"),
+            unique: number % 2 == 0,
+            parts: vec![
+                KeyPart {
+                    source: Source::PrimaryKey,
+                    start: 0,
+                    len: 4,
+                },
+                KeyPart {
+                    source: Source::Value,
+                    start: 17,
+                    len: 9,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn definitions_round_trip_and_damage_is_reported() {
+        let medium = medium();
+        assert!(read_indexes(&medium, 3).unwrap().is_empty());
+        for number in [0, 1, 7] {
+            create_index(&medium, &definition(number)).unwrap();
+        }
+        let read = read_indexes(&medium, 3).unwrap();
+        assert_eq!(read, vec![definition(0), definition(1), definition(7)]);
+        assert!(read_indexes(&medium, 2).unwrap().is_empty());
+        // Any flipped bit of a slot is `Corrupt`, never another definition.
+        let at = slot_offset(3, 1);
+        for bit in (0..SLOT_SIZE * 8).step_by(7) {
+            let word = at + (bit / 64 * 8) as u64;
+            let original = medium.load(word);
+            medium.store(word, original ^ (1 << (bit % 64)));
+            assert!(
+                matches!(read_indexes(&medium, 3), Err(Error::Corrupt(_))),
+                "bit {bit} flipped went unnoticed"
+            );
+            medium.store(word, original);
+        }
+        assert_eq!(read_indexes(&medium, 3).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn the_newest_valid_usage_record_wins() {
+        let medium = medium();
+        assert_eq!(read_usage(&medium), (Vec::new(), 0));
+        let record = |number, statements| UsageRecord {
+            table: 1,
+            number,
+            statements,
+            saved_ns: statements * 10,
+            window_ms: 7000,
+        };
+        write_usage(&medium, 1, &record(0, 5));
+        write_usage(&medium, 2, &record(1, 6));
+        write_usage(&medium, 3, &record(0, 7));
+        // A torn newer record of index 1 is ignored.
+        write_usage(&medium, 4, &record(1, 8));
+        let torn = stats_slot(4) + 16;
+        medium.store(torn, medium.load(torn) ^ 1);
+        let (mut found, top) = read_usage(&medium);
+        found.sort_by_key(|r| r.number);
+        assert_eq!(found, vec![record(0, 7), record(1, 6)]);
+        assert_eq!(top, 3);
+        // The ring wraps: slot 4 + STATS_SLOTS replaces the torn one.
+        write_usage(&medium, 4 + STATS_SLOTS as u64, &record(1, 9));
+        let (mut found, _) = read_usage(&medium);
+        found.sort_by_key(|r| r.number);
+        assert_eq!(found[1], record(1, 9));
+    }
+}
