@@ -246,6 +246,7 @@ pub fn read_usage(medium: &Medium) -> (Vec<UsageRecord>, u64) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
     use crate::catalog::DATA_START;
@@ -259,7 +260,7 @@ mod tests {
             table: 3,
             number,
             name: format!("by_field_{number}"),
-            unique: number % 2 == 0,
+            unique: number.is_multiple_of(2),
             parts: vec![
                 KeyPart {
                     source: Source::PrimaryKey,
