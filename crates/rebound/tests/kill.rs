@@ -8,6 +8,10 @@
 //! it, or — only for the one transaction per thread that was in flight — the
 //! in-flight value on all of its keys or on none of them.
 //!
+//! The table has a secondary index; every reopen rebuilds it with the
+//! strategy the cycle picks (the children too, while they write) and checks
+//! it against a scan.
+//!
 //! Blocks are small, checkpoints frequent and GC eager (half-obsolete
 //! blocks, a round every tick, its checkpoint every 5 ms), so kills land in
 //! every GC stage; the child reports GC's progress and the test requires
@@ -15,7 +19,7 @@
 
 mod common;
 use rand::{Rng, SeedableRng};
-use rebound::{Database, GcOptions, Options, TableOptions};
+use rebound::{Database, GcOptions, IndexOptions, IndexRecovery, Options, TableOptions};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -24,6 +28,8 @@ use std::process::{Command, Stdio};
 const THREADS: u64 = 2;
 const KEYS_PER_THREAD: u64 = 300;
 const KEYS_PER_TXN: usize = 3;
+/// A secondary index on the first six value bytes ("thread:seq" prefix).
+const INDEX: &str = "by_prefix";
 
 fn key(thread: u64, k: u64) -> [u8; 8] {
     (thread * KEYS_PER_THREAD + k).to_be_bytes()
@@ -73,6 +79,10 @@ fn child() {
             )
             .unwrap(),
     };
+    if db.index(&table, INDEX).unwrap().is_none() {
+        db.create_index(&table, INDEX, IndexOptions::default().value_bytes(0..6))
+            .unwrap();
+    }
     let start_seq: u64 = std::env::var("REBOUND_KILL_SEQ").unwrap().parse().unwrap();
     let out = std::sync::Mutex::new(std::io::stdout());
     // The test harness leaves its own line open; start ours on a fresh one.
@@ -157,7 +167,12 @@ impl Oracle {
     /// transactions that turned out committed (they become acknowledged).
     fn check(&mut self, dir: &Path, cycle: usize) {
         self.gc_freed += std::mem::take(&mut self.gc_freed_this_child);
-        let db = Database::open(dir, options())
+        let strategy = [
+            IndexRecovery::Synchronous,
+            IndexRecovery::OnDemand,
+            IndexRecovery::Adaptive,
+        ][cycle % 3];
+        let db = Database::open(dir, options().index_recovery(strategy))
             .unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
         let table = db
             .table("kv")
@@ -166,7 +181,17 @@ impl Oracle {
         let mut session = db.session().unwrap();
         let mut tx = session.begin();
         let mut found = HashMap::new();
-        for (k, v) in tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap() {
+        let rows = tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap();
+        if let Some(index) = db.index(&table, INDEX).unwrap() {
+            let mut want = rows.clone();
+            want.sort_by(|a, b| (&a.1[..6], &a.0).cmp(&(&b.1[..6], &b.0)));
+            let got = tx.index_range::<&[u8]>(&index, ..).unwrap();
+            assert!(
+                got == want,
+                "cycle {cycle}: index ({strategy:?}) disagrees with a scan"
+            );
+        }
+        for (k, v) in rows {
             let id = u64::from_be_bytes(k.as_slice().try_into().unwrap());
             let (thread, seq) = parse_value(&v);
             assert_eq!(
