@@ -442,3 +442,47 @@ fn index_lookups_are_protected_against_phantoms() {
     younger.insert(&t, b"dan", &row("kyiv", 50)).unwrap();
     younger.commit().unwrap();
 }
+
+/// The workload statistics an index gathered survive in the medium and
+/// rank it above an index nobody used.
+#[test]
+fn index_statistics_survive_a_restart_and_rank_the_used_index_first() {
+    let device = SimDevice::new(1 << 28);
+    {
+        let db = Database::open("unused", sim_options(&device, IndexRecovery::Adaptive)).unwrap();
+        let t = people(&db);
+        let used = db
+            .create_index(&t, "used", IndexOptions::default().value_bytes(0..4))
+            .unwrap();
+        db.create_index(&t, "unused", IndexOptions::default().value_bytes(4..8))
+            .unwrap();
+        let mut s = db.session().unwrap();
+        let mut tx = s.begin();
+        for n in 0..2000u32 {
+            tx.insert(&t, format!("p{n:05}").as_bytes(), &row("oslo", n))
+                .unwrap();
+        }
+        tx.commit().unwrap();
+        for _ in 0..50 {
+            let mut tx = s.begin();
+            tx.index_get(&used, b"oslo").unwrap();
+            tx.commit().unwrap();
+        }
+        drop(s);
+        db.close().unwrap();
+    }
+    let crashed = device.crash(11);
+    let options =
+        sim_options(&crashed, IndexRecovery::Adaptive).index_recovery_in_background(false);
+    let db = Database::open("unused", options).unwrap();
+    let stats = db.index_stats();
+    let (used, unused) = (&stats[0], &stats[1]);
+    assert_eq!(
+        (used.name.as_str(), unused.name.as_str()),
+        ("used", "unused")
+    );
+    assert!(used.past_statements >= 49, "{used:?}");
+    assert!(used.past_saved_ns > 0);
+    assert_eq!(unused.past_statements, 0);
+    assert!(used.rank.unwrap() > unused.rank.unwrap(), "{stats:?}");
+}

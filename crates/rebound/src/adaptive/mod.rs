@@ -287,6 +287,14 @@ impl IndexManager {
         Ok(())
     }
 
+    /// What the statistics ring said about an index at open (WoPast).
+    pub fn past_usage(&self, table: u32, number: u32) -> Option<UsageRecord> {
+        self.past
+            .iter()
+            .find(|r| (r.table, r.number) == (table, number))
+            .copied()
+    }
+
     /// SOFORT's rank of an index not built yet (eq. 3).
     pub fn rank(&self, table: &TableRt, index: &SecondaryRt) -> f64 {
         let n = self.restart_statements.load(Relaxed);
@@ -377,11 +385,11 @@ impl IndexManager {
     }
 
     /// Writes the decayed workload sums to the statistics ring, at most
-    /// once per `USAGE_PERIOD`.
-    pub fn persist_usage(&self, store: &Store) {
+    /// once per `USAGE_PERIOD` unless `now`.
+    pub fn persist_usage(&self, store: &Store, now: bool) {
         let mut ring = self.ring.lock();
         let elapsed = ring.written_at.elapsed();
-        if elapsed < USAGE_PERIOD {
+        if elapsed < USAGE_PERIOD && !now {
             return;
         }
         ring.written_at = Instant::now();

@@ -649,11 +649,14 @@ impl Database {
     /// held afterwards get [`Error::Closed`].
     pub fn close(&self) -> Result<()> {
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.stop_secondary_recovery();
         if let Some(background) = self.inner.background.lock().take() {
             background.stop();
         }
         // A planned shutdown leaves a fresh checkpoint, so the next open
         // redoes nothing (HiEngine 5.2.4); every commit is already durable.
+        // The next open ranks index rebuilds by these (SOFORT's WoPast).
+        self.inner.indexes.persist_usage(&self.inner.store, true);
         let mode = self.inner.checkpointer.lock().mode();
         if mode != CheckpointMode::Off && self.inner.durability != Durability::None {
             self.inner.take_checkpoint()?;

@@ -128,6 +128,11 @@ pub struct IndexStats {
     pub saved_ns: u64,
     /// Its SOFORT rank now, while it is not built.
     pub rank: Option<f64>,
+    /// What the statistics kept in the medium said at open about the
+    /// seconds before (decayed sums): statements that wanted the index...
+    pub past_statements: u64,
+    /// ...and the time it saved them.
+    pub past_saved_ns: u64,
 }
 
 impl Database {
@@ -193,6 +198,7 @@ impl Database {
                     continue;
                 }
                 let usage = &index.usage;
+                let past = manager.past_usage(table.heap.def.id, index.def.number);
                 stats.push(IndexStats {
                     table: table.heap.def.name.clone(),
                     name: index.def.name.clone(),
@@ -205,6 +211,8 @@ impl Database {
                     waits: usage.waits.load(Ordering::Relaxed),
                     saved_ns: usage.saved_ns.load(Ordering::Relaxed),
                     rank: (!index.is_ready()).then(|| manager.rank(table, index)),
+                    past_statements: past.map_or(0, |p| p.statements),
+                    past_saved_ns: past.map_or(0, |p| p.saved_ns),
                 });
             }
         }
@@ -406,7 +414,7 @@ impl DbInner {
             self.store.vacuum_indexes();
         }
         if background {
-            self.indexes.persist_usage(&self.store);
+            self.indexes.persist_usage(&self.store, false);
         }
     }
 
