@@ -27,7 +27,7 @@
 //! measured (at first, estimated) cost of entering one row.
 
 use crate::catalog::{self, UsageRecord};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::medium::Medium;
 use crate::txn::{SecondaryRt, Store, TableRt, READY};
 use parking_lot::Mutex;
@@ -246,9 +246,13 @@ impl IndexManager {
         index: &SecondaryRt,
         workers: &[Option<usize>],
     ) -> Result<()> {
+        if workers.is_empty() {
+            // Every session slot is taken: no reader slot to announce in.
+            return Err(Error::TooManySessions(crate::catalog::MAX_SESSIONS));
+        }
         let started = Instant::now();
         index.build_progress.store(0, Relaxed);
-        let ranges = split_range(table, workers.len());
+        let ranges = split_range(store, table, workers.len());
         let cancelled = || self.cancel.load(Acquire);
         let outcomes: Vec<Result<bool>> = std::thread::scope(|scope| {
             let handles: Vec<_> = ranges
@@ -440,16 +444,10 @@ fn all_ready(tables: &[Arc<TableRt>]) -> bool {
 /// A range of primary keys.
 type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
-/// Cuts the table's key range into at most `parts` ranges at separators
-/// of the primary index's root.
-fn split_range(table: &TableRt, parts: usize) -> Vec<KeyRange> {
-    let separators = match parts > 1 {
-        true => table.index.root_separators(),
-        false => Vec::new(),
-    };
-    let mut cuts: Vec<Vec<u8>> = (1..parts)
-        .filter_map(|i| separators.get(i * separators.len() / parts).cloned())
-        .collect();
+/// Cuts the table's key range into at most `parts` ranges.
+fn split_range(store: &Store, table: &TableRt, parts: usize) -> Vec<KeyRange> {
+    let mut cuts = table.split_keys(&store.medium, parts);
+    cuts.sort();
     cuts.dedup();
     let mut ranges = Vec::with_capacity(parts);
     let mut lower = Bound::Unbounded;

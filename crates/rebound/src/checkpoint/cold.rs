@@ -27,6 +27,12 @@ impl ColdRun {
 }
 
 impl ColdEntries for ColdRun {
+    fn split_keys(&self, medium: &Medium, parts: usize) -> Vec<Vec<u8>> {
+        self.image
+            .table(self.table)
+            .map_or_else(Vec::new, |section| section.split_keys(medium, parts))
+    }
+
     fn find(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
         match self.image.table(self.table) {
             Some(section) => section.find(medium, key),

@@ -268,6 +268,17 @@ impl TableSection {
         Some(key)
     }
 
+    /// First keys of `parts - 1` groups spread evenly over the run, which
+    /// cut it into parts of similar size (unverified: only for splitting
+    /// work, never for answers).
+    pub fn split_keys(&self, medium: &Medium, parts: usize) -> Vec<Vec<u8>> {
+        let groups = self.fences.len();
+        (1..parts)
+            .filter_map(|i| self.fences.get(i * groups / parts))
+            .filter_map(|f| self.key_at(medium, f.0))
+            .collect()
+    }
+
     /// Index of the last group whose first key is ≤ `key` (0 if none is).
     fn group_for(&self, medium: &Medium, key: &[u8]) -> usize {
         let (mut lo, mut hi) = (0usize, self.fences.len());

@@ -303,6 +303,8 @@ impl Store {
 /// the DRAM index asks it, and what it finds is verified against the slot
 /// and inserted into the DRAM index before use.
 pub trait ColdEntries: Send + Sync {
+    /// Keys that cut the entries into `parts` parts of similar size.
+    fn split_keys(&self, medium: &Medium, parts: usize) -> Vec<Vec<u8>>;
     /// The address recorded for `key`, if any; `Err` if the entries that
     /// would answer are damaged.
     fn find(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>>;
@@ -365,6 +367,24 @@ impl TableRt {
 
     pub fn is_loading(&self) -> bool {
         self.cold_active.load(Acquire)
+    }
+
+    /// Keys that cut the table into `parts` parts of similar size, from
+    /// the checkpoint run while it is loading (the DRAM index then holds
+    /// only what changed since), else from the DRAM index's root.
+    pub fn split_keys(&self, medium: &Medium, parts: usize) -> Vec<Vec<u8>> {
+        if parts < 2 {
+            return Vec::new();
+        }
+        if let Some(cold) = self.cold() {
+            return cold.split_keys(medium, parts);
+        }
+        let separators = self.index.root_separators();
+        let mut cuts: Vec<Vec<u8>> = (1..parts)
+            .filter_map(|i| separators.get(i * separators.len() / parts).cloned())
+            .collect();
+        cuts.dedup();
+        cuts
     }
 
     fn cold(&self) -> Option<Arc<dyn ColdEntries>> {
