@@ -51,8 +51,8 @@ pub enum IndexRecovery {
     Adaptive,
 }
 
-/// Estimated cost of reading one row in a table scan.
-pub const SCAN_ROW_NS: u64 = 150;
+/// Cost of reading one row in a table scan before a scan measured it.
+const SCAN_ROW_NS: u64 = 150;
 /// Estimated cost of one index descent plus reading one row through it.
 pub const PROBE_NS: u64 = 1_500;
 /// Cost of entering one row into an index before a build measured it.
@@ -85,6 +85,8 @@ pub struct IndexManager {
     restart_statements: AtomicU64,
     /// Measured cost of entering one row, 0 until a build finished.
     build_ns_per_row: AtomicU64,
+    /// Measured cost of reading one row in a scan, 0 until one ran.
+    scan_ns_per_row: AtomicU64,
     pub cancel: AtomicBool,
     ring: Mutex<Ring>,
     /// When every secondary index was ready, measured from `opened`.
@@ -129,6 +131,7 @@ impl IndexManager {
             past,
             restart_statements: AtomicU64::new(0),
             build_ns_per_row: AtomicU64::new(0),
+            scan_ns_per_row: AtomicU64::new(0),
             cancel: AtomicBool::new(false),
             ring: Mutex::new(Ring {
                 next_seq: top + 1,
@@ -176,10 +179,24 @@ impl IndexManager {
         }
     }
 
+    fn scan_cost_per_row(&self) -> u64 {
+        match self.scan_ns_per_row.load(Relaxed) {
+            0 => SCAN_ROW_NS,
+            measured => measured,
+        }
+    }
+
+    /// Records how long a scan standing in for an index took.
+    pub fn note_scan(&self, table_rows: u64, took: Duration) {
+        if let Some(per_row) = (took.as_nanos() as u64).checked_div(table_rows) {
+            self.scan_ns_per_row.store(per_row.max(1), Relaxed);
+        }
+    }
+
     /// Estimated benefit of the index to one statement that returned
     /// `rows` rows from a table of `table_rows` (eq. 4).
-    pub fn benefit(table_rows: u64, rows: usize) -> u64 {
-        (table_rows * SCAN_ROW_NS).saturating_sub(PROBE_NS * (1 + rows as u64))
+    pub fn benefit(&self, table_rows: u64, rows: usize) -> u64 {
+        (table_rows * self.scan_cost_per_row()).saturating_sub(PROBE_NS * (1 + rows as u64))
     }
 
     /// Decides how a statement that wants `index` is answered, waiting for
@@ -212,9 +229,9 @@ impl IndexManager {
         if !index.build_lock.is_locked() {
             return Plan::Scan;
         }
-        let rows = table.index.len() as u64;
-        let left = rows.saturating_sub(index.build_progress.load(Relaxed));
-        if left * self.build_cost_per_row() >= rows * SCAN_ROW_NS {
+        let rows = table.approximate_rows();
+        let scan_ns = rows * self.scan_cost_per_row();
+        if self.build_left_ns(table, index) >= scan_ns {
             return Plan::Scan;
         }
         index.usage.waits.fetch_add(1, Relaxed);
@@ -222,6 +239,19 @@ impl IndexManager {
         match index.is_ready() {
             true => Plan::Index,
             false => Plan::Scan,
+        }
+    }
+
+    /// Time the running build of `index` still needs, extrapolated from
+    /// its rate so far (or from the measured cost per row before it has one).
+    fn build_left_ns(&self, table: &TableRt, index: &SecondaryRt) -> u64 {
+        let rows = table.approximate_rows();
+        let done = index.build_progress.load(Relaxed);
+        let left = rows.saturating_sub(done);
+        let started = *index.build_started.lock();
+        match started {
+            Some(at) if done > 0 => (left as u128 * at.elapsed().as_nanos() / done as u128) as u64,
+            _ => left * self.build_cost_per_row() / self.threads as u64,
         }
     }
 
@@ -252,6 +282,7 @@ impl IndexManager {
         }
         let started = Instant::now();
         index.build_progress.store(0, Relaxed);
+        *index.build_started.lock() = Some(started);
         let ranges = split_range(store, table, workers.len());
         let cancelled = || self.cancel.load(Acquire);
         let outcomes: Vec<Result<bool>> = std::thread::scope(|scope| {
@@ -310,7 +341,7 @@ impl IndexManager {
             .find(|r| (r.table, r.number) == key)
             .map_or(0.0, |r| r.saved_ns as f64);
         let restart = index.usage.saved_ns.load(Relaxed) as f64;
-        let rebuild = (table.index.len() as u64 * self.build_cost_per_row()) as f64;
+        let rebuild = (table.approximate_rows() * self.build_cost_per_row()) as f64;
         alpha * past + (1.0 - alpha) * restart - rebuild
     }
 

@@ -27,6 +27,10 @@ impl ColdRun {
 }
 
 impl ColdEntries for ColdRun {
+    fn len(&self) -> u64 {
+        self.image.table(self.table).map_or(0, |s| s.entry_count)
+    }
+
     fn split_keys(&self, medium: &Medium, parts: usize) -> Vec<Vec<u8>> {
         self.image
             .table(self.table)

@@ -2,7 +2,7 @@
 //! restart (the strategies are in `adaptive`).
 
 use super::{Database, DbInner, Table, Transaction};
-use crate::adaptive::{IndexManager, IndexRecovery, Plan};
+use crate::adaptive::{IndexRecovery, Plan};
 use crate::catalog::{
     self, IndexDef, KeyPart, Source, MAX_INDEXES_PER_TABLE, MAX_INDEX_NAME_LEN, MAX_KEY_PARTS,
 };
@@ -481,20 +481,25 @@ impl Transaction<'_> {
         }
         let plan = db.indexes.plan(&db.store, &index.table, &index.rt)?;
         let range = (&range.0, &range.1);
+        let table_rows = index.table.approximate_rows();
         let rows = match plan {
             Plan::Index => self
                 .state
                 .index_lookup(&index.table, &index.rt, range, limit)?,
             Plan::Scan => {
                 index.rt.usage.scans_instead.fetch_add(1, Ordering::Relaxed);
-                self.state
-                    .index_lookup_by_scan(index.table.clone(), &index.rt, range, limit)?
+                let started = std::time::Instant::now();
+                let table = index.table.clone();
+                let rows = self
+                    .state
+                    .index_lookup_by_scan(table, &index.rt, range, limit)?;
+                db.indexes.note_scan(table_rows, started.elapsed());
+                rows
             }
         };
-        let table_rows = index.table.index.len() as u64;
         index
             .rt
-            .record_use(IndexManager::benefit(table_rows, rows.len()));
+            .record_use(db.indexes.benefit(table_rows, rows.len()));
         Ok(rows)
     }
 

@@ -303,6 +303,8 @@ impl Store {
 /// the DRAM index asks it, and what it finds is verified against the slot
 /// and inserted into the DRAM index before use.
 pub trait ColdEntries: Send + Sync {
+    /// Number of entries.
+    fn len(&self) -> u64;
     /// Keys that cut the entries into `parts` parts of similar size.
     fn split_keys(&self, medium: &Medium, parts: usize) -> Vec<Vec<u8>>;
     /// The address recorded for `key`, if any; `Err` if the entries that
@@ -367,6 +369,13 @@ impl TableRt {
 
     pub fn is_loading(&self) -> bool {
         self.cold_active.load(Acquire)
+    }
+
+    /// About how many keys the table has, also while its checkpoint run
+    /// is still loading into the DRAM index.
+    pub fn approximate_rows(&self) -> u64 {
+        let warm = self.index.len() as u64;
+        self.cold().map_or(warm, |cold| warm.max(cold.len()))
     }
 
     /// Keys that cut the table into `parts` parts of similar size, from

@@ -73,6 +73,8 @@ pub struct SecondaryRt {
     pub build_lock: parking_lot::Mutex<()>,
     /// Primary keys visited by the running build (progress for the cost model).
     pub build_progress: AtomicU64,
+    /// When the running build started (the rate so far predicts its end).
+    pub build_started: parking_lot::Mutex<Option<std::time::Instant>>,
     /// Since open (or creation).
     pub usage: Usage,
     /// Time from the start of open until the index was ready.
@@ -87,6 +89,7 @@ impl SecondaryRt {
             state: AtomicU8::new(if ready { READY } else { NOT_BUILT }),
             build_lock: parking_lot::Mutex::new(()),
             build_progress: AtomicU64::new(0),
+            build_started: parking_lot::Mutex::new(None),
             usage: Usage::default(),
             built_after: parking_lot::Mutex::new(None),
         }
