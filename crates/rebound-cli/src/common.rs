@@ -198,7 +198,11 @@ pub fn unix_ms() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// One throughput sample: `txn_per_s` over the 100 ms ending at `t_ms`.
+/// How often [`drive`] samples throughput unless told otherwise.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// One throughput sample: `txn_per_s` over the interval (normally
+/// [`SAMPLE_INTERVAL`]) ending at `unix_ms`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Sample {
     /// Milliseconds since the Unix epoch at the end of the interval.
@@ -211,6 +215,11 @@ pub struct Sample {
     /// Size of the data file at the end of the interval.
     #[serde(default)]
     pub medium_bytes: u64,
+    /// Transactions that ended in the interval: committed, or rolled
+    /// back on purpose (TPC-C's invalid New-Orders), as in `txn_per_s`
+    /// (`None` where not counted: a crash child's rates, crash markers).
+    #[serde(default)]
+    pub txns: Option<u64>,
 }
 
 /// Latency percentiles in microseconds.
@@ -303,10 +312,13 @@ pub struct DriveSpec<'a> {
     pub phase: &'a str,
     pub show_progress: bool,
     pub observer: &'a dyn Observer,
+    /// Time between throughput samples ([`SAMPLE_INTERVAL`] unless a
+    /// finer timeline is wanted).
+    pub interval: Duration,
 }
 
 /// Runs `workers` (one thread and one session each) until the limit,
-/// sampling throughput every 100 ms.
+/// sampling throughput every `spec.interval`.
 pub fn drive<E: Engine, W: Worker<E::Session>>(
     db: &E,
     workers: Vec<W>,
@@ -319,6 +331,7 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
         phase,
         show_progress,
         observer,
+        interval,
     } = *spec;
     let kinds = kind_names.len();
     let committed = AtomicU64::new(0);
@@ -391,7 +404,7 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
         }
         // The sampler: this thread.
         let mut last = (start, 0u64);
-        let tick = Duration::from_millis(100);
+        let tick = interval.max(Duration::from_millis(1));
         let mut next = start + tick;
         loop {
             let now = Instant::now();
@@ -408,6 +421,7 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
                 txn_per_s: (n - last.1) as f64 / dt.max(1e-9),
                 phase: phase.to_owned(),
                 medium_bytes: db.medium_size(),
+                txns: Some(n - last.1),
             };
             observer.sample(&sample);
             series.push(sample);
