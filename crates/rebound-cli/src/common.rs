@@ -279,6 +279,25 @@ pub struct RunStats {
     pub latency: Latency,
     pub kinds: Vec<KindStats>,
     pub series: Vec<Sample>,
+    /// Seconds the worker threads ran on a CPU, summed (Linux; else 0):
+    /// throughput per CPU-second is steadier than per wall-second on a
+    /// machine that other work shares.
+    #[serde(default)]
+    pub worker_cpu_s: f64,
+    /// Seconds the worker threads were ready to run but waited for a
+    /// CPU, summed (Linux; else 0): how much the machine was shared.
+    #[serde(default)]
+    pub worker_wait_s: f64,
+}
+
+/// Nanoseconds the calling thread has run on a CPU and has waited for
+/// one (Linux's /proc/thread-self/schedstat; zeros where it is missing).
+fn thread_cpu_ns() -> (u64, u64) {
+    let Ok(stat) = std::fs::read_to_string("/proc/thread-self/schedstat") else {
+        return (0, 0);
+    };
+    let mut fields = stat.split_whitespace().map(|n| n.parse().unwrap_or(0));
+    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
 }
 
 /// How long a run lasts.
@@ -338,7 +357,12 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
     let claimed = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let failure: Mutex<Option<String>> = Mutex::new(None);
-    type PerThread = (Vec<KindStats>, Vec<Histogram<u64>>, Histogram<u64>);
+    type PerThread = (
+        Vec<KindStats>,
+        Vec<Histogram<u64>>,
+        Histogram<u64>,
+        (u64, u64),
+    );
     let results: Mutex<Vec<PerThread>> = Mutex::new(Vec::new());
     let start = Instant::now();
     let mut series = Vec::new();
@@ -371,6 +395,7 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
                         return;
                     }
                 };
+                let cpu_before = thread_cpu_ns();
                 while !stop.load(Ordering::Relaxed) {
                     if let Limit::Txns(n) = limit {
                         if claimed.fetch_add(1, Ordering::Relaxed) >= n {
@@ -399,7 +424,12 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
                         }
                     }
                 }
-                results.lock().unwrap().push((stats, hists, all));
+                let cpu_after = thread_cpu_ns();
+                let cpu = (
+                    cpu_after.0.saturating_sub(cpu_before.0),
+                    cpu_after.1.saturating_sub(cpu_before.1),
+                );
+                results.lock().unwrap().push((stats, hists, all, cpu));
             });
         }
         // The sampler: this thread.
@@ -459,7 +489,9 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
         .collect();
     let mut hists: Vec<_> = (0..kinds).map(|_| new_histogram()).collect();
     let mut all = new_histogram();
-    for (stats, h, a) in results.into_inner().unwrap() {
+    let mut cpu_ns = (0, 0);
+    for (stats, h, a, cpu) in results.into_inner().unwrap() {
+        cpu_ns = (cpu_ns.0 + cpu.0, cpu_ns.1 + cpu.1);
         for (i, s) in stats.into_iter().enumerate() {
             kinds_out[i].committed += s.committed;
             kinds_out[i].rolled_back += s.rolled_back;
@@ -489,6 +521,8 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
         latency: Latency::from_histogram(&all),
         kinds: kinds_out,
         series,
+        worker_cpu_s: cpu_ns.0 as f64 / 1e9,
+        worker_wait_s: cpu_ns.1 as f64 / 1e9,
     })
 }
 
@@ -619,7 +653,7 @@ impl SummaryRow {
 
 /// One line for the terminal.
 pub fn describe(stats: &RunStats) -> String {
-    format!(
+    let line = format!(
         "{:.0} txn/s ({} committed, {} rolled back in {:.2} s), abort rate {:.2} % ({} conflicts retried), latency p50 {} us p99 {} us p99.9 {} us",
         stats.txn_per_s,
         stats.committed,
@@ -630,6 +664,14 @@ pub fn describe(stats: &RunStats) -> String {
         stats.latency.p50_us,
         stats.latency.p99_us,
         stats.latency.p999_us
+    );
+    if stats.worker_cpu_s <= 0.0 {
+        return line;
+    }
+    format!(
+        "{line}; {:.0} txn per worker CPU-second, workers waited {:.2} s for a CPU",
+        (stats.committed + stats.rolled_back) as f64 / stats.worker_cpu_s,
+        stats.worker_wait_s
     )
 }
 

@@ -322,6 +322,9 @@ mod tests {
             let new_orders = stats.kinds[0].committed;
             // Payment and Order-Status (60 % of them by last name) ran.
             assert!(stats.kinds[1].committed > 0 && stats.kinds[2].committed > 0);
+            // The workers' CPU time is measured where Linux tells it.
+            let measured = std::path::Path::new("/proc/thread-self/schedstat").exists();
+            assert_eq!(stats.worker_cpu_s > 0.0, measured);
             let r = check(&db).unwrap();
             assert!(r.ok, "{mode:?}: {:?}", r.violations);
             assert_eq!(r.next_order_ids, cfg.initial_orders_total() + new_orders);
