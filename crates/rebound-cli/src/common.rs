@@ -198,7 +198,11 @@ pub fn unix_ms() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// One throughput sample: `txn_per_s` over the 100 ms ending at `t_ms`.
+/// How often [`drive`] samples throughput unless told otherwise.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// One throughput sample: `txn_per_s` over the interval (normally
+/// [`SAMPLE_INTERVAL`]) ending at `unix_ms`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Sample {
     /// Milliseconds since the Unix epoch at the end of the interval.
@@ -211,6 +215,11 @@ pub struct Sample {
     /// Size of the data file at the end of the interval.
     #[serde(default)]
     pub medium_bytes: u64,
+    /// Transactions that ended in the interval: committed, or rolled
+    /// back on purpose (TPC-C's invalid New-Orders), as in `txn_per_s`
+    /// (`None` where not counted: a crash child's rates, crash markers).
+    #[serde(default)]
+    pub txns: Option<u64>,
 }
 
 /// Latency percentiles in microseconds.
@@ -270,6 +279,25 @@ pub struct RunStats {
     pub latency: Latency,
     pub kinds: Vec<KindStats>,
     pub series: Vec<Sample>,
+    /// Seconds the worker threads ran on a CPU, summed (Linux; else 0):
+    /// throughput per CPU-second is steadier than per wall-second on a
+    /// machine that other work shares.
+    #[serde(default)]
+    pub worker_cpu_s: f64,
+    /// Seconds the worker threads were ready to run but waited for a
+    /// CPU, summed (Linux; else 0): how much the machine was shared.
+    #[serde(default)]
+    pub worker_wait_s: f64,
+}
+
+/// Nanoseconds the calling thread has run on a CPU and has waited for
+/// one (Linux's /proc/thread-self/schedstat; zeros where it is missing).
+fn thread_cpu_ns() -> (u64, u64) {
+    let Ok(stat) = std::fs::read_to_string("/proc/thread-self/schedstat") else {
+        return (0, 0);
+    };
+    let mut fields = stat.split_whitespace().map(|n| n.parse().unwrap_or(0));
+    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
 }
 
 /// How long a run lasts.
@@ -303,10 +331,13 @@ pub struct DriveSpec<'a> {
     pub phase: &'a str,
     pub show_progress: bool,
     pub observer: &'a dyn Observer,
+    /// Time between throughput samples ([`SAMPLE_INTERVAL`] unless a
+    /// finer timeline is wanted).
+    pub interval: Duration,
 }
 
 /// Runs `workers` (one thread and one session each) until the limit,
-/// sampling throughput every 100 ms.
+/// sampling throughput every `spec.interval`.
 pub fn drive<E: Engine, W: Worker<E::Session>>(
     db: &E,
     workers: Vec<W>,
@@ -319,13 +350,19 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
         phase,
         show_progress,
         observer,
+        interval,
     } = *spec;
     let kinds = kind_names.len();
     let committed = AtomicU64::new(0);
     let claimed = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let failure: Mutex<Option<String>> = Mutex::new(None);
-    type PerThread = (Vec<KindStats>, Vec<Histogram<u64>>, Histogram<u64>);
+    type PerThread = (
+        Vec<KindStats>,
+        Vec<Histogram<u64>>,
+        Histogram<u64>,
+        (u64, u64),
+    );
     let results: Mutex<Vec<PerThread>> = Mutex::new(Vec::new());
     let start = Instant::now();
     let mut series = Vec::new();
@@ -358,6 +395,7 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
                         return;
                     }
                 };
+                let cpu_before = thread_cpu_ns();
                 while !stop.load(Ordering::Relaxed) {
                     if let Limit::Txns(n) = limit {
                         if claimed.fetch_add(1, Ordering::Relaxed) >= n {
@@ -386,12 +424,17 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
                         }
                     }
                 }
-                results.lock().unwrap().push((stats, hists, all));
+                let cpu_after = thread_cpu_ns();
+                let cpu = (
+                    cpu_after.0.saturating_sub(cpu_before.0),
+                    cpu_after.1.saturating_sub(cpu_before.1),
+                );
+                results.lock().unwrap().push((stats, hists, all, cpu));
             });
         }
         // The sampler: this thread.
         let mut last = (start, 0u64);
-        let tick = Duration::from_millis(100);
+        let tick = interval.max(Duration::from_millis(1));
         let mut next = start + tick;
         loop {
             let now = Instant::now();
@@ -408,6 +451,7 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
                 txn_per_s: (n - last.1) as f64 / dt.max(1e-9),
                 phase: phase.to_owned(),
                 medium_bytes: db.medium_size(),
+                txns: Some(n - last.1),
             };
             observer.sample(&sample);
             series.push(sample);
@@ -445,7 +489,9 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
         .collect();
     let mut hists: Vec<_> = (0..kinds).map(|_| new_histogram()).collect();
     let mut all = new_histogram();
-    for (stats, h, a) in results.into_inner().unwrap() {
+    let mut cpu_ns = (0, 0);
+    for (stats, h, a, cpu) in results.into_inner().unwrap() {
+        cpu_ns = (cpu_ns.0 + cpu.0, cpu_ns.1 + cpu.1);
         for (i, s) in stats.into_iter().enumerate() {
             kinds_out[i].committed += s.committed;
             kinds_out[i].rolled_back += s.rolled_back;
@@ -475,6 +521,8 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
         latency: Latency::from_histogram(&all),
         kinds: kinds_out,
         series,
+        worker_cpu_s: cpu_ns.0 as f64 / 1e9,
+        worker_wait_s: cpu_ns.1 as f64 / 1e9,
     })
 }
 
@@ -605,7 +653,7 @@ impl SummaryRow {
 
 /// One line for the terminal.
 pub fn describe(stats: &RunStats) -> String {
-    format!(
+    let line = format!(
         "{:.0} txn/s ({} committed, {} rolled back in {:.2} s), abort rate {:.2} % ({} conflicts retried), latency p50 {} us p99 {} us p99.9 {} us",
         stats.txn_per_s,
         stats.committed,
@@ -616,6 +664,14 @@ pub fn describe(stats: &RunStats) -> String {
         stats.latency.p50_us,
         stats.latency.p99_us,
         stats.latency.p999_us
+    );
+    if stats.worker_cpu_s <= 0.0 {
+        return line;
+    }
+    format!(
+        "{line}; {:.0} txn per worker CPU-second, workers waited {:.2} s for a CPU",
+        (stats.committed + stats.rolled_back) as f64 / stats.worker_cpu_s,
+        stats.worker_wait_s
     )
 }
 

@@ -272,6 +272,7 @@ fn run_one<E: Engine>(
         phase: "run",
         show_progress: true,
         observer: &NoObserver,
+        interval: crate::common::SAMPLE_INTERVAL,
     };
     let result = args.bench.run_on(&db, &spec, None, false, 0)?;
     let design = if args.no_sync && c.engine == EngineKind::Rebound {

@@ -431,6 +431,7 @@ fn run_engine<E: Engine>(args: &CrashArgs) -> BoxResult<()> {
         phase: "after-recovery",
         show_progress: true,
         observer: &crate::common::NoObserver,
+        interval: crate::common::SAMPLE_INTERVAL,
     };
     let after_recovery = args.bench.run_on(&db, &spec, None, false, 1 << 20)?;
     println!(
@@ -453,6 +454,7 @@ fn run_engine<E: Engine>(args: &CrashArgs) -> BoxResult<()> {
             txn_per_s: v,
             phase: "before-crash".into(),
             medium_bytes: 0,
+            txns: None,
         })
         .collect();
     for u in [kill_ms, recovered_ms] {
@@ -462,6 +464,7 @@ fn run_engine<E: Engine>(args: &CrashArgs) -> BoxResult<()> {
             txn_per_s: 0.0,
             phase: "down".into(),
             medium_bytes: 0,
+            txns: None,
         });
     }
     let shift = verification_s * 1e3;
@@ -472,6 +475,7 @@ fn run_engine<E: Engine>(args: &CrashArgs) -> BoxResult<()> {
             txn_per_s: s.txn_per_s,
             phase: s.phase.clone(),
             medium_bytes: s.medium_bytes,
+            txns: s.txns,
         });
     }
     let ok = verification.ok();
@@ -585,6 +589,7 @@ fn child_engine<E: Engine>(args: &CrashChildArgs, bench: &Bench) -> BoxResult<()
         phase: "before-crash",
         show_progress: false,
         observer: &observer,
+        interval: crate::common::SAMPLE_INTERVAL,
     };
     bench.run_on(&db, &spec, shared.as_ref(), true, 0)?;
     Ok(())

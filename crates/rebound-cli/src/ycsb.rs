@@ -552,6 +552,7 @@ fn run_engine<E: Engine>(args: &YcsbArgs, dir: &DbDir) -> BoxResult<()> {
         phase: "run",
         show_progress: true,
         observer: &NoObserver,
+        interval: crate::common::SAMPLE_INTERVAL,
     };
     let stats = run_on(&db, &args.cfg, &spec, false, 0)?;
     println!("{}: {}", args.cfg.label(), describe(&stats));

@@ -108,6 +108,64 @@ fn tpcc_runs_and_checks_and_tpcc_check_reopens() {
 }
 
 #[test]
+fn tpcc_runs_with_lookup_tables_or_real_indexes() {
+    for (mode, says) in [
+        ("manual", "lookup tables"),
+        ("index", "the engine's secondary indexes"),
+    ] {
+        let out = tempfile::tempdir().unwrap();
+        let db = out.path().join("db");
+        let stdout = rebound(&[
+            "tpcc",
+            "--secondary",
+            mode,
+            "--items",
+            "300",
+            "--customers",
+            "30",
+            "--txns",
+            "400",
+            "--dir",
+            s(&db),
+            "--out",
+            s(out.path()),
+            "--name",
+            "t",
+        ]);
+        assert!(stdout.contains(says), "{stdout}");
+        assert!(stdout.contains("indexes agree with the tables"), "{stdout}");
+        let v = json(&out.path().join("t.json"));
+        assert_eq!(v["config"]["cfg"]["secondary"], mode);
+        assert!(v["check"]["index_rows"].as_u64().unwrap() >= 600, "{v}");
+        // Reopened, the indexes are found by name (and rebuilt in DRAM).
+        let stdout = rebound(&["tpcc-check", "--dir", s(&db)]);
+        assert!(stdout.contains("indexes agree with the tables"), "{stdout}");
+        let stdout = rebound(&[
+            "tpcc",
+            "--resume",
+            "--items",
+            "300",
+            "--customers",
+            "30",
+            "--duration",
+            "0.3",
+            "--interval-ms",
+            "50",
+            "--dir",
+            s(&db),
+        ]);
+        let counts = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("txns per 50 ms: "))
+            .unwrap_or_else(|| panic!("no per-interval counts\n{stdout}"));
+        let counts: Vec<u64> = counts.split(' ').map(|n| n.parse().unwrap()).collect();
+        assert!((1..=6).contains(&counts.len()), "{counts:?}");
+        assert!(counts.iter().sum::<u64>() > 0, "{counts:?}");
+        assert!(stdout.contains("indexes agree with the tables"), "{stdout}");
+    }
+}
+
+#[test]
 fn crash_ycsb_recovers_verifies_and_keeps_running() {
     let out = tempfile::tempdir().unwrap();
     let stdout = rebound(&[

@@ -1,13 +1,16 @@
 //! Every adapter against one model: random transactions of get, put,
 //! insert, delete and scan over two tables, committed or aborted at
 //! random, checked operation by operation against `BTreeMap`s, then the
-//! whole state checked again after a close and reopen.
+//! whole state checked again after a close and reopen. And the same for
+//! secondary indexes: rows inserted at random, every prefix lookup
+//! checked against the model, before and after a reopen, in both modes.
 //!
 //! Seeded: the default run uses `SEEDS`; `REBOUND_SEED=<n>` replays one
 //! seed and `REBOUND_SEED=random` draws a fresh one. Every run prints its
 //! seed with the command that replays it.
 
-use super::{Engine, EngineKind, Error, Session, Settings, Tx};
+use super::index::Part;
+use super::{Engine, EngineKind, Error, IndexMode, IndexSpec, Session, Settings, Tx};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -225,10 +228,130 @@ fn scratch() -> tempfile::TempDir {
     }
 }
 
+/// Secondary key: value bytes 1..3, then the first key byte.
+const BY_VALUE: IndexSpec = IndexSpec {
+    name: "by_value",
+    max_key_len: 8,
+    parts: &[Part::Value(1..3), Part::Key(0..1)],
+};
+
+/// What `index_prefix(prefix)` must return: the model's rows whose
+/// secondary key starts with `prefix`, by (secondary key, primary key).
+fn model_lookup(m: &BTreeMap<Vec<u8>, Vec<u8>>, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut rows: Vec<_> = m
+        .iter()
+        .filter_map(|(k, v)| Some((BY_VALUE.secondary_key(k, v)?, k.clone(), v.clone())))
+        .filter(|(sk, _, _)| sk.starts_with(prefix))
+        .collect();
+    rows.sort();
+    rows.into_iter().map(|(_, k, v)| (k, v)).collect()
+}
+
+/// Every lookup by a prefix of up to the whole secondary key of two
+/// symbols agrees with the model.
+fn check_lookups<E: Engine>(
+    db: &E,
+    index: &super::Index<E::Table>,
+    m: &BTreeMap<Vec<u8>, Vec<u8>>,
+    ctx: &str,
+) {
+    const SYMBOLS: [u8; 2] = [0x00, 0xff];
+    let mut prefixes = vec![Vec::new()];
+    for len in 1..=BY_VALUE.key_len() {
+        let mut p = vec![0u8; len];
+        for bits in 0..1u32 << len {
+            for (i, b) in p.iter_mut().enumerate() {
+                *b = SYMBOLS[(bits >> i) as usize & 1];
+            }
+            prefixes.push(p.clone());
+        }
+    }
+    let mut s = db.session().unwrap();
+    let mut tx = s.begin().unwrap();
+    for prefix in prefixes {
+        let found = tx.index_prefix(index, &prefix).unwrap();
+        let want = model_lookup(m, &prefix);
+        let keys: Vec<_> = found.iter().map(|r| r.key.clone()).collect();
+        let want_keys: Vec<_> = want.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(keys, want_keys, "{ctx}: lookup {prefix:?}");
+        for (row, (_, v)) in found.iter().zip(&want) {
+            assert!(row.value.as_ref().is_none_or(|x| x == v), "{ctx}: value");
+        }
+    }
+    tx.commit().unwrap();
+}
+
+/// Values of 0..=4 bytes over 0x00 and 0xff: secondary keys repeat, and
+/// values shorter than 3 bytes have none.
+fn index_value(rng: &mut SmallRng) -> Vec<u8> {
+    let len = rng.gen_range(0..=4);
+    (0..len)
+        .map(|_| [0x00, 0xff][rng.gen_range(0..2)])
+        .collect()
+}
+
+fn run_index<E: Engine>(dir: &Path, seed: u64, mode: IndexMode) {
+    let settings = Settings::new(true, "log-free");
+    let ctx = format!(
+        "{} {mode:?} seed {seed}",
+        E::open(dir, &settings).unwrap().kind()
+    );
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut model = BTreeMap::new();
+    let (kind, native) = {
+        let db = E::open(dir, &settings).unwrap();
+        let table = open_tables(&db)[0].clone();
+        let index = db.open_index(&table, &BY_VALUE, mode).unwrap();
+        let mut session = db.session().unwrap();
+        for n in 0..TXNS / 3 {
+            let mut work = model.clone();
+            let mut tx = session.begin().unwrap();
+            for _ in 0..rng.gen_range(1..=4) {
+                let (k, v) = (key(&mut rng), index_value(&mut rng));
+                if work.contains_key(&k) {
+                    continue;
+                }
+                tx.insert(&table, &k, &v).unwrap();
+                tx.index_insert(&index, &k, &v).unwrap();
+                work.insert(k, v);
+            }
+            if rng.gen_bool(0.8) {
+                tx.commit().unwrap();
+                model = work;
+            } else {
+                tx.abort();
+            }
+            if n % 10 == 9 {
+                check_lookups(&db, &index, &model, &format!("{ctx} txn {n}"));
+            }
+        }
+        drop(session);
+        let kind = db.kind();
+        db.close().unwrap();
+        (kind, index.is_native())
+    };
+    // Only Rebound has indexes of its own here.
+    let expect_native = mode == IndexMode::Index && kind == EngineKind::Rebound;
+    assert_eq!(native, expect_native, "{ctx}");
+    let db = E::open(dir, &settings).unwrap();
+    let table = db.find_table(TABLES[0]).unwrap().unwrap();
+    let index = db
+        .find_index(&table, &BY_VALUE)
+        .unwrap()
+        .expect("index survives reopen");
+    assert_eq!(index.is_native(), native, "{ctx}: kind after reopen");
+    check_lookups(&db, &index, &model, &format!("{ctx} after reopen"));
+    db.close().unwrap();
+}
+
 fn conform<E: Engine>() {
     for seed in seeds() {
         let dir = scratch();
         run::<E>(&dir.path().join("db"), seed);
+        for mode in [IndexMode::Index, IndexMode::Manual] {
+            let dir = scratch();
+            run_index::<E>(&dir.path().join("db"), seed, mode);
+        }
     }
 }
 

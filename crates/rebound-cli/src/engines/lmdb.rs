@@ -9,7 +9,7 @@ use super::{
 };
 use heed::types::Bytes;
 use heed::{EnvFlags, EnvOpenOptions};
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -22,6 +22,22 @@ const MAX_TABLES: u32 = 64;
 
 fn err(e: heed::Error) -> Error {
     Error::backend("lmdb", e)
+}
+
+type Range<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
+
+/// The same range without bounds at the empty key, which LMDB refuses
+/// (`MDB_BAD_VALSIZE`) and never holds: a lower bound there is no bound,
+/// an upper bound there leaves nothing (`None`).
+fn without_empty_key((lo, hi): Range<'_>) -> Option<Range<'_>> {
+    let lo = match lo {
+        Bound::Included([]) | Bound::Excluded([]) => Bound::Unbounded,
+        lo => lo,
+    };
+    match hi {
+        Bound::Included([]) | Bound::Excluded([]) => None,
+        hi => Some((lo, hi)),
+    }
 }
 
 pub struct Lmdb {
@@ -162,8 +178,10 @@ impl Tx for LmdbTx<'_> {
         range: impl RangeBounds<K>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let range = bounds(&range);
         let mut out = Vec::new();
+        let Some(range) = without_empty_key(bounds(&range)) else {
+            return Ok(out);
+        };
         if limit == 0 || is_empty_range(range.0, range.1) {
             return Ok(out);
         }

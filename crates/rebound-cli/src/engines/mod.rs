@@ -11,6 +11,7 @@
 //! a fjall partition, a RocksDB column family.
 
 pub mod fjall;
+pub mod index;
 pub mod lmdb;
 pub mod rebound_engine;
 pub mod redb;
@@ -19,6 +20,7 @@ pub mod rocksdb;
 pub mod sqlite;
 
 use clap::{Args, ValueEnum};
+pub use index::{Index, IndexMode, IndexRow, IndexSpec};
 use serde::{Deserialize, Serialize};
 use std::ops::RangeBounds;
 use std::path::Path;
@@ -263,6 +265,30 @@ pub trait Engine: Sync + Sized {
     fn open_table(&self, name: &str, shape: &::rebound::TableOptions) -> Result<Self::Table>;
     /// Table `name` if it exists.
     fn find_table(&self, name: &str) -> Result<Option<Self::Table>>;
+    /// Opens (creating if missing) secondary index `spec` of `table`.
+    /// `IndexMode::Index` asks for the engine's own index where it has
+    /// one; otherwise, and by default, the index is a lookup table that
+    /// the transactions keep (see [`index`]), to be opened before rows
+    /// are inserted into `table`.
+    fn open_index(
+        &self,
+        table: &Self::Table,
+        spec: &IndexSpec,
+        mode: IndexMode,
+    ) -> Result<Index<Self::Table>> {
+        let _ = (table, mode);
+        index::open_lookup(self, spec)
+    }
+    /// Secondary index `spec.name` of `table` if it exists, of whichever
+    /// kind it was created.
+    fn find_index(
+        &self,
+        table: &Self::Table,
+        spec: &IndexSpec,
+    ) -> Result<Option<Index<Self::Table>>> {
+        let _ = table;
+        index::find_lookup(self, spec)
+    }
     fn session(&self) -> Result<Self::Session>;
     /// Rows in `table` (an estimate where the engine only has one).
     fn approximate_len(&self, table: &Self::Table) -> Result<u64>;
@@ -325,6 +351,17 @@ pub trait Tx {
         range: impl RangeBounds<K>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// Tells `index` that the row `key` → `value` was just inserted into
+    /// its table: a lookup table gets its entry; an engine's own index
+    /// has it already.
+    fn index_insert(&mut self, index: &Index<Self::Table>, key: &[u8], value: &[u8]) -> Result<()> {
+        index::lookup_insert(self, index.lookup()?, key, value)
+    }
+    /// The rows whose secondary key starts with `prefix`, ordered by
+    /// (secondary key, primary key); serializable like `scan`.
+    fn index_prefix(&mut self, index: &Index<Self::Table>, prefix: &[u8]) -> Result<Vec<IndexRow>> {
+        index::lookup_prefix(self, index.lookup()?, prefix)
+    }
     fn commit(self) -> Result<()>;
     fn abort(self);
 }

@@ -2,9 +2,13 @@
 //! each method forwarding to the inherent one, so the generic drivers
 //! compile to the same calls as before.
 
-use super::{Engine, EngineKind, Error, Guarantee, Result, Session, Settings, Tx};
+use super::index::{self, Part};
+use super::{
+    Engine, EngineKind, Error, Guarantee, Index, IndexMode, IndexRow, IndexSpec, Result, Session,
+    Settings, Tx,
+};
 use crate::common::design_options;
-use rebound::{Database, Table, TableOptions, Transaction};
+use rebound::{Database, IndexOptions, Table, TableOptions, Transaction};
 use std::ops::RangeBounds;
 use std::path::Path;
 
@@ -49,6 +53,26 @@ impl Engine for Database {
 
     fn find_table(&self, name: &str) -> Result<Option<Table>> {
         Ok(Database::table(self, name)?)
+    }
+
+    /// `IndexMode::Index` is a Rebound secondary index of the same name,
+    /// created (and built from the rows present) if missing.
+    fn open_index(&self, table: &Table, spec: &IndexSpec, mode: IndexMode) -> Result<Index<Table>> {
+        if mode == IndexMode::Manual {
+            return index::open_lookup(self, spec);
+        }
+        let found = match Database::index(self, table, spec.name)? {
+            Some(found) => found,
+            None => self.create_index(table, spec.name, index_options(spec))?,
+        };
+        Ok(Index::Rebound(found))
+    }
+
+    fn find_index(&self, table: &Table, spec: &IndexSpec) -> Result<Option<Index<Table>>> {
+        match Database::index(self, table, spec.name)? {
+            Some(found) => Ok(Some(Index::Rebound(found))),
+            None => index::find_lookup(self, spec),
+        }
     }
 
     fn session(&self) -> Result<rebound::Session> {
@@ -122,6 +146,27 @@ impl Tx for Transaction<'_> {
         Ok(Transaction::scan(self, table, range, limit)?)
     }
 
+    fn index_insert(&mut self, index: &Index<Table>, key: &[u8], value: &[u8]) -> Result<()> {
+        match index {
+            // The engine's own index followed the insert already.
+            Index::Rebound(_) => Ok(()),
+            Index::Lookup(l) => index::lookup_insert(self, l, key, value),
+        }
+    }
+
+    fn index_prefix(&mut self, index: &Index<Table>, prefix: &[u8]) -> Result<Vec<IndexRow>> {
+        match index {
+            Index::Rebound(i) => Ok(Transaction::index_prefix(self, i, prefix)?
+                .into_iter()
+                .map(|(key, value)| IndexRow {
+                    key,
+                    value: Some(value),
+                })
+                .collect()),
+            Index::Lookup(l) => index::lookup_prefix(self, l, prefix),
+        }
+    }
+
     fn commit(self) -> Result<()> {
         Ok(Transaction::commit(self)?)
     }
@@ -129,4 +174,14 @@ impl Tx for Transaction<'_> {
     fn abort(self) {
         Transaction::abort(self)
     }
+}
+
+/// The Rebound definition of `spec`: the same byte ranges, in order.
+fn index_options(spec: &IndexSpec) -> IndexOptions {
+    spec.parts
+        .iter()
+        .fold(IndexOptions::default(), |options, part| match part {
+            Part::Key(r) => options.key_bytes(r.clone()),
+            Part::Value(r) => options.value_bytes(r.clone()),
+        })
 }

@@ -1,17 +1,18 @@
-//! TPC-C: nine tables (plus two index tables the transactions maintain
-//! themselves), the five transactions in the standard mix, loading, and
-//! the consistency conditions 1–4 as a checker.
+//! TPC-C: nine tables with two secondary indexes (customers by last
+//! name, orders by customer), the five transactions in the standard mix,
+//! loading, and the consistency conditions 1–4 as a checker.
 
 pub mod check;
 pub mod load;
+pub mod resume;
 pub mod schema;
 pub mod txns;
 
 use crate::common::{
     describe, drive, write_csv, write_json, BoxResult, DbDir, DesignRecord, DirArgs, DriveSpec,
-    Environment, OutArgs, RunStats, SummaryRow,
+    Environment, Limit, OutArgs, RunStats, SummaryRow,
 };
-use crate::engines::{with_engine, Engine, EngineArgs};
+use crate::engines::{with_engine, Engine, EngineArgs, Index, IndexMode, IndexSpec};
 use crate::ycsb::LimitArgs;
 use clap::Args;
 use rebound::Database;
@@ -75,6 +76,13 @@ pub struct TpccConfig {
     #[arg(long)]
     #[serde(default)]
     pub no_delivery_hint: bool,
+    /// How the secondary indexes are kept: `index`, the engine's own
+    /// indexes (Rebound; lookup tables on the other engines), or
+    /// `manual`, lookup tables the transactions write beside the rows.
+    /// Chosen at load; a database loaded earlier keeps what it has.
+    #[arg(long, value_enum, default_value = "index")]
+    #[serde(default)]
+    pub secondary: IndexMode,
     /// Seed the workers from `seed` alone, not also from the clock
     /// (`torture` replays a seed).
     #[arg(skip)]
@@ -95,6 +103,7 @@ impl Default for TpccConfig {
             mix: vec![45, 43, 4, 4, 4],
             seed: 42,
             no_delivery_hint: false,
+            secondary: IndexMode::Index,
             deterministic: false,
         }
     }
@@ -131,49 +140,78 @@ impl TpccConfig {
     }
 }
 
-/// Handles of all TPC-C tables.
+/// Handles of all TPC-C tables and indexes.
 #[derive(Clone)]
 pub struct Tables<T> {
     pub warehouse: T,
     pub district: T,
     pub customer: T,
-    pub customer_name: T,
     pub history: T,
     pub new_order: T,
     pub order: T,
-    pub order_customer: T,
     pub order_line: T,
     pub item: T,
     pub stock: T,
+    /// CUSTOMER by (w, d, last name, first name).
+    pub customer_by_name: Index<T>,
+    /// ORDER by (w, d, customer).
+    pub order_by_customer: Index<T>,
 }
 
 impl<T> Tables<T> {
-    /// Opens the tables, creating the missing ones.
-    pub fn open<E: Engine<Table = T>>(db: &E) -> BoxResult<Tables<T>> {
+    /// Opens the tables and indexes, creating the missing ones; new
+    /// indexes are kept as `mode` says.
+    pub fn open<E: Engine<Table = T>>(db: &E, mode: IndexMode) -> BoxResult<Tables<T>> {
         let t = |def: &TableDef| -> BoxResult<T> { Ok(db.open_table(def.name, &def.options())?) };
+        let (customer, order) = (t(&CUSTOMER)?, t(&ORDER)?);
         Ok(Tables {
+            customer_by_name: db.open_index(&customer, &CUSTOMER_BY_NAME, mode)?,
+            order_by_customer: db.open_index(&order, &ORDER_BY_CUSTOMER, mode)?,
             warehouse: t(&WAREHOUSE)?,
             district: t(&DISTRICT)?,
-            customer: t(&CUSTOMER)?,
-            customer_name: t(&CUSTOMER_NAME)?,
+            customer,
             history: t(&HISTORY)?,
             new_order: t(&NEW_ORDER)?,
-            order: t(&ORDER)?,
-            order_customer: t(&ORDER_CUSTOMER)?,
+            order,
             order_line: t(&ORDER_LINE)?,
             item: t(&ITEM)?,
             stock: t(&STOCK)?,
         })
     }
 
-    /// Opens existing tables only.
+    /// The tables and indexes of a loaded database, found by name, with
+    /// its indexes kept however they were created.
     pub fn existing<E: Engine<Table = T>>(db: &E) -> BoxResult<Tables<T>> {
-        for def in ALL_TABLES {
-            if db.find_table(def.name)?.is_none() {
-                return Err(format!("not a TPC-C database: no table {:?}", def.name).into());
-            }
+        let t = |def: &TableDef| -> BoxResult<T> {
+            db.find_table(def.name)?
+                .ok_or_else(|| format!("not a TPC-C database: no table {:?}", def.name).into())
+        };
+        let i = |table: &T, spec: &IndexSpec| -> BoxResult<Index<T>> {
+            db.find_index(table, spec)?
+                .ok_or_else(|| format!("not a TPC-C database: no index {:?}", spec.name).into())
+        };
+        let (customer, order) = (t(&CUSTOMER)?, t(&ORDER)?);
+        Ok(Tables {
+            customer_by_name: i(&customer, &CUSTOMER_BY_NAME)?,
+            order_by_customer: i(&order, &ORDER_BY_CUSTOMER)?,
+            warehouse: t(&WAREHOUSE)?,
+            district: t(&DISTRICT)?,
+            customer,
+            history: t(&HISTORY)?,
+            new_order: t(&NEW_ORDER)?,
+            order,
+            order_line: t(&ORDER_LINE)?,
+            item: t(&ITEM)?,
+            stock: t(&STOCK)?,
+        })
+    }
+
+    /// How the indexes are kept.
+    pub fn index_mode(&self) -> IndexMode {
+        match self.customer_by_name.is_native() {
+            true => IndexMode::Index,
+            false => IndexMode::Manual,
         }
-        Tables::open(db)
     }
 }
 
@@ -228,6 +266,16 @@ pub struct TpccArgs {
     /// Only load (if needed) and check an existing database in --dir.
     #[arg(long)]
     pub check_only: bool,
+    /// Run for --duration on the database loaded earlier in --dir (same
+    /// scale options) instead of loading one, and print the transactions
+    /// of every --interval-ms.
+    #[arg(long)]
+    #[serde(default)]
+    pub resume: bool,
+    /// Interval of the counts printed by --resume, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    #[serde(default)]
+    pub interval_ms: u64,
     #[command(flatten)]
     pub dir: DirArgs,
     #[command(flatten)]
@@ -251,6 +299,10 @@ pub fn run(args: TpccArgs) -> BoxResult<()> {
         let dir = args.dir.dir.clone().ok_or("--check-only needs --dir")?;
         return check_command(CheckArgs { dir });
     }
+    if args.resume {
+        let dir = args.dir.dir.clone().ok_or("--resume needs --dir")?;
+        return with_engine!(args.engine.engine, |E| resume_engine::<E>(&args, &dir));
+    }
     let dir = DbDir::new(&args.dir, "tpcc")?;
     with_engine!(args.engine.engine, |E| run_engine::<E>(&args, &dir))
 }
@@ -262,8 +314,12 @@ fn run_engine<E: Engine>(args: &TpccArgs, dir: &DbDir) -> BoxResult<()> {
     if !args.limit.no_settle {
         crate::common::settle_engine(&db, &mut load)?;
     }
+    let indexes = match Tables::existing(&db)?.index_mode() {
+        IndexMode::Index => "the engine's secondary indexes",
+        IndexMode::Manual => "lookup tables",
+    };
     println!(
-        "tpcc: loaded {} warehouse(s), {} rows in {:.2} s ({:.0} rows/s), {name} ({})",
+        "tpcc: loaded {} warehouse(s), {} rows in {:.2} s ({:.0} rows/s), {name} ({}), {indexes}",
         args.cfg.warehouses,
         load.rows,
         load.seconds,
@@ -277,6 +333,7 @@ fn run_engine<E: Engine>(args: &TpccArgs, dir: &DbDir) -> BoxResult<()> {
         phase: "run",
         show_progress: true,
         observer: &crate::common::NoObserver,
+        interval: crate::common::SAMPLE_INTERVAL,
     };
     let stats = run_on(&db, &args.cfg, &spec, &shared)?;
     println!("tpcc: {}", describe(&stats));
@@ -321,6 +378,34 @@ fn run_engine<E: Engine>(args: &TpccArgs, dir: &DbDir) -> BoxResult<()> {
         }
     }
     Ok(())
+}
+
+/// `tpcc --resume`: the mix on a database loaded earlier, with its
+/// throughput per interval.
+fn resume_engine<E: Engine>(args: &TpccArgs, dir: &std::path::Path) -> BoxResult<()> {
+    let db = E::open(dir, &args.engine.settings(&args.design))?;
+    let Limit::Time(duration) = args.limit.limit() else {
+        return Err("--resume runs for a --duration, not a number of --txns".into());
+    };
+    let interval = std::time::Duration::from_millis(args.interval_ms.max(1));
+    let timeline = resume::run_for(&db, &args.cfg, duration, interval)?;
+    println!("tpcc: {}", describe(&timeline.stats));
+    let counts: Vec<String> = timeline.txns.iter().map(u64::to_string).collect();
+    let every = timeline.interval.as_millis();
+    println!("txns per {every} ms: {}", counts.join(" "));
+    let ok = match args.no_check {
+        true => true,
+        false => {
+            let report = check::check(&db)?;
+            println!("consistency: {}", report.summary());
+            report.ok
+        }
+    };
+    db.close()?;
+    match ok {
+        true => Ok(()),
+        false => Err("TPC-C consistency check failed".into()),
+    }
 }
 
 #[derive(Args, Clone, Debug)]

@@ -1,6 +1,7 @@
 //! TPC-C tables: big-endian keys (so that byte order is key order and
 //! range scans work) and fixed-layout little-endian row values.
 
+use crate::engines::index::{IndexSpec, Part};
 use rebound::TableOptions;
 
 pub const DISTRICTS: u8 = 10;
@@ -27,13 +28,6 @@ pub const CUSTOMER: TableDef = TableDef {
     key_len: 7,
     value_len: Customer::LEN as u32,
 };
-/// Secondary index (w, d, last, first, c_id) → empty, kept by the
-/// transactions themselves, for the by-last-name lookups.
-pub const CUSTOMER_NAME: TableDef = TableDef {
-    name: "customer_name",
-    key_len: 3 + NAME_LEN as u32 * 2 + 4,
-    value_len: 0,
-};
 pub const HISTORY: TableDef = TableDef {
     name: "history",
     key_len: 15,
@@ -48,12 +42,6 @@ pub const ORDER: TableDef = TableDef {
     name: "order",
     key_len: 7,
     value_len: Order::LEN as u32,
-};
-/// Secondary index (w, d, c_id, o_id) → empty, for Order-Status.
-pub const ORDER_CUSTOMER: TableDef = TableDef {
-    name: "order_customer",
-    key_len: 11,
-    value_len: 0,
 };
 pub const ORDER_LINE: TableDef = TableDef {
     name: "order_line",
@@ -71,15 +59,13 @@ pub const STOCK: TableDef = TableDef {
     value_len: Stock::LEN as u32,
 };
 
-pub const ALL_TABLES: [&TableDef; 11] = [
+pub const ALL_TABLES: [&TableDef; 9] = [
     &WAREHOUSE,
     &DISTRICT,
     &CUSTOMER,
-    &CUSTOMER_NAME,
     &HISTORY,
     &NEW_ORDER,
     &ORDER,
-    &ORDER_CUSTOMER,
     &ORDER_LINE,
     &ITEM,
     &STOCK,
@@ -93,8 +79,34 @@ impl TableDef {
     }
 }
 
-/// Length of the fixed first/last name fields in the name index.
+/// Length of the fixed first/last name fields of CUSTOMER.
 pub const NAME_LEN: usize = 16;
+
+/// CUSTOMER by (w, d, C_LAST, C_FIRST), for Payment and Order-Status by
+/// last name, which take the middle customer sorted by first name
+/// (clause 2.5.2.2). The names are zero-padded, so a name sorts before
+/// every longer name it is a prefix of.
+pub const CUSTOMER_BY_NAME: IndexSpec = IndexSpec {
+    name: "customer_name",
+    max_key_len: CUSTOMER.key_len,
+    parts: &[
+        Part::Key(0..3),
+        Part::Value(Customer::LAST.0..Customer::LAST.0 + NAME_LEN),
+        Part::Value(Customer::FIRST.0..Customer::FIRST.0 + NAME_LEN),
+    ],
+};
+
+/// ORDER by (w, d, O_C_ID), for Order-Status. Only equality is looked up,
+/// so the little-endian C_ID does no harm; one customer's orders come in
+/// primary-key order, so the newest is the last.
+pub const ORDER_BY_CUSTOMER: IndexSpec = IndexSpec {
+    name: "order_customer",
+    max_key_len: ORDER.key_len,
+    parts: &[
+        Part::Key(0..3),
+        Part::Value(Order::C_ID.0..Order::C_ID.0 + 4),
+    ],
+};
 
 // ---- keys ----
 
@@ -121,24 +133,19 @@ fn padded(s: &str) -> [u8; NAME_LEN] {
     b
 }
 
-/// Prefix of all name-index keys of customers called `last` in (w, d).
-pub fn k_customer_name_prefix(w: u16, d: u8, last: &str) -> Vec<u8> {
+/// Prefix of the `CUSTOMER_BY_NAME` keys of customers called `last` in
+/// (w, d).
+pub fn customer_name_prefix(w: u16, d: u8, last: &str) -> Vec<u8> {
     let mut k = k_district(w, d);
     k.extend_from_slice(&padded(last));
     k
 }
 
-pub fn k_customer_name(w: u16, d: u8, last: &str, first: &str, c: u32) -> Vec<u8> {
-    let mut k = k_customer_name_prefix(w, d, last);
-    k.extend_from_slice(&padded(first));
-    k.extend_from_slice(&c.to_be_bytes());
+/// The `ORDER_BY_CUSTOMER` key of customer `c`'s orders in (w, d).
+pub fn order_customer_key(w: u16, d: u8, c: u32) -> Vec<u8> {
+    let mut k = k_district(w, d);
+    k.extend_from_slice(&c.to_le_bytes());
     k
-}
-
-/// The customer id at the end of a name-index key.
-pub fn customer_name_c_id(k: &[u8]) -> Option<u32> {
-    let tail = k.get(k.len().checked_sub(4)?..)?;
-    Some(u32::from_be_bytes(tail.try_into().ok()?))
 }
 
 pub fn k_history(w: u16, d: u8, txn: u64, seq: u32) -> Vec<u8> {
@@ -151,12 +158,6 @@ pub fn k_history(w: u16, d: u8, txn: u64, seq: u32) -> Vec<u8> {
 /// Key of ORDER and NEW-ORDER rows.
 pub fn k_order(w: u16, d: u8, o: u32) -> Vec<u8> {
     k_customer(w, d, o)
-}
-
-pub fn k_order_customer(w: u16, d: u8, c: u32, o: u32) -> Vec<u8> {
-    let mut k = k_customer(w, d, c);
-    k.extend_from_slice(&o.to_be_bytes());
-    k
 }
 
 pub fn k_order_line(w: u16, d: u8, o: u32, ol: u8) -> Vec<u8> {
@@ -461,6 +462,8 @@ pub struct Customer {
 
 impl Customer {
     pub const LEN: usize = 16 + 2 + 16 + Address::LEN + 16 + 8 + 2 + 8 + 4 + 8 + 8 + 4 + 4 + 500;
+    pub const FIRST: At = At(0);
+    pub const LAST: At = At(18);
     pub const CREDIT: At = At(58 + Address::LEN);
     pub const DISCOUNT: At = At(68 + Address::LEN);
     pub const BALANCE: At = At(72 + Address::LEN);
@@ -942,15 +945,7 @@ mod tests {
     #[test]
     fn keys_have_declared_lengths_and_sort_like_their_fields() {
         assert_eq!(k_customer(1, 2, 3).len() as u32, CUSTOMER.key_len);
-        assert_eq!(
-            k_customer_name(1, 2, "BARBAR", "x", 7).len() as u32,
-            CUSTOMER_NAME.key_len
-        );
         assert_eq!(k_history(1, 2, 3, 4).len() as u32, HISTORY.key_len);
-        assert_eq!(
-            k_order_customer(1, 2, 3, 4).len() as u32,
-            ORDER_CUSTOMER.key_len
-        );
         assert_eq!(k_order_line(1, 2, 3, 4).len() as u32, ORDER_LINE.key_len);
         assert_eq!(k_stock(1, 2).len() as u32, STOCK.key_len);
         // Numeric order equals byte order, field by field.
@@ -968,13 +963,45 @@ mod tests {
         for (k, &t) in keys.iter().zip(&tuples) {
             assert_eq!(parse_order_key(k), Some(t));
         }
-        // A name that is a prefix of another sorts first; prefixes bound scans.
-        let a = k_customer_name(1, 1, "BAR", "Z", 9);
-        let b = k_customer_name(1, 1, "BARBAR", "A", 1);
+    }
+
+    fn customer(last: &str, first: &str) -> Vec<u8> {
+        Customer {
+            last: last.into(),
+            first: first.into(),
+            ..Default::default()
+        }
+        .encode()
+    }
+
+    #[test]
+    fn index_keys_are_the_fields_the_lookups_ask_for() {
+        let name_key = |w, d, c, last, first| {
+            CUSTOMER_BY_NAME
+                .secondary_key(&k_customer(w, d, c), &customer(last, first))
+                .unwrap()
+        };
+        let a = name_key(1, 2, 9, "BAR", "Zed");
+        assert_eq!(a.len(), CUSTOMER_BY_NAME.key_len());
+        assert_eq!(a[..19], customer_name_prefix(1, 2, "BAR"));
+        assert_eq!(&a[19..22], b"Zed");
+        // A name that is a prefix of another sorts first, and its prefix
+        // does not match the longer name; first names order one last name.
+        let b = name_key(1, 2, 1, "BARBAR", "Al");
         assert!(a < b);
-        assert!(a.starts_with(&k_customer_name_prefix(1, 1, "BAR")));
-        assert!(!b.starts_with(&k_customer_name_prefix(1, 1, "BAR")));
-        assert_eq!(customer_name_c_id(&b), Some(1));
+        assert!(!b.starts_with(&customer_name_prefix(1, 2, "BAR")));
+        assert!(name_key(1, 2, 5, "BAR", "Al") < a);
+        assert!(!name_key(1, 3, 9, "BAR", "Zed").starts_with(&customer_name_prefix(1, 2, "BAR")));
+
+        let order = Order {
+            c_id: 31,
+            ..Default::default()
+        };
+        let key = ORDER_BY_CUSTOMER
+            .secondary_key(&k_order(1, 2, 3000), &order.encode())
+            .unwrap();
+        assert_eq!(key, order_customer_key(1, 2, 31));
+        assert_ne!(key, order_customer_key(1, 2, 32));
     }
 
     #[test]

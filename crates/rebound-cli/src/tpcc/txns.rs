@@ -98,11 +98,21 @@ fn pay(row: &mut [u8], amount: i64, entry: impl FnOnce(&[u8]) -> Vec<u8>) {
     }
 }
 
-/// Upper bound for scanning all keys that start with `prefix`.
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut k = prefix.to_vec();
-    k.extend_from_slice(&[0xff; 32]);
-    k
+/// A customer a transaction found: id, and the row when the lookup read
+/// it along (an engine's own index does).
+struct Found {
+    c: u32,
+    row: Option<Vec<u8>>,
+}
+
+impl Found {
+    /// The customer's row: the one the index gave, or read now.
+    fn row<X: Tx>(self, tx: &mut X, table: &X::Table, key: &[u8]) -> engines::Result<Vec<u8>> {
+        match self.row {
+            Some(row) => Ok(row),
+            None => get_row(tx, table, key),
+        }
+    }
 }
 
 /// Resolves a customer: by id, or the middle one (rounded up) of those
@@ -113,18 +123,18 @@ fn find_customer<X: Tx>(
     w: u16,
     d: u8,
     sel: &CustomerSel,
-) -> engines::Result<Option<u32>> {
+) -> engines::Result<Option<Found>> {
     match sel {
-        CustomerSel::Id(c) => Ok(Some(*c)),
+        CustomerSel::Id(c) => Ok(Some(Found { c: *c, row: None })),
         CustomerSel::LastName(last) => {
-            let lo = k_customer_name_prefix(w, d, last);
-            let hi = prefix_end(&lo);
-            let rows = tx.scan(&t.customer_name, lo..hi, usize::MAX)?;
+            let prefix = customer_name_prefix(w, d, last);
+            let mut rows = tx.index_prefix(&t.customer_by_name, &prefix)?;
             if rows.is_empty() {
                 return Ok(None);
             }
-            let pick = (rows.len() - 1) / 2;
-            Ok(customer_name_c_id(&rows[pick].0))
+            let pick = rows.swap_remove((rows.len() - 1) / 2);
+            let c = parse_u32_at(&pick.key, 3).ok_or(Error::KeyNotFound)?;
+            Ok(Some(Found { c, row: pick.value }))
         }
     }
 }
@@ -221,9 +231,10 @@ impl<T: Clone> TpccWorker<T> {
                 ol_cnt,
                 all_local,
             };
-            tx.insert(&t.order, &k_order(w, d, o), &order.encode())?;
-            tx.insert(&t.new_order, &k_order(w, d, o), b"")?;
-            tx.insert(&t.order_customer, &k_order_customer(w, d, c, o), b"")?;
+            let (okey, order) = (k_order(w, d, o), order.encode());
+            tx.insert(&t.order, &okey, &order)?;
+            tx.index_insert(&t.order_by_customer, &okey, &order)?;
+            tx.insert(&t.new_order, &okey, b"")?;
             let mut total = 0i64;
             let (mut item, mut stock) = (Vec::new(), Vec::new());
             for (n, &(i, sw, q)) in lines.iter().enumerate() {
@@ -292,11 +303,12 @@ impl<T: Clone> TpccWorker<T> {
             let ytd = District::YTD.i64(&dist) + amount;
             District::YTD.set_i64(&mut dist, ytd);
             tx.update(&t.district, &dkey, &dist)?;
-            let Some(c) = find_customer(tx, t, cw, cd, &sel)? else {
+            let Some(found) = find_customer(tx, t, cw, cd, &sel)? else {
                 return Err(Error::KeyNotFound);
             };
+            let c = found.c;
             let ckey = k_customer(cw, cd, c);
-            let mut cust = get_row(tx, &t.customer, &ckey)?;
+            let mut cust = found.row(tx, &t.customer, &ckey)?;
             pay(&mut cust, amount, |data| {
                 let mut entry = format!("{c} {cd} {cw} {d} {w} {amount}|").into_bytes();
                 entry.extend_from_slice(data);
@@ -332,16 +344,19 @@ impl<T: Clone> TpccWorker<T> {
         let sel = self.customer_sel();
         let t = &self.t;
         run_txn(session, |tx| {
-            let Some(c) = find_customer(tx, t, w, d, &sel)? else {
+            let Some(found) = find_customer(tx, t, w, d, &sel)? else {
                 return Err(Error::KeyNotFound);
             };
-            let _cust = get_row(tx, &t.customer, &k_customer(w, d, c))?;
-            let lo = k_customer(w, d, c);
-            let hi = k_customer(w, d, c + 1);
-            let orders = tx.scan(&t.order_customer, lo..hi, usize::MAX)?;
-            if let Some((k, _)) = orders.last() {
-                let o = parse_u32_at(k, 7).ok_or(Error::KeyNotFound)?;
-                let _order = get_row(tx, &t.order, &k_order(w, d, o))?;
+            let c = found.c;
+            let _cust = found.row(tx, &t.customer, &k_customer(w, d, c))?;
+            let mut orders = tx.index_prefix(&t.order_by_customer, &order_customer_key(w, d, c))?;
+            // Rows come in primary-key order: the newest order is the last.
+            if let Some(newest) = orders.pop() {
+                let (_, _, o) = parse_order_key(&newest.key).ok_or(Error::KeyNotFound)?;
+                let _order = match newest.value {
+                    Some(order) => order,
+                    None => get_row(tx, &t.order, &newest.key)?,
+                };
                 let lines = tx.scan(
                     &t.order_line,
                     k_order(w, d, o)..k_order(w, d, o + 1),
@@ -506,13 +521,5 @@ mod tests {
                 mix[i]
             );
         }
-    }
-
-    #[test]
-    fn prefix_end_bounds_every_extension() {
-        let p = k_customer_name_prefix(1, 2, "BAR");
-        let e = prefix_end(&p);
-        assert!(k_customer_name(1, 2, "BAR", "ZZZZZZZZZZZZZZZZ", u32::MAX) < e);
-        assert!(k_customer_name(1, 2, "BARBAR", "A", 0) > e);
     }
 }
