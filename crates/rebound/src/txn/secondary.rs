@@ -18,7 +18,8 @@
 //! keeps it only if the version it sees still has that secondary key.
 //! * A writer inserts its entry right after its primary write, through the
 //!   gap check, so an older writer cannot put a row into a range a younger
-//!   transaction has looked up: it gets `Conflict`.
+//!   transaction has looked up: it gets `Conflict`. A write that keeps the
+//!   row's secondary key leaves the index alone.
 //! * A row a lookup returned (or rejected) was read through MVTO, so no
 //!   older writer can change it afterwards.
 //! * A unique index checks, before the write, every entry with the new
@@ -369,7 +370,11 @@ impl TxnState<'_> {
             }
             let has_new = value.is_some_and(|v| index.secondary_key(key, v, &mut new_key));
             let has_old = old.is_some_and(|v| index.secondary_key(key, v, &mut old_key));
-            if has_new {
+            // A version that keeps its predecessor's key needs no raise: the
+            // writer that introduced the key raised the entry, and the vacuum
+            // keeps an entry while a version that carries it may be seen.
+            let kept = has_new && has_old && old_key == new_key;
+            if has_new && !kept {
                 let entry = index.entry(&new_key, key);
                 if let Err(InsertError::Phantom) = index
                     .tree
@@ -379,7 +384,7 @@ impl TxnState<'_> {
                 }
                 self.entered.push((table.heap.def.id, index.clone(), entry));
             }
-            if has_old && (!has_new || old_key != new_key) {
+            if has_old && !kept {
                 self.store.index_garbage.lock().push(Stale {
                     table: table.heap.def.id,
                     index: index.clone(),
