@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args, Clone, Debug)]
 pub struct ChartArgs {
-    /// Result JSON files written by ycsb, tpcc, crash or compare.
+    /// Result JSON files written by ycsb, tpcc, tatp, crash or compare.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Output directory for the charts.
@@ -453,16 +453,16 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                 };
                 phases.push((label, vec![parts[0], parts[1], parts[2], other]));
             }
-            Some("ycsb") | Some("tpcc") => {
-                let workload = match v.get("benchmark").and_then(Value::as_str) {
-                    Some("ycsb") => format!(
+            Some(bench @ ("ycsb" | "tpcc" | "tatp")) => {
+                let workload = match bench {
+                    "ycsb" => format!(
                         "ycsb-{}",
                         v["config"]["cfg"]["workload"]
                             .as_str()
                             .unwrap_or("?")
                             .to_lowercase()
                     ),
-                    _ => "tpcc".into(),
+                    other => other.to_owned(),
                 };
                 let tl = Timeline {
                     title: format!("{workload}, {design}: throughput over time"),

@@ -11,6 +11,7 @@ mod demo;
 mod engines;
 mod gen;
 mod load;
+mod tatp;
 mod torture;
 mod tpcc;
 mod ycsb;
@@ -40,6 +41,11 @@ enum Command {
     Tpcc(tpcc::TpccArgs),
     /// Check TPC-C consistency conditions 1-4 on an existing database.
     TpccCheck(tpcc::CheckArgs),
+    /// TATP: the seven transactions in the standard mix over four tables
+    /// with a unique secondary index on the subscriber number (and
+    /// optional reporting indexes). Rebound only: the other engines have
+    /// no secondary indexes here.
+    Tatp(tatp::TatpArgs),
     /// Run YCSB or TPC-C in a child process, SIGKILL it, recover, verify,
     /// and keep running: throughput over time across the crash.
     Crash(crash::CrashArgs),
@@ -77,6 +83,7 @@ fn main() {
         Command::Ycsb(args) => ycsb::run(args),
         Command::Tpcc(args) => tpcc::run(args),
         Command::TpccCheck(args) => tpcc::check_command(args),
+        Command::Tatp(args) => tatp::run(args),
         Command::Crash(args) => crash::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Load(args) => load::run(args),

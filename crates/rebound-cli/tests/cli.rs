@@ -108,6 +108,63 @@ fn tpcc_runs_and_checks_and_tpcc_check_reopens() {
 }
 
 #[test]
+fn tatp_runs_checks_and_reopens_with_its_indexes() {
+    let out = tempfile::tempdir().unwrap();
+    let db = out.path().join("db");
+    let run = |name: &str, recovery: &str| {
+        let stdout = rebound(&[
+            "tatp",
+            "--subscribers",
+            "2000",
+            "--extra-indexes",
+            "2",
+            "--duration",
+            "0.6",
+            "--check",
+            "--index-recovery",
+            recovery,
+            "--dir",
+            s(&db),
+            "--out",
+            s(out.path()),
+            "--name",
+            name,
+        ]);
+        assert!(stdout.contains("consistency: consistent"), "{stdout}");
+        json(&out.path().join(format!("{name}.json")))
+    };
+    let v = run("first", "adaptive");
+    assert_eq!(v["benchmark"], "tatp");
+    assert_eq!(v["check"]["ok"], true);
+    assert_eq!(v["check"]["subscribers"], 2000);
+    assert_eq!(v["check"]["indexes"], 3);
+    let kinds = v["result"]["kinds"].as_array().unwrap();
+    assert_eq!(kinds.len(), 7);
+    for k in kinds {
+        let done = k["committed"].as_u64().unwrap() + k["rolled_back"].as_u64().unwrap();
+        assert!(done > 0, "{k}");
+    }
+    let index = |v: &Value, name: &str| {
+        v["indexes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    // The mix looks subscribers up by number and never by location.
+    assert!(index(&v, "sub_nbr")["statements"].as_u64().unwrap() > 0);
+    assert_eq!(index(&v, "vlr_location")["statements"], 0);
+    // Reopened: the indexes are rebuilt and still agree with their tables
+    // after more transactions.
+    let v = run("second", "on-demand");
+    assert_eq!(v["check"]["ok"], true);
+    assert_eq!(v["load"]["rows"], 0);
+    assert!(index(&v, "sub_nbr")["ready"].as_bool().unwrap());
+}
+
+#[test]
 fn crash_ycsb_recovers_verifies_and_keeps_running() {
     let out = tempfile::tempdir().unwrap();
     let stdout = rebound(&[
