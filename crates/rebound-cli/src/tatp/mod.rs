@@ -12,8 +12,9 @@ pub mod schema;
 pub mod txns;
 
 use crate::common::{
-    describe, design_options, drive, write_csv, write_json, BoxResult, DbDir, DesignRecord,
-    DirArgs, DriveSpec, Environment, LoadStats, OutArgs, RunStats, SummaryRow,
+    describe, design_options, drive, index_recovery, parse_index_recovery, write_csv, write_json,
+    BoxResult, DbDir, DesignRecord, DirArgs, DriveSpec, Environment, LoadStats, OutArgs, RunStats,
+    SummaryRow,
 };
 use crate::ycsb::LimitArgs;
 use clap::Args;
@@ -156,27 +157,6 @@ pub fn options(design: &str, no_sync: bool, recovery: IndexRecovery) -> BoxResul
     Ok(design_options(design)?.index_recovery(recovery))
 }
 
-/// Parses an index recovery strategy name.
-pub fn parse_recovery(name: &str) -> Result<IndexRecovery, String> {
-    match name {
-        "synchronous" | "sync" => Ok(IndexRecovery::Synchronous),
-        "on-demand" | "ondemand" => Ok(IndexRecovery::OnDemand),
-        "adaptive" => Ok(IndexRecovery::Adaptive),
-        other => Err(format!(
-            "unknown index recovery {other:?}; known: synchronous, on-demand, adaptive"
-        )),
-    }
-}
-
-/// The name `parse_recovery` reads back.
-pub fn recovery_name(strategy: IndexRecovery) -> &'static str {
-    match strategy {
-        IndexRecovery::Synchronous => "synchronous",
-        IndexRecovery::OnDemand => "on-demand",
-        _ => "adaptive",
-    }
-}
-
 /// The workers of one run; `salt` varies their seeds between processes.
 pub fn workers(db: &Database, cfg: &TatpConfig, salt: u64) -> BoxResult<Vec<txns::TatpWorker>> {
     let t = Tables::existing(db)?;
@@ -199,7 +179,7 @@ pub struct TatpArgs {
     pub no_sync: bool,
     /// How secondary indexes come back when --dir holds a database:
     /// synchronous, on-demand or adaptive.
-    #[arg(long, default_value = "adaptive", value_parser = parse_recovery_arg)]
+    #[arg(long, default_value = "adaptive", value_parser = parse_index_recovery)]
     pub index_recovery: String,
     /// Check consistency after the run.
     #[arg(long)]
@@ -208,10 +188,6 @@ pub struct TatpArgs {
     pub dir: DirArgs,
     #[command(flatten)]
     pub out: OutArgs,
-}
-
-fn parse_recovery_arg(name: &str) -> Result<String, String> {
-    parse_recovery(name).map(|s| recovery_name(s).to_owned())
 }
 
 #[derive(Serialize, Deserialize)]
@@ -230,7 +206,7 @@ pub struct TatpResult {
 pub fn run(args: TatpArgs) -> BoxResult<()> {
     args.cfg.validate()?;
     let dir = DbDir::new(&args.dir, "tatp")?;
-    let strategy = parse_recovery(&args.index_recovery)?;
+    let strategy = index_recovery(&args.index_recovery)?;
     let db = Database::open(&dir.path, options(&args.design, args.no_sync, strategy)?)?;
     let design = if args.no_sync { "none" } else { &args.design };
     let load = load_or_reuse(&db, &args)?;
