@@ -29,7 +29,7 @@
 use crate::catalog::{self, UsageRecord};
 use crate::error::Result;
 use crate::medium::Medium;
-use crate::txn::{SecondaryRt, Store, TableRt, READY};
+use crate::txn::{Order, SecondaryRt, Store, TableRt, READY};
 use parking_lot::Mutex;
 use std::ops::Bound;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
@@ -85,6 +85,8 @@ pub struct IndexManager {
     restart_statements: AtomicU64,
     /// Measured cost of entering one row, 0 until a build finished.
     build_ns_per_row: AtomicU64,
+    /// Threads on each running build, by (table, index number).
+    build_threads: Mutex<Vec<((u32, u32), u64)>>,
     pub cancel: AtomicBool,
     ring: Mutex<Ring>,
     /// When every secondary index was ready, measured from `opened`.
@@ -129,6 +131,7 @@ impl IndexManager {
             past,
             restart_statements: AtomicU64::new(0),
             build_ns_per_row: AtomicU64::new(0),
+            build_threads: Mutex::new(Vec::new()),
             cancel: AtomicBool::new(false),
             ring: Mutex::new(Ring {
                 next_seq: top + 1,
@@ -214,7 +217,10 @@ impl IndexManager {
         }
         let rows = table.index.len() as u64;
         let left = rows.saturating_sub(index.build_progress.load(Relaxed));
-        if left * self.build_cost_per_row() >= rows * SCAN_ROW_NS {
+        // Compare times: the rows left are shared by the build's threads,
+        // the scan is one statement's work.
+        let threads = self.threads_building(index).max(1);
+        if left * self.build_cost_per_row() / threads >= rows * SCAN_ROW_NS {
             return Plan::Scan;
         }
         index.usage.waits.fetch_add(1, Relaxed);
@@ -248,7 +254,9 @@ impl IndexManager {
     ) -> Result<()> {
         let started = Instant::now();
         index.build_progress.store(0, Relaxed);
-        let ranges = split_range(table, workers.len());
+        let ranges = split_range(store, table, workers.len())?;
+        let threads = ranges.len().min(workers.len()) as u64;
+        self.set_threads_building(index, threads);
         let cancelled = || self.cancel.load(Acquire);
         let outcomes: Vec<Result<bool>> = std::thread::scope(|scope| {
             let handles: Vec<_> = ranges
@@ -273,18 +281,37 @@ impl IndexManager {
             }));
             outcomes
         });
+        self.set_threads_building(index, 0);
         let mut complete = true;
         for outcome in outcomes {
             complete &= outcome?;
         }
         if complete {
             let rows = index.build_progress.load(Relaxed).max(1);
-            let threads = ranges.len() as u64;
             let per_row = started.elapsed().as_nanos() as u64 * threads / rows;
             self.build_ns_per_row.store(per_row.max(1), Relaxed);
             self.publish(index);
         }
         Ok(())
+    }
+
+    /// Records how many threads build `index` (0: none any more).
+    fn set_threads_building(&self, index: &SecondaryRt, threads: u64) {
+        let key = (index.def.table, index.def.number);
+        let mut building = self.build_threads.lock();
+        building.retain(|(k, _)| *k != key);
+        if threads > 0 {
+            building.push((key, threads));
+        }
+    }
+
+    fn threads_building(&self, index: &SecondaryRt) -> u64 {
+        let key = (index.def.table, index.def.number);
+        let building = self.build_threads.lock();
+        building
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or(0, |(_, n)| *n)
     }
 
     /// SOFORT's rank of an index not built yet (eq. 3).
@@ -432,16 +459,24 @@ fn all_ready(tables: &[Arc<TableRt>]) -> bool {
 /// A range of primary keys.
 type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
-/// Cuts the table's key range into at most `parts` ranges at separators
-/// of the primary index's root.
-fn split_range(table: &TableRt, parts: usize) -> Vec<KeyRange> {
-    let separators = match parts > 1 {
-        true => table.index.root_separators(),
+/// Cuts the table's key range into at most `parts` ranges. A whole
+/// primary index is cut at separators of its root, which split it into
+/// parts of similar size. While the index is still being filled from the
+/// checkpoint it holds only the keys loaded so far (none right after
+/// open, when the first and most wanted rebuild starts), so its root
+/// would give one range, and one thread; the cuts are then interpolated
+/// between the table's first and last keys instead.
+fn split_range(store: &Store, table: &TableRt, parts: usize) -> Result<Vec<KeyRange>> {
+    let mut cuts = match parts > 1 {
         false => Vec::new(),
+        true if table.is_loading() => interpolated_cuts(store, table, parts)?,
+        true => {
+            let separators = table.index.root_separators();
+            (1..parts)
+                .filter_map(|i| separators.get(i * separators.len() / parts).cloned())
+                .collect()
+        }
     };
-    let mut cuts: Vec<Vec<u8>> = (1..parts)
-        .filter_map(|i| separators.get(i * separators.len() / parts).cloned())
-        .collect();
     cuts.dedup();
     let mut ranges = Vec::with_capacity(parts);
     let mut lower = Bound::Unbounded;
@@ -450,5 +485,55 @@ fn split_range(table: &TableRt, parts: usize) -> Vec<KeyRange> {
         lower = Bound::Included(cut);
     }
     ranges.push((lower, Bound::Unbounded));
-    ranges
+    Ok(ranges)
+}
+
+/// `parts - 1` keys evenly spaced between the table's first and last keys
+/// (by their first eight bytes as a big-endian number); none for an
+/// empty table.
+fn interpolated_cuts(store: &Store, table: &TableRt, parts: usize) -> Result<Vec<Vec<u8>>> {
+    let (Some(first), Some(last)) = (
+        end_key(store, table, Order::Ascending)?,
+        end_key(store, table, Order::Descending)?,
+    ) else {
+        return Ok(Vec::new());
+    };
+    let (low, high) = (key_number(&first), key_number(&last));
+    let span = u128::from(high.saturating_sub(low));
+    Ok((1..parts as u128)
+        .map(|i| {
+            let at = low + (span * i / parts as u128) as u64;
+            at.to_be_bytes().to_vec()
+        })
+        .collect())
+}
+
+/// The table's first or last key, taken into the DRAM index if it is
+/// still in the checkpoint.
+fn end_key(store: &Store, table: &TableRt, order: Order) -> Result<Option<Vec<u8>>> {
+    let all = (Bound::Unbounded, Bound::Unbounded);
+    table.warm_range(&store.medium, (&all.0, &all.1), 1, order)?;
+    let mut key = None;
+    let visit = |k: &[u8], _| {
+        key = Some(k.to_vec());
+        false
+    };
+    match order {
+        Order::Ascending => table
+            .index
+            .scan(Bound::Unbounded, Bound::Unbounded, None, visit),
+        Order::Descending => table
+            .index
+            .scan_rev(Bound::Unbounded, Bound::Unbounded, None, visit),
+    }
+    Ok(key)
+}
+
+/// The first eight bytes of a key as a big-endian number, zero-padded:
+/// order-preserving, so it can be interpolated.
+fn key_number(key: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = key.len().min(8);
+    bytes[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(bytes)
 }
