@@ -199,6 +199,9 @@ pub struct StrategyRun {
     /// Every secondary index was ready (`None`: not within the window).
     pub all_built_ms: Option<f64>,
     pub txns_in_window: u64,
+    /// The machine's 1-minute load average when the restart began (other
+    /// processes may share the cores).
+    pub load_average: Option<f64>,
     pub indexes: Vec<IndexStats>,
     pub recovery: RecoveryReport,
     pub kinds: Vec<KindStats>,
@@ -387,6 +390,7 @@ fn run_after_crash(
     pre_crash: f64,
 ) -> BoxResult<StrategyRun> {
     let spec = child_spec(args, Phase::AfterCrash, strategy, 1 + run as u64);
+    let load_average = load_average();
     let mut child = spawn_child(dir, &spec)?;
     let stdout = child.stdout.take().ok_or("no child stdout")?;
     let log = ChildLog::read(BufReader::new(stdout), |_, _| {});
@@ -411,11 +415,18 @@ fn run_after_crash(
         ),
         all_built_ms: within(all_built(&report.indexes)),
         txns_in_window: metrics::done_by(&log.samples, window_ms),
+        load_average,
         indexes: report.indexes,
         recovery: report.recovery,
         kinds: report.run.kinds,
         series: metrics::rates(&log.samples, interval),
     })
+}
+
+/// The 1-minute load average (Linux), for the record.
+fn load_average() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().next()?.parse().ok()
 }
 
 /// When the last index became ready, if all are.
@@ -476,13 +487,14 @@ fn time(t: Option<f64>) -> String {
 
 fn print_restart(r: &StrategyRun) {
     println!(
-        "  {:<12} open {:>6.0} ms, first txn {:>9}, recovered {:>9}, all indexes built {:>9}, {} txns in the window",
+        "  {:<12} open {:>6.0} ms, first txn {:>9}, recovered {:>9}, all indexes built {:>9}, {} txns in the window (load average {})",
         r.strategy,
         r.open_ms,
         time(r.first_txn_ms),
         time(r.recovered_ms),
         time(r.all_built_ms),
-        r.txns_in_window
+        r.txns_in_window,
+        r.load_average.map_or("?".into(), |l| format!("{l:.2}"))
     );
     for i in &r.indexes {
         println!(
