@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args, Clone, Debug)]
 pub struct ChartArgs {
-    /// Result JSON files written by ycsb, tpcc, crash or compare.
+    /// Result JSON files written by ycsb, tpcc, tatp, crash, compare or
+    /// recovery-timeline.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Output directory for the charts.
@@ -176,6 +177,109 @@ fn draw_timeline<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, tl: &Timeline
     root.present().map_err(err)
 }
 
+/// Several lines over one time axis (one per contender), with labelled
+/// horizontal reference levels.
+pub struct Lines {
+    pub title: String,
+    pub x_desc: String,
+    pub y_desc: String,
+    /// (legend label, points).
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+    /// (label, level) drawn dashed across the chart.
+    pub references: Vec<(String, f64)>,
+    pub note: Option<String>,
+}
+
+/// Distinct line colours, in series order.
+const LINE_COLORS: [RGBColor; 6] = [
+    RGBColor(200, 40, 40),
+    RGBColor(40, 90, 200),
+    RGBColor(30, 150, 60),
+    RGBColor(200, 130, 20),
+    RGBColor(130, 60, 170),
+    RGBColor(90, 90, 90),
+];
+
+fn draw_lines<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, l: &Lines) -> DrawResult {
+    root.fill(&WHITE).map_err(err)?;
+    let points = || l.series.iter().flat_map(|(_, p)| p.iter());
+    let xmax = points().map(|p| p.0).fold(0.1, f64::max);
+    let ymax = points()
+        .map(|p| p.1)
+        .chain(l.references.iter().map(|r| r.1))
+        .fold(1.0, f64::max)
+        * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&l.title, (FONT, 20))
+        .margin(15)
+        .margin_bottom(30)
+        .x_label_area_size(45)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..xmax * 1.02, 0f64..ymax)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(&l.x_desc)
+        .y_desc(&l.y_desc)
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .y_label_formatter(&|v| rate_label(*v))
+        .draw()
+        .map_err(err)?;
+    for (label, level) in &l.references {
+        let dashes = DashedLineSeries::new(
+            [(0.0, *level), (xmax * 1.02, *level)],
+            6,
+            4,
+            BLACK.mix(0.5).stroke_width(1),
+        );
+        chart.draw_series(dashes).map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                label.clone(),
+                (xmax * 0.8, *level + ymax * 0.01),
+                (FONT, 13).into_font().color(&BLACK.mix(0.7)),
+            )))
+            .map_err(err)?;
+    }
+    for (i, (label, pts)) in l.series.iter().enumerate() {
+        let color = LINE_COLORS[i % LINE_COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 15, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font((FONT, 14))
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(err)?;
+    if let Some(note) = &l.note {
+        root.draw(&Text::new(
+            note.clone(),
+            (100, SIZE.1 as i32 - 20),
+            (FONT, 13).into_font().color(&BLACK.mix(0.7)),
+        ))
+        .map_err(err)?;
+    }
+    root.present().map_err(err)
+}
+
+/// Draws `lines` as `base.svg` with a system font; returns the path.
+pub fn render_lines(lines: &Lines, base: &Path) -> BoxResult<PathBuf> {
+    register_font(None)?;
+    let svg = render(&Chart::Lines(lines), base, true)?;
+    svg.into_iter()
+        .next()
+        .ok_or_else(|| "no chart written".into())
+}
+
 /// One stacked bar per crash run: recovery time by phase.
 struct Phases {
     title: String,
@@ -318,14 +422,15 @@ fn draw_designs<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, ph: &Phases) -
     root.present().map_err(err)
 }
 
-enum Chart {
+enum Chart<'a> {
     Timeline(Timeline),
     Phases(Phases),
     Designs(Phases),
+    Lines(&'a Lines),
 }
 
 /// Renders one chart as `base.svg` (and `base.png`); returns the paths.
-fn render(chart: &Chart, base: &Path, svg_only: bool) -> BoxResult<Vec<PathBuf>> {
+fn render(chart: &Chart<'_>, base: &Path, svg_only: bool) -> BoxResult<Vec<PathBuf>> {
     let svg = base.with_extension("svg");
     let png = base.with_extension("png");
     let draw = |which: bool| -> DrawResult {
@@ -335,6 +440,7 @@ fn render(chart: &Chart, base: &Path, svg_only: bool) -> BoxResult<Vec<PathBuf>>
                     Chart::Timeline(t) => draw_timeline($root, t),
                     Chart::Phases(p) => draw_phases($root, p),
                     Chart::Designs(p) => draw_designs($root, p),
+                    Chart::Lines(l) => draw_lines($root, l),
                 }
             };
         }
@@ -453,16 +559,16 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                 };
                 phases.push((label, vec![parts[0], parts[1], parts[2], other]));
             }
-            Some("ycsb") | Some("tpcc") => {
-                let workload = match v.get("benchmark").and_then(Value::as_str) {
-                    Some("ycsb") => format!(
+            Some(bench @ ("ycsb" | "tpcc" | "tatp")) => {
+                let workload = match bench {
+                    "ycsb" => format!(
                         "ycsb-{}",
                         v["config"]["cfg"]["workload"]
                             .as_str()
                             .unwrap_or("?")
                             .to_lowercase()
                     ),
-                    _ => "tpcc".into(),
+                    other => other.to_owned(),
                 };
                 let tl = Timeline {
                     title: format!("{workload}, {design}: throughput over time"),
@@ -513,6 +619,13 @@ pub fn run(args: ChartArgs) -> BoxResult<()> {
                 };
                 let base = args.out.join(format!("{stem}-designs"));
                 written.extend(render(&Chart::Designs(ph), &base, args.svg_only)?);
+            }
+            Some("recovery-timeline") => {
+                let result: crate::timeline::TimelineResult =
+                    serde_json::from_value(v).map_err(|e| format!("{}: {e}", file.display()))?;
+                let base = args.out.join(format!("{stem}-timeline"));
+                let lines = crate::timeline::lines(&result);
+                written.extend(render(&Chart::Lines(&lines), &base, args.svg_only)?);
             }
             other => {
                 return Err(format!("{}: unknown result kind {other:?}", file.display()).into())

@@ -6,7 +6,7 @@ use crate::engines::{self, Engine, Guarantee, Session, Tx};
 use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use rebound::{CheckpointMode, Database, Durability, GcOptions, Options};
+use rebound::{CheckpointMode, Database, Durability, GcOptions, IndexRecovery, Options};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,6 +49,32 @@ pub fn design_options(name: &str) -> BoxResult<Options> {
 /// Names of all designs, in [`designs`] order.
 pub fn design_names() -> Vec<&'static str> {
     designs().into_iter().map(|(n, _)| n).collect()
+}
+
+/// The index recovery strategy called `name`.
+pub fn index_recovery(name: &str) -> Result<IndexRecovery, String> {
+    match name {
+        "synchronous" | "sync" => Ok(IndexRecovery::Synchronous),
+        "on-demand" | "ondemand" => Ok(IndexRecovery::OnDemand),
+        "adaptive" => Ok(IndexRecovery::Adaptive),
+        other => Err(format!(
+            "unknown index recovery {other:?}; known: synchronous, on-demand, adaptive"
+        )),
+    }
+}
+
+/// The name [`index_recovery`] reads back.
+pub fn index_recovery_name(strategy: IndexRecovery) -> &'static str {
+    match strategy {
+        IndexRecovery::Synchronous => "synchronous",
+        IndexRecovery::OnDemand => "on-demand",
+        _ => "adaptive",
+    }
+}
+
+/// A command-line strategy name, checked and spelled the standard way.
+pub fn parse_index_recovery(name: &str) -> Result<String, String> {
+    index_recovery(name).map(|s| index_recovery_name(s).to_owned())
 }
 
 /// Where a database lives and whether to remove it afterwards.

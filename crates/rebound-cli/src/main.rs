@@ -11,6 +11,8 @@ mod demo;
 mod engines;
 mod gen;
 mod load;
+mod tatp;
+mod timeline;
 mod torture;
 mod tpcc;
 mod ycsb;
@@ -40,6 +42,11 @@ enum Command {
     Tpcc(tpcc::TpccArgs),
     /// Check TPC-C consistency conditions 1-4 on an existing database.
     TpccCheck(tpcc::CheckArgs),
+    /// TATP: the seven transactions in the standard mix over four tables
+    /// with a unique secondary index on the subscriber number (and
+    /// optional reporting indexes). Rebound only: the other engines have
+    /// no secondary indexes here.
+    Tatp(tatp::TatpArgs),
     /// Run YCSB or TPC-C in a child process, SIGKILL it, recover, verify,
     /// and keep running: throughput over time across the crash.
     Crash(crash::CrashArgs),
@@ -54,6 +61,11 @@ enum Command {
     /// Bulk-load rows into one table of any engine, 1000 rows per
     /// transaction; reports rows/s.
     Load(load::LoadArgs),
+    /// Throughput over time across a SIGKILL, per secondary index recovery
+    /// strategy (synchronous, on-demand, adaptive): time to the first
+    /// transaction, to 90 % of the pre-crash throughput, and until every
+    /// index is built; JSON, CSV and an SVG chart. Rebound only.
+    RecoveryTimeline(timeline::TimelineArgs),
     /// Render SVG/PNG charts from result JSON files.
     Chart(chart::ChartArgs),
     /// The child process of `demo` (not for direct use).
@@ -62,6 +74,9 @@ enum Command {
     /// The child process of `crash` (not for direct use).
     #[command(hide = true)]
     CrashChild(crash::CrashChildArgs),
+    /// The child process of `recovery-timeline` (not for direct use).
+    #[command(hide = true)]
+    RecoveryTimelineChild(timeline::TimelineChildArgs),
     /// The child process of `torture` (not for direct use).
     #[command(hide = true)]
     TortureChild(torture::TortureChildArgs),
@@ -77,10 +92,13 @@ fn main() {
         Command::Ycsb(args) => ycsb::run(args),
         Command::Tpcc(args) => tpcc::run(args),
         Command::TpccCheck(args) => tpcc::check_command(args),
+        Command::Tatp(args) => tatp::run(args),
         Command::Crash(args) => crash::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Load(args) => load::run(args),
         Command::Chart(args) => chart::run(args),
+        Command::RecoveryTimeline(args) => timeline::run(args),
+        Command::RecoveryTimelineChild(args) => timeline::child(args),
         Command::DemoChild(args) => demo::child(args),
         Command::CrashChild(args) => crash::child(args),
         Command::Torture(args) => torture::run(args),

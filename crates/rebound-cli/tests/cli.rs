@@ -493,3 +493,121 @@ fn torture_tpcc_survives_kills_and_verifies_acknowledged_commits() {
     assert!(v["verified_acknowledged_txns"].as_u64().unwrap() > 0, "{v}");
     assert!(v["recovery_ms"]["max"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn tatp_runs_checks_and_reopens_with_its_indexes() {
+    let out = tempfile::tempdir().unwrap();
+    let db = out.path().join("db");
+    let run = |name: &str, recovery: &str| {
+        let stdout = rebound(&[
+            "tatp",
+            "--subscribers",
+            "2000",
+            "--extra-indexes",
+            "2",
+            "--duration",
+            "0.6",
+            "--check",
+            "--index-recovery",
+            recovery,
+            "--dir",
+            s(&db),
+            "--out",
+            s(out.path()),
+            "--name",
+            name,
+        ]);
+        assert!(stdout.contains("consistency: consistent"), "{stdout}");
+        json(&out.path().join(format!("{name}.json")))
+    };
+    let v = run("first", "adaptive");
+    assert_eq!(v["benchmark"], "tatp");
+    assert_eq!(v["check"]["ok"], true);
+    assert_eq!(v["check"]["subscribers"], 2000);
+    assert_eq!(v["check"]["indexes"], 3);
+    let kinds = v["result"]["kinds"].as_array().unwrap();
+    assert_eq!(kinds.len(), 7);
+    for k in kinds {
+        let done = k["committed"].as_u64().unwrap() + k["rolled_back"].as_u64().unwrap();
+        assert!(done > 0, "{k}");
+    }
+    let index = |v: &Value, name: &str| {
+        v["indexes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    // The mix looks subscribers up by number and never by location.
+    assert!(index(&v, "sub_nbr")["statements"].as_u64().unwrap() > 0);
+    assert_eq!(index(&v, "vlr_location")["statements"], 0);
+    // Reopened: the indexes are rebuilt and still agree with their tables
+    // after more transactions.
+    let v = run("second", "on-demand");
+    assert_eq!(v["check"]["ok"], true);
+    assert_eq!(v["load"]["rows"], 0);
+    assert!(index(&v, "sub_nbr")["ready"].as_bool().unwrap());
+}
+
+#[test]
+fn recovery_timeline_restarts_each_strategy_after_one_crash() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = rebound(&[
+        "recovery-timeline",
+        "--before",
+        "1",
+        "--after",
+        "0.6",
+        "--out",
+        s(out.path()),
+        "--name",
+        "r",
+        "tatp",
+        "--subscribers",
+        "2000",
+        "--extra-indexes",
+        "2",
+    ]);
+    assert!(stdout.contains("recovered"), "{stdout}");
+    let v = json(&out.path().join("r.json"));
+    assert_eq!(v["benchmark"], "recovery-timeline");
+    let summary = v["summary"].as_array().unwrap();
+    let names: Vec<&str> = summary
+        .iter()
+        .map(|s| s["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["synchronous", "on-demand", "adaptive"]);
+    let run = &v["runs"][0];
+    assert!(run["pre_crash_txn_per_s"].as_f64().unwrap() > 0.0);
+    let restart = |name: &str| {
+        run["restarts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["strategy"] == name)
+            .cloned()
+            .unwrap()
+    };
+    for name in names {
+        let r = restart(name);
+        // 0.6 s in 50 ms intervals, every one recorded from open on.
+        assert_eq!(r["series"].as_array().unwrap().len(), 12, "{name}");
+        assert_eq!(r["indexes"].as_array().unwrap().len(), 3, "{name}");
+    }
+    // Synchronous recovery builds every index before open returns.
+    let sync = restart("synchronous");
+    assert!(sync["all_built_ms"].as_f64().unwrap() <= sync["open_ms"].as_f64().unwrap());
+    // On demand, the indexes the mix never reads are never built.
+    let on_demand = restart("on-demand");
+    assert!(on_demand["all_built_ms"].is_null());
+    for index in on_demand["indexes"].as_array().unwrap() {
+        let used = index["name"] == "sub_nbr";
+        assert_eq!(index["ready"], used, "{index}");
+    }
+    let csv = std::fs::read_to_string(out.path().join("r.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 4);
+    assert!(out.path().join("r-series.csv").exists());
+    assert!(out.path().join("r.svg").exists());
+}

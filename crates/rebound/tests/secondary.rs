@@ -494,3 +494,59 @@ fn index_statistics_survive_a_restart_and_rank_the_used_index_first() {
     assert_eq!(unused.past_statements, 0);
     assert!(used.rank.unwrap() > unused.rank.unwrap(), "{stats:?}");
 }
+
+/// Right after open the primary index is still being filled from the
+/// checkpoint (here it stays so: background loading is off), so a build
+/// split across threads cuts the key range between the first and last
+/// keys; every row must still be entered exactly once.
+#[test]
+fn builds_split_across_threads_while_the_primary_index_loads() {
+    for recovery in [IndexRecovery::Synchronous, IndexRecovery::Adaptive] {
+        let device = SimDevice::new(1 << 28);
+        let options = || {
+            sim_options(&device, recovery)
+                .index_recovery_threads(4)
+                .load_indexes_in_background(false)
+        };
+        let crashed = {
+            let db = Database::open("unused", options()).unwrap();
+            let t = people(&db);
+            db.create_index(&t, "by_age", IndexOptions::default().value_bytes(4..8))
+                .unwrap();
+            let mut s = db.session().unwrap();
+            for batch in 0..10u32 {
+                let mut tx = s.begin();
+                for i in 0..500u32 {
+                    let n = batch * 500 + i;
+                    tx.insert(&t, format!("p{n:05}").as_bytes(), &row("oslo", n % 97))
+                        .unwrap();
+                }
+                tx.commit().unwrap();
+            }
+            db.checkpoint().unwrap();
+            device.crash(3)
+        };
+        let db = Database::open(
+            "unused",
+            sim_options(&crashed, recovery)
+                .index_recovery_threads(4)
+                .load_indexes_in_background(false),
+        )
+        .unwrap();
+        db.wait_for_secondary_indexes().unwrap();
+        let t = db.table("people").unwrap().unwrap();
+        let by_age = db.index(&t, "by_age").unwrap().unwrap();
+        let mut s = db.session().unwrap();
+        let mut tx = s.begin();
+        let all = tx.scan::<&[u8]>(&t, .., usize::MAX).unwrap();
+        assert_eq!(all.len(), 5000, "{recovery:?}");
+        let mut want = all.clone();
+        want.sort_by_key(|(k, v)| (v[4..8].to_vec(), k.clone()));
+        assert_eq!(
+            tx.index_range::<&[u8]>(&by_age, ..).unwrap(),
+            want,
+            "{recovery:?}"
+        );
+        tx.commit().unwrap();
+    }
+}
