@@ -473,7 +473,8 @@ impl Store {
         cancelled: &dyn Fn() -> bool,
     ) -> Result<bool> {
         let mut batch = Vec::with_capacity(BUILD_BATCH);
-        let mut secondary = Vec::new();
+        let mut entries = Vec::with_capacity(BUILD_BATCH);
+        let (mut value, mut secondary) = (Vec::new(), Vec::new());
         loop {
             if cancelled() {
                 return Ok(false);
@@ -495,9 +496,18 @@ impl Store {
                     batch.len() < BUILD_BATCH
                 },
             );
+            entries.clear();
             for (key, head) in &batch {
-                self.enter_versions(table, index, key, Addr(*head), &mut secondary);
+                let version = (key.as_slice(), Addr(*head));
+                let buffers = (&mut value, &mut secondary);
+                self.versions_to_enter(table, index, version, buffers, &mut entries);
             }
+            // One descent per leaf instead of one per entry. Entries a
+            // writer made meanwhile are newer and stay; gap marks do not
+            // apply: the rows existed before anyone looked.
+            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+            entries.dedup_by(|later, first| later.0 == first.0);
+            index.tree.insert_sorted_absent(&entries);
             index.build_progress.fetch_add(batch.len() as u64, Relaxed);
             match batch.last() {
                 Some((key, _)) if batch.len() == BUILD_BATCH => {
@@ -508,15 +518,16 @@ impl Store {
         }
     }
 
-    fn enter_versions(
+    /// Adds to `entries` the entries of `key`'s versions a build must
+    /// cover (see `build_index`), with their writers' timestamps.
+    fn versions_to_enter(
         &self,
         table: &TableRt,
         index: &SecondaryRt,
-        key: &[u8],
-        head: Addr,
-        secondary: &mut Vec<u8>,
+        (key, head): (&[u8], Addr),
+        (value, secondary): (&mut Vec<u8>, &mut Vec<u8>),
+        entries: &mut Vec<(Vec<u8>, u64)>,
     ) {
-        let mut value = Vec::new();
         let mut addr = head;
         loop {
             let Some(header) = table.heap.header(addr) else {
@@ -525,16 +536,14 @@ impl Store {
             let begin = header.begin.load(Acquire);
             if begin != ABORTED {
                 let live = matches!(
-                    table.heap.read_live(&self.medium, addr, &mut value),
+                    table.heap.read_live(&self.medium, addr, value),
                     SlotRead::Value
                 );
-                if live && index.secondary_key(key, &value, secondary) {
-                    let mut entry = secondary.clone();
+                if live && index.secondary_key(key, value, secondary) {
+                    let mut entry = Vec::with_capacity(secondary.len() + key.len());
+                    entry.extend_from_slice(secondary);
                     entry.extend_from_slice(key);
-                    // The row existed before anyone looked: no gap check.
-                    let _ = index
-                        .tree
-                        .insert_or_raise(&entry, begin & !PENDING, u64::MAX, 0);
+                    entries.push((entry, begin & !PENDING));
                 }
                 if begin & PENDING == 0 {
                     return;
