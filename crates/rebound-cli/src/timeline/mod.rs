@@ -418,17 +418,23 @@ fn run_after_crash(
     let interval = args.interval as f64;
     let window_ms = args.after * 1e3;
     let within = |t: Option<f64>| t.filter(|&t| t <= window_ms);
+    let first_txn_ms = within(log.first_ms);
+    // The window may start in the interval of the first transaction, but
+    // nothing ran before it.
+    let recovered_ms = metrics::reached(
+        &log.samples,
+        interval,
+        args.threshold * pre_crash,
+        args.sustain,
+    )
+    .zip(first_txn_ms)
+    .map(|(reached, first)| reached.max(first));
     Ok(StrategyRun {
         strategy: strategy.to_owned(),
         run,
         open_ms: log.opened_ms.ok_or("the child did not report its open")?,
-        first_txn_ms: within(log.first_ms),
-        recovered_ms: metrics::reached(
-            &log.samples,
-            interval,
-            args.threshold * pre_crash,
-            args.sustain,
-        ),
+        first_txn_ms,
+        recovered_ms,
         all_built_ms: within(all_built(&report.indexes)),
         txns_in_window: metrics::done_by(&log.samples, window_ms),
         load_average,
