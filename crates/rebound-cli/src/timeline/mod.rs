@@ -581,43 +581,17 @@ fn write_results(args: &TimelineArgs, result: &TimelineResult) -> BoxResult<()> 
         .out
         .base(&format!("recovery-timeline-{}", result.workload));
     let json = write_json(&args.out.out, &base, result)?;
-    let restarts: Vec<(&CrashRun, &StrategyRun)> = result
-        .runs
-        .iter()
-        .flat_map(|c| c.restarts.iter().map(move |r| (c, r)))
-        .collect();
-    let rows: Vec<RestartRow> = restarts
-        .iter()
-        .map(|(c, r)| RestartRow {
-            workload: &result.workload,
-            strategy: &r.strategy,
-            run: r.run,
-            pre_crash_txn_per_s: c.pre_crash_txn_per_s,
-            open_ms: r.open_ms,
-            first_txn_ms: r.first_txn_ms,
-            recovered_ms: r.recovered_ms,
-            all_built_ms: r.all_built_ms,
-            txns_in_window: r.txns_in_window,
-        })
-        .collect();
-    let csv = write_csv(&args.out.out, &base, &rows)?;
-    let series: Vec<SeriesRow> = restarts
-        .iter()
-        .flat_map(|(_, r)| {
-            r.series.iter().map(|&(t_s, txn_per_s)| SeriesRow {
-                strategy: &r.strategy,
-                run: r.run,
-                t_s,
-                txn_per_s,
-            })
-        })
-        .collect();
-    let series_csv = write_csv(&args.out.out, &format!("{base}-series"), &series)?;
+    let csv = write_csv(&args.out.out, &base, &restart_rows(result))?;
+    let series = write_csv(
+        &args.out.out,
+        &format!("{base}-series"),
+        &series_rows(result),
+    )?;
     println!(
         "results: {} {} {}",
         json.display(),
         csv.display(),
-        series_csv.display()
+        series.display()
     );
     if !args.no_chart {
         match chart::render_lines(&lines(result), &args.out.out.join(&base)) {
@@ -626,6 +600,40 @@ fn write_results(args: &TimelineArgs, result: &TimelineResult) -> BoxResult<()> 
         }
     }
     Ok(())
+}
+
+fn restart_rows(result: &TimelineResult) -> Vec<RestartRow<'_>> {
+    let mut rows = Vec::new();
+    for crash in &result.runs {
+        for r in &crash.restarts {
+            rows.push(RestartRow {
+                workload: &result.workload,
+                strategy: &r.strategy,
+                run: r.run,
+                pre_crash_txn_per_s: crash.pre_crash_txn_per_s,
+                open_ms: r.open_ms,
+                first_txn_ms: r.first_txn_ms,
+                recovered_ms: r.recovered_ms,
+                all_built_ms: r.all_built_ms,
+                txns_in_window: r.txns_in_window,
+            });
+        }
+    }
+    rows
+}
+
+fn series_rows(result: &TimelineResult) -> Vec<SeriesRow<'_>> {
+    let restarts = result.runs.iter().flat_map(|c| &c.restarts);
+    restarts
+        .flat_map(|r| {
+            r.series.iter().map(|&(t_s, txn_per_s)| SeriesRow {
+                strategy: &r.strategy,
+                run: r.run,
+                t_s,
+                txn_per_s,
+            })
+        })
+        .collect()
 }
 
 /// The chart: per strategy the per-interval median over the runs, and
