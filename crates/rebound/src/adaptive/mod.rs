@@ -10,8 +10,11 @@
 //!   index wait for it). Indexes no statement needs are never built.
 //! * **Adaptive** (default): recovery threads start at once and rebuild
 //!   the index of highest `rank(s, t)` (eq. 3) first, using all recovery
-//!   threads while the best remaining rank is positive and one thread
-//!   once it is negative (Alg. 1–2: resources go back to the workload).
+//!   threads while the best remaining rank is positive (Alg. 1–2). Once
+//!   every remaining rank is negative the threads are released to the
+//!   workload: such an index is built only while no transaction has
+//!   started for `IDLE_AFTER`, and its build pauses between batches when
+//!   the workload comes back (or carries on if its rank turns positive).
 //!   A statement that wants an index not built yet is answered by a scan
 //!   of the table, or waits for the build when that is estimated to be
 //!   cheaper (the build is running and nearly done).
@@ -32,7 +35,7 @@ use crate::medium::Medium;
 use crate::txn::{SecondaryRt, Store, TableRt, READY};
 use parking_lot::Mutex;
 use std::ops::Bound;
-use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,18 +54,34 @@ pub enum IndexRecovery {
     Adaptive,
 }
 
-/// Cost of reading one row in a table scan before a scan measured it.
-const SCAN_ROW_NS: u64 = 150;
+/// Cost of reading one row in a table scan before a scan measured it,
+/// once the primary index is in DRAM and while it is still loading
+/// (cold keys are then moved into it one by one). Measured on TATP rows.
+const SCAN_ROW_NS: [u64; 2] = [600, 2_000];
 /// Estimated cost of one index descent plus reading one row through it.
 pub const PROBE_NS: u64 = 1_500;
 /// Cost of entering one row into an index before a build measured it.
-const BUILD_ROW_NS: u64 = 500;
+const BUILD_ROW_NS: u64 = 1_000;
+/// How long no transaction may start before the workload counts as idle.
+const IDLE_AFTER: Duration = Duration::from_millis(50);
+/// How often a paused build looks whether it may go on.
+const IDLE_POLL: Duration = Duration::from_millis(10);
 /// Decay of the restart workload's weight per statement: α(n) = ALPHAⁿ.
 const ALPHA: f64 = 0.99;
 /// Half-life of the workload statistics kept for the next restart.
 const WINDOW_HALF_LIFE: Duration = Duration::from_secs(5);
 /// How often the statistics are written to the medium.
 const USAGE_PERIOD: Duration = Duration::from_secs(1);
+
+/// When a build may use the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// At once: the index is wanted.
+    Now,
+    /// Only while the workload is idle, unless the index's rank turns
+    /// positive meanwhile.
+    WhenIdle,
+}
 
 /// How a statement that wants an index is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,9 +104,16 @@ pub struct IndexManager {
     restart_statements: AtomicU64,
     /// Measured cost of entering one row, 0 until a build finished.
     build_ns_per_row: AtomicU64,
-    /// Measured cost of reading one row in a scan, 0 until one ran.
-    scan_ns_per_row: AtomicU64,
+    /// Measured cost of reading one row in a scan, 0 until one ran; [0]
+    /// with the primary index in DRAM, [1] while it loads.
+    scan_ns_per_row: [AtomicU64; 2],
+    /// The clock's value when last looked at, and when it last moved
+    /// (nanoseconds since `opened`): the workload's idleness.
+    clock_seen: AtomicU64,
+    clock_moved_at: AtomicU64,
     pub cancel: AtomicBool,
+    /// Someone waits for every index: builds no longer wait for idleness.
+    hurry: AtomicBool,
     ring: Mutex<Ring>,
     /// When every secondary index was ready, measured from `opened`.
     all_ready_after: Mutex<Option<Duration>>,
@@ -131,8 +157,11 @@ impl IndexManager {
             past,
             restart_statements: AtomicU64::new(0),
             build_ns_per_row: AtomicU64::new(0),
-            scan_ns_per_row: AtomicU64::new(0),
+            scan_ns_per_row: [AtomicU64::new(0), AtomicU64::new(0)],
+            clock_seen: AtomicU64::new(0),
+            clock_moved_at: AtomicU64::new(0),
             cancel: AtomicBool::new(false),
+            hurry: AtomicBool::new(false),
             ring: Mutex::new(Ring {
                 next_seq: top + 1,
                 written_at: Instant::now(),
@@ -179,24 +208,37 @@ impl IndexManager {
         }
     }
 
-    fn scan_cost_per_row(&self) -> u64 {
-        match self.scan_ns_per_row.load(Relaxed) {
-            0 => SCAN_ROW_NS,
+    fn scan_cost_per_row(&self, loading: bool) -> u64 {
+        match self.scan_ns_per_row[loading as usize].load(Relaxed) {
+            0 => SCAN_ROW_NS[loading as usize],
             measured => measured,
         }
     }
 
-    /// Records how long a scan standing in for an index took.
-    pub fn note_scan(&self, table_rows: u64, took: Duration) {
+    /// Records how long a scan standing in for an index took; `loading`
+    /// if the table's primary index was loading when it started.
+    pub fn note_scan(&self, table_rows: u64, took: Duration, loading: bool) {
         if let Some(per_row) = (took.as_nanos() as u64).checked_div(table_rows) {
-            self.scan_ns_per_row.store(per_row.max(1), Relaxed);
+            self.scan_ns_per_row[loading as usize].store(per_row.max(1), Relaxed);
         }
     }
 
     /// Estimated benefit of the index to one statement that returned
-    /// `rows` rows from a table of `table_rows` (eq. 4).
+    /// `rows` rows from a table of `table_rows` (eq. 4), in steady state.
     pub fn benefit(&self, table_rows: u64, rows: usize) -> u64 {
-        (table_rows * self.scan_cost_per_row()).saturating_sub(PROBE_NS * (1 + rows as u64))
+        (table_rows * self.scan_cost_per_row(false)).saturating_sub(PROBE_NS * (1 + rows as u64))
+    }
+
+    /// Whether no transaction started during the last `IDLE_AFTER`, as
+    /// far as calls to this tell (the first call after a pause says no).
+    fn workload_idle(&self, store: &Store) -> bool {
+        let now = self.opened.elapsed().as_nanos() as u64;
+        let ts = store.clock.peek();
+        if self.clock_seen.swap(ts, Relaxed) != ts {
+            self.clock_moved_at.store(now, Relaxed);
+            return false;
+        }
+        now.saturating_sub(self.clock_moved_at.load(Relaxed)) >= IDLE_AFTER.as_nanos() as u64
     }
 
     /// Decides how a statement that wants `index` is answered, waiting for
@@ -230,7 +272,7 @@ impl IndexManager {
             return Plan::Scan;
         }
         let rows = table.approximate_rows();
-        let scan_ns = rows * self.scan_cost_per_row();
+        let scan_ns = rows * self.scan_cost_per_row(table.is_loading());
         if self.build_left_ns(table, index) >= scan_ns {
             return Plan::Scan;
         }
@@ -263,7 +305,7 @@ impl IndexManager {
         if index.is_ready() {
             return Ok(());
         }
-        self.build_locked(store, table, index, &[None])
+        self.build_locked(store, table, index, &[None], Priority::Now)
     }
 
     /// Builds an index whose build lock the caller holds, splitting the
@@ -275,6 +317,7 @@ impl IndexManager {
         table: &TableRt,
         index: &SecondaryRt,
         workers: &[Option<usize>],
+        priority: Priority,
     ) -> Result<()> {
         if workers.is_empty() {
             // Every session slot is taken: no reader slot to announce in.
@@ -284,7 +327,17 @@ impl IndexManager {
         index.build_progress.store(0, Relaxed);
         *index.build_started.lock() = Some(started);
         let ranges = split_range(store, table, workers.len());
-        let cancelled = || self.cancel.load(Acquire);
+        let cancelled = || {
+            while priority == Priority::WhenIdle
+                && !self.cancel.load(Acquire)
+                && !self.hurry.load(Acquire)
+                && self.rank(table, index) <= 0.0
+                && !self.workload_idle(store)
+            {
+                std::thread::sleep(IDLE_POLL);
+            }
+            self.cancel.load(Acquire)
+        };
         let outcomes: Vec<Result<bool>> = std::thread::scope(|scope| {
             let handles: Vec<_> = ranges
                 .iter()
@@ -383,17 +436,24 @@ impl IndexManager {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             };
+            // Nothing left helps the workload: leave it the CPU until it
+            // pauses, or until statements raise a rank.
+            let priority = match rank > 0.0 {
+                true => Priority::Now,
+                false => Priority::WhenIdle,
+            };
+            let hurry = self.hurry.load(Acquire);
+            if priority == Priority::WhenIdle && !hurry && !self.workload_idle(store) {
+                std::thread::sleep(IDLE_POLL);
+                continue;
+            }
             let Some(_building) = index.build_lock.try_lock() else {
                 continue;
             };
             if index.is_ready() {
                 continue;
             }
-            let use_workers = match rank > 0.0 {
-                true => &all[..],
-                false => &all[..1],
-            };
-            self.build_locked(store, &table, &index, use_workers)?;
+            self.build_locked(store, &table, &index, &all, priority)?;
         }
         Ok(())
     }
@@ -401,6 +461,7 @@ impl IndexManager {
     /// Builds every index not ready yet, each with all `workers`
     /// (synchronous recovery, and `wait_for_secondary_indexes`).
     pub fn build_all(&self, store: &Store, workers: &[Option<usize>]) -> Result<()> {
+        self.hurry.store(true, Release);
         let tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
         for table in &tables {
             for (_, index) in table.secondaries.iter() {
@@ -409,7 +470,7 @@ impl IndexManager {
                 }
                 let _building = index.build_lock.lock();
                 if !index.is_ready() {
-                    self.build_locked(store, table, index, workers)?;
+                    self.build_locked(store, table, index, workers, Priority::Now)?;
                 }
             }
         }

@@ -764,19 +764,19 @@ impl<'s> Transaction<'s> {
 
     /// Inserts a new key; [`Error::DuplicateKey`] if it exists.
     pub fn insert(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
-        self.prepare_write(table)?;
+        self.prepare_write(table, key, value)?;
         self.state.insert(&table.rt, key, value)
     }
 
     /// Replaces the value of an existing key; [`Error::KeyNotFound`] otherwise.
     pub fn update(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
-        self.prepare_write(table)?;
+        self.prepare_write(table, key, value)?;
         self.state.update(&table.rt, key, value)
     }
 
     /// Inserts or replaces; returns whether the key existed.
     pub fn put(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<bool> {
-        self.prepare_write(table)?;
+        self.prepare_write(table, key, value)?;
         self.state.put(&table.rt, key, value)
     }
 

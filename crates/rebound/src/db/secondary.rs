@@ -2,7 +2,7 @@
 //! restart (the strategies are in `adaptive`).
 
 use super::{Database, DbInner, Table, Transaction};
-use crate::adaptive::{IndexRecovery, Plan};
+use crate::adaptive::{IndexRecovery, Plan, Priority};
 use crate::catalog::{
     self, IndexDef, KeyPart, Source, MAX_INDEXES_PER_TABLE, MAX_INDEX_NAME_LEN, MAX_KEY_PARTS,
 };
@@ -363,7 +363,7 @@ impl DbInner {
         let outcome = {
             let _building = index.build_lock.lock();
             self.indexes
-                .build_locked(&self.store, table, index, &workers)
+                .build_locked(&self.store, table, index, &workers, Priority::Now)
         };
         let outcome = outcome.and_then(|()| match index.def.unique {
             true => self.check_no_repeats(table, index, first),
@@ -489,11 +489,12 @@ impl Transaction<'_> {
             Plan::Scan => {
                 index.rt.usage.scans_instead.fetch_add(1, Ordering::Relaxed);
                 let started = std::time::Instant::now();
+                let loading = index.table.is_loading();
                 let table = index.table.clone();
                 let rows = self
                     .state
                     .index_lookup_by_scan(table, &index.rt, range, limit)?;
-                db.indexes.note_scan(table_rows, started.elapsed());
+                db.indexes.note_scan(table_rows, started.elapsed(), loading);
                 rows
             }
         };
@@ -504,11 +505,18 @@ impl Transaction<'_> {
     }
 
     /// Before a write: unique indexes not built yet are built or waited
-    /// for if the strategy says so (else the write checks by a scan).
-    pub(super) fn prepare_write(&mut self, table: &Table) -> Result<()> {
+    /// for if the strategy says so (else the write checks by a scan),
+    /// unless the write keeps the row's key in them.
+    pub(super) fn prepare_write(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
         let db = self.db;
         for (_, index) in table.rt.secondaries.iter() {
-            if index.def.unique && !index.is_ready() && !index.is_dropped() {
+            if index.def.unique
+                && !index.is_ready()
+                && !index.is_dropped()
+                && !self
+                    .state
+                    .keeps_secondary_key(&table.rt, index, key, value)?
+            {
                 db.indexes.plan(&db.store, &table.rt, index)?;
             }
         }

@@ -468,6 +468,65 @@ impl TableRt {
         Ok(())
     }
 
+    /// Up to `limit` (key, chain head) pairs of the range, ascending: the
+    /// DRAM index merged with the checkpoint run while it still loads. Run
+    /// entries are read in place rather than moved into the DRAM index
+    /// (the loader does that in sorted batches, far cheaper than one by
+    /// one); a key in both has its newer head in DRAM. Returns the last
+    /// key of the batch when more may follow it.
+    pub fn heads_in_range(
+        &self,
+        medium: &Medium,
+        (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
+        limit: usize,
+        out: &mut Vec<(Vec<u8>, u64)>,
+    ) -> Result<Option<Vec<u8>>> {
+        out.clear();
+        let (lower, upper) = (as_slice_bound(lower), as_slice_bound(upper));
+        let cold = match self.cold() {
+            Some(cold) => cold
+                .range(medium, lower, upper, limit)
+                .inspect_err(|_| self.mark_damaged())?,
+            None => Vec::new(),
+        };
+        let cold_end = (cold.len() == limit).then(|| cold[limit - 1].0.clone());
+        let warm_upper = cold_end.as_deref().map_or(upper, Bound::Included);
+        let mut warm = Vec::new();
+        self.index.scan(lower, warm_upper, None, |key, head| {
+            warm.push((key.to_vec(), head));
+            warm.len() < limit
+        });
+        let end = match warm.len() == limit {
+            true => Some(warm[limit - 1].0.clone()),
+            false => cold_end,
+        };
+        let mut cold = cold.into_iter().peekable();
+        for (key, head) in warm {
+            while let Some((cold_key, addr)) = cold.next_if(|(k, _)| *k <= key) {
+                if cold_key != key {
+                    out.push((cold_key, self.checked_run_addr(addr)?));
+                }
+            }
+            out.push((key, head));
+        }
+        for (cold_key, addr) in cold {
+            if end.as_ref().is_some_and(|end| cold_key > *end) {
+                break;
+            }
+            out.push((cold_key, self.checked_run_addr(addr)?));
+        }
+        Ok(end)
+    }
+
+    /// A checkpoint run's address, if it names an existing slot.
+    fn checked_run_addr(&self, addr: u64) -> Result<u64> {
+        if !self.addr_exists(addr) {
+            self.mark_damaged();
+            self.check_damaged()?;
+        }
+        Ok(addr)
+    }
+
     /// `Corrupt` once the table's recovered index data was found damaged.
     pub fn check_damaged(&self) -> Result<()> {
         match self.is_damaged() {
@@ -914,14 +973,20 @@ impl<'s> TxnState<'s> {
         let table = self.table(table, key, value)?;
         table.sampler.record(key);
         let indexed = table.secondaries.count() > 0;
-        if indexed {
-            let checked = self.check_unique(table, key, value);
-            self.guard(checked)?;
-        }
+        let relied_on = match indexed {
+            true => {
+                let checked = self.check_unique(table, key, value);
+                self.guard(checked)?
+            }
+            false => None,
+        };
         let store = self.store;
         let mut set = store.write_sets[self.worker].lock();
-        let result = self.write_checked(table, key, value, kind, &mut set);
+        let mut result = self.write_checked(table, key, value, kind, &mut set);
         drop(set);
+        if let (Ok(_), Some(head)) = (&result, relied_on) {
+            result = self.check_replaced(table, key, head).and(result);
+        }
         let result = match result {
             Ok(existed) if indexed && (existed || kind != WriteKind::Delete) => {
                 let old = self.replaced_value(table, key);

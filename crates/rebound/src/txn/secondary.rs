@@ -297,16 +297,21 @@ impl TxnState<'_> {
 
     /// Refuses a write that would give a second live row `key`'s new
     /// secondary key in any unique index of the table. An index that is
-    /// not built is checked by reading the table.
+    /// not built is checked by reading the table. An index whose key the
+    /// write keeps is not checked: the row holds that key already. Returns
+    /// the version that judgement relied on, which must be the one the
+    /// write replaces (see `check_replaced`).
     pub(super) fn check_unique(
         &mut self,
         table: &TableRt,
         key: &[u8],
         value: Option<&[u8]>,
-    ) -> Result<()> {
+    ) -> Result<Option<Addr>> {
         let Some(value) = value else {
-            return Ok(());
+            return Ok(None);
         };
+        let mut replaceable = None;
+        let mut relied_on = None;
         let mut secondary = Vec::new();
         for (_, index) in table.secondaries.iter() {
             if !index.def.unique
@@ -314,6 +319,17 @@ impl TxnState<'_> {
                 || !index.secondary_key(key, value, &mut secondary)
             {
                 continue;
+            }
+            let current = match &replaceable {
+                Some(current) => current,
+                None => replaceable.insert(self.replaceable(table, key)?),
+            };
+            if let Some((head, old)) = current {
+                let mut kept = Vec::new();
+                if index.secondary_key(key, old, &mut kept) && kept == secondary {
+                    relied_on = Some(*head);
+                    continue;
+                }
             }
             let range = (
                 Bound::Included(secondary.clone()),
@@ -331,7 +347,75 @@ impl TxnState<'_> {
                 return Err(Error::UniqueViolation(index.def.name.clone()));
             }
         }
-        Ok(())
+        Ok(relied_on)
+    }
+
+    /// Whether a write of `value` over `key` keeps the row's key in
+    /// `index`, judged by the version the write would replace now.
+    pub fn keeps_secondary_key(
+        &self,
+        table: &TableRt,
+        index: &SecondaryRt,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<bool> {
+        let Some((_, old)) = self.replaceable(table, key)? else {
+            return Ok(false);
+        };
+        let (mut new_key, mut old_key) = (Vec::new(), Vec::new());
+        Ok(index.secondary_key(key, value, &mut new_key)
+            && index.secondary_key(key, &old, &mut old_key)
+            && new_key == old_key)
+    }
+
+    /// The chain head of `key` and its value when a write would replace
+    /// it as it is: a committed live version or this transaction's own.
+    fn replaceable(&self, table: &TableRt, key: &[u8]) -> Result<Option<(Addr, Vec<u8>)>> {
+        let medium = &self.store.medium;
+        let head = match table.index.get(key) {
+            Some(head) => head,
+            None if table.warm(medium, key)? => match table.index.get(key) {
+                Some(head) => head,
+                None => return Ok(None),
+            },
+            None => return Ok(None),
+        };
+        let Some(header) = table.heap.header(Addr(head)) else {
+            return Ok(None);
+        };
+        let begin = header.begin.load(Acquire);
+        if begin & PENDING != 0 && begin != PENDING | self.ts {
+            return Ok(None);
+        }
+        let mut value = Vec::new();
+        let live = matches!(
+            table.heap.read_live(medium, Addr(head), &mut value),
+            SlotRead::Value
+        );
+        Ok(live.then_some((Addr(head), value)))
+    }
+
+    /// After a write whose unique checks relied on `relied_on` being the
+    /// version it replaces: `Conflict` if another writer's version came
+    /// between (the skipped checks would have been needed).
+    pub(super) fn check_replaced(
+        &self,
+        table: &TableRt,
+        key: &[u8],
+        relied_on: Addr,
+    ) -> Result<()> {
+        let head = table.index.get(key).map(Addr);
+        let replaced = head.and_then(|head| {
+            let header = table.heap.header(head)?;
+            match header.prev.load(Acquire) {
+                0 => Some(head),
+                prev => Some(Addr(prev - 1)),
+            }
+        });
+        match head == Some(relied_on) || replaced == Some(relied_on) {
+            true => Ok(()),
+            false => Err(Error::Conflict),
+        }
     }
 
     /// The value this transaction's new version of `key` replaced: its
@@ -480,22 +564,8 @@ impl Store {
                 return Ok(false);
             }
             let _reader = worker.map(|w| ChainReader::new(self, w));
-            table.warm_range(
-                &self.medium,
-                (&lower, &upper),
-                BUILD_BATCH,
-                super::Order::Ascending,
-            )?;
-            batch.clear();
-            table.index.scan(
-                super::as_slice_bound(&lower),
-                super::as_slice_bound(&upper),
-                None,
-                |key, head| {
-                    batch.push((key.to_vec(), head));
-                    batch.len() < BUILD_BATCH
-                },
-            );
+            let end =
+                table.heads_in_range(&self.medium, (&lower, &upper), BUILD_BATCH, &mut batch)?;
             entries.clear();
             for (key, head) in &batch {
                 let version = (key.as_slice(), Addr(*head));
@@ -509,11 +579,9 @@ impl Store {
             entries.dedup_by(|later, first| later.0 == first.0);
             index.tree.insert_sorted_absent(&entries);
             index.build_progress.fetch_add(batch.len() as u64, Relaxed);
-            match batch.last() {
-                Some((key, _)) if batch.len() == BUILD_BATCH => {
-                    lower = Bound::Excluded(key.clone())
-                }
-                _ => return Ok(true),
+            match end {
+                Some(key) => lower = Bound::Excluded(key),
+                None => return Ok(true),
             }
         }
     }
