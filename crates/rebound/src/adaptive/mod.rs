@@ -29,12 +29,13 @@
 //! seconds before the crash. `rebuild(s)` is the table's rows times the
 //! measured (at first, estimated) cost of entering one row.
 
+mod build;
+
 use crate::catalog::{self, UsageRecord};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::medium::Medium;
 use crate::txn::{SecondaryRt, Store, TableRt, READY};
 use parking_lot::Mutex;
-use std::ops::Bound;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
@@ -72,6 +73,14 @@ const ALPHA: f64 = 0.99;
 const WINDOW_HALF_LIFE: Duration = Duration::from_secs(5);
 /// How often the statistics are written to the medium.
 const USAGE_PERIOD: Duration = Duration::from_secs(1);
+
+/// An index whose build the recovery threads will start with, locked
+/// for them before they run.
+pub struct FirstBuild {
+    table: Arc<TableRt>,
+    index: Arc<SecondaryRt>,
+    lock: parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>,
+}
 
 /// When a build may use the CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,9 +280,12 @@ impl IndexManager {
         if !index.build_lock.is_locked() {
             return Plan::Scan;
         }
-        let rows = table.approximate_rows();
-        let scan_ns = rows * self.scan_cost_per_row(table.is_loading());
-        if self.build_left_ns(table, index) >= scan_ns {
+        // While the primary index loads, a scan moves every cold key into
+        // it one by one, where the build reads them in place and sorted:
+        // the build's remainder is never the dearer choice then.
+        let loading = table.is_loading();
+        let scan_ns = table.approximate_rows() * self.scan_cost_per_row(loading);
+        if !loading && self.build_left_ns(table, index) >= scan_ns {
             return Plan::Scan;
         }
         index.usage.waits.fetch_add(1, Relaxed);
@@ -288,12 +300,13 @@ impl IndexManager {
     /// its rate so far (or from the measured cost per row before it has one).
     fn build_left_ns(&self, table: &TableRt, index: &SecondaryRt) -> u64 {
         let rows = table.approximate_rows();
+        // Each row counts twice: once collected, once entered.
         let done = index.build_progress.load(Relaxed);
-        let left = rows.saturating_sub(done);
+        let left = (2 * rows).saturating_sub(done);
         let started = *index.build_started.lock();
         match started {
             Some(at) if done > 0 => (left as u128 * at.elapsed().as_nanos() / done as u128) as u64,
-            _ => left * self.build_cost_per_row() / self.threads as u64,
+            _ => left * self.build_cost_per_row() / 2 / self.threads as u64,
         }
     }
 
@@ -306,73 +319,6 @@ impl IndexManager {
             return Ok(());
         }
         self.build_locked(store, table, index, &[None], Priority::Now)
-    }
-
-    /// Builds an index whose build lock the caller holds, splitting the
-    /// table's key range over `workers` (one thread each; `None` means the
-    /// calling thread's own transaction protects the reads).
-    pub fn build_locked(
-        &self,
-        store: &Store,
-        table: &TableRt,
-        index: &SecondaryRt,
-        workers: &[Option<usize>],
-        priority: Priority,
-    ) -> Result<()> {
-        if workers.is_empty() {
-            // Every session slot is taken: no reader slot to announce in.
-            return Err(Error::TooManySessions(crate::catalog::MAX_SESSIONS));
-        }
-        let started = Instant::now();
-        index.build_progress.store(0, Relaxed);
-        *index.build_started.lock() = Some(started);
-        let ranges = split_range(store, table, workers.len());
-        let cancelled = || {
-            while priority == Priority::WhenIdle
-                && !self.cancel.load(Acquire)
-                && !self.hurry.load(Acquire)
-                && self.rank(table, index) <= 0.0
-                && !self.workload_idle(store)
-            {
-                std::thread::sleep(IDLE_POLL);
-            }
-            self.cancel.load(Acquire)
-        };
-        let outcomes: Vec<Result<bool>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = ranges
-                .iter()
-                .zip(workers)
-                .skip(1)
-                .map(|(range, &worker)| {
-                    let range = range.clone();
-                    scope.spawn(move || store.build_index(table, index, worker, range, &cancelled))
-                })
-                .collect();
-            let mut outcomes = vec![store.build_index(
-                table,
-                index,
-                workers.first().copied().flatten(),
-                ranges[0].clone(),
-                &cancelled,
-            )];
-            outcomes.extend(handles.into_iter().map(|h| match h.join() {
-                Ok(outcome) => outcome,
-                Err(panic) => std::panic::resume_unwind(panic),
-            }));
-            outcomes
-        });
-        let mut complete = true;
-        for outcome in outcomes {
-            complete &= outcome?;
-        }
-        if complete {
-            let rows = index.build_progress.load(Relaxed).max(1);
-            let threads = ranges.len() as u64;
-            let per_row = started.elapsed().as_nanos() as u64 * threads / rows;
-            self.build_ns_per_row.store(per_row.max(1), Relaxed);
-            self.publish(index);
-        }
-        Ok(())
     }
 
     /// What the statistics ring said about an index at open (WoPast).
@@ -396,6 +342,21 @@ impl IndexManager {
         let restart = index.usage.saved_ns.load(Relaxed) as f64;
         let rebuild = (table.approximate_rows() * self.build_cost_per_row()) as f64;
         alpha * past + (1.0 - alpha) * restart - rebuild
+    }
+
+    /// Claims the best-ranked index for the recovery threads about to
+    /// start, if its rank is positive: statements arriving before they
+    /// run then see its build under way and may wait for it.
+    pub fn claim_first_build(&self, store: &Store) -> Option<FirstBuild> {
+        let tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
+        let (table, index, rank) = self.next_to_rebuild(&tables)?;
+        if rank <= 0.0 {
+            return None;
+        }
+        let lock = index.build_lock.try_lock_arc()?;
+        index.build_progress.store(0, Relaxed);
+        *index.build_started.lock() = Some(Instant::now());
+        Some(FirstBuild { table, index, lock })
     }
 
     /// The not-yet-built index of highest rank nobody is building, with
@@ -423,9 +384,18 @@ impl IndexManager {
     /// `workers`: builds the best-ranked index with all of them while its
     /// rank is positive, with the first one only afterwards. Returns when
     /// every index is ready or on cancellation.
-    pub fn run_adaptive(&self, store: &Store, workers: &[usize]) -> Result<()> {
+    pub fn run_adaptive(
+        &self,
+        store: &Store,
+        workers: &[usize],
+        first: Option<FirstBuild>,
+    ) -> Result<()> {
         let tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
         let all: Vec<Option<usize>> = workers.iter().map(|&w| Some(w)).collect();
+        if let Some(FirstBuild { table, index, lock }) = first {
+            self.build_locked(store, &table, &index, &all, Priority::Now)?;
+            drop(lock);
+        }
         while !self.cancel.load(Acquire) {
             let Some((table, index, rank)) = self.next_to_rebuild(&tables) else {
                 if all_ready(&tables) {
@@ -531,22 +501,4 @@ fn all_ready(tables: &[Arc<TableRt>]) -> bool {
             .iter()
             .all(|(_, i)| i.is_ready() || i.is_dropped())
     })
-}
-
-/// A range of primary keys.
-type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
-
-/// Cuts the table's key range into at most `parts` ranges.
-fn split_range(store: &Store, table: &TableRt, parts: usize) -> Vec<KeyRange> {
-    let mut cuts = table.split_keys(&store.medium, parts);
-    cuts.sort();
-    cuts.dedup();
-    let mut ranges = Vec::with_capacity(parts);
-    let mut lower = Bound::Unbounded;
-    for cut in cuts {
-        ranges.push((lower, Bound::Excluded(cut.clone())));
-        lower = Bound::Included(cut);
-    }
-    ranges.push((lower, Bound::Unbounded));
-    ranges
 }

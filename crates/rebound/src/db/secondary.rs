@@ -264,6 +264,7 @@ impl Database {
 
     fn spawn_adaptive_recovery(&self) {
         let inner = self.inner.clone();
+        let first = inner.indexes.claim_first_build(&inner.store);
         let handle = std::thread::Builder::new()
             .name("rebound-index-recovery".into())
             .spawn(move || {
@@ -272,7 +273,7 @@ impl Database {
                     let ids: Vec<usize> = workers.iter().flatten().copied().collect();
                     let built = match ids.is_empty() {
                         true => Ok(()),
-                        false => inner.indexes.run_adaptive(&inner.store, &ids),
+                        false => inner.indexes.run_adaptive(&inner.store, &ids, first),
                     };
                     inner.release_workers(&workers);
                     built

@@ -42,6 +42,7 @@
 
 mod clock;
 mod cursor;
+mod index_build;
 mod long;
 mod relocate;
 mod sampler;
@@ -49,6 +50,7 @@ mod secondary;
 
 pub use clock::Clock;
 pub use cursor::{prefix_end, Cursor, Order};
+pub use index_build::{Collected, EntryRun};
 pub use sampler::{Sample, UpdateSampler};
 pub use secondary::{Rows, SecondaryRt, Stale, DROPPED, READY};
 

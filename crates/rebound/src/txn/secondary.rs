@@ -71,7 +71,7 @@ pub struct SecondaryRt {
     pub tree: BTree,
     state: AtomicU8,
     /// Held by whoever builds the index; waiting for a build is taking it.
-    pub build_lock: parking_lot::Mutex<()>,
+    pub build_lock: Arc<parking_lot::Mutex<()>>,
     /// Primary keys visited by the running build (progress for the cost model).
     pub build_progress: AtomicU64,
     /// When the running build started (the rate so far predicts its end).
@@ -88,7 +88,7 @@ impl SecondaryRt {
             def,
             tree: BTree::new(),
             state: AtomicU8::new(if ready { READY } else { NOT_BUILT }),
-            build_lock: parking_lot::Mutex::new(()),
+            build_lock: Arc::new(parking_lot::Mutex::new(())),
             build_progress: AtomicU64::new(0),
             build_started: parking_lot::Mutex::new(None),
             usage: Usage::default(),
@@ -539,91 +539,7 @@ impl Drop for ChainReader<'_> {
     }
 }
 
-/// Primary keys a build visits per batch (one `ChainReader` each).
-const BUILD_BATCH: usize = 512;
-
 impl Store {
-    /// Enters every version of `table` with a key in `range` that some
-    /// transaction may read into `index`: for each key, its chain head
-    /// unless aborted, and the newest committed version. Versions written
-    /// later enter themselves. Runs as worker `worker`, announced per
-    /// batch (`None`: the caller's transaction protects it); stops early, returning `Ok(false)`, when `cancelled` says so.
-    pub fn build_index(
-        &self,
-        table: &TableRt,
-        index: &SecondaryRt,
-        worker: Option<usize>,
-        (mut lower, upper): (Bound<Vec<u8>>, Bound<Vec<u8>>),
-        cancelled: &dyn Fn() -> bool,
-    ) -> Result<bool> {
-        let mut batch = Vec::with_capacity(BUILD_BATCH);
-        let mut entries = Vec::with_capacity(BUILD_BATCH);
-        let (mut value, mut secondary) = (Vec::new(), Vec::new());
-        loop {
-            if cancelled() {
-                return Ok(false);
-            }
-            let _reader = worker.map(|w| ChainReader::new(self, w));
-            let end =
-                table.heads_in_range(&self.medium, (&lower, &upper), BUILD_BATCH, &mut batch)?;
-            entries.clear();
-            for (key, head) in &batch {
-                let version = (key.as_slice(), Addr(*head));
-                let buffers = (&mut value, &mut secondary);
-                self.versions_to_enter(table, index, version, buffers, &mut entries);
-            }
-            // One descent per leaf instead of one per entry. Entries a
-            // writer made meanwhile are newer and stay; gap marks do not
-            // apply: the rows existed before anyone looked.
-            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-            entries.dedup_by(|later, first| later.0 == first.0);
-            index.tree.insert_sorted_absent(&entries);
-            index.build_progress.fetch_add(batch.len() as u64, Relaxed);
-            match end {
-                Some(key) => lower = Bound::Excluded(key),
-                None => return Ok(true),
-            }
-        }
-    }
-
-    /// Adds to `entries` the entries of `key`'s versions a build must
-    /// cover (see `build_index`), with their writers' timestamps.
-    fn versions_to_enter(
-        &self,
-        table: &TableRt,
-        index: &SecondaryRt,
-        (key, head): (&[u8], Addr),
-        (value, secondary): (&mut Vec<u8>, &mut Vec<u8>),
-        entries: &mut Vec<(Vec<u8>, u64)>,
-    ) {
-        let mut addr = head;
-        loop {
-            let Some(header) = table.heap.header(addr) else {
-                return;
-            };
-            let begin = header.begin.load(Acquire);
-            if begin != ABORTED {
-                let live = matches!(
-                    table.heap.read_live(&self.medium, addr, value),
-                    SlotRead::Value
-                );
-                if live && index.secondary_key(key, value, secondary) {
-                    let mut entry = Vec::with_capacity(secondary.len() + key.len());
-                    entry.extend_from_slice(secondary);
-                    entry.extend_from_slice(key);
-                    entries.push((entry, begin & !PENDING));
-                }
-                if begin & PENDING == 0 {
-                    return;
-                }
-            }
-            match header.prev.load(Acquire) {
-                0 => return,
-                prev => addr = Addr(prev - 1),
-            }
-        }
-    }
-
     /// Removes the queued stale entries nothing can need any more; keeps
     /// the ones that may still be needed for a later round. Returns how
     /// many were removed. The caller keeps GC from freeing blocks meanwhile.
@@ -650,7 +566,11 @@ impl Store {
 
     fn judge_stale(&self, stale: &Stale, low_water: u64) -> Judgement {
         let Some(seen) = stale.index.tree.get(&stale.entry) else {
-            return Judgement::Needed;
+            // A running build may still enter it (see `index_build`).
+            return match stale.index.build_lock.is_locked() {
+                true => Judgement::Later,
+                false => Judgement::Needed,
+            };
         };
         let table = &self.tables[stale.table as usize];
         if seen >= low_water || table.is_loading() {
