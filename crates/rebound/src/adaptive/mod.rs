@@ -17,7 +17,8 @@
 //!   the workload comes back (or carries on if its rank turns positive).
 //!   A statement that wants an index not built yet is answered by a scan
 //!   of the table, or waits for the build when that is estimated to be
-//!   cheaper (the build is running and nearly done).
+//!   cheaper (the build is running and nearly done, or the table's primary
+//!   index is still loading, when a scan is the dearer way to read it).
 //!
 //! `rank(s, t) = α(n)·Benefit(s, WoPast) + (1 − α(n))·Benefit(s,
 //! WoRestart(t)) − rebuild(s)` with `α(n) = 0.99ⁿ`, n the statements that

@@ -3,17 +3,19 @@
 //! After a restart the checkpoint run is moved into the DRAM index while
 //! transactions already use it. Inserting entry by entry costs a full
 //! descent each; here, one descent finds a leaf and its upper fence, and all
-//! following entries below that fence go into the leaf under one lock. The
+//! following entries below that fence are merged into the leaf under one
+//! lock, in one rewrite of it (the leaf already holds the keys redone or
+//! written since the checkpoint, so most entries land between them). The
 //! fence read during the validated descent stays a valid bound while the
 //! leaf is locked: a leaf's range only shrinks, by its own split, which
 //! needs that lock.
 
 use super::iter::Fences;
-use super::key::InlineKey;
-use super::node::NoRoom;
-use super::node::Restart;
-use super::{key_to_store, step_down, BTree, WritePath};
+use super::key::{compare_stored, InlineKey};
+use super::node::{Restart, MAX_SLOTS};
+use super::{key_to_store, probe_to_store, step_down, BTree, WritePath};
 use crossbeam_utils::Backoff;
+use std::sync::atomic::Ordering::Relaxed;
 
 impl BTree {
     /// Inserts entries sorted strictly ascending, skipping keys already
@@ -25,6 +27,7 @@ impl BTree {
     pub fn insert_sorted_absent<K: AsRef<[u8]>>(&self, entries: &[(K, u64)]) -> usize {
         let backoff = Backoff::new();
         let (mut next, mut inserted) = (0, 0);
+        let mut batch = Vec::new();
         while next < entries.len() {
             let first = key_to_store(entries[next].0.as_ref());
             let Ok((path, upper)) = self.descend_with_upper(&first) else {
@@ -35,23 +38,23 @@ impl BTree {
                 backoff.snooze();
                 continue;
             };
-            let mut full = false;
-            while let Some((key, value)) = entries.get(next) {
-                let key = key_to_store(key.as_ref());
-                if upper.as_ref().is_some_and(|u| key >= *u) {
+            batch.clear();
+            for (key, value) in &entries[next..] {
+                let key = probe_to_store(key.as_ref());
+                let below_upper = upper
+                    .as_ref()
+                    .is_none_or(|u| compare_stored(u.len(), |i| u.word(i), &key).is_gt());
+                if !below_upper || batch.len() == MAX_SLOTS {
                     break;
                 }
-                let (slot, found) = leaf.search(&key);
-                if !found {
-                    if let Err(NoRoom) = self.insert_new(&mut leaf, slot, &key, *value) {
-                        full = true;
-                        break;
-                    }
-                    inserted += 1;
-                }
-                next += 1;
+                batch.push((key, *value));
             }
-            if full {
+            let (consumed, added) = leaf.merge_sorted(&batch);
+            // Under the leaf lock, so a removal of these keys cannot decrement first.
+            self.len.fetch_add(added, Relaxed);
+            next += consumed;
+            inserted += added;
+            if consumed < batch.len() {
                 self.split(&path, path.depth - 1, leaf, 0);
             }
         }

@@ -40,7 +40,7 @@ const TRAILER_WORDS: usize = 2;
 pub(crate) const BODY_WORDS: usize = NODE_WORDS - HEADER_WORDS - HINTS - TRAILER_WORDS;
 /// head, meta, payload.
 const SLOT_WORDS: usize = 3;
-const MAX_SLOTS: usize = BODY_WORDS / SLOT_WORDS;
+pub(crate) const MAX_SLOTS: usize = BODY_WORDS / SLOT_WORDS;
 const MAX_ENTRY_WORDS: usize = SLOT_WORDS + tail_words(MAX_KEY_LEN);
 const _: () = assert!(
     BODY_WORDS >= 4 * MAX_ENTRY_WORDS,
@@ -671,6 +671,50 @@ impl<'a> WriteGuard<'a> {
     ) -> Result<(), NoRoom> {
         self.assert_leaf();
         self.insert_slot(slot, key, value)
+    }
+
+    /// Merges keys sorted strictly ascending, all inside this leaf's range,
+    /// into it with one rewrite, where inserting them one by one would
+    /// shift the slot array once per key. Keys the leaf has are skipped.
+    /// Takes keys from the front while they fit; returns how many it
+    /// consumed and how many of those went in.
+    pub(crate) fn merge_sorted<K: KeyWords>(&mut self, keys: &[(K, u64)]) -> (usize, usize) {
+        self.assert_leaf();
+        let old = self.snapshot();
+        let count = old.header.count;
+        let mut old_left: usize = (0..count).map(|slot| old.entry_words(slot)).sum();
+        let mut fresh = Page::empty(old.leftmost);
+        let (mut slot, mut consumed, mut added) = (0, 0, 0);
+        while let Some((key, payload)) = keys.get(consumed) {
+            let order = match slot < count {
+                true => old.compare_slot(slot, key),
+                false => Ordering::Greater,
+            };
+            match order {
+                Ordering::Less => {
+                    old_left -= old.entry_words(slot);
+                    fresh.push_copy(&old, slot);
+                    slot += 1;
+                }
+                Ordering::Equal => consumed += 1,
+                Ordering::Greater => {
+                    let needed = SLOT_WORDS + tail_words(key.len()) + old_left;
+                    if fresh.header.free_words() < needed {
+                        break;
+                    }
+                    fresh.push(key.len(), key.word(0), key.tail(), *payload);
+                    consumed += 1;
+                    added += 1;
+                }
+            }
+        }
+        if added > 0 {
+            for slot in slot..count {
+                fresh.push_copy(&old, slot);
+            }
+            self.store_page(&fresh);
+        }
+        (consumed, added)
     }
 
     pub(crate) fn remove_entry(&mut self, slot: usize) -> u64 {

@@ -1286,3 +1286,35 @@ fn hinted_compare_and_set_survives_splits_of_its_leaf() {
     );
     check_invariants(&tree);
 }
+
+proptest! {
+    /// Merging a sorted run into leaves that hold keys of every length,
+    /// with holes left by removals, gives exactly the union, existing
+    /// values winning, and a tree whose length agrees.
+    #[test]
+    fn insert_sorted_absent_merges_into_leaves_like_a_map(
+        present in proptest::collection::btree_map(
+            proptest::collection::vec(0u8..6, 1..40), 1u64..1000, 0..600),
+        removed_every in 2usize..9,
+        run in proptest::collection::btree_map(
+            proptest::collection::vec(0u8..6, 1..40), 1000u64..2000, 0..1500),
+    ) {
+        let tree = BTree::new();
+        let mut model = BTreeMap::new();
+        for (i, (key, value)) in present.iter().enumerate() {
+            tree.upsert(key, *value, 1);
+            match i % removed_every {
+                0 => { tree.remove(key, 1); }
+                _ => { model.insert(key.clone(), *value); }
+            }
+        }
+        let entries: Vec<(Vec<u8>, u64)> = run.into_iter().collect();
+        let absent = entries.iter().filter(|(k, _)| !model.contains_key(k)).count();
+        for (key, value) in &entries {
+            model.entry(key.clone()).or_insert(*value);
+        }
+        prop_assert_eq!(tree.insert_sorted_absent(&entries), absent);
+        prop_assert_eq!(tree.len(), model.len());
+        prop_assert_eq!(tree.to_vec(), model.into_iter().collect::<Vec<_>>());
+    }
+}
