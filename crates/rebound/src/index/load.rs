@@ -12,7 +12,7 @@
 
 use super::iter::Fences;
 use super::key::{compare_stored, InlineKey};
-use super::node::{Restart, MAX_SLOTS};
+use super::node::{Restart, SplitBias, MAX_SLOTS};
 use super::{key_to_store, probe_to_store, step_down, BTree, WritePath};
 use crossbeam_utils::Backoff;
 use std::sync::atomic::Ordering::Relaxed;
@@ -49,13 +49,17 @@ impl BTree {
                 }
                 batch.push((key, *value));
             }
-            let (consumed, added) = leaf.merge_sorted(&batch);
+            let merged = leaf.merge_sorted(&batch);
             // Under the leaf lock, so a removal of these keys cannot decrement first.
-            self.len.fetch_add(added, Relaxed);
-            next += consumed;
-            inserted += added;
-            if consumed < batch.len() {
-                self.split(&path, path.depth - 1, leaf, 0);
+            self.len.fetch_add(merged.added, Relaxed);
+            next += merged.consumed;
+            inserted += merged.added;
+            if merged.consumed < batch.len() {
+                let bias = match merged.appending {
+                    true => SplitBias::Append,
+                    false => SplitBias::Middle,
+                };
+                self.split(&path, path.depth - 1, leaf, (0, bias));
             }
         }
         inserted

@@ -156,7 +156,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use crossbeam_utils::Backoff;
 
 use key::{InlineKey, KeyWords, ProbeKey};
-use node::{NoRoom, Node, ReadGuard, Restart, RootCell, WriteGuard};
+use node::{NoRoom, Node, ReadGuard, Restart, RootCell, SplitBias, WriteGuard};
 
 pub const MAX_KEY_LEN: usize = 512;
 
@@ -483,7 +483,7 @@ impl BTree {
             };
             match apply(&mut leaf) {
                 Done(result) => return result,
-                Full => self.split(&path, path.depth - 1, leaf, ut),
+                Full => self.split(&path, path.depth - 1, leaf, (ut, SplitBias::Middle)),
             }
         }
     }
@@ -491,7 +491,13 @@ impl BTree {
     /// Splits the locked node at `path[depth]`, splitting ancestors first
     /// where they lack room for the separator. Gives up silently when a lock
     /// cannot be had; the caller retries from the root either way.
-    fn split(&self, path: &WritePath<'_>, depth: usize, mut node: WriteGuard<'_>, ut: u64) {
+    fn split(
+        &self,
+        path: &WritePath<'_>,
+        depth: usize,
+        mut node: WriteGuard<'_>,
+        (ut, bias): (u64, SplitBias),
+    ) {
         if depth == 0 {
             if self.root.grow(node, ut) {
                 self.nodes.fetch_add(2, Relaxed);
@@ -502,7 +508,7 @@ impl BTree {
         let Some(mut parent) = parent_read.upgrade() else {
             return;
         };
-        match node.split_if(ut, |separator| parent.has_room_for(separator)) {
+        match node.split_if(ut, bias, |separator| parent.has_room_for(separator)) {
             Some(half) => {
                 parent.insert_child(half);
                 self.nodes.fetch_add(1, Relaxed);
@@ -513,7 +519,7 @@ impl BTree {
                 drop(node);
                 drop(parent);
                 if let Some(parent) = parent_read.upgrade() {
-                    self.split(path, depth - 1, parent, ut);
+                    self.split(path, depth - 1, parent, (ut, SplitBias::Middle));
                 }
             }
         }

@@ -677,8 +677,10 @@ impl<'a> WriteGuard<'a> {
     /// into it with one rewrite, where inserting them one by one would
     /// shift the slot array once per key. Keys the leaf has are skipped.
     /// Takes keys from the front while they fit; returns how many it
-    /// consumed and how many of those went in.
-    pub(crate) fn merge_sorted<K: KeyWords>(&mut self, keys: &[(K, u64)]) -> (usize, usize) {
+    /// consumed, how many of those went in, and whether the first key it
+    /// could not take sorts after every key of the leaf (a split should
+    /// then leave room at the end: `SplitBias::Append`).
+    pub(crate) fn merge_sorted<K: KeyWords>(&mut self, keys: &[(K, u64)]) -> Merged {
         self.assert_leaf();
         let old = self.snapshot();
         let count = old.header.count;
@@ -708,13 +710,18 @@ impl<'a> WriteGuard<'a> {
                 }
             }
         }
+        let appending = slot == count;
         if added > 0 {
             for slot in slot..count {
                 fresh.push_copy(&old, slot);
             }
             self.store_page(&fresh);
         }
-        (consumed, added)
+        Merged {
+            consumed,
+            added,
+            appending,
+        }
     }
 
     pub(crate) fn remove_entry(&mut self, slot: usize) -> u64 {
@@ -835,10 +842,11 @@ impl<'a> WriteGuard<'a> {
     pub(crate) fn split_if(
         &mut self,
         ut: u64,
+        bias: SplitBias,
         accept: impl FnOnce(&InlineKey) -> bool,
     ) -> Option<SplitOff> {
         let page = self.snapshot();
-        let plan = SplitPlan::choose(&page, self.node.is_leaf());
+        let plan = SplitPlan::choose(&page, self.node.is_leaf(), bias);
         if !accept(&plan.separator) {
             return None;
         }
@@ -882,16 +890,38 @@ struct SplitPlan {
     separator: InlineKey,
 }
 
+/// What `WriteGuard::merge_sorted` did.
+pub(crate) struct Merged {
+    pub consumed: usize,
+    pub added: usize,
+    pub appending: bool,
+}
+
+/// Where a full node is cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SplitBias {
+    /// In the middle: room on both sides for keys arriving anywhere.
+    Middle,
+    /// Near the end of a leaf that ascending keys are appended to: the left
+    /// leaf stays nine tenths full instead of half, and the following keys
+    /// fill the right one (sorted loads).
+    Append,
+}
+
 impl SplitPlan {
     /// Cuts by bytes, not entry count, so both halves fit whatever the key sizes.
-    fn choose(page: &Page, is_leaf: bool) -> Self {
+    fn choose(page: &Page, is_leaf: bool, bias: SplitBias) -> Self {
         let count = page.header.count;
         let total: usize = (0..count).map(|slot| page.entry_words(slot)).sum();
+        let keep_tenths = match (bias, is_leaf) {
+            (SplitBias::Append, true) => 9,
+            _ => 5,
+        };
         let mut running = 0;
         let middle = (0..count)
             .position(|slot| {
                 running += page.entry_words(slot);
-                2 * running >= total
+                10 * running >= keep_tenths * total
             })
             .unwrap_or(0);
         if is_leaf {
@@ -1044,7 +1074,7 @@ impl RootCell {
         if !ptr::eq(current.cast_const(), old_root.node) {
             return false;
         }
-        let Some(half) = old_root.split_if(ut, |_| true) else {
+        let Some(half) = old_root.split_if(ut, SplitBias::Middle, |_| true) else {
             return false;
         };
         let mut page = Page::empty(current.expose_provenance() as u64);

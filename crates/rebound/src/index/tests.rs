@@ -1318,3 +1318,20 @@ proptest! {
         prop_assert_eq!(tree.to_vec(), model.into_iter().collect::<Vec<_>>());
     }
 }
+
+/// A sorted load into an empty tree leaves its leaves about nine tenths
+/// full (splits near the end), not half full as middle splits would.
+#[test]
+fn sorted_loads_fill_leaves_densely() {
+    const N: u64 = 100_000;
+    let run: Vec<([u8; 8], u64)> = (0..N).map(|i| (i.to_be_bytes(), i)).collect();
+    let loaded = BTree::new();
+    loaded.insert_sorted_absent(&run);
+    let packed = BTree::bulk_load(run.iter().copied());
+    assert_eq!(loaded.to_vec(), packed.to_vec());
+    let (loaded_nodes, packed_nodes) = (loaded.node_count(), packed.node_count());
+    assert!(
+        10 * loaded_nodes <= 12 * packed_nodes,
+        "{loaded_nodes} nodes after a sorted load, {packed_nodes} bulk-loaded"
+    );
+}
