@@ -60,34 +60,10 @@ impl IndexManager {
         let threads = ranges.len();
         let mut runs: Vec<EntryRun> = (0..threads).map(|_| EntryRun::default()).collect();
         let mut done = vec![false; threads];
-        loop {
-            let shares = ranges
-                .iter_mut()
-                .zip(runs.iter_mut())
-                .zip(done.iter_mut())
-                .zip(workers)
-                .map(|(((range, run), done), &worker)| Share {
-                    range,
-                    run,
-                    done,
-                    worker,
-                })
-                .collect();
-            let collected = in_parallel(shares, |share| {
-                collect(store, (table, index), share, &cancelled)
-            });
-            for outcome in collected {
-                if outcome? == Collected::Cancelled {
-                    return Ok(());
-                }
-            }
-            let slices = slices(&runs, threads);
-            let entered = in_parallel(slices, |slice| enter(index, &runs, slice, &cancelled));
-            if entered.contains(&false) {
+        while !done.iter().all(|&d| d) {
+            let state = (&mut ranges[..], &mut runs[..], &mut done[..]);
+            if !build_round(store, (table, index), state, workers, &cancelled)? {
                 return Ok(());
-            }
-            if done.iter().all(|&d| d) {
-                break;
             }
         }
         let rows = (index.build_progress.load(Relaxed) / 2).max(1);
@@ -116,6 +92,38 @@ impl IndexManager {
         }
         self.cancel.load(Acquire)
     }
+}
+
+/// One round: each thread collects and sorts the entries of its share of
+/// the primary keys, then enters one slice of all of them. False if
+/// cancelled.
+fn build_round(
+    store: &Store,
+    build: (&TableRt, &SecondaryRt),
+    (ranges, runs, done): (&mut [KeyRange], &mut [EntryRun], &mut [bool]),
+    workers: &[Option<usize>],
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<bool> {
+    let shares = ranges
+        .iter_mut()
+        .zip(runs.iter_mut())
+        .zip(done.iter_mut())
+        .zip(workers)
+        .map(|(((range, run), done), &worker)| Share {
+            range,
+            run,
+            done,
+            worker,
+        })
+        .collect();
+    for outcome in in_parallel(shares, |share| collect(store, build, share, cancelled)) {
+        if outcome? == Collected::Cancelled {
+            return Ok(false);
+        }
+    }
+    let slices = slices(runs, runs.len());
+    let entered = in_parallel(slices, |slice| enter(build.1, runs, slice, cancelled));
+    Ok(!entered.contains(&false))
 }
 
 /// One thread's collection of a round, sorted.
