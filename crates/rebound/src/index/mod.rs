@@ -318,19 +318,8 @@ impl BTree {
         writer_ts: u64,
         ut: u64,
     ) -> Result<(), InsertError> {
-        let key = probe_to_store(key);
-        self.modify_leaf(&key, ut, |leaf| {
-            let (slot, found) = leaf.search(&key);
-            if found {
-                return Done(Err(InsertError::Exists(leaf.value(slot))));
-            }
-            if leaf.gap_read_ts() > writer_ts {
-                return Done(Err(InsertError::Phantom));
-            }
-            match self.insert_new(leaf, slot, &key, value) {
-                Ok(()) => Done(Ok(())),
-                Err(NoRoom) => Full,
-            }
+        self.insert_or_else(key, value, (writer_ts, ut), |leaf, slot| {
+            Err(InsertError::Exists(leaf.value(slot)))
         })
     }
 
@@ -348,14 +337,29 @@ impl BTree {
         writer_ts: u64,
         ut: u64,
     ) -> Result<(), InsertError> {
+        self.insert_or_else(key, value, (writer_ts, ut), |leaf, slot| {
+            if leaf.value(slot) < value {
+                leaf.set_value(slot, value);
+            }
+            Ok(())
+        })
+    }
+
+    /// Inserts a new `key` through the gap check (`Err(Phantom)` when the
+    /// covering leaf's gap_read_ts > `writer_ts`); for a key already there,
+    /// answers with `present` applied to its locked leaf and slot.
+    fn insert_or_else(
+        &self,
+        key: &[u8],
+        value: u64,
+        (writer_ts, ut): (u64, u64),
+        mut present: impl FnMut(&mut WriteGuard<'_>, usize) -> Result<(), InsertError>,
+    ) -> Result<(), InsertError> {
         let key = probe_to_store(key);
         self.modify_leaf(&key, ut, |leaf| {
             let (slot, found) = leaf.search(&key);
             if found {
-                if leaf.value(slot) < value {
-                    leaf.set_value(slot, value);
-                }
-                return Done(Ok(()));
+                return Done(present(leaf, slot));
             }
             if leaf.gap_read_ts() > writer_ts {
                 return Done(Err(InsertError::Phantom));
