@@ -2,7 +2,7 @@
 //! rebuilding after a restart with each recovery strategy.
 
 use rebound::{
-    Database, Error, IndexOptions, IndexRecovery, MediumChoice, Options, SimDevice, Table,
+    Database, Error, Index, IndexOptions, IndexRecovery, MediumChoice, Options, SimDevice, Table,
     TableOptions,
 };
 
@@ -29,6 +29,17 @@ fn keys(rows: &[(Vec<u8>, Vec<u8>)]) -> Vec<String> {
 fn people(db: &Database) -> Table {
     db.create_table("people", TableOptions::default().max_key_len(16))
         .unwrap()
+}
+
+/// The people table with a city index and a unique age index.
+fn people_by_city_and_unique_age(db: &Database) -> (Table, Index, Index) {
+    let t = people(db);
+    let by_city = db
+        .create_index(&t, "by_city", IndexOptions::default().value_bytes(0..4))
+        .unwrap();
+    let unique_age = IndexOptions::default().value_bytes(4..8).unique(true);
+    let by_age = db.create_index(&t, "by_age", unique_age).unwrap();
+    (t, by_city, by_age)
 }
 
 #[test]
@@ -333,17 +344,7 @@ fn concurrent_writers_keep_every_lookup_equal_to_a_scan() {
     common::each_seed(|seed| {
         let device = SimDevice::new(1 << 30);
         let db = Database::open("unused", sim_options(&device, IndexRecovery::Adaptive)).unwrap();
-        let t = people(&db);
-        let by_city = db
-            .create_index(&t, "by_city", IndexOptions::default().value_bytes(0..4))
-            .unwrap();
-        let by_age = db
-            .create_index(
-                &t,
-                "by_age",
-                IndexOptions::default().value_bytes(4..8).unique(true),
-            )
-            .unwrap();
+        let (t, by_city, by_age) = people_by_city_and_unique_age(&db);
         let cities = ["oslo", "rome", "lima", "kyiv"];
         std::thread::scope(|scope| {
             for w in 0..3u64 {
@@ -456,17 +457,7 @@ fn check_indexes(
 fn index_lookups_are_protected_against_phantoms() {
     let device = SimDevice::new(1 << 28);
     let db = Database::open("unused", sim_options(&device, IndexRecovery::Adaptive)).unwrap();
-    let t = people(&db);
-    let by_city = db
-        .create_index(&t, "by_city", IndexOptions::default().value_bytes(0..4))
-        .unwrap();
-    let by_age = db
-        .create_index(
-            &t,
-            "by_age",
-            IndexOptions::default().value_bytes(4..8).unique(true),
-        )
-        .unwrap();
+    let (t, by_city, by_age) = people_by_city_and_unique_age(&db);
     let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
     let mut tx = s1.begin();
     tx.insert(&t, b"ann", &row("rome", 30)).unwrap();
