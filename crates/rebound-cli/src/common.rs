@@ -786,6 +786,19 @@ pub struct LoadStats {
     pub checkpoint_sequence: Option<u64>,
 }
 
+impl LoadStats {
+    /// A load of `rows` rows that began at `start` and just ended.
+    pub fn timed(rows: u64, start: std::time::Instant) -> LoadStats {
+        let seconds = start.elapsed().as_secs_f64();
+        LoadStats {
+            rows,
+            seconds,
+            rows_per_s: rows as f64 / seconds,
+            ..LoadStats::default()
+        }
+    }
+}
+
 /// [`settle`] for Rebound; the other engines have no background work of
 /// this kind to wait for.
 pub fn settle_engine<E: Engine>(engine: &E, load: &mut LoadStats) -> BoxResult<()> {

@@ -158,6 +158,19 @@ pub fn nurand<R: Rng + ?Sized>(rng: &mut R, a: u64, x: u64, y: u64, c: u64) -> u
     (((rng.gen_range(0..=a) | rng.gen_range(x..=y)) + c) % (y - x + 1)) + x
 }
 
+/// Picks a transaction kind (an index into `mix`) from the mix
+/// percentages, which add up to 100.
+pub fn pick_kind<R: rand::Rng>(rng: &mut R, mix: &[u32]) -> usize {
+    let mut r = rng.gen_range(0..100u32);
+    for (i, &p) in mix.iter().enumerate() {
+        if r < p {
+            return i;
+        }
+        r -= p;
+    }
+    mix.len() - 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -151,14 +151,7 @@ pub fn load(db: &Database, cfg: &TatpConfig, show_progress: bool) -> BoxResult<L
         return Err(format!("load failed: {e}").into());
     }
     super::create_indexes(db, cfg.extra_indexes)?;
-    let seconds = start.elapsed().as_secs_f64();
-    let rows = rows.into_inner();
-    Ok(LoadStats {
-        rows,
-        seconds,
-        rows_per_s: rows as f64 / seconds,
-        ..LoadStats::default()
-    })
+    Ok(LoadStats::timed(rows.into_inner(), start))
 }
 
 /// Inserts the rows of subscribers `ids` in one transaction.

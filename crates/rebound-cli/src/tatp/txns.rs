@@ -9,6 +9,7 @@ use super::schema::*;
 use super::{Tables, TatpConfig};
 use crate::common::{run_txn, Done, Flow, Worker};
 use crate::engines::{self, Error};
+use crate::gen::pick_kind;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rebound::{Session, Transaction};
@@ -26,18 +27,6 @@ pub const KINDS: [&str; 7] = [
 
 /// The standard mix, percent per kind.
 pub const STANDARD_MIX: [u32; 7] = [35, 10, 35, 2, 14, 2, 2];
-
-/// Picks a transaction kind (index into `KINDS`) from the percentages.
-pub fn pick_kind<R: Rng>(rng: &mut R, mix: &[u32]) -> usize {
-    let mut r = rng.gen_range(0..100u32);
-    for (i, &p) in mix.iter().enumerate() {
-        if r < p {
-            return i;
-        }
-        r -= p;
-    }
-    mix.len() - 1
-}
 
 /// How subscriber ids are drawn.
 #[derive(Clone, Copy, Debug)]

@@ -140,14 +140,7 @@ pub fn load<E: Engine>(db: &E, cfg: &TpccConfig, show_progress: bool) -> BoxResu
     if let Some(e) = failure.into_inner().unwrap() {
         return Err(format!("load failed: {e}").into());
     }
-    let seconds = start.elapsed().as_secs_f64();
-    let rows = rows.into_inner();
-    Ok(LoadStats {
-        rows,
-        seconds,
-        rows_per_s: rows as f64 / seconds,
-        ..LoadStats::default()
-    })
+    Ok(LoadStats::timed(rows.into_inner(), start))
 }
 
 /// Inserts `rows` in transactions of about `BATCH` rows.

@@ -6,7 +6,7 @@ use super::schema::*;
 use super::{Shared, Tables, TpccConfig, C_ID, C_LAST_RUN, C_OL_I_ID};
 use crate::common::{run_txn, Done, Flow, Worker};
 use crate::engines::{self, Error, Session, Tx};
-use crate::gen::nurand;
+use crate::gen::{nurand, pick_kind};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;
@@ -51,18 +51,6 @@ pub struct TpccWorker<T> {
     rng: SmallRng,
     home_w: u16,
     shared: Arc<Shared>,
-}
-
-/// Picks a transaction kind (index into `KINDS`) from the mix percentages.
-pub fn pick_kind<R: Rng>(rng: &mut R, mix: &[u32]) -> usize {
-    let mut r = rng.gen_range(0..100u32);
-    for (i, &p) in mix.iter().enumerate() {
-        if r < p {
-            return i;
-        }
-        r -= p;
-    }
-    mix.len() - 1
 }
 
 fn get_row<X: Tx>(tx: &mut X, table: &X::Table, key: &[u8]) -> engines::Result<Vec<u8>> {
