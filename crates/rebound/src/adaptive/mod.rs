@@ -56,10 +56,9 @@ pub enum IndexRecovery {
     Adaptive,
 }
 
-/// Cost of reading one row in a table scan before a scan measured it,
-/// once the primary index is in DRAM and while it is still loading
-/// (cold keys are then moved into it one by one). Measured on TATP rows.
-const SCAN_ROW_NS: [u64; 2] = [600, 2_000];
+/// Cost of reading one row in a table scan, once the primary index is in
+/// DRAM, before a scan measured it (measured on TATP rows).
+const SCAN_ROW_NS: u64 = 600;
 /// Estimated cost of one index descent plus reading one row through it.
 pub const PROBE_NS: u64 = 1_500;
 /// Cost of entering one row into an index before a build measured it.
@@ -114,9 +113,9 @@ pub struct IndexManager {
     restart_statements: AtomicU64,
     /// Measured cost of entering one row, 0 until a build finished.
     build_ns_per_row: AtomicU64,
-    /// Measured cost of reading one row in a scan, 0 until one ran; [0]
-    /// with the primary index in DRAM, [1] while it loads.
-    scan_ns_per_row: [AtomicU64; 2],
+    /// Measured cost of reading one row in a scan with the primary index
+    /// in DRAM, 0 until one ran.
+    scan_ns_per_row: AtomicU64,
     /// The clock's value when last looked at, and when it last moved
     /// (nanoseconds since `opened`): the workload's idleness.
     clock_seen: AtomicU64,
@@ -167,7 +166,7 @@ impl IndexManager {
             past,
             restart_statements: AtomicU64::new(0),
             build_ns_per_row: AtomicU64::new(0),
-            scan_ns_per_row: [AtomicU64::new(0), AtomicU64::new(0)],
+            scan_ns_per_row: AtomicU64::new(0),
             clock_seen: AtomicU64::new(0),
             clock_moved_at: AtomicU64::new(0),
             cancel: AtomicBool::new(false),
@@ -218,25 +217,29 @@ impl IndexManager {
         }
     }
 
-    fn scan_cost_per_row(&self, loading: bool) -> u64 {
-        match self.scan_ns_per_row[loading as usize].load(Relaxed) {
-            0 => SCAN_ROW_NS[loading as usize],
+    fn scan_cost_per_row(&self) -> u64 {
+        match self.scan_ns_per_row.load(Relaxed) {
+            0 => SCAN_ROW_NS,
             measured => measured,
         }
     }
 
-    /// Records how long a scan standing in for an index took; `loading`
-    /// if the table's primary index was loading when it started.
+    /// Records how long a scan standing in for an index took, unless the
+    /// table's primary index was loading when it started (such a scan moves
+    /// cold keys into it and says nothing of the steady cost).
     pub fn note_scan(&self, table_rows: u64, took: Duration, loading: bool) {
+        if loading {
+            return;
+        }
         if let Some(per_row) = (took.as_nanos() as u64).checked_div(table_rows) {
-            self.scan_ns_per_row[loading as usize].store(per_row.max(1), Relaxed);
+            self.scan_ns_per_row.store(per_row.max(1), Relaxed);
         }
     }
 
     /// Estimated benefit of the index to one statement that returned
     /// `rows` rows from a table of `table_rows` (eq. 4), in steady state.
     pub fn benefit(&self, table_rows: u64, rows: usize) -> u64 {
-        (table_rows * self.scan_cost_per_row(false)).saturating_sub(PROBE_NS * (1 + rows as u64))
+        (table_rows * self.scan_cost_per_row()).saturating_sub(PROBE_NS * (1 + rows as u64))
     }
 
     /// Whether no transaction started during the last `IDLE_AFTER`, as
@@ -284,10 +287,11 @@ impl IndexManager {
         // While the primary index loads, a scan moves every cold key into
         // it one by one, where the build reads them in place and sorted:
         // the build's remainder is never the dearer choice then.
-        let loading = table.is_loading();
-        let scan_ns = table.approximate_rows() * self.scan_cost_per_row(loading);
-        if !loading && self.build_left_ns(table, index) >= scan_ns {
-            return Plan::Scan;
+        if !table.is_loading() {
+            let scan_ns = table.approximate_rows() * self.scan_cost_per_row();
+            if self.build_left_ns(table, index) >= scan_ns {
+                return Plan::Scan;
+            }
         }
         index.usage.waits.fetch_add(1, Relaxed);
         drop(index.build_lock.lock());
