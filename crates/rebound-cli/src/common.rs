@@ -29,6 +29,8 @@ pub fn designs() -> Vec<(&'static str, Options)> {
         // Log-free storage, every checkpoint full / incremental.
         ("log-free-full", d().checkpoint(CheckpointMode::Full)),
         ("log-free-incr", d().checkpoint(CheckpointMode::Incremental)),
+        // HiEngine's ChainIndex: delta images linked into a chain.
+        ("log-free-chain", d().checkpoint(CheckpointMode::Chain)),
         // FIR without block GC: storage grows with every update.
         ("log-free-nogc", d().gc(GcOptions::default().enabled(false))),
     ]

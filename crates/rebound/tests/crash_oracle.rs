@@ -438,11 +438,12 @@ fn fences_of(seed: u64, txns: usize, key_space: u32, mode: CheckpointMode) -> u6
     device.fences()
 }
 
-const MODES: [CheckpointMode; 4] = [
+const MODES: [CheckpointMode; 5] = [
     CheckpointMode::Off,
     CheckpointMode::Full,
     CheckpointMode::Incremental,
     CheckpointMode::CostModel,
+    CheckpointMode::Chain,
 ];
 
 /// A seed and its fence count give the same crash point on every run.
@@ -472,6 +473,7 @@ fn crash_at_every_fence_of_small_workloads() {
             CheckpointMode::Off,
             CheckpointMode::Incremental,
             CheckpointMode::CostModel,
+            CheckpointMode::Chain,
         ]
         .into_iter()
         .enumerate()
@@ -516,7 +518,7 @@ fn crash_at_random_fences_of_larger_workloads() {
 #[ignore = "replays one case given by REBOUND_SEED and REBOUND_CRASH_AT"]
 fn replay() {
     let usage = "usage: REBOUND_SEED=<seed> REBOUND_CRASH_AT=<fence> [REBOUND_TXNS=300] \
-                 [REBOUND_KEYS=200] [REBOUND_MODE=Off|Full|Incremental|CostModel] \
+                 [REBOUND_KEYS=200] [REBOUND_MODE=Off|Full|Incremental|CostModel|Chain] \
                  cargo test -p rebound --test crash_oracle replay -- --ignored";
     let var = |name: &str| std::env::var(name).ok();
     let number = |name: &str| -> Option<u64> {
@@ -535,6 +537,7 @@ fn replay() {
         Some("Full") => CheckpointMode::Full,
         Some("Incremental") => CheckpointMode::Incremental,
         Some("CostModel") | None => CheckpointMode::CostModel,
+        Some("Chain") => CheckpointMode::Chain,
         Some(other) => panic!("REBOUND_MODE={other:?} is not a mode\n{usage}"),
     };
     assert!(

@@ -7,7 +7,8 @@ mod common;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rebound::{
-    Database, Error, MediumChoice, Options, SimDevice, Table, TableOptions, Transaction,
+    CheckpointMode, Database, Error, MediumChoice, Options, SimDevice, Table, TableOptions,
+    Transaction,
 };
 use std::collections::BTreeMap;
 use std::ops::{Bound, RangeBounds};
@@ -187,6 +188,67 @@ fn cursors_match_the_model_with(seed: u64) {
         check_ranges(&mut tx, &t, &model, &mut rng, 1);
         tx.commit().unwrap();
     }
+}
+
+/// After a restart from a chain of delta checkpoints (ChainIndex), point
+/// reads and cursors served from the chain, newest image first, agree with
+/// the model: updated keys take their newest address, and deleted keys,
+/// also those whose index entries were reaped between checkpoints, stay
+/// deleted although older images still hold them.
+#[test]
+fn reads_after_a_restart_from_a_checkpoint_chain_match_the_model() {
+    common::each_seed(|seed| {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let device = SimDevice::new(1 << 28);
+        let options = sim_options(&device).checkpoint(CheckpointMode::Chain);
+        let db = Database::open("unused", options).unwrap();
+        let t = db
+            .create_table("t", TableOptions::default().max_key_len(8))
+            .unwrap();
+        let mut session = db.session().unwrap();
+        let mut model = Model::new();
+        // Until the chain in force is a base and at least three deltas.
+        let mut chain_length = 0;
+        for _ in 0..60 {
+            for _ in 0..rng.gen_range(1..4) {
+                let mut tx = session.begin();
+                random_writes(&mut tx, &t, &mut model, &mut rng);
+                tx.commit().unwrap();
+            }
+            if rng.gen_bool(0.5) {
+                db.run_maintenance().unwrap();
+            }
+            chain_length = db.checkpoint().unwrap().chain_length;
+            if chain_length >= 4 {
+                break;
+            }
+        }
+        assert!(chain_length >= 4, "seed {seed}: the chain never grew");
+        let mut tx = session.begin();
+        random_writes(&mut tx, &t, &mut model, &mut rng);
+        tx.commit().unwrap();
+        drop((session, t, db));
+        let stopped = device.clean_copy();
+        for _ in 0..6 {
+            let options = sim_options(&stopped.clean_copy())
+                .checkpoint(CheckpointMode::Chain)
+                .load_indexes_in_background(false);
+            let db = Database::open("unused", options).unwrap();
+            let t = db.table("t").unwrap().unwrap();
+            let mut session = db.session().unwrap();
+            let mut tx = session.begin();
+            for _ in 0..20 {
+                let key = random_key(&mut rng, 1);
+                assert_eq!(
+                    tx.get(&t, &key).unwrap(),
+                    model.get(&key).cloned(),
+                    "seed {seed} key {key:?}"
+                );
+            }
+            check_ranges(&mut tx, &t, &model, &mut rng, 1);
+            tx.commit().unwrap();
+        }
+    });
 }
 
 /// Rows `row00000`, `row00002`, ... `row09998`: many leaves.

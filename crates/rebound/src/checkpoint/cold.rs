@@ -7,41 +7,40 @@
 //! at once; a background loader then moves the whole run into the DRAM
 //! index and retires it.
 
-use super::CheckpointImage;
+use super::Chain;
 use crate::error::{Error, Result};
 use crate::medium::Medium;
 use crate::txn::{ColdEntries, Store, TableRt};
 use std::ops::Bound;
 use std::sync::Arc;
 
-/// One table's run in the checkpoint in force.
+/// One table's run in the checkpoint chain in force.
 pub struct ColdRun {
-    image: Arc<CheckpointImage>,
+    chain: Arc<Chain>,
     table: u32,
 }
 
 impl ColdRun {
-    pub fn new(image: Arc<CheckpointImage>, table: u32) -> ColdRun {
-        ColdRun { image, table }
+    pub fn new(chain: Arc<Chain>, table: u32) -> ColdRun {
+        ColdRun { chain, table }
     }
 }
 
 impl ColdEntries for ColdRun {
     fn len(&self) -> u64 {
-        self.image.table(self.table).map_or(0, |s| s.entry_count)
+        self.chain.entry_count(self.table)
     }
 
     fn split_keys(&self, medium: &Medium, parts: usize) -> Vec<Vec<u8>> {
-        self.image
-            .table(self.table)
-            .map_or_else(Vec::new, |section| section.split_keys(medium, parts))
+        // The base image holds most keys; deltas only what changed since.
+        self.chain
+            .sections(self.table)
+            .last()
+            .map_or_else(Vec::new, |base| base.split_keys(medium, parts))
     }
 
     fn find(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
-        match self.image.table(self.table) {
-            Some(section) => section.find(medium, key),
-            None => Ok(None),
-        }
+        self.chain.find(medium, self.table, key)
     }
 
     fn range(
@@ -51,10 +50,8 @@ impl ColdEntries for ColdRun {
         upper: Bound<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, u64)>> {
-        match self.image.table(self.table) {
-            Some(section) => section.range(medium, lower, upper, limit),
-            None => Ok(Vec::new()),
-        }
+        self.chain
+            .range(medium, self.table, (lower, upper), limit, false)
     }
 
     fn range_rev(
@@ -64,10 +61,8 @@ impl ColdEntries for ColdRun {
         upper: Bound<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, u64)>> {
-        match self.image.table(self.table) {
-            Some(section) => section.range_rev(medium, lower, upper, limit),
-            None => Ok(Vec::new()),
-        }
+        self.chain
+            .range(medium, self.table, (lower, upper), limit, true)
     }
 }
 
@@ -75,10 +70,10 @@ impl ColdEntries for ColdRun {
 /// run turns out damaged is marked so and refuses transactions.
 pub fn load_cold(
     store: &Store,
-    image: &CheckpointImage,
+    chain: &Chain,
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<()> {
-    let verified = image.verify(&store.medium);
+    let verified = chain.verify(&store.medium);
     let tables: Vec<Arc<TableRt>> = store
         .tables
         .iter()
@@ -92,7 +87,7 @@ pub fn load_cold(
                 let verified = verified.as_ref().map_err(|e| Error::Corrupt(e.to_string()));
                 scope.spawn(move || {
                     let outcome =
-                        verified.and_then(|_| load_table(&store.medium, image, table, cancelled));
+                        verified.and_then(|_| load_table(&store.medium, chain, table, cancelled));
                     if cancelled() {
                         return Ok(());
                     }
@@ -118,7 +113,7 @@ pub fn load_cold(
 
 fn load_table(
     medium: &Medium,
-    image: &CheckpointImage,
+    chain: &Chain,
     table: &TableRt,
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<()> {
@@ -128,12 +123,8 @@ fn load_table(
             table.heap.def.name
         ))
     };
-    let Some(section) = image.table(table.heap.def.id) else {
-        return Ok(());
-    };
-    let mut reader = section.reader();
+    let mut reader = chain.reader(table.heap.def.id);
     let mut chunk = Chunk::default();
-    let mut count = 0u64;
     while let Some((key, addr)) = reader.next_entry(medium) {
         let in_order = chunk.last_key().is_none_or(|last| last < key);
         if !in_order || !(1..=table.heap.def.max_key_len as usize).contains(&key.len()) {
@@ -143,7 +134,6 @@ fn load_table(
             return Err(bad("address of a slot that does not exist"));
         }
         chunk.push(key, addr);
-        count += 1;
         if chunk.len() == CHUNK_ENTRIES {
             table.adopt_sorted(&chunk.entries());
             chunk.clear_keeping_last();
@@ -153,7 +143,7 @@ fn load_table(
         }
     }
     table.adopt_sorted(&chunk.entries());
-    if count != section.entry_count || !reader.at_end() {
+    if !reader.complete() {
         return Err(bad("entry count does not match"));
     }
     Ok(())

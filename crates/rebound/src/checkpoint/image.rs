@@ -20,7 +20,12 @@ use crate::error::{Error, Result};
 use crate::medium::Medium;
 use std::ops::Bound;
 
-pub(super) const MAGIC: [u8; 8] = *b"RBCKPT04";
+pub(super) const MAGIC: [u8; 8] = *b"RBCKPT05";
+/// The address a delta image records for a key deleted since its
+/// predecessor (no slot has it: addresses are below the medium's length).
+pub const TOMBSTONE: u64 = u64::MAX;
+/// Images a chain may hold; a longer one is damage, not a chain.
+pub const MAX_CHAIN: u32 = 64;
 /// Where the long regions' published marks start in the header.
 pub(super) const LONG_PUBLISHED_AT: usize = 64;
 const LONG_REGION_COUNT: usize = MAX_WORKERS - crate::catalog::LONG_REGIONS;
@@ -53,6 +58,10 @@ pub struct CheckpointImage {
     /// Per long region: commits up to this one are in the checkpoint.
     pub long_published: Vec<u64>,
     pub len: u64,
+    /// Offset of the image this one is a delta of; 0 for a base image.
+    pub previous: u64,
+    /// Images in the chain this one ends (1 for a base image).
+    pub depth: u32,
     body_crc: u32,
     sections: Vec<TableSection>,
 }
@@ -90,6 +99,10 @@ impl CheckpointImage {
         if len < HEADER || !medium.contains(offset, len) {
             return Err(corrupt("length outside the medium"));
         }
+        let (previous, depth) = (u64_at(&header, 56), u32_at(&header, 44));
+        if !(1..=MAX_CHAIN).contains(&depth) || (depth == 1) != (previous == 0) {
+            return Err(corrupt("bad chain link"));
+        }
         let sections = read_sections(medium, offset, len, u32_at(&header, 32))?;
         Ok(CheckpointImage {
             offset,
@@ -100,6 +113,8 @@ impl CheckpointImage {
                 .map(|i| u64_at(&header, LONG_PUBLISHED_AT + 8 * i))
                 .collect(),
             len,
+            previous,
+            depth,
             body_crc: u32_at(&header, 36),
             sections,
         })
@@ -520,26 +535,39 @@ impl<'a> EntryReader<'a> {
         self.buf.get(at..at + 10 + key_len)
     }
 
-    pub fn peek_key(&mut self, medium: &Medium) -> Option<&[u8]> {
-        let (at, key_len) = self.current(medium)?;
-        self.buf.get(at + 2..at + 2 + key_len)
-    }
-
     pub fn advance(&mut self, medium: &Medium) {
         if let Some((_, key_len)) = self.current(medium) {
             self.pos += 10 + key_len as u64;
         }
     }
 
-    /// The next entry, or `None` at the end of the run.
-    pub fn next_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
+    /// The next entry without consuming it.
+    pub fn peek_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
         let (at, key_len) = self.current(medium)?;
-        self.pos += 10 + key_len as u64;
+        self.decoded(at, key_len)
+    }
+
+    /// The entry the last `peek_entry` returned, from the buffer alone.
+    pub fn peeked(&self) -> Option<(&[u8], u64)> {
+        let at = usize::try_from(self.pos.checked_sub(self.buf_at)?).ok()?;
+        let len = self.buf.get(at..at + 2)?;
+        let key_len = u16::from_le_bytes([*len.first()?, *len.get(1)?]) as usize;
+        self.decoded(at, key_len)
+    }
+
+    fn decoded(&self, at: usize, key_len: usize) -> Option<(&[u8], u64)> {
         let (key, addr) = self
             .encoded(at, key_len)?
             .get(2..)?
             .split_at_checked(key_len)?;
         Some((key, u64::from_le_bytes(addr.try_into().ok()?)))
+    }
+
+    /// The next entry, or `None` at the end of the run.
+    pub fn next_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
+        let (at, key_len) = self.current(medium)?;
+        self.pos += 10 + key_len as u64;
+        self.decoded(at, key_len)
     }
 
     /// Copies the entries with keys below `upper` (all for `None`) into

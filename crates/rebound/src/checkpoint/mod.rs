@@ -53,19 +53,22 @@
 //! is used (see `image`), so a damaged image is `Corrupt`, never a block
 //! list, an allocation size or an answer.
 
+mod chain;
 mod cold;
 mod cost;
 mod image;
 mod writer;
 
+pub use chain::Chain;
 pub use cold::{load_cold, ColdRun};
 
 pub use cost::CostModel;
-pub use image::{CheckpointImage, TableSection};
+pub use image::{CheckpointImage, TableSection, TOMBSTONE};
 pub use writer::RunWriter;
 
 use crate::catalog;
 use crate::error::Result;
+use crate::heap::tile::PENDING;
 use crate::heap::Addr;
 use crate::medium::Medium;
 use crate::txn::{Store, TableRt};
@@ -86,7 +89,14 @@ pub enum CheckpointMode {
     /// Full or incremental per checkpoint, by FIR's time-cost model.
     #[default]
     CostModel,
+    /// Only the entries changed since the previous checkpoint, as a delta
+    /// image linked to it (HiEngine's ChainIndex); a long chain is folded
+    /// into a new base by the next checkpoint.
+    Chain,
 }
+
+/// A chain this deep is folded by the next checkpoint.
+const FOLD_DEPTH: u32 = 8;
 
 /// What one checkpoint did.
 #[derive(Debug, Clone, Default)]
@@ -96,6 +106,10 @@ pub enum CheckpointMode {
 pub struct CheckpointStats {
     pub sequence: u64,
     pub incremental: bool,
+    /// A delta image linked to the previous checkpoint (ChainIndex).
+    pub delta: bool,
+    /// Images in the chain this checkpoint ends (1 unless `delta`).
+    pub chain_length: u32,
     pub t_low: u64,
     pub duration: Duration,
     pub entries: u64,
@@ -116,12 +130,20 @@ pub struct CheckpointStats {
 }
 
 /// The durable checkpoint currently in force.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Durable {
+    /// The newest image: the root.
     pub offset: u64,
-    pub len: u64,
     pub sequence: u64,
     pub t_low: u64,
+    pub long_t_low: u64,
+    /// Every image of the chain as (offset, extent length), newest first.
+    pub extents: Vec<(u64, u64)>,
+    /// Entries in the base image and in the deltas after it.
+    pub base_entries: u64,
+    pub delta_entries: u64,
+    /// Tables the chain has sections for.
+    pub tables: Vec<u32>,
     /// False right after recovery: the live index then holds redone
     /// versions the image lacks, so the next checkpoint must be full.
     pub usable_as_base: bool,
@@ -151,7 +173,7 @@ impl Checkpointer {
     pub fn take(&mut self, store: &Store) -> Result<CheckpointStats> {
         let started = Instant::now();
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
-        let base = self.current.filter(|c| c.usable_as_base);
+        let base = self.current.clone().filter(|c| c.usable_as_base);
         let samples: Vec<_> = store
             .tables
             .iter()
@@ -161,31 +183,61 @@ impl Checkpointer {
             t_low,
             ..Default::default()
         };
-        let incremental = self.choose(store, base.is_some(), &samples, &mut stats);
-        stats.incremental = incremental;
-        let previous = match (incremental, base) {
-            (true, Some(b)) => {
-                let image = CheckpointImage::open(&store.medium, b.offset)?;
-                image.verify(&store.medium)?;
-                Some(image)
+        let kind = match &base {
+            Some(b) => self.choose(store, b, &samples, &mut stats),
+            None => Kind::Full,
+        };
+        stats.incremental = kind == Kind::Incremental;
+        stats.delta = kind == Kind::Delta;
+        let previous = match (kind, &base) {
+            (Kind::Incremental, Some(b)) => {
+                let chain = Chain::open(&store.medium, b.offset)?;
+                chain.verify(&store.medium)?;
+                Some(chain)
             }
             _ => None,
         };
-        let sequence = self.current.map_or(1, |c| c.sequence + 1);
+        let horizons = writer::Horizons {
+            sequence: self.current.as_ref().map_or(1, |c| c.sequence + 1),
+            t_low,
+            long_t_low,
+            long_published,
+        };
+        let link = match (kind, &base) {
+            (Kind::Delta, Some(b)) => writer::Link {
+                previous: b.offset,
+                depth: b.extents.len() as u32 + 1,
+            },
+            _ => writer::Link {
+                previous: 0,
+                depth: 1,
+            },
+        };
         let collect_start = Instant::now();
-        let mut image = writer::Builder::new(sequence, t_low, long_t_low, &long_published);
+        let mut image = writer::Builder::new(&horizons, link);
         let mut deleted = Vec::new();
+        let mut tables = Vec::new();
         for (_, table) in store.tables.iter() {
-            let prev_section = previous.as_ref().and_then(|p| p.table(table.heap.def.id));
+            let id = table.heap.def.id;
+            tables.push(id);
             let mut run = image.begin_table(table);
             let mut collect = Collect {
                 run: &mut run,
                 stats: &mut stats,
                 deleted: Vec::new(),
             };
-            match (prev_section, base) {
-                (Some(section), Some(b)) => {
-                    write_incremental(&store.medium, table, section, b.t_low, &mut collect)
+            let delta_base = base
+                .as_ref()
+                .filter(|b| kind == Kind::Delta && b.tables.contains(&id));
+            if delta_base.is_none() {
+                // A key reaped from here on may be in this image: the
+                // next delta must say it is gone.
+                table.take_reaped(self.mode == CheckpointMode::Chain);
+            }
+            match (delta_base, &base, &previous) {
+                (Some(b), _, _) => write_delta(&store.medium, table, b.long_t_low, &mut collect),
+                (None, Some(b), Some(chain)) if chain.has_table(id) => {
+                    write_incremental(&store.medium, table, chain, b.t_low, &mut collect)
                 }
                 _ => write_full(&store.medium, table, &mut collect),
             }
@@ -195,12 +247,19 @@ impl Checkpointer {
         stats.collect_time = collect_start.elapsed();
         let bytes = image.finish();
         stats.bytes = bytes.len() as u64;
-        let written = self.write(store, bytes, sequence, t_low)?;
-        stats.sequence = sequence;
+        stats.sequence = horizons.sequence;
         stats.entries = stats.entries_resolved + stats.entries_copied;
+        let written = self.write(store, bytes, &horizons, base.filter(|_| stats.delta))?;
+        let written = Durable {
+            tables,
+            ..written.counting(stats.entries)
+        };
+        stats.chain_length = written.extents.len() as u32;
         stats.tombstones_removed = reap(store, deleted);
         stats.duration = started.elapsed();
-        self.cost.observe(&stats);
+        if !stats.delta {
+            self.cost.observe(&stats);
+        }
         self.current = Some(written);
         Ok(stats)
     }
@@ -208,49 +267,98 @@ impl Checkpointer {
     fn choose(
         &self,
         store: &Store,
-        have_base: bool,
+        base: &Durable,
         samples: &[crate::txn::Sample],
         stats: &mut CheckpointStats,
-    ) -> bool {
-        if !have_base {
-            return false;
-        }
+    ) -> Kind {
         match self.mode {
-            CheckpointMode::Full | CheckpointMode::Off => false,
-            CheckpointMode::Incremental => true,
+            CheckpointMode::Full | CheckpointMode::Off => Kind::Full,
+            CheckpointMode::Incremental => Kind::Incremental,
+            CheckpointMode::Chain => match base.wants_fold() {
+                true => Kind::Incremental,
+                false => Kind::Delta,
+            },
             CheckpointMode::CostModel => {
                 let prediction = self.cost.predict(store, samples);
                 stats.alpha = prediction.alpha;
                 stats.predicted_full_ns = prediction.full_ns;
                 stats.predicted_incremental_ns = prediction.incremental_ns;
-                prediction.incremental_ns < prediction.full_ns
+                match prediction.incremental_ns < prediction.full_ns {
+                    true => Kind::Incremental,
+                    false => Kind::Full,
+                }
             }
         }
     }
 
-    /// Writes the image to a new extent, switches the root, frees the old one.
+    /// Writes the image to a new extent and switches the root to it. A
+    /// delta extends `delta_of`'s chain; any other image replaces the
+    /// chain in force, whose extents are freed.
     fn write(
         &mut self,
         store: &Store,
         bytes: Vec<u8>,
-        sequence: u64,
-        t_low: u64,
+        horizons: &writer::Horizons,
+        delta_of: Option<Durable>,
     ) -> Result<Durable> {
         let len = (bytes.len() as u64).next_multiple_of(crate::heap::BLOCK_ALIGN);
         let (offset, _) = store.space.allocate(&store.medium, len)?;
         store.medium.write_bytes(offset, &bytes);
         store.medium.persist_now(offset, bytes.len() as u64)?;
         catalog::set_checkpoint_root(&store.medium, offset)?;
-        if let Some(old) = self.current {
-            store.space.free(old.offset, old.len);
-        }
-        Ok(Durable {
+        let mut written = Durable {
             offset,
-            len,
-            sequence,
-            t_low,
+            sequence: horizons.sequence,
+            t_low: horizons.t_low,
+            long_t_low: horizons.long_t_low,
+            extents: vec![(offset, len)],
+            base_entries: 0,
+            delta_entries: 0,
+            tables: Vec::new(),
             usable_as_base: true,
-        })
+        };
+        match delta_of {
+            Some(chain) => {
+                written.extents.extend_from_slice(&chain.extents);
+                written.base_entries = chain.base_entries;
+                written.delta_entries = chain.delta_entries;
+            }
+            None => {
+                for (old, old_len) in self.current.iter().flat_map(|c| c.extents.iter()) {
+                    store.space.free(*old, *old_len);
+                }
+            }
+        }
+        Ok(written)
+    }
+}
+
+/// What a checkpoint writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Every entry, from the live index.
+    Full,
+    /// Every entry: changed subtrees from the live index, the rest copied
+    /// from the chain in force (which it replaces).
+    Incremental,
+    /// Only what changed since the chain in force, linked to it.
+    Delta,
+}
+
+impl Durable {
+    /// A chain this deep, or whose deltas outgrow its base, costs lookups
+    /// and restarts more than one copying checkpoint costs.
+    fn wants_fold(&self) -> bool {
+        self.extents.len() as u32 >= FOLD_DEPTH || self.delta_entries > self.base_entries
+    }
+
+    /// Adds a new image's entries to the base or the deltas.
+    fn counting(mut self, entries: u64) -> Durable {
+        match self.extents.len() {
+            1 => self.base_entries = entries,
+            _ => self.delta_entries += entries,
+        }
+        self
     }
 }
 
@@ -290,11 +398,11 @@ fn write_full(medium: &Medium, table: &TableRt, out: &mut Collect) {
 fn write_incremental(
     medium: &Medium,
     table: &TableRt,
-    previous: &TableSection,
+    previous: &Chain,
     base_t_low: u64,
     out: &mut Collect,
 ) {
-    let state = std::cell::RefCell::new((out, previous.reader()));
+    let state = std::cell::RefCell::new((out, previous.reader(table.heap.def.id)));
     table.index.walk(
         |lower, upper, update_time, _is_leaf| {
             if update_time >= base_t_low {
@@ -316,6 +424,66 @@ fn write_incremental(
             out.live(medium, table, key, head);
         },
     );
+}
+
+/// The entries of changed subtrees whose newest committed version is
+/// newer than the chain in force: its address, or `TOMBSTONE` when the key
+/// has none (deleted, or only an uncommitted insert). A version older than
+/// `base_long_t_low` was committed when the chain's newest image read the
+/// index (every transaction running then or later is at least that old),
+/// so the chain records it already, and skipped subtrees hold only such.
+/// Keys reaped from the index since the last checkpoint are absent from
+/// the walk, so they are added from the table's record, with their state
+/// read again after the walk (they may have come back).
+fn write_delta(medium: &Medium, table: &TableRt, base_long_t_low: u64, out: &mut Collect) {
+    let mut changed: Vec<(Vec<u8>, u64)> = Vec::new();
+    let mut deleted = Vec::new();
+    table.index.walk(
+        |_, _, update_time, _| update_time >= base_long_t_low,
+        |key, head| match newest_committed(medium, table, Addr(head)) {
+            Some((_, begin)) if begin < base_long_t_low => {}
+            Some((addr, _)) => changed.push((key.to_vec(), addr.0)),
+            None => {
+                changed.push((key.to_vec(), TOMBSTONE));
+                deleted.push((key.to_vec(), Addr(head)));
+            }
+        },
+    );
+    out.deleted = deleted;
+    let current = |key: &[u8]| match table.index.get(key) {
+        Some(head) => newest_committed(medium, table, Addr(head)).map_or(TOMBSTONE, |(a, _)| a.0),
+        None => TOMBSTONE,
+    };
+    let mut reaped = table.take_reaped(true).into_iter().peekable();
+    let mut push = |key: &[u8], addr: u64| {
+        out.stats.entries_resolved += out.run.push(key, addr) as u64;
+    };
+    for (key, addr) in changed {
+        while let Some(gone) = reaped.next_if(|r| *r < key) {
+            push(&gone, current(&gone));
+        }
+        match reaped.next_if(|r| *r == key) {
+            Some(_) => push(&key, current(&key)),
+            None => push(&key, addr),
+        }
+    }
+    for gone in reaped {
+        push(&gone, current(&gone));
+    }
+}
+
+/// The newest committed version reachable from `head` and its txn id;
+/// `None` if it is a tombstone or there is none. A damaged header or slot
+/// gives `None` only for a missing header: a readable slot whose
+/// tombstone flag cannot be read keeps its entry, so readers say Corrupt.
+fn newest_committed(medium: &Medium, table: &TableRt, head: Addr) -> Option<(Addr, u64)> {
+    let addr = table.committed_version(medium, head)?;
+    let begin = table
+        .heap
+        .header(addr)?
+        .begin
+        .load(std::sync::atomic::Ordering::Acquire);
+    Some((addr, begin & !PENDING))
 }
 
 /// Removes the index entries of deleted keys that nobody can see any more

@@ -5,6 +5,23 @@
 use super::image::{header_crc, FENCE_EVERY, HEADER, LONG_PUBLISHED_AT, MAGIC};
 use crate::txn::TableRt;
 
+/// What an image records about the store's redo horizons.
+pub struct Horizons {
+    pub sequence: u64,
+    pub t_low: u64,
+    pub long_t_low: u64,
+    pub long_published: Vec<u64>,
+}
+
+/// Where an image sits in its chain.
+#[derive(Clone, Copy)]
+pub struct Link {
+    /// The image it is a delta of (0: it is a base image).
+    pub previous: u64,
+    /// 1 for a base image, the predecessor's depth + 1 for a delta.
+    pub depth: u32,
+}
+
 /// Builds an image in DRAM.
 pub struct Builder {
     bytes: Vec<u8>,
@@ -12,12 +29,20 @@ pub struct Builder {
 }
 
 impl Builder {
-    pub fn new(sequence: u64, t_low: u64, long_t_low: u64, long_published: &[u64]) -> Builder {
+    pub fn new(horizons: &Horizons, link: Link) -> Builder {
+        let Horizons {
+            sequence,
+            t_low,
+            long_t_low,
+            ref long_published,
+        } = *horizons;
         let mut bytes = vec![0u8; HEADER as usize];
         bytes[0..8].copy_from_slice(&MAGIC);
         bytes[8..16].copy_from_slice(&sequence.to_le_bytes());
         bytes[16..24].copy_from_slice(&t_low.to_le_bytes());
+        bytes[44..48].copy_from_slice(&link.depth.to_le_bytes());
         bytes[48..56].copy_from_slice(&long_t_low.to_le_bytes());
+        bytes[56..64].copy_from_slice(&link.previous.to_le_bytes());
         for (i, published) in long_published.iter().enumerate() {
             let at = LONG_PUBLISHED_AT + 8 * i;
             bytes[at..at + 8].copy_from_slice(&published.to_le_bytes());

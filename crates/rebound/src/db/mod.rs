@@ -7,9 +7,7 @@ pub use secondary::{Index, IndexOptions, IndexStats};
 
 use crate::adaptive::{IndexManager, IndexRecovery};
 use crate::catalog::{self, TableDef, MAX_NAME_LEN, MAX_SESSIONS, MAX_TABLES, MAX_WORKERS};
-use crate::checkpoint::{
-    load_cold, CheckpointImage, CheckpointMode, CheckpointStats, Checkpointer, ColdRun,
-};
+use crate::checkpoint::{load_cold, Chain, CheckpointMode, CheckpointStats, Checkpointer, ColdRun};
 use crate::error::{Error, Result};
 use crate::gc::{Collector, GcOptions, GcStats};
 use crate::heap::TableHeap;
@@ -334,7 +332,7 @@ struct DbInner {
     /// Loads the checkpoint runs into the indexes after a restart.
     loader: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The checkpoint still to be loaded; held locked while it loads.
-    cold_image: Mutex<Option<Arc<CheckpointImage>>>,
+    cold_image: Mutex<Option<Arc<Chain>>>,
     /// When the last checkpoint started, and the versions written by then;
     /// the background trigger counts from here, whoever took it.
     checkpointed_at: Mutex<(Instant, u64)>,
@@ -447,9 +445,9 @@ impl Database {
 
     /// Serves lookups from the checkpoint runs at once and loads them into
     /// the DRAM indexes in the background.
-    fn start_index_load(&self, image: Arc<CheckpointImage>, in_background: bool) {
+    fn start_index_load(&self, image: Arc<Chain>, in_background: bool) {
         for (_, table) in self.inner.store.tables.iter() {
-            if image.table(table.heap.def.id).is_some() {
+            if image.has_table(table.heap.def.id) {
                 table.set_cold(Arc::new(ColdRun::new(image.clone(), table.heap.def.id)));
             }
         }

@@ -16,7 +16,7 @@
 //! Tables are recovered in parallel.
 
 use crate::catalog::{self, TableDef, MAX_TXN_ID, MAX_WORKERS};
-use crate::checkpoint::{CheckpointImage, Durable, TableSection};
+use crate::checkpoint::{Chain, CheckpointImage, Durable, TableSection};
 use crate::error::{Error, Result};
 use crate::heap::{Addr, Block, Cursor, SlotWord, Space, TableHeap};
 use crate::index::{BTree, MAX_KEY_LEN};
@@ -115,7 +115,7 @@ pub struct Recovered {
     /// The checkpoint in force, if any.
     pub durable: Option<Durable>,
     /// The checkpoint whose runs still have to be loaded into the indexes.
-    pub cold: Option<Arc<CheckpointImage>>,
+    pub cold: Option<Arc<Chain>>,
 }
 
 /// Recovers a store from a medium that holds a database.
@@ -146,11 +146,11 @@ pub fn recover(
             "a committed txn id is not below the txn-id lease".into(),
         ));
     }
-    let image = match catalog::checkpoint_root(&medium)? {
+    let chain = match catalog::checkpoint_root(&medium)? {
         0 => None,
-        root => Some(CheckpointImage::open(&medium, root)?),
+        root => Some(Chain::open(&medium, root)?),
     };
-    let base = image.as_ref().filter(|_| use_checkpoint);
+    let base = chain.as_ref().filter(|_| use_checkpoint).map(Chain::newest);
     report.from_checkpoint = base.is_some();
     report.checkpoint_sequence = base.map_or(0, |i| i.sequence);
     report.redo_from_txn = base.map_or(0, |i| i.t_low);
@@ -174,23 +174,43 @@ pub fn recover(
         report.versions_undone += counts.undone;
         report.undo_redo = report.undo_redo.max(times.0);
         report.index_build = report.index_build.max(times.1);
-        report.checkpoint_entries += times.2;
+        report.checkpoint_entries += base.map_or(0, |_| {
+            chain
+                .as_ref()
+                .map_or(0, |c| c.entry_count(table.heap.def.id))
+        });
         report.index_entries += table.index.len() as u64;
         attach_secondary_indexes(&medium, &table)?;
         tables.push(table);
     }
-    let durable = image.as_ref().map(|img| {
-        let len = img.len.next_multiple_of(crate::heap::BLOCK_ALIGN);
-        extents.push((img.offset, len));
+    let durable = chain.as_ref().map(|chain| {
+        let newest = chain.newest();
+        let images = chain.images();
+        let extents: Vec<(u64, u64)> = images
+            .iter()
+            .map(|img| {
+                (
+                    img.offset,
+                    img.len.next_multiple_of(crate::heap::BLOCK_ALIGN),
+                )
+            })
+            .collect();
         Durable {
-            offset: img.offset,
-            len,
-            sequence: img.sequence,
-            t_low: img.t_low,
+            offset: newest.offset,
+            sequence: newest.sequence,
+            t_low: newest.t_low,
+            long_t_low: newest.long_t_low,
+            extents,
+            base_entries: 0,
+            delta_entries: 0,
+            tables: Vec::new(),
             usable_as_base: false,
         }
     });
-    let cold = image.filter(|_| use_checkpoint).map(Arc::new);
+    for (offset, len) in durable.iter().flat_map(|d| d.extents.iter()) {
+        extents.push((*offset, *len));
+    }
+    let cold = chain.filter(|_| use_checkpoint).map(Arc::new);
     medium.fence()?;
     let clock = Clock::recover(&medium, lease)?;
     let space = Space::new(catalog::DATA_START, extents, medium.len());

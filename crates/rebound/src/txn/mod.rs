@@ -341,6 +341,10 @@ pub struct TableRt {
     cold: parking_lot::RwLock<Option<Arc<dyn ColdEntries>>>,
     cold_active: std::sync::atomic::AtomicBool,
     damaged: std::sync::atomic::AtomicBool,
+    /// Keys whose index entries were reaped since the last checkpoint,
+    /// while delta checkpoints need them (`None`: not recorded). A delta
+    /// only sees keys still in the index, so it learns of these here.
+    reaped: parking_lot::Mutex<Option<Vec<Vec<u8>>>>,
 }
 
 impl TableRt {
@@ -354,6 +358,7 @@ impl TableRt {
             cold: parking_lot::RwLock::new(None),
             cold_active: std::sync::atomic::AtomicBool::new(false),
             damaged: std::sync::atomic::AtomicBool::new(false),
+            reaped: parking_lot::Mutex::new(None),
         }
     }
 
@@ -573,12 +578,27 @@ impl TableRt {
             .index
             .remove_if(key, head.0, header.read.load(SeqCst), ut)
         {
+            if let Some(reaped) = self.reaped.lock().as_mut() {
+                reaped.push(key.to_vec());
+            }
             // Nothing refers to the tombstone now: GC may drop it.
             self.heap.set_obsolete(medium, head);
             return true;
         }
         header.end.store(0, Release);
         false
+    }
+
+    /// The keys reaped since the last call, sorted; from now on reaped
+    /// keys are recorded only if `keep_recording`.
+    pub fn take_reaped(&self, keep_recording: bool) -> Vec<Vec<u8>> {
+        let mut reaped = self.reaped.lock();
+        let mut keys =
+            std::mem::replace(&mut *reaped, keep_recording.then(Vec::new)).unwrap_or_default();
+        drop(reaped);
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     }
 
     /// Marks the table unusable: its recovered index data is damaged.
