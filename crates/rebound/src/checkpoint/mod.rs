@@ -68,10 +68,9 @@ pub use writer::RunWriter;
 
 use crate::catalog;
 use crate::error::Result;
-use crate::heap::tile::PENDING;
 use crate::heap::Addr;
 use crate::medium::Medium;
-use crate::txn::{Store, TableRt};
+use crate::txn::{Changes, Store, TableRt};
 use std::ops::Bound;
 use std::time::{Duration, Instant};
 
@@ -136,7 +135,6 @@ pub struct Durable {
     pub offset: u64,
     pub sequence: u64,
     pub t_low: u64,
-    pub long_t_low: u64,
     /// Every image of the chain as (offset, extent length), newest first.
     pub extents: Vec<(u64, u64)>,
     /// Entries in the base image and in the deltas after it.
@@ -183,9 +181,15 @@ impl Checkpointer {
             t_low,
             ..Default::default()
         };
-        let kind = match &base {
-            Some(b) => self.choose(store, b, &samples, &mut stats),
-            None => Kind::Full,
+        // After the horizons: every version older than them was published
+        // and recorded by now (a delta needs that), and before any walk
+        // (which then covers what this take drops).
+        store.changes.record(self.mode == CheckpointMode::Chain);
+        let changes = store.changes.take(store.tables.count());
+        let kind = match (&base, &changes) {
+            (Some(b), Changes::Complete(_)) => self.choose(store, b, &samples, &mut stats),
+            (Some(_), Changes::Incomplete) => Kind::Incremental,
+            (None, _) => Kind::Full,
         };
         stats.incremental = kind == Kind::Incremental;
         stats.delta = kind == Kind::Delta;
@@ -226,16 +230,14 @@ impl Checkpointer {
                 stats: &mut stats,
                 deleted: Vec::new(),
             };
-            let delta_base = base
-                .as_ref()
-                .filter(|b| kind == Kind::Delta && b.tables.contains(&id));
-            if delta_base.is_none() {
-                // A key reaped from here on may be in this image: the
-                // next delta must say it is gone.
-                table.take_reaped(self.mode == CheckpointMode::Chain);
-            }
-            match (delta_base, &base, &previous) {
-                (Some(b), _, _) => write_delta(&store.medium, table, b.long_t_low, &mut collect),
+            let delta = match (kind, &base, &changes) {
+                (Kind::Delta, Some(b), Changes::Complete(by_table)) if b.tables.contains(&id) => {
+                    by_table.get(id as usize)
+                }
+                _ => None,
+            };
+            match (delta, &base, &previous) {
+                (Some(changed), _, _) => write_delta(&store.medium, table, changed, &mut collect),
                 (None, Some(b), Some(chain)) if chain.has_table(id) => {
                     write_incremental(&store.medium, table, chain, b.t_low, &mut collect)
                 }
@@ -310,7 +312,6 @@ impl Checkpointer {
             offset,
             sequence: horizons.sequence,
             t_low: horizons.t_low,
-            long_t_low: horizons.long_t_low,
             extents: vec![(offset, len)],
             base_entries: 0,
             delta_entries: 0,
@@ -426,64 +427,28 @@ fn write_incremental(
     );
 }
 
-/// The entries of changed subtrees whose newest committed version is
-/// newer than the chain in force: its address, or `TOMBSTONE` when the key
-/// has none (deleted, or only an uncommitted insert). A version older than
-/// `base_long_t_low` was committed when the chain's newest image read the
-/// index (every transaction running then or later is at least that old),
-/// so the chain records it already, and skipped subtrees hold only such.
-/// Keys reaped from the index since the last checkpoint are absent from
-/// the walk, so they are added from the table's record, with their state
-/// read again after the walk (they may have come back).
-fn write_delta(medium: &Medium, table: &TableRt, base_long_t_low: u64, out: &mut Collect) {
-    let mut changed: Vec<(Vec<u8>, u64)> = Vec::new();
-    let mut deleted = Vec::new();
-    table.index.walk(
-        |_, _, update_time, _| update_time >= base_long_t_low,
-        |key, head| match newest_committed(medium, table, Addr(head)) {
-            Some((_, begin)) if begin < base_long_t_low => {}
-            Some((addr, _)) => changed.push((key.to_vec(), addr.0)),
-            None => {
-                changed.push((key.to_vec(), TOMBSTONE));
-                deleted.push((key.to_vec(), Addr(head)));
-            }
-        },
-    );
-    out.deleted = deleted;
-    let current = |key: &[u8]| match table.index.get(key) {
-        Some(head) => newest_committed(medium, table, Addr(head)).map_or(TOMBSTONE, |(a, _)| a.0),
-        None => TOMBSTONE,
-    };
-    let mut reaped = table.take_reaped(true).into_iter().peekable();
-    let mut push = |key: &[u8], addr: u64| {
-        out.stats.entries_resolved += out.run.push(key, addr) as u64;
-    };
-    for (key, addr) in changed {
-        while let Some(gone) = reaped.next_if(|r| *r < key) {
-            push(&gone, current(&gone));
+/// The current entries of the keys written by the versions in `changed`
+/// (committed since the chain's newest image took its horizons, and all
+/// committed versions older than those horizons were recorded before):
+/// each key's newest committed address, or `TOMBSTONE` when it has none
+/// (deleted, reaped, or only an uncommitted insert). A write still pending
+/// now is recorded when it commits, so the next delta has it.
+fn write_delta(medium: &Medium, table: &TableRt, changed: &[Addr], out: &mut Collect) {
+    let mut keys: Vec<Vec<u8>> = changed
+        .iter()
+        .map(|&addr| table.heap.read_key(medium, addr))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for key in keys {
+        let head = table.index.get(&key);
+        let committed = head.and_then(|h| table.committed_version(medium, Addr(h)));
+        let addr = committed.map_or(TOMBSTONE, |a| a.0);
+        if let (Some(head), None) = (head, committed) {
+            out.deleted.push((key.clone(), Addr(head)));
         }
-        match reaped.next_if(|r| *r == key) {
-            Some(_) => push(&key, current(&key)),
-            None => push(&key, addr),
-        }
+        out.stats.entries_resolved += out.run.push(&key, addr) as u64;
     }
-    for gone in reaped {
-        push(&gone, current(&gone));
-    }
-}
-
-/// The newest committed version reachable from `head` and its txn id;
-/// `None` if it is a tombstone or there is none. A damaged header or slot
-/// gives `None` only for a missing header: a readable slot whose
-/// tombstone flag cannot be read keeps its entry, so readers say Corrupt.
-fn newest_committed(medium: &Medium, table: &TableRt, head: Addr) -> Option<(Addr, u64)> {
-    let addr = table.committed_version(medium, head)?;
-    let begin = table
-        .heap
-        .header(addr)?
-        .begin
-        .load(std::sync::atomic::Ordering::Acquire);
-    Some((addr, begin & !PENDING))
 }
 
 /// Removes the index entries of deleted keys that nobody can see any more

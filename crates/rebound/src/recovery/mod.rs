@@ -199,7 +199,6 @@ pub fn recover(
             offset: newest.offset,
             sequence: newest.sequence,
             t_low: newest.t_low,
-            long_t_low: newest.long_t_low,
             extents,
             base_entries: 0,
             delta_entries: 0,

@@ -40,6 +40,7 @@
 //! returns — so a later commit of the same worker, whose LCTT value is larger
 //! than the aborted id, can never resurrect them.
 
+mod changes;
 mod clock;
 mod cursor;
 mod index_build;
@@ -48,6 +49,7 @@ mod relocate;
 mod sampler;
 mod secondary;
 
+pub use changes::{ChangeLog, Changes};
 pub use clock::Clock;
 pub use cursor::{prefix_end, Cursor, Order};
 pub use index_build::{Collected, EntryRun};
@@ -112,6 +114,8 @@ pub struct Store {
     pub gc_txn: AtomicU64,
     /// Secondary index entries that may be stale (see `secondary`).
     pub index_garbage: parking_lot::Mutex<Vec<Stale>>,
+    /// Versions committed since the last checkpoint (for delta ones).
+    pub changes: ChangeLog,
 }
 
 /// A transaction running for less than the long-transaction threshold.
@@ -155,6 +159,7 @@ impl Store {
                 .collect(),
             gc_txn: AtomicU64::new(0),
             index_garbage: parking_lot::Mutex::new(Vec::new()),
+            changes: ChangeLog::new(crate::catalog::MAX_WORKERS),
             write_sets: (0..crate::catalog::MAX_WORKERS)
                 .map(|w| parking_lot::Mutex::new(WriteSet::new(w)))
                 .collect(),
@@ -341,10 +346,6 @@ pub struct TableRt {
     cold: parking_lot::RwLock<Option<Arc<dyn ColdEntries>>>,
     cold_active: std::sync::atomic::AtomicBool,
     damaged: std::sync::atomic::AtomicBool,
-    /// Keys whose index entries were reaped since the last checkpoint,
-    /// while delta checkpoints need them (`None`: not recorded). A delta
-    /// only sees keys still in the index, so it learns of these here.
-    reaped: parking_lot::Mutex<Option<Vec<Vec<u8>>>>,
 }
 
 impl TableRt {
@@ -358,7 +359,6 @@ impl TableRt {
             cold: parking_lot::RwLock::new(None),
             cold_active: std::sync::atomic::AtomicBool::new(false),
             damaged: std::sync::atomic::AtomicBool::new(false),
-            reaped: parking_lot::Mutex::new(None),
         }
     }
 
@@ -578,27 +578,12 @@ impl TableRt {
             .index
             .remove_if(key, head.0, header.read.load(SeqCst), ut)
         {
-            if let Some(reaped) = self.reaped.lock().as_mut() {
-                reaped.push(key.to_vec());
-            }
             // Nothing refers to the tombstone now: GC may drop it.
             self.heap.set_obsolete(medium, head);
             return true;
         }
         header.end.store(0, Release);
         false
-    }
-
-    /// The keys reaped since the last call, sorted; from now on reaped
-    /// keys are recorded only if `keep_recording`.
-    pub fn take_reaped(&self, keep_recording: bool) -> Vec<Vec<u8>> {
-        let mut reaped = self.reaped.lock();
-        let mut keys =
-            std::mem::replace(&mut *reaped, keep_recording.then(Vec::new)).unwrap_or_default();
-        drop(reaped);
-        keys.sort_unstable();
-        keys.dedup();
-        keys
     }
 
     /// Marks the table unusable: its recovered index data is damaged.
@@ -1353,6 +1338,9 @@ impl<'s> TxnState<'s> {
         if !deleted.is_empty() {
             store.deleted.lock().extend(deleted);
         }
+        store
+            .changes
+            .add(self.worker, set.writes.iter().map(|w| (w.table, w.new)));
     }
 
     pub fn abort(mut self) {

@@ -1,0 +1,81 @@
+//! The versions committed since the last checkpoint, for delta checkpoints
+//! (HiEngine's ChainIndex): a delta resolves just these keys instead of
+//! reading the index, so its cost follows the changes, not the table.
+//!
+//! Each worker appends its committed write set to its own list (one
+//! uncontended lock per commit); a checkpoint takes all lists at once. A
+//! list that would outgrow `MAX_PER_WORKER` stops recording and marks the
+//! log overflowed: the next checkpoint then reads the whole index instead.
+
+use crate::heap::Addr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+/// Entries a worker records before the log gives up (16 B each).
+const MAX_PER_WORKER: usize = 1 << 22;
+
+/// Committed versions as (table id, address), per worker.
+pub struct ChangeLog {
+    recording: AtomicBool,
+    overflowed: AtomicBool,
+    workers: Box<[parking_lot::Mutex<Vec<(u32, Addr)>>]>,
+}
+
+/// What a checkpoint took from the log.
+pub enum Changes {
+    /// Every version committed since the previous take, by table id.
+    Complete(Vec<Vec<Addr>>),
+    /// Some were not recorded: only a full read of the index is complete.
+    Incomplete,
+}
+
+impl ChangeLog {
+    pub fn new(workers: usize) -> ChangeLog {
+        ChangeLog {
+            recording: AtomicBool::new(false),
+            overflowed: AtomicBool::new(false),
+            workers: (0..workers)
+                .map(|_| parking_lot::Mutex::new(Vec::new()))
+                .collect(),
+        }
+    }
+
+    /// Starts or stops recording (delta checkpoints on or off).
+    pub fn record(&self, on: bool) {
+        self.recording.store(on, Relaxed);
+    }
+
+    /// Records a committed write set, after its versions were published.
+    pub fn add(&self, worker: usize, versions: impl ExactSizeIterator<Item = (u32, Addr)>) {
+        if !self.recording.load(Relaxed) {
+            return;
+        }
+        let Some(list) = self.workers.get(worker) else {
+            return;
+        };
+        let mut list = list.lock();
+        if list.len() + versions.len() > MAX_PER_WORKER {
+            self.overflowed.store(true, Relaxed);
+            return;
+        }
+        list.extend(versions);
+    }
+
+    /// Takes everything recorded so far, grouped by table id.
+    pub fn take(&self, tables: usize) -> Changes {
+        let mut by_table = vec![Vec::new(); tables];
+        for list in self.workers.iter() {
+            let taken = std::mem::take(&mut *list.lock());
+            for (table, addr) in taken {
+                if let Some(addrs) = by_table.get_mut(table as usize) {
+                    addrs.push(addr);
+                }
+            }
+        }
+        // Read after the lists: a write set refused before they were
+        // taken set the flag before that.
+        match self.overflowed.swap(false, Relaxed) {
+            true => Changes::Incomplete,
+            false => Changes::Complete(by_table),
+        }
+    }
+}
