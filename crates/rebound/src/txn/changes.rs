@@ -13,11 +13,14 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 /// Entries a worker records before the log gives up (16 B each).
 const MAX_PER_WORKER: usize = 1 << 22;
 
-/// Committed versions as (table id, address), per worker.
+/// Committed versions of one worker as (table id, address).
+type WorkerChanges = parking_lot::Mutex<Vec<(u32, Addr)>>;
+
+/// Committed versions, per worker.
 pub struct ChangeLog {
     recording: AtomicBool,
     overflowed: AtomicBool,
-    workers: Box<[parking_lot::Mutex<Vec<(u32, Addr)>>]>,
+    workers: Box<[WorkerChanges]>,
 }
 
 /// What a checkpoint took from the log.
