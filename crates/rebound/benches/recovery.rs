@@ -4,7 +4,18 @@
 //! cargo bench -p rebound --bench recovery -- scaling [ROWS...]   # default 1M 4M 16M
 //! cargo bench -p rebound --bench recovery -- overhead [SECONDS]  # checkpoints vs none, YCSB-A-like
 //! cargo bench -p rebound --bench recovery -- skew [ROWS [UPDATES]] # checkpoint time vs Zipf θ (FIR Fig. 13a)
+//! cargo bench -p rebound --bench recovery -- delta [ROWS...]      # checkpoint time vs changes, per mode
+//! cargo bench -p rebound --bench recovery -- kill [ROWS...]       # restart under continuous writes, defaults
 //! ```
+//!
+//! `delta`: checkpoint time of FIR's leaf checkpoints (cost model) and of
+//! ChainIndex deltas after the same number of updates, at each size.
+//!
+//! `kill`: a child loads ROWS rows, then runs YCSB-A (θ 0.9, 16 requests
+//! per transaction) with default options and is killed with SIGKILL while
+//! it writes; the parent times open + first transaction and the index load,
+//! and opens a copy with the full-scan design for the ratio. Then a child
+//! that ends with `close()`: its reopen should redo nothing.
 //!
 //! `scaling`: a child process loads ROWS rows (8-byte keys, 100-byte values,
 //! 1000 per transaction) and runs ROWS/4 single-key updates with the default
@@ -44,7 +55,16 @@ fn main() {
             skew(n[0], n.get(1).copied().unwrap_or(n[0] / 10))
         }
         Some("load-child") => load_child(Path::new(&args[1]), args[2].parse().unwrap()),
-        Some(other) => eprintln!("unknown experiment {other}; use scaling, overhead or skew"),
+        Some("delta") => delta(&numbers(&args[1..], &[1_000_000, 16_000_000])),
+        Some("kill") => kill(&numbers(&args[1..], &[1_000_000, 4_000_000, 16_000_000])),
+        Some("writer-child") => writer_child(
+            Path::new(&args[1]),
+            args[2].parse().unwrap(),
+            args[3] == "close",
+        ),
+        Some(other) => {
+            eprintln!("unknown experiment {other}; use scaling, overhead, skew, delta or kill")
+        }
     }
 }
 
@@ -299,4 +319,172 @@ fn update_skewed(db: &Database, table: &Table, rows: u64, theta: f64, updates: u
         tx.update(table, &key, &[3u8; 100]).unwrap();
         tx.commit().unwrap();
     }
+}
+
+/// Updates between the checkpoints `delta` times.
+const DELTA_UPDATES: u64 = 65_536;
+
+fn delta(sizes: &[u64]) {
+    println!("# {DELTA_UPDATES} uniform single-key updates before each checkpoint");
+    println!("rows,mode,round,kind,checkpoint_ms,entries,bytes,chain_length");
+    for &rows in sizes {
+        let dir = scratch("delta");
+        let modes = [
+            ("chain", CheckpointMode::Chain),
+            ("leaf-cost-model", CheckpointMode::CostModel),
+        ];
+        let only = std::env::var("REBOUND_DELTA_MODES").ok();
+        let modes: Vec<_> = modes
+            .into_iter()
+            .filter(|(name, _)| only.as_deref().is_none_or(|o| o.contains(name)))
+            .collect();
+        for (i, (name, mode)) in modes.into_iter().enumerate() {
+            let db = Database::open(&dir, manual_checkpoints(mode)).unwrap();
+            let t = table(&db);
+            if i == 0 {
+                load(&db, &t, rows);
+            }
+            db.wait_for_indexes();
+            db.checkpoint().unwrap();
+            let mut rng = rand::rngs::StdRng::seed_from_u64(rows);
+            for round in 0..5 {
+                let mut session = db.session().unwrap();
+                for _ in 0..DELTA_UPDATES {
+                    let mut tx = session.begin();
+                    tx.update(&t, &rng.gen_range(0..rows).to_be_bytes(), &[5u8; 100])
+                        .unwrap();
+                    tx.commit().unwrap();
+                }
+                let s = db.checkpoint().unwrap();
+                let kind = match (s.delta, s.incremental) {
+                    (true, _) => "delta",
+                    (_, true) => "incremental",
+                    _ => "full",
+                };
+                println!(
+                    "{rows},{name},{round},{kind},{:.1},{},{},{}",
+                    s.duration.as_secs_f64() * 1e3,
+                    s.entries,
+                    s.bytes,
+                    s.chain_length
+                );
+            }
+            db.close().unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// The child of `kill`: loads, then writes YCSB-A until killed (or, with
+/// `close`, for a while and then closes the database and exits).
+fn writer_child(dir: &Path, rows: u64, close: bool) {
+    let db = Database::open(dir, Options::default()).unwrap();
+    let t = table(&db);
+    load(&db, &t, rows);
+    let warm = Duration::from_secs(5);
+    let txns = ycsb_a(&db, &t, rows, warm);
+    eprintln!(
+        "child: {:.0} txn/s before the end",
+        txns as f64 / warm.as_secs_f64()
+    );
+    if close {
+        db.close().unwrap();
+        println!("closed");
+        return;
+    }
+    println!("ready");
+    ycsb_a(&db, &t, rows, Duration::from_secs(3600));
+}
+
+fn kill(sizes: &[u64]) {
+    println!("rows,end,design,total_ms,metadata_ms,undo_redo_ms,index_build_ms,versions_scanned,checkpoint_entries,first_txn_ms,index_loaded_ms");
+    let mut ratios = Vec::new();
+    for &rows in sizes {
+        for end in ["kill", "close"] {
+            let dir = scratch("kill");
+            let mut child = Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "writer-child",
+                    dir.to_str().unwrap(),
+                    &rows.to_string(),
+                    end,
+                ])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+                &mut line,
+            )
+            .unwrap();
+            if end == "kill" {
+                // Still writing: the kill lands mid-stream.
+                std::thread::sleep(Duration::from_millis(500));
+                child.kill().unwrap();
+            }
+            child.wait().unwrap();
+            let copy = dir.with_extension("copy");
+            if end == "kill" {
+                copy_dir(&dir, &copy);
+            }
+            let loaded = reopen_with(&dir, rows, Options::default(), &format!("{end},default"))
+                .map(|(_, loaded)| loaded);
+            if end == "kill" {
+                let scan = Options::default().checkpoint(CheckpointMode::Off);
+                if let Some((scan_first, _)) = reopen_with(&copy, rows, scan, "kill,full-scan") {
+                    ratios.push((rows, scan_first / loaded.unwrap_or(f64::NAN)));
+                }
+                std::fs::remove_dir_all(&copy).unwrap();
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+    for (rows, ratio) in ratios {
+        println!("# {rows} rows: full-scan open / default index fully in DRAM = {ratio:.1}x");
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// Opens the database with `options`, runs one read, prints the report;
+/// returns (first transaction, index fully in DRAM) in ms, or `None` if the
+/// design refuses the file.
+fn reopen_with(dir: &Path, rows: u64, options: Options, name: &str) -> Option<(f64, f64)> {
+    let start = Instant::now();
+    let db = match Database::open(dir, options) {
+        Ok(db) => db,
+        Err(e) => {
+            println!("# {rows} rows, {name}: refused: {e}");
+            return None;
+        }
+    };
+    let table = table(&db);
+    let mut session = db.session().unwrap();
+    let mut tx = session.begin();
+    assert!(tx.get(&table, &(rows / 2).to_be_bytes()).unwrap().is_some());
+    drop(tx);
+    let first_txn = start.elapsed();
+    let loaded = db.wait_for_indexes().unwrap_or(first_txn);
+    let r = db.recovery_report().clone();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "{rows},{name},{:.1},{:.2},{:.1},{:.1},{},{},{:.2},{:.1}",
+        ms(r.total),
+        ms(r.metadata),
+        ms(r.undo_redo),
+        ms(r.index_build),
+        r.versions_scanned,
+        r.checkpoint_entries,
+        ms(first_txn),
+        ms(loaded)
+    );
+    Some((ms(first_txn), ms(loaded)))
 }

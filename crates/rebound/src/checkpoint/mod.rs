@@ -68,10 +68,12 @@ pub use writer::RunWriter;
 
 use crate::catalog;
 use crate::error::Result;
+use crate::heap::tile::LOCKED;
 use crate::heap::Addr;
 use crate::medium::Medium;
 use crate::txn::{Changes, Store, TableRt};
 use std::ops::Bound;
+use std::sync::atomic::Ordering::Acquire;
 use std::time::{Duration, Instant};
 
 /// Which index checkpoints to take.
@@ -427,28 +429,59 @@ fn write_incremental(
     );
 }
 
-/// The current entries of the keys written by the versions in `changed`
-/// (committed since the chain's newest image took its horizons, and all
-/// committed versions older than those horizons were recorded before):
-/// each key's newest committed address, or `TOMBSTONE` when it has none
-/// (deleted, reaped, or only an uncommitted insert). A write still pending
-/// now is recorded when it commits, so the next delta has it.
+/// The entries of the keys written by the versions in `changed`, all
+/// committed since the chain's newest image took its horizons (and every
+/// version committed before those horizons was recorded before): each
+/// key's newest committed version, or `TOMBSTONE` when that is a deletion.
+/// A version a committed successor replaced is skipped: the successor was
+/// recorded too, here or for the next delta, and a crash before that delta
+/// redoes it (it began after these horizons were taken). Several versions
+/// of a key left (a tombstone reaped, the key inserted again): the newest.
 fn write_delta(medium: &Medium, table: &TableRt, changed: &[Addr], out: &mut Collect) {
-    let mut keys: Vec<Vec<u8>> = changed
-        .iter()
-        .map(|&addr| table.heap.read_key(medium, addr))
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    for key in keys {
-        let head = table.index.get(&key);
-        let committed = head.and_then(|h| table.committed_version(medium, Addr(h)));
-        let addr = committed.map_or(TOMBSTONE, |a| a.0);
-        if let (Some(head), None) = (head, committed) {
-            out.deleted.push((key.clone(), Addr(head)));
+    let mut keys = Vec::new();
+    let mut found: Vec<ChangedKey> = Vec::with_capacity(changed.len());
+    for &addr in changed {
+        let Some(header) = table.heap.header(addr) else {
+            continue;
+        };
+        let end = header.end.load(Acquire);
+        if end != 0 && end & LOCKED == 0 {
+            continue;
         }
-        out.stats.entries_resolved += out.run.push(&key, addr) as u64;
+        let at = keys.len();
+        let len = table.heap.read_key_into(medium, addr, &mut keys);
+        let deleted = table.heap.tombstone(medium, addr) != Some(false);
+        found.push(ChangedKey {
+            prefix: crate::index::key_prefix(&keys[at..at + len]),
+            at,
+            len,
+            begin: header.begin.load(Acquire),
+            addr: match deleted {
+                true => TOMBSTONE,
+                false => addr.0,
+            },
+        });
     }
+    let key = |c: &ChangedKey| &keys[c.at..c.at + c.len];
+    found.sort_unstable_by(|a, b| {
+        (a.prefix.cmp(&b.prefix))
+            .then_with(|| key(a).cmp(key(b)))
+            .then_with(|| b.begin.cmp(&a.begin))
+    });
+    found.dedup_by(|later, newest| key(later) == key(newest));
+    for entry in &found {
+        out.stats.entries_resolved += out.run.push(key(entry), entry.addr) as u64;
+    }
+}
+
+/// A key a delta records, in the packed key buffer.
+struct ChangedKey {
+    /// First 8 key bytes, big-endian, zero padded: settles most comparisons.
+    prefix: u64,
+    at: usize,
+    len: usize,
+    begin: u64,
+    addr: u64,
 }
 
 /// Removes the index entries of deleted keys that nobody can see any more

@@ -647,6 +647,19 @@ impl TableHeap {
 
     /// The key of a slot this process wrote (unverified: use
     /// `decode_checked` for slots read back from the medium).
+    /// Appends the key of the slot at `addr` to `out`; returns its length.
+    pub fn read_key_into(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> usize {
+        let Some(at) = self.slot_offset(addr) else {
+            return 0;
+        };
+        let header = SlotHeader::read(medium, at);
+        let len = header.key_len.min(self.def.max_key_len as usize);
+        let start = out.len();
+        out.resize(start + len, 0);
+        medium.read_bytes(at + SLOT_HEADER, &mut out[start..]);
+        len
+    }
+
     pub fn read_key(&self, medium: &Medium, addr: Addr) -> Vec<u8> {
         let Some(at) = self.slot_offset(addr) else {
             return Vec::new();

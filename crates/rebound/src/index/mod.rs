@@ -142,6 +142,15 @@
 //! * `update_time` of a node is >= that of every write routed through it;
 //!   `gap_read_ts` of a leaf is >= the timestamp of every gap read of its keys.
 
+/// The first 8 bytes of `key`, big-endian, zero padded: orders keys as
+/// their bytes do, up to ties that only the full keys settle.
+pub fn key_prefix(key: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    let n = key.len().min(8);
+    word[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(word)
+}
+
 mod build;
 mod iter;
 mod key;

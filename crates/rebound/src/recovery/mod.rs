@@ -19,7 +19,7 @@ use crate::catalog::{self, TableDef, MAX_TXN_ID, MAX_WORKERS};
 use crate::checkpoint::{Chain, CheckpointImage, Durable, TableSection};
 use crate::error::{Error, Result};
 use crate::heap::{Addr, Block, Cursor, SlotWord, Space, TableHeap};
-use crate::index::{BTree, MAX_KEY_LEN};
+use crate::index::{key_prefix, BTree, MAX_KEY_LEN};
 use crate::medium::Medium;
 use crate::txn::{Clock, SecondaryRt, Store, TableRt};
 use std::sync::Arc;
@@ -637,13 +637,6 @@ fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> (Vec<(&[u8], u64)>
         }
     }
     (out, tombstones)
-}
-
-fn key_prefix(key: &[u8]) -> u64 {
-    let mut word = [0u8; 8];
-    let n = key.len().min(8);
-    word[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(word)
 }
 
 fn unix_now() -> u64 {
