@@ -69,6 +69,8 @@ fn open_loading(
         .checkpoint_interval(Duration::from_secs(3600))
         // Maintenance takes a checkpoint when this many versions were written.
         .checkpoint_after_versions(64)
+        // Short chains: their deltas are merged often (crashes inside that).
+        .checkpoint_chain_depth(3)
         // Maintenance flags every running transaction as long and moves it.
         .long_transaction_after(Duration::ZERO)
         .load_indexes_in_background(background)

@@ -83,14 +83,26 @@ impl Chain {
 
     /// Sequential reader of the table's entries as the chain sees them.
     pub fn reader(&self, table: u32) -> ChainReader<'_> {
-        ChainReader {
-            readers: self
-                .sections(table)
-                .into_iter()
-                .map(|s| (s.reader(), s.entry_count, 0))
-                .collect(),
-            scratch: Vec::new(),
-        }
+        let sections = self.sections(table);
+        // Only a base holds no tombstones: its entries copy as they are.
+        let base_alone = sections.len() == 1
+            && self
+                .images
+                .last()
+                .is_some_and(|base| base.table(table).is_some());
+        ChainReader::new(sections, false, base_alone)
+    }
+
+    /// Sequential reader of what the deltas say of the table, newest entry
+    /// of each key, tombstones kept: one delta on the base equal to them.
+    pub fn deltas_reader(&self, table: u32) -> ChainReader<'_> {
+        let deltas = self.images.len().saturating_sub(1);
+        let sections = self.images.iter().take(deltas);
+        ChainReader::new(
+            sections.filter_map(|i| i.table(table)).collect(),
+            true,
+            true,
+        )
     }
 
     /// The address the chain records for `key`, if any.
@@ -187,9 +199,28 @@ pub struct ChainReader<'a> {
     readers: Vec<(EntryReader<'a>, u64, u64)>,
     /// The key being merged, so other readers can be compared with it.
     scratch: Vec<u8>,
+    keep_tombstones: bool,
+    /// One image whose entries are all to be copied: copy them encoded.
+    copy_encoded: bool,
 }
 
-impl ChainReader<'_> {
+impl<'a> ChainReader<'a> {
+    fn new(
+        sections: Vec<&'a TableSection>,
+        keep_tombstones: bool,
+        copy_encoded: bool,
+    ) -> ChainReader<'a> {
+        ChainReader {
+            readers: sections
+                .into_iter()
+                .map(|s| (s.reader(), s.entry_count, 0))
+                .collect(),
+            scratch: Vec::new(),
+            keep_tombstones,
+            copy_encoded,
+        }
+    }
+
     /// The reader holding the smallest next key (the newest on a tie).
     fn smallest(&mut self, medium: &Medium) -> Option<usize> {
         for (reader, _, _) in &mut self.readers {
@@ -228,7 +259,7 @@ impl ChainReader<'_> {
                 self.skip_others(medium, i, &key_copy);
                 self.scratch = key_copy;
             }
-            if addr != TOMBSTONE {
+            if addr != TOMBSTONE || self.keep_tombstones {
                 return Some(i);
             }
             let (reader, _, read) = self.readers.get_mut(i)?;
@@ -267,8 +298,7 @@ impl ChainReader<'_> {
         upper: Option<&[u8]>,
         run: &mut RunWriter,
     ) -> u64 {
-        if let [(reader, _, _)] = self.readers.as_mut_slice() {
-            // A base image alone holds no tombstones: copy it encoded.
+        if let ([(reader, _, _)], true) = (self.readers.as_mut_slice(), self.copy_encoded) {
             return reader.copy_until(medium, upper, run);
         }
         let mut copied = 0;

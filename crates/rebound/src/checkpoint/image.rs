@@ -129,6 +129,10 @@ impl CheckpointImage {
         Ok(())
     }
 
+    pub fn sections(&self) -> &[TableSection] {
+        &self.sections
+    }
+
     pub fn table(&self, id: u32) -> Option<&TableSection> {
         self.sections.iter().find(|s| s.table == id)
     }

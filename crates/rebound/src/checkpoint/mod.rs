@@ -63,7 +63,7 @@ pub use chain::Chain;
 pub use cold::{load_cold, ColdRun};
 
 pub use cost::CostModel;
-pub use image::{CheckpointImage, TableSection, TOMBSTONE};
+pub use image::{CheckpointImage, TableSection, MAX_CHAIN, TOMBSTONE};
 pub use writer::RunWriter;
 
 use crate::catalog;
@@ -96,9 +96,6 @@ pub enum CheckpointMode {
     Chain,
 }
 
-/// A chain this deep is folded by the next checkpoint.
-const FOLD_DEPTH: u32 = 8;
-
 /// What one checkpoint did.
 #[derive(Debug, Clone, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -109,8 +106,10 @@ pub struct CheckpointStats {
     pub incremental: bool,
     /// A delta image linked to the previous checkpoint (ChainIndex).
     pub delta: bool,
-    /// Images in the chain this checkpoint ends (1 unless `delta`).
+    /// Images in the chain in force afterwards (1 for a base alone).
     pub chain_length: u32,
+    /// Deltas merged into one after this checkpoint (0 if none were).
+    pub deltas_merged: u32,
     pub t_low: u64,
     pub duration: Duration,
     pub entries: u64,
@@ -152,14 +151,21 @@ pub struct Durable {
 /// Takes checkpoints one at a time and remembers the one in force.
 pub struct Checkpointer {
     mode: CheckpointMode,
+    /// Images in a chain after which its deltas are merged.
+    compact_depth: usize,
     current: Option<Durable>,
     cost: CostModel,
 }
 
 impl Checkpointer {
-    pub fn new(mode: CheckpointMode, current: Option<Durable>) -> Checkpointer {
+    pub fn new(
+        mode: CheckpointMode,
+        compact_depth: usize,
+        current: Option<Durable>,
+    ) -> Checkpointer {
         Checkpointer {
             mode,
+            compact_depth: compact_depth.clamp(3, MAX_CHAIN as usize - 1),
             current,
             cost: CostModel::default(),
         }
@@ -258,13 +264,20 @@ impl Checkpointer {
             tables,
             ..written.counting(stats.entries)
         };
-        stats.chain_length = written.extents.len() as u32;
         stats.tombstones_removed = reap(store, deleted);
-        stats.duration = started.elapsed();
         if !stats.delta {
             self.cost.observe(&stats);
         }
         self.current = Some(written);
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.extents.len() >= self.compact_depth)
+        {
+            stats.deltas_merged = self.compact(store)? as u32;
+        }
+        stats.chain_length = self.current.as_ref().map_or(0, |c| c.extents.len() as u32);
+        stats.duration = started.elapsed();
         Ok(stats)
     }
 
@@ -305,11 +318,7 @@ impl Checkpointer {
         horizons: &writer::Horizons,
         delta_of: Option<Durable>,
     ) -> Result<Durable> {
-        let len = (bytes.len() as u64).next_multiple_of(crate::heap::BLOCK_ALIGN);
-        let (offset, _) = store.space.allocate(&store.medium, len)?;
-        store.medium.write_bytes(offset, &bytes);
-        store.medium.persist_now(offset, bytes.len() as u64)?;
-        catalog::set_checkpoint_root(&store.medium, offset)?;
+        let (offset, len) = install(store, &bytes)?;
         let mut written = Durable {
             offset,
             sequence: horizons.sequence,
@@ -334,6 +343,65 @@ impl Checkpointer {
         }
         Ok(written)
     }
+
+    /// Replaces the deltas of the chain in force by one delta on its base
+    /// that says what they said (newest entry of each key, tombstones
+    /// kept, the newest delta's horizons and block lists), so that lookups
+    /// and restarts read two images. Costs the size of the deltas, not of
+    /// the table. Returns how many deltas were merged.
+    fn compact(&mut self, store: &Store) -> Result<usize> {
+        let Some(current) = self.current.clone() else {
+            return Ok(0);
+        };
+        let chain = Chain::open(&store.medium, current.offset)?;
+        chain.verify(&store.medium)?;
+        let (newest, Some(base)) = (chain.newest(), chain.images().last()) else {
+            return Ok(0);
+        };
+        let horizons = writer::Horizons {
+            sequence: current.sequence + 1,
+            t_low: newest.t_low,
+            long_t_low: newest.long_t_low,
+            long_published: newest.long_published.clone(),
+        };
+        let link = writer::Link {
+            previous: base.offset,
+            depth: 2,
+        };
+        let mut image = writer::Builder::new(&horizons, link);
+        let mut entries = 0;
+        for section in newest.sections() {
+            let mut run = image.begin_section(section.table, &section.block_lists);
+            entries += chain
+                .deltas_reader(section.table)
+                .copy_until(&store.medium, None, &mut run);
+            run.finish();
+        }
+        let (offset, len) = install(store, &image.finish())?;
+        let (merged, kept) = current.extents.split_at(current.extents.len() - 1);
+        for (old, old_len) in merged {
+            store.space.free(*old, *old_len);
+        }
+        self.current = Some(Durable {
+            offset,
+            sequence: horizons.sequence,
+            extents: [&[(offset, len)], kept].concat(),
+            delta_entries: entries,
+            ..current
+        });
+        Ok(merged.len())
+    }
+}
+
+/// Writes an image to a new extent, fenced, and makes it the root; returns
+/// the extent. A crash before the root switch leaves the previous root.
+fn install(store: &Store, bytes: &[u8]) -> Result<(u64, u64)> {
+    let len = (bytes.len() as u64).next_multiple_of(crate::heap::BLOCK_ALIGN);
+    let (offset, _) = store.space.allocate(&store.medium, len)?;
+    store.medium.write_bytes(offset, bytes);
+    store.medium.persist_now(offset, bytes.len() as u64)?;
+    catalog::set_checkpoint_root(&store.medium, offset)?;
+    Ok((offset, len))
 }
 
 /// What a checkpoint writes.
@@ -349,10 +417,10 @@ enum Kind {
 }
 
 impl Durable {
-    /// A chain this deep, or whose deltas outgrow its base, costs lookups
-    /// and restarts more than one copying checkpoint costs.
+    /// Deltas holding half as many entries as their base cost lookups and
+    /// restarts more than one copying checkpoint costs.
     fn wants_fold(&self) -> bool {
-        self.extents.len() as u32 >= FOLD_DEPTH || self.delta_entries > self.base_entries
+        2 * self.delta_entries > self.base_entries
     }
 
     /// Adds a new image's entries to the base or the deltas.

@@ -50,13 +50,9 @@ impl Builder {
         Builder { bytes, tables: 0 }
     }
 
-    /// Starts a table section: its header and block lists; entries follow
-    /// through the returned writer, straight into the image.
+    /// Starts a table section: its header and the table's block lists;
+    /// entries follow through the returned writer, straight into the image.
     pub fn begin_table(&mut self, table: &TableRt) -> RunWriter<'_> {
-        let out = &mut self.bytes;
-        let header_at = out.len();
-        out.extend_from_slice(&table.heap.def.id.to_le_bytes());
-        out.extend_from_slice(&[0u8; 20]);
         // Blocks emptied by GC are left out: recovery from this image
         // never looks into them, so they can be freed once it is in force.
         let lists: Vec<Vec<(u64, u64)>> = table
@@ -70,7 +66,16 @@ impl Builder {
                     .collect()
             })
             .collect();
-        for list in &lists {
+        self.begin_section(table.heap.def.id, &lists)
+    }
+
+    /// Starts a section of table `id` with the given block lists.
+    pub fn begin_section(&mut self, id: u32, lists: &[Vec<(u64, u64)>]) -> RunWriter<'_> {
+        let out = &mut self.bytes;
+        let header_at = out.len();
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&[0u8; 20]);
+        for list in lists {
             out.extend_from_slice(&(list.len() as u64).to_le_bytes());
         }
         for (seq, offset) in lists.iter().flatten() {

@@ -82,6 +82,9 @@ pub struct Options {
     pub checkpoint_interval: Duration,
     /// ...or when this many versions were written since the last one.
     pub checkpoint_after_versions: u64,
+    /// With [`CheckpointMode::Chain`]: once the chain in force holds this
+    /// many images, its deltas are merged into one (3 to 63).
+    pub checkpoint_chain_depth: usize,
     /// After a restart, move the checkpoint runs into the DRAM indexes in a
     /// background thread (default). When false they are served on demand
     /// and loaded at the first checkpoint or at close (useful for testing
@@ -126,6 +129,7 @@ impl Default for Options {
             checkpoint: CheckpointMode::CostModel,
             checkpoint_interval: Duration::from_secs(10),
             checkpoint_after_versions: 1 << 20,
+            checkpoint_chain_depth: 16,
             load_indexes_in_background: true,
             gc: GcOptions::default(),
             long_transaction_after: Duration::from_secs(1),
@@ -155,6 +159,9 @@ setters!(Options {
     checkpoint_interval: Duration,
     /// Versions written since the last checkpoint after which one is taken.
     checkpoint_after_versions: u64,
+    /// With [`CheckpointMode::Chain`]: images in force after which the
+    /// deltas are merged into one (default: 16; 3 to 63).
+    checkpoint_chain_depth: usize,
     /// Load the checkpoint runs into the DRAM indexes in a background
     /// thread after a restart (default: true).
     load_indexes_in_background: bool,
@@ -400,7 +407,11 @@ impl Database {
         let indexes = IndexManager::new(options.index_recovery, threads, started, &store.medium);
         let inner = DbInner {
             store,
-            checkpointer: Mutex::new(Checkpointer::new(options.checkpoint, durable)),
+            checkpointer: Mutex::new(Checkpointer::new(
+                options.checkpoint,
+                options.checkpoint_chain_depth,
+                durable,
+            )),
             collector: Mutex::new(Collector::default()),
             gc: GcOptions {
                 enabled: options.gc.enabled && options.checkpoint != CheckpointMode::Off,
