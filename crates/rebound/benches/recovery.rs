@@ -382,7 +382,32 @@ fn writer_child(dir: &Path, rows: u64, close: bool) {
     let t = table(&db);
     load(&db, &t, rows);
     let warm = Duration::from_secs(5);
-    let txns = ycsb_a(&db, &t, rows, warm);
+    let probe = std::env::var("REBOUND_PROBE").is_ok();
+    let txns = std::thread::scope(|scope| {
+        if probe {
+            scope.spawn(|| {
+                for _ in 0..100 {
+                    std::thread::sleep(Duration::from_millis(50));
+                    let s = db.stats();
+                    eprintln!(
+                        "probe: checkpoints {} versions {} gc {:?} last {:?}",
+                        s.checkpoints,
+                        s.versions_written,
+                        s.gc.blocks_freed,
+                        db.last_checkpoint().map(|c| (
+                            c.delta,
+                            c.incremental,
+                            c.duration,
+                            c.entries,
+                            c.chain_length,
+                            c.deltas_merged
+                        ))
+                    );
+                }
+            });
+        }
+        ycsb_a(&db, &t, rows, warm)
+    });
     eprintln!(
         "child: {:.0} txn/s before the end",
         txns as f64 / warm.as_secs_f64()

@@ -93,11 +93,10 @@ impl Chain {
         ChainReader::new(sections, false, base_alone)
     }
 
-    /// Sequential reader of what the deltas say of the table, newest entry
-    /// of each key, tombstones kept: one delta on the base equal to them.
-    pub fn deltas_reader(&self, table: u32) -> ChainReader<'_> {
-        let deltas = self.images.len().saturating_sub(1);
-        let sections = self.images.iter().take(deltas);
+    /// Sequential reader of what the `newest` images say of the table,
+    /// newest entry of each key, tombstones kept: one delta equal to them.
+    pub fn newest_reader(&self, table: u32, newest: usize) -> ChainReader<'_> {
+        let sections = self.images.iter().take(newest);
         ChainReader::new(
             sections.filter_map(|i| i.table(table)).collect(),
             true,
@@ -194,14 +193,30 @@ fn bad_link() -> Error {
 
 /// Reads a table's entries across a chain in key order, newest entry of
 /// each key, tombstones dropped (callers verify the bodies first).
+///
+/// Most entries come from the oldest image (the base), so the reader
+/// remembers which newer image holds the smallest next key and compares
+/// the base's key with that one alone: a base entry costs O(1), only an
+/// entry from a newer image costs a pass over the images.
 pub struct ChainReader<'a> {
-    /// Newest first: a reader, its section's entry count, entries read.
-    readers: Vec<(EntryReader<'a>, u64, u64)>,
+    /// Newest first.
+    readers: Vec<Reader<'a>>,
+    /// Among all readers but the oldest: the one with the smallest next
+    /// key (`Some(None)` if all are done); `None` until worked out again.
+    newer_min: Option<Option<usize>>,
     /// The key being merged, so other readers can be compared with it.
     scratch: Vec<u8>,
     keep_tombstones: bool,
     /// One image whose entries are all to be copied: copy them encoded.
     copy_encoded: bool,
+}
+
+/// One image's entries: the reader, the count its section records, and
+/// how many were read.
+struct Reader<'a> {
+    entries: EntryReader<'a>,
+    count: u64,
+    read: u64,
 }
 
 impl<'a> ChainReader<'a> {
@@ -213,22 +228,66 @@ impl<'a> ChainReader<'a> {
         ChainReader {
             readers: sections
                 .into_iter()
-                .map(|s| (s.reader(), s.entry_count, 0))
+                .map(|s| Reader {
+                    entries: s.reader(),
+                    count: s.entry_count,
+                    read: 0,
+                })
                 .collect(),
+            newer_min: None,
             scratch: Vec::new(),
             keep_tombstones,
             copy_encoded,
         }
     }
 
+    fn key_of(&self, i: usize) -> Option<&[u8]> {
+        self.readers.get(i)?.entries.peeked().map(|(k, _)| k)
+    }
+
+    /// Consumes reader `i`'s next entry and loads the one after it.
+    fn step(&mut self, medium: &Medium, i: usize) {
+        let last = self.readers.len().saturating_sub(1);
+        if let Some(reader) = self.readers.get_mut(i) {
+            reader.entries.advance(medium);
+            reader.read += 1;
+            reader.entries.peek_entry(medium);
+        }
+        if i != last {
+            self.newer_min = None;
+        }
+    }
+
     /// The reader holding the smallest next key (the newest on a tie).
     fn smallest(&mut self, medium: &Medium) -> Option<usize> {
-        for (reader, _, _) in &mut self.readers {
-            reader.peek_entry(medium);
+        let last = self.readers.len().checked_sub(1)?;
+        let newer = match self.newer_min {
+            Some(known) => known,
+            None => {
+                let newer = self.newer_smallest(medium, last);
+                self.newer_min = Some(newer);
+                newer
+            }
+        };
+        self.readers.get_mut(last)?.entries.peek_entry(medium);
+        match (newer, self.key_of(last)) {
+            (None, None) => None,
+            (None, Some(_)) => Some(last),
+            (Some(n), None) => Some(n),
+            (Some(n), Some(oldest)) => match self.key_of(n).is_some_and(|k| k <= oldest) {
+                true => Some(n),
+                false => Some(last),
+            },
+        }
+    }
+
+    fn newer_smallest(&mut self, medium: &Medium, last: usize) -> Option<usize> {
+        for reader in self.readers.iter_mut().take(last) {
+            reader.entries.peek_entry(medium);
         }
         let mut best: Option<(usize, &[u8])> = None;
-        for (i, (reader, _, _)) in self.readers.iter().enumerate() {
-            if let Some((key, _)) = reader.peeked() {
+        for i in 0..last {
+            if let Some(key) = self.key_of(i) {
                 if best.is_none_or(|(_, b)| key < b) {
                     best = Some((i, key));
                 }
@@ -237,12 +296,15 @@ impl<'a> ChainReader<'a> {
         best.map(|(i, _)| i)
     }
 
-    /// Moves every reader past `key`'s entries except reader `keep`.
+    /// Moves every reader but `keep` past `key`. When `keep` is the oldest
+    /// reader, every newer one is past `key` already (ties go to them).
     fn skip_others(&mut self, medium: &Medium, keep: usize, key: &[u8]) {
-        for (i, (reader, _, read)) in self.readers.iter_mut().enumerate() {
-            if i != keep && reader.peeked().is_some_and(|(k, _)| k == key) {
-                reader.advance(medium);
-                *read += 1;
+        if keep + 1 == self.readers.len() {
+            return;
+        }
+        for i in 0..self.readers.len() {
+            if i != keep && self.key_of(i) == Some(key) {
+                self.step(medium, i);
             }
         }
     }
@@ -251,8 +313,8 @@ impl<'a> ChainReader<'a> {
     fn next_live(&mut self, medium: &Medium) -> Option<usize> {
         loop {
             let i = self.smallest(medium)?;
-            let (key, addr) = self.readers.get(i)?.0.peeked()?;
-            if self.readers.len() > 1 {
+            let (key, addr) = self.readers.get(i)?.entries.peeked()?;
+            if i + 1 != self.readers.len() {
                 let mut key_copy = std::mem::take(&mut self.scratch);
                 key_copy.clear();
                 key_copy.extend_from_slice(key);
@@ -262,32 +324,30 @@ impl<'a> ChainReader<'a> {
             if addr != TOMBSTONE || self.keep_tombstones {
                 return Some(i);
             }
-            let (reader, _, read) = self.readers.get_mut(i)?;
-            reader.advance(medium);
-            *read += 1;
+            self.step(medium, i);
         }
     }
 
     pub fn peek_key(&mut self, medium: &Medium) -> Option<&[u8]> {
         let i = self.next_live(medium)?;
-        self.readers.get(i)?.0.peeked().map(|(k, _)| k)
+        self.key_of(i)
     }
 
     pub fn advance(&mut self, medium: &Medium) {
-        if let Some((reader, _, read)) =
-            self.next_live(medium).and_then(|i| self.readers.get_mut(i))
-        {
-            reader.advance(medium);
-            *read += 1;
+        if let Some(i) = self.next_live(medium) {
+            self.step(medium, i);
         }
     }
 
     /// The next live entry, or `None` at the end of the chain.
     pub fn next_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
         let i = self.next_live(medium)?;
-        let (reader, _, read) = self.readers.get_mut(i)?;
-        *read += 1;
-        reader.next_entry(medium)
+        if i + 1 != self.readers.len() {
+            self.newer_min = None;
+        }
+        let reader = self.readers.get_mut(i)?;
+        reader.read += 1;
+        reader.entries.next_entry(medium)
     }
 
     /// Copies the live entries with keys below `upper` (all for `None`)
@@ -298,23 +358,19 @@ impl<'a> ChainReader<'a> {
         upper: Option<&[u8]>,
         run: &mut RunWriter,
     ) -> u64 {
-        if let ([(reader, _, _)], true) = (self.readers.as_mut_slice(), self.copy_encoded) {
-            return reader.copy_until(medium, upper, run);
+        if let ([only], true) = (self.readers.as_mut_slice(), self.copy_encoded) {
+            return only.entries.copy_until(medium, upper, run);
         }
         let mut copied = 0;
         while let Some(i) = self.next_live(medium) {
-            let Some((reader, _, read)) = self.readers.get_mut(i) else {
-                break;
-            };
-            let Some((key, addr)) = reader.peeked() else {
+            let Some((key, addr)) = self.readers.get(i).and_then(|r| r.entries.peeked()) else {
                 break;
             };
             if upper.is_some_and(|u| key >= u) {
                 break;
             }
             copied += run.push(key, addr) as u64;
-            reader.advance(medium);
-            *read += 1;
+            self.step(medium, i);
         }
         copied
     }
@@ -324,6 +380,151 @@ impl<'a> ChainReader<'a> {
     pub fn complete(&self) -> bool {
         self.readers
             .iter()
-            .all(|(reader, count, read)| reader.at_end() && count == read)
+            .all(|r| r.entries.at_end() && r.count == r.read)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::catalog::MAX_WORKERS;
+    use crate::checkpoint::writer::{Builder, Horizons, Link};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    const TABLE: u32 = 3;
+
+    /// Writes `images` (oldest first; `None` is a tombstone) as a chain;
+    /// returns the medium and the newest image's offset.
+    fn write_chain(images: &[BTreeMap<Vec<u8>, Option<u64>>]) -> (Medium, u64) {
+        let medium = Medium::volatile(1 << 26, 1 << 26).unwrap();
+        let (mut at, mut previous) = (4096u64, 0u64);
+        for (i, entries) in images.iter().enumerate() {
+            let horizons = Horizons {
+                sequence: i as u64 + 1,
+                t_low: 1,
+                long_t_low: 1,
+                long_published: Vec::new(),
+            };
+            let link = Link {
+                previous,
+                depth: i as u32 + 1,
+            };
+            let mut image = Builder::new(&horizons, link);
+            let mut run = image.begin_section(TABLE, &vec![Vec::new(); MAX_WORKERS]);
+            for (key, addr) in entries {
+                run.push(key, addr.unwrap_or(TOMBSTONE));
+            }
+            run.finish();
+            let bytes = image.finish();
+            medium.write_bytes(at, &bytes);
+            previous = at;
+            at = (at + bytes.len() as u64).next_multiple_of(4096);
+        }
+        (medium, previous)
+    }
+
+    /// What the chain says: newest entry of each key, tombstones dropped.
+    fn view(images: &[BTreeMap<Vec<u8>, Option<u64>>]) -> BTreeMap<Vec<u8>, u64> {
+        let mut merged = BTreeMap::new();
+        for entries in images {
+            merged.extend(entries.iter().map(|(k, a)| (k.clone(), *a)));
+        }
+        merged
+            .into_iter()
+            .filter_map(|(k, a)| Some((k, a?)))
+            .collect()
+    }
+
+    fn image_strategy(tombstones: bool) -> impl Strategy<Value = BTreeMap<Vec<u8>, Option<u64>>> {
+        let key = proptest::collection::vec(0u8..4, 1..4);
+        let addr = (1u64..1000).prop_map(Some);
+        let entry = match tombstones {
+            true => prop_oneof![3 => addr, 1 => Just(None)].boxed(),
+            false => addr.boxed(),
+        };
+        proptest::collection::btree_map(key, entry, 0..150)
+    }
+
+    fn chain_strategy() -> impl Strategy<Value = Vec<BTreeMap<Vec<u8>, Option<u64>>>> {
+        (
+            image_strategy(false),
+            proptest::collection::vec(image_strategy(true), 0..6),
+        )
+            .prop_map(|(base, deltas)| std::iter::once(base).chain(deltas).collect())
+    }
+
+    fn bound(key: Option<Vec<u8>>, inclusive: bool) -> Bound<Vec<u8>> {
+        match (key, inclusive) {
+            (None, _) => Bound::Unbounded,
+            (Some(k), true) => Bound::Included(k),
+            (Some(k), false) => Bound::Excluded(k),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Sequential reads, point lookups and batched ranges in both
+        /// directions say what the images say, newest first.
+        #[test]
+        fn a_chain_reads_like_its_images_merged_newest_first(
+            images in chain_strategy(),
+            probes in proptest::collection::vec(proptest::collection::vec(0u8..4, 1..4), 1..20),
+            lower in proptest::option::of(proptest::collection::vec(0u8..4, 0..4)),
+            upper in proptest::option::of(proptest::collection::vec(0u8..4, 0..4)),
+            inclusive in any::<(bool, bool)>(),
+            limit in 1usize..40,
+        ) {
+            let (medium, root) = write_chain(&images);
+            let chain = Chain::open(&medium, root).unwrap();
+            chain.verify(&medium).unwrap();
+            let want = view(&images);
+
+            let mut reader = chain.reader(TABLE);
+            let mut read = Vec::new();
+            while let Some((key, addr)) = reader.next_entry(&medium) {
+                read.push((key.to_vec(), addr));
+            }
+            prop_assert!(reader.complete());
+            prop_assert_eq!(&read, &want.clone().into_iter().collect::<Vec<_>>());
+
+            for key in &probes {
+                prop_assert_eq!(chain.find(&medium, TABLE, key).unwrap(), want.get(key).copied());
+            }
+
+            let range = (bound(lower, inclusive.0), bound(upper, inclusive.1));
+            let in_range: Vec<(Vec<u8>, u64)> = want
+                .iter()
+                .filter(|(k, _)| std::ops::RangeBounds::contains(&range, *k))
+                .map(|(k, a)| (k.clone(), *a))
+                .collect();
+            let refs = (as_ref(&range.0), as_ref(&range.1));
+            let forward = chain.range(&medium, TABLE, refs, limit, false).unwrap();
+            prop_assert_eq!(&forward[..], &in_range[..limit.min(in_range.len())]);
+            let backward = chain.range(&medium, TABLE, refs, limit, true).unwrap();
+            let mut reversed = in_range.clone();
+            reversed.reverse();
+            prop_assert_eq!(&backward[..], &reversed[..limit.min(reversed.len())]);
+        }
+
+        /// Merging the newest images keeps their tombstones: laid on what
+        /// is below them, the merged delta says what they said.
+        #[test]
+        fn merged_newest_images_keep_their_tombstones(images in chain_strategy(), cut in 0usize..6) {
+            let (medium, root) = write_chain(&images);
+            let chain = Chain::open(&medium, root).unwrap();
+            let newest = cut.min(images.len() - 1);
+            let mut reader = chain.newest_reader(TABLE, newest);
+            let mut merged = BTreeMap::new();
+            while let Some((key, addr)) = reader.next_entry(&medium) {
+                merged.insert(key.to_vec(), (addr != TOMBSTONE).then_some(addr));
+            }
+            let below = images.len() - newest;
+            let mut relaid = images[..below].to_vec();
+            relaid.push(merged);
+            prop_assert_eq!(view(&relaid), view(&images));
+        }
     }
 }

@@ -56,11 +56,13 @@
 mod chain;
 mod cold;
 mod cost;
+mod fold;
 mod image;
 mod writer;
 
 pub use chain::Chain;
 pub use cold::{load_cold, ColdRun};
+pub use fold::{FoldJob, Folded};
 
 pub use cost::CostModel;
 pub use image::{CheckpointImage, TableSection, MAX_CHAIN, TOMBSTONE};
@@ -88,11 +90,11 @@ pub enum CheckpointMode {
     /// Changed leaves merged with the previous checkpoint (full when there is none).
     Incremental,
     /// Full or incremental per checkpoint, by FIR's time-cost model.
-    #[default]
     CostModel,
     /// Only the entries changed since the previous checkpoint, as a delta
     /// image linked to it (HiEngine's ChainIndex); a long chain is folded
     /// into a new base by the next checkpoint.
+    #[default]
     Chain,
 }
 
@@ -110,6 +112,8 @@ pub struct CheckpointStats {
     pub chain_length: u32,
     /// Deltas merged into one after this checkpoint (0 if none were).
     pub deltas_merged: u32,
+    /// The chain was folded into a new base right after this checkpoint.
+    pub folded: bool,
     pub t_low: u64,
     pub duration: Duration,
     pub entries: u64,
@@ -153,6 +157,14 @@ pub struct Checkpointer {
     mode: CheckpointMode,
     /// Images in a chain after which its deltas are merged.
     compact_depth: usize,
+    /// Folds run on a thread of the caller's (`fold_job`), not inline.
+    background_folds: bool,
+    /// The top image of the chain a running fold reads.
+    folding: Option<u64>,
+    /// A fold's outcome, installed by the next checkpoint.
+    folded: Option<Result<Folded>>,
+    /// Extents of chains replaced while a fold still reads them.
+    free_after_fold: Vec<(u64, u64)>,
     current: Option<Durable>,
     cost: CostModel,
 }
@@ -166,6 +178,10 @@ impl Checkpointer {
         Checkpointer {
             mode,
             compact_depth: compact_depth.clamp(3, MAX_CHAIN as usize - 1),
+            background_folds: false,
+            folding: None,
+            folded: None,
+            free_after_fold: Vec::new(),
             current,
             cost: CostModel::default(),
         }
@@ -175,11 +191,18 @@ impl Checkpointer {
         self.mode
     }
 
+    /// Leaves folds to the caller's thread (see `fold_job`); otherwise a
+    /// checkpoint that makes the chain want one folds it at once.
+    pub fn fold_in_background(&mut self, on: bool) {
+        self.background_folds = on;
+    }
+
     /// Takes one checkpoint of every table and makes it the one in force.
     pub fn take(&mut self, store: &Store) -> Result<CheckpointStats> {
         let started = Instant::now();
+        self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
-        let base = self.current.clone().filter(|c| c.usable_as_base);
+        let mut base = self.current.clone().filter(|c| c.usable_as_base);
         let samples: Vec<_> = store
             .tables
             .iter()
@@ -195,12 +218,17 @@ impl Checkpointer {
         store.changes.record(self.mode == CheckpointMode::Chain);
         let changes = store.changes.take(store.tables.count());
         let kind = match (&base, &changes) {
-            (Some(b), Changes::Complete(_)) => self.choose(store, b, &samples, &mut stats),
+            (Some(_), Changes::Complete(_)) => self.choose(store, &samples, &mut stats),
             (Some(_), Changes::Incomplete) => Kind::Incremental,
             (None, _) => Kind::Full,
         };
         stats.incremental = kind == Kind::Incremental;
         stats.delta = kind == Kind::Delta;
+        // A copying checkpoint merges two images rather than many.
+        if kind == Kind::Incremental && base.as_ref().is_some_and(|b| b.extents.len() > 2) {
+            stats.deltas_merged = self.compact(store)?;
+            base = self.current.clone();
+        }
         let previous = match (kind, &base) {
             (Kind::Incremental, Some(b)) => {
                 let chain = Chain::open(&store.medium, b.offset)?;
@@ -274,7 +302,15 @@ impl Checkpointer {
             .as_ref()
             .is_some_and(|c| c.extents.len() >= self.compact_depth)
         {
-            stats.deltas_merged = self.compact(store)? as u32;
+            stats.deltas_merged += self.compact(store)?;
+        }
+        if !self.background_folds {
+            if let Some(job) = self.fold_job() {
+                let outcome = job.run(store);
+                self.fold_done(outcome);
+                self.install_fold(store)?;
+                stats.folded = true;
+            }
         }
         stats.chain_length = self.current.as_ref().map_or(0, |c| c.extents.len() as u32);
         stats.duration = started.elapsed();
@@ -284,17 +320,13 @@ impl Checkpointer {
     fn choose(
         &self,
         store: &Store,
-        base: &Durable,
         samples: &[crate::txn::Sample],
         stats: &mut CheckpointStats,
     ) -> Kind {
         match self.mode {
             CheckpointMode::Full | CheckpointMode::Off => Kind::Full,
             CheckpointMode::Incremental => Kind::Incremental,
-            CheckpointMode::Chain => match base.wants_fold() {
-                true => Kind::Incremental,
-                false => Kind::Delta,
-            },
+            CheckpointMode::Chain => Kind::Delta,
             CheckpointMode::CostModel => {
                 let prediction = self.cost.predict(store, samples);
                 stats.alpha = prediction.alpha;
@@ -336,60 +368,14 @@ impl Checkpointer {
                 written.delta_entries = chain.delta_entries;
             }
             None => {
-                for (old, old_len) in self.current.iter().flat_map(|c| c.extents.iter()) {
-                    store.space.free(*old, *old_len);
+                let old = self.current.iter().flat_map(|c| c.extents.iter().copied());
+                match self.folding {
+                    Some(_) => self.free_after_fold.extend(old),
+                    None => old.for_each(|(offset, len)| store.space.free(offset, len)),
                 }
             }
         }
         Ok(written)
-    }
-
-    /// Replaces the deltas of the chain in force by one delta on its base
-    /// that says what they said (newest entry of each key, tombstones
-    /// kept, the newest delta's horizons and block lists), so that lookups
-    /// and restarts read two images. Costs the size of the deltas, not of
-    /// the table. Returns how many deltas were merged.
-    fn compact(&mut self, store: &Store) -> Result<usize> {
-        let Some(current) = self.current.clone() else {
-            return Ok(0);
-        };
-        let chain = Chain::open(&store.medium, current.offset)?;
-        chain.verify(&store.medium)?;
-        let (newest, Some(base)) = (chain.newest(), chain.images().last()) else {
-            return Ok(0);
-        };
-        let horizons = writer::Horizons {
-            sequence: current.sequence + 1,
-            t_low: newest.t_low,
-            long_t_low: newest.long_t_low,
-            long_published: newest.long_published.clone(),
-        };
-        let link = writer::Link {
-            previous: base.offset,
-            depth: 2,
-        };
-        let mut image = writer::Builder::new(&horizons, link);
-        let mut entries = 0;
-        for section in newest.sections() {
-            let mut run = image.begin_section(section.table, &section.block_lists);
-            entries += chain
-                .deltas_reader(section.table)
-                .copy_until(&store.medium, None, &mut run);
-            run.finish();
-        }
-        let (offset, len) = install(store, &image.finish())?;
-        let (merged, kept) = current.extents.split_at(current.extents.len() - 1);
-        for (old, old_len) in merged {
-            store.space.free(*old, *old_len);
-        }
-        self.current = Some(Durable {
-            offset,
-            sequence: horizons.sequence,
-            extents: [&[(offset, len)], kept].concat(),
-            delta_entries: entries,
-            ..current
-        });
-        Ok(merged.len())
     }
 }
 

@@ -22,6 +22,13 @@ pub struct Link {
     pub depth: u32,
 }
 
+impl Link {
+    pub const BASE: Link = Link {
+        previous: 0,
+        depth: 1,
+    };
+}
+
 /// Builds an image in DRAM.
 pub struct Builder {
     bytes: Vec<u8>,
