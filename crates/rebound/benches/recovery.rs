@@ -19,9 +19,10 @@
 //!
 //! `scaling`: a child process loads ROWS rows (8-byte keys, 100-byte values,
 //! 1000 per transaction) and runs ROWS/4 single-key updates with the default
-//! background checkpoints; then, so that every size recovers the same
-//! amount of change, it takes a checkpoint and runs a fixed 250 000 more
-//! updates before it is killed with SIGKILL. The parent opens the same files
+//! options (delta checkpoints every 50 ms) but GC off, so that the
+//! full-scan design can open the files too; then it takes a checkpoint and
+//! runs 250 000 more updates (checkpointed as they go) before it is killed
+//! with SIGKILL. The parent opens the same files
 //! twice — with the default design (recovery from the index checkpoint) and
 //! with checkpoints off (the full-scan design) — and prints each recovery's
 //! phases. `first_txn_ms` is when the first transaction was served; the
@@ -123,7 +124,9 @@ fn load(db: &Database, table: &Table, rows: u64) {
 
 /// The child of `scaling`: load, update, then wait to be killed.
 fn load_child(dir: &Path, rows: u64) {
-    let db = Database::open(dir, options(CheckpointMode::CostModel)).unwrap();
+    // Without GC, so that the full-scan design can open the files too.
+    let no_gc = Options::default().gc(rebound::GcOptions::default().enabled(false));
+    let db = Database::open(dir, no_gc).unwrap();
     let table = table(&db);
     load(&db, &table, rows);
     let mut session = db.session().unwrap();
@@ -161,18 +164,22 @@ fn scaling(sizes: &[u64]) {
         .unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
-        let with = reopen(&dir, rows, CheckpointMode::CostModel, "checkpoint");
-        let without = reopen(&dir, rows, CheckpointMode::Off, "full-scan");
-        ratios.push((rows, without / with));
+        let (with_first, with_loaded) = reopen(&dir, rows, CheckpointMode::Chain, "checkpoint");
+        let (without, _) = reopen(&dir, rows, CheckpointMode::Off, "full-scan");
+        ratios.push((rows, without / with_first, without / with_loaded));
         std::fs::remove_dir_all(&dir).unwrap();
     }
-    for (rows, ratio) in ratios {
-        println!("# {rows} rows: full-scan recovery / checkpoint recovery = {ratio:.1}x");
+    for (rows, first, loaded) in ratios {
+        println!(
+            "# {rows} rows: full-scan open / checkpoint first txn = {first:.1}x, \
+             / checkpoint index fully in DRAM = {loaded:.1}x"
+        );
     }
 }
 
-/// Opens the crashed database, runs one read, prints the report; returns ms.
-fn reopen(dir: &Path, rows: u64, mode: CheckpointMode, name: &str) -> f64 {
+/// Opens the crashed database, runs one read, prints the report; returns
+/// (first transaction, index fully in DRAM) in ms.
+fn reopen(dir: &Path, rows: u64, mode: CheckpointMode, name: &str) -> (f64, f64) {
     let start = Instant::now();
     let db = Database::open(dir, options(mode)).unwrap();
     let table = table(&db);
@@ -181,7 +188,17 @@ fn reopen(dir: &Path, rows: u64, mode: CheckpointMode, name: &str) -> f64 {
     assert!(tx.get(&table, &(rows / 2).to_be_bytes()).unwrap().is_some());
     drop(tx);
     let first_txn = start.elapsed();
-    let loaded = db.wait_for_indexes().unwrap_or(first_txn);
+    let loaded = db.wait_for_indexes();
+    let mut tx = session.begin();
+    for k in (0..rows).step_by((rows / 1000).max(1) as usize) {
+        let got = tx.get(&table, &k.to_be_bytes());
+        assert!(
+            matches!(got, Ok(Some(_))),
+            "{name}: row {k} lost after the index load ({loaded:?}): {got:?}"
+        );
+    }
+    drop(tx);
+    let loaded = loaded.unwrap_or(first_txn);
     let r = db.recovery_report().clone();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
@@ -195,7 +212,7 @@ fn reopen(dir: &Path, rows: u64, mode: CheckpointMode, name: &str) -> f64 {
         ms(first_txn),
         ms(loaded)
     );
-    ms(first_txn)
+    (ms(first_txn), ms(loaded))
 }
 
 /// YCSB-A-like (50 % read, 50 % update, Zipf 0.9, 16 requests per txn) on
@@ -203,41 +220,62 @@ fn reopen(dir: &Path, rows: u64, mode: CheckpointMode, name: &str) -> f64 {
 /// the same with checkpoints off; one run each, same process.
 fn overhead(seconds: u64) {
     let rows = 1_000_000;
-    let mut results = Vec::new();
-    for (name, mode) in [
-        ("checkpoints-off", CheckpointMode::Off),
-        ("checkpoints-continuous", CheckpointMode::CostModel),
-    ] {
-        let dir = scratch("overhead");
-        let db = Database::open(&dir, manual_checkpoints(mode)).unwrap();
-        let t = table(&db);
-        load(&db, &t, rows);
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let (txns, checkpoints) = std::thread::scope(|scope| {
-            let checkpointer = scope.spawn(|| {
-                let mut n = 0;
-                while mode != CheckpointMode::Off
-                    && !stop.load(std::sync::atomic::Ordering::Relaxed)
-                {
-                    db.checkpoint().unwrap();
-                    n += 1;
+    let designs = [
+        (
+            "checkpoints-off",
+            manual_checkpoints(CheckpointMode::Off),
+            false,
+        ),
+        // The default: delta checkpoints every 50 ms by the background thread.
+        ("chain-default", Options::default(), false),
+        // FIR's leaf checkpoints, taken back to back by a second thread.
+        (
+            "leaf-continuous",
+            manual_checkpoints(CheckpointMode::CostModel),
+            true,
+        ),
+    ];
+    // Alternating repetitions; the median of each design is reported.
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); designs.len()];
+    for round in 0..3 {
+        for (i, (name, options, back_to_back)) in designs.iter().enumerate() {
+            let dir = scratch("overhead");
+            let db = Database::open(&dir, options.clone()).unwrap();
+            let t = table(&db);
+            load(&db, &t, rows);
+            let before = db.stats().checkpoints;
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let txns = std::thread::scope(|scope| {
+                if *back_to_back {
+                    scope.spawn(|| {
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            db.checkpoint().unwrap();
+                        }
+                    });
                 }
-                n
+                let txns = ycsb_a(&db, &t, rows, Duration::from_secs(seconds));
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                txns
             });
-            let txns = ycsb_a(&db, &t, rows, Duration::from_secs(seconds));
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            (txns, checkpointer.join().unwrap())
-        });
-        let rate = txns as f64 / seconds as f64;
-        println!("{name}: {rate:.0} txn/s ({checkpoints} checkpoints taken during the run)");
-        results.push(rate);
-        drop(db);
-        std::fs::remove_dir_all(&dir).unwrap();
+            let rate = txns as f64 / seconds as f64;
+            let taken = db.stats().checkpoints - before;
+            println!("round {round} {name}: {rate:.0} txn/s ({taken} checkpoints during the run)");
+            rates[i].push(rate);
+            drop(db);
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
-    println!(
-        "# throughput with continuous checkpoints / without = {:.3}",
-        results[1] / results[0]
-    );
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let off = median(&mut rates[0]);
+    for (i, (name, _, _)) in designs.iter().enumerate().skip(1) {
+        println!(
+            "# {name} / checkpoints-off = {:.3} (medians of 3)",
+            median(&mut rates[i]) / off
+        );
+    }
 }
 
 fn ycsb_a(db: &Database, table: &Table, rows: u64, duration: Duration) -> u64 {
@@ -497,7 +535,17 @@ fn reopen_with(dir: &Path, rows: u64, options: Options, name: &str) -> Option<(f
     assert!(tx.get(&table, &(rows / 2).to_be_bytes()).unwrap().is_some());
     drop(tx);
     let first_txn = start.elapsed();
-    let loaded = db.wait_for_indexes().unwrap_or(first_txn);
+    let loaded = db.wait_for_indexes();
+    let mut tx = session.begin();
+    for k in (0..rows).step_by((rows / 1000).max(1) as usize) {
+        let got = tx.get(&table, &k.to_be_bytes());
+        assert!(
+            matches!(got, Ok(Some(_))),
+            "{name}: row {k} lost after the index load ({loaded:?}): {got:?}"
+        );
+    }
+    drop(tx);
+    let loaded = loaded.unwrap_or(first_txn);
     let r = db.recovery_report().clone();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(

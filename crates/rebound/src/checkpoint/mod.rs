@@ -24,17 +24,24 @@
 //!   pointer switches to it, so a crash mid-checkpoint leaves the previous
 //!   checkpoint in force; its extent is freed only after the switch.
 //!
+//! # Chains (HiEngine's ChainIndex, `CheckpointMode::Chain`)
+//! A delta image holds only the keys committed since its predecessor,
+//! found from a change log filled at commit (`txn::ChangeLog`), not from a
+//! walk of the index: a checkpoint costs what changed. The chain's view of
+//! a key is its newest image's entry; `chain` reads chains, `fold` keeps
+//! them short. Horizons and block lists are the newest image's.
+//!
 //! # Image layout (little-endian, at a 4096-aligned extent)
 //! ```text
-//! 0   [u8; 8]  magic "RBCKPT04"
+//! 0   [u8; 8]  magic "RBCKPT05"
 //! 8   u64      sequence number
 //! 16  u64      t_low: recovery redoes versions with txn id ≥ t_low
 //! 24  u64      image length in bytes
-//! 32  u32      table count          36  u32  crc32c of bytes 64..length
+//! 32  u32      table count          36  u32  crc32c of bytes 576..length
 //! 40  u32      crc32c of bytes 0..40 ++ 44..576
-//! 44  u32      reserved
+//! 44  u32      depth: images in the chain this one ends (1: a base)
 //! 48  u64      long_t_low: long-transaction regions are redone from here
-//! 56  8 bytes reserved
+//! 56  u64      previous: the image this is a delta of (0 for a base)
 //! 64  [u64; 64] per long-transaction region: its newest commit the
 //!     checkpoint includes (recovery does not redo commits up to it)
 //! 576 per table:
@@ -43,8 +50,9 @@
 //!       block lists: every listed block as (u64 sequence number, u64
 //!       offset), region by region, sequence numbers strictly ascending
 //!       (blocks GC emptied are not listed);
-//!       entries: u16 key length, key, u64 address (unaligned), strictly
-//!       ascending by key, in groups of 64;
+//!       entries: u16 key length, key, u64 address (unaligned; u64::MAX
+//!       in a delta: deleted since the predecessor), strictly ascending by
+//!       key, in groups of 64;
 //!       fences, one per group: u64 offset (relative to the entries) of
 //!       its first entry, u32 crc32c of the group's bytes, u32 reserved.
 //!     meta crc = crc32c(head with that field zero ++ lists ++ fences)
@@ -70,7 +78,7 @@ pub use writer::RunWriter;
 
 use crate::catalog;
 use crate::error::Result;
-use crate::heap::tile::LOCKED;
+use crate::heap::tile::PENDING;
 use crate::heap::Addr;
 use crate::medium::Medium;
 use crate::txn::{Changes, Store, TableRt};
@@ -199,6 +207,15 @@ impl Checkpointer {
 
     /// Takes one checkpoint of every table and makes it the one in force.
     pub fn take(&mut self, store: &Store) -> Result<CheckpointStats> {
+        let taken = self.take_once(store);
+        if taken.is_err() {
+            // The changes it took may not be in any image.
+            store.changes.lose();
+        }
+        taken
+    }
+
+    fn take_once(&mut self, store: &Store) -> Result<CheckpointStats> {
         let started = Instant::now();
         self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
@@ -483,25 +500,25 @@ fn write_incremental(
     );
 }
 
-/// The entries of the keys written by the versions in `changed`, all
-/// committed since the chain's newest image took its horizons (and every
-/// version committed before those horizons was recorded before): each
-/// key's newest committed version, or `TOMBSTONE` when that is a deletion.
-/// A version a committed successor replaced is skipped: the successor was
-/// recorded too, here or for the next delta, and a crash before that delta
-/// redoes it (it began after these horizons were taken). Several versions
-/// of a key left (a tombstone reaped, the key inserted again): the newest.
+/// The entries of the keys written by the versions in `changed`: each
+/// key's newest recorded version (its address, or `TOMBSTONE` for a
+/// deletion). They were all durable when recorded, and every version
+/// older than this checkpoint's horizons was recorded by now.
+///
+/// A version replaced since is still written when its successor was
+/// recorded after `changed` was taken: the successor is then in the next
+/// delta (or redone after a crash, being younger than these horizons), and
+/// the version's block cannot be freed before a checkpoint that has the
+/// successor, since versions are recorded before anyone sees them.
+/// Ties of timestamp (a transaction writing a key twice) go to the later
+/// record.
 fn write_delta(medium: &Medium, table: &TableRt, changed: &[Addr], out: &mut Collect) {
     let mut keys = Vec::new();
     let mut found: Vec<ChangedKey> = Vec::with_capacity(changed.len());
-    for &addr in changed {
+    for (order, &addr) in changed.iter().enumerate() {
         let Some(header) = table.heap.header(addr) else {
             continue;
         };
-        let end = header.end.load(Acquire);
-        if end != 0 && end & LOCKED == 0 {
-            continue;
-        }
         let at = keys.len();
         let len = table.heap.read_key_into(medium, addr, &mut keys);
         let deleted = table.heap.tombstone(medium, addr) != Some(false);
@@ -509,7 +526,7 @@ fn write_delta(medium: &Medium, table: &TableRt, changed: &[Addr], out: &mut Col
             prefix: crate::index::key_prefix(&keys[at..at + len]),
             at,
             len,
-            begin: header.begin.load(Acquire),
+            newest_first: (!(header.begin.load(Acquire) & !PENDING), !order),
             addr: match deleted {
                 true => TOMBSTONE,
                 false => addr.0,
@@ -520,7 +537,7 @@ fn write_delta(medium: &Medium, table: &TableRt, changed: &[Addr], out: &mut Col
     found.sort_unstable_by(|a, b| {
         (a.prefix.cmp(&b.prefix))
             .then_with(|| key(a).cmp(key(b)))
-            .then_with(|| b.begin.cmp(&a.begin))
+            .then_with(|| a.newest_first.cmp(&b.newest_first))
     });
     found.dedup_by(|later, newest| key(later) == key(newest));
     for entry in &found {
@@ -534,7 +551,9 @@ struct ChangedKey {
     prefix: u64,
     at: usize,
     len: usize,
-    begin: u64,
+    /// Sorts the newest version of a key first: complemented timestamp,
+    /// then complemented record order.
+    newest_first: (u64, usize),
     addr: u64,
 }
 

@@ -47,7 +47,7 @@ impl ChangeLog {
         self.recording.store(on, Relaxed);
     }
 
-    /// Records a committed write set, after its versions were published.
+    /// Records a durable write set, before its versions are published.
     pub fn add(&self, worker: usize, versions: impl ExactSizeIterator<Item = (u32, Addr)>) {
         if !self.recording.load(Relaxed) {
             return;
@@ -63,7 +63,13 @@ impl ChangeLog {
         list.extend(versions);
     }
 
-    /// Takes everything recorded so far, grouped by table id.
+    /// Makes the next `take` incomplete: what was taken was not written.
+    pub fn lose(&self) {
+        self.overflowed.store(true, Relaxed);
+    }
+
+    /// Takes everything recorded so far, grouped by table id, in the order
+    /// each worker recorded it.
     pub fn take(&self, tables: usize) -> Changes {
         let mut by_table = vec![Vec::new(); tables];
         for list in self.workers.iter() {

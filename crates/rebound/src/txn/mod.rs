@@ -1286,6 +1286,12 @@ impl<'s> TxnState<'s> {
                 self.rollback();
                 return Err(e);
             }
+            // Recorded before anyone can see them committed: whoever sees
+            // a version replaced (GC, which then frees its block after the
+            // next checkpoint) knows the next delta has its successor.
+            store
+                .changes
+                .add(self.worker, set.writes.iter().map(|w| (w.table, w.new)));
             self.publish(&set);
             if set.region != self.worker {
                 self.touch_written_keys(&set);
@@ -1338,9 +1344,6 @@ impl<'s> TxnState<'s> {
         if !deleted.is_empty() {
             store.deleted.lock().extend(deleted);
         }
-        store
-            .changes
-            .add(self.worker, set.writes.iter().map(|w| (w.table, w.new)));
     }
 
     pub fn abort(mut self) {

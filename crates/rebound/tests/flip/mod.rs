@@ -414,7 +414,8 @@ pub struct FileMap {
     stale_blocks: BTreeSet<u64>,
     /// Checkpoint in force: offset, length, and parsed section fields.
     checkpoint: Option<(u64, u64)>,
-    /// Other checkpoint images left in free space: offset → length.
+    /// Other checkpoint images (older images of the chain in force, or
+    /// left in free space): offset → length.
     stale_checkpoints: BTreeMap<u64, u64>,
     /// Blocks listed by each checkpoint image (in force or stale).
     listed: BTreeMap<u64, u64>,
@@ -473,7 +474,7 @@ impl FileMap {
             if &magic[..4] == b"BLK1" && !blocks.contains_key(&at) {
                 stale_blocks.insert(at);
             }
-            if magic == b"RBCKPT04" {
+            if magic == b"RBCKPT05" {
                 let counts_at = at + CKPT_HEADER + 24;
                 let n = (0..128).map(|r| u64_at(image, counts_at + 8 * r)).sum();
                 listed.insert(at, n);
@@ -595,7 +596,7 @@ impl FileMap {
             .filter(|(&c, &len)| offset < c + len.max(64))
         {
             return format!(
-                "stale checkpoint {}",
+                "other checkpoint image {}",
                 self.checkpoint_field(c, offset - c, word_bit)
             );
         }
