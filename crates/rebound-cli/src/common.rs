@@ -19,18 +19,25 @@ pub type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 /// design is one line here.
 pub fn designs() -> Vec<(&'static str, Options)> {
     let d = Options::default;
+    let leaf = |mode| {
+        d().checkpoint(mode)
+            .checkpoint_interval(std::time::Duration::from_secs(10))
+            .checkpoint_after_versions(1 << 20)
+    };
     vec![
         // Baseline: nothing persisted (DRAM database, no log).
         ("none", d().durability(Durability::None)),
-        // FIR: log-free storage, index checkpoints chosen by the cost model.
+        // Log-free storage with delta index checkpoints every 50 ms
+        // (HiEngine's ChainIndex): the default.
         ("log-free", d()),
         // Zen-style: log-free storage, no index checkpoint (full-scan recovery).
         ("log-free-nockpt", d().checkpoint(CheckpointMode::Off)),
-        // Log-free storage, every checkpoint full / incremental.
-        ("log-free-full", d().checkpoint(CheckpointMode::Full)),
-        ("log-free-incr", d().checkpoint(CheckpointMode::Incremental)),
-        // HiEngine's ChainIndex: delta images linked into a chain.
-        ("log-free-chain", d().checkpoint(CheckpointMode::Chain)),
+        // FIR's leaf checkpoints at their own cadence (every 10 s or 1 Mi
+        // versions): full or incremental by the cost model / always full /
+        // always incremental.
+        ("log-free-leaf", leaf(CheckpointMode::CostModel)),
+        ("log-free-full", leaf(CheckpointMode::Full)),
+        ("log-free-incr", leaf(CheckpointMode::Incremental)),
         // FIR without block GC: storage grows with every update.
         ("log-free-nogc", d().gc(GcOptions::default().enabled(false))),
     ]

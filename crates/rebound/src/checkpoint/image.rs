@@ -6,11 +6,13 @@
 //! without first copying or checksumming the whole image.
 //!
 //! Nothing is used before a checksum vouches for it: the header has its
-//! own; each section's head, block lists and fences have one (verified at
-//! open, before recovery registers a block); each group of `FENCE_EVERY`
+//! own; each section's head and block lists have one (verified at open,
+//! before recovery registers a block); each group of `FENCE_EVERY`
 //! entries has one in its fence (verified by every on-demand lookup and
 //! range read before it trusts an entry); the body checksum is verified by
-//! whoever reads the image sequentially.
+//! whoever reads the image sequentially. Fences themselves are read on
+//! demand and only steer searches, so opening an image reads no entry
+//! and no fence: its cost does not grow with the table.
 
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
@@ -75,9 +77,12 @@ pub struct TableSection {
     /// Medium offset and length of the entries.
     entries_at: u64,
     entries_len: u64,
-    /// Offsets (relative to `entries_at`) of every FENCE_EVERY-th entry,
-    /// with the crc32c of the group of entries it starts.
-    fences: Vec<(u64, u32)>,
+    /// Where the fences are: per FENCE_EVERY-th entry, its offset
+    /// (relative to `entries_at`) and the crc32c of the group it starts.
+    /// Read on demand and never trusted: a group is used only when its
+    /// checksum matches and its neighbours bracket what was searched.
+    fences_at: u64,
+    fence_count: usize,
 }
 
 fn corrupt(why: &str) -> Error {
@@ -191,21 +196,20 @@ fn read_section(medium: &Medium, at: u64, end: u64) -> Result<(TableSection, u64
     put_zero(&mut head, 4..8);
     let crc = crc32c::crc32c(&head);
     let crc = crc_of_range(medium, lists_at, 16 * blocks, crc);
-    let crc = crc_of_range(medium, fences_at, section_end - fences_at, crc);
     if crc != stored {
-        return Err(corrupt(
-            "section head, block lists or fences fail their checksum",
-        ));
+        return Err(corrupt("section head or block lists fail their checksum"));
     }
     let block_lists = read_lists(medium, lists_at, &counts)?;
-    let fences = read_fences(medium, fences_at, fence_count, entries_len)?;
+    let fence_count =
+        usize::try_from(fence_count).map_err(|_| corrupt("fences beyond the image"))?;
     let section = TableSection {
         table: u32_at(&head, 0),
         entry_count,
         block_lists,
         entries_at,
         entries_len,
-        fences,
+        fences_at,
+        fence_count,
     };
     Ok((section, section_end))
 }
@@ -244,22 +248,6 @@ fn read_lists(medium: &Medium, mut at: u64, counts: &[u64]) -> Result<Vec<Vec<(u
         .collect()
 }
 
-/// Reads the fences: offsets start at 0 and ascend inside the entries.
-fn read_fences(medium: &Medium, at: u64, count: u64, entries_len: u64) -> Result<Vec<(u64, u32)>> {
-    let words = read_words(medium, at, 2 * count as usize);
-    let fences: Vec<(u64, u32)> = pairs(&words)
-        .into_iter()
-        .map(|(o, c)| (o, c as u32))
-        .collect();
-    let ordered = fences.windows(2).all(|w| matches!(w, [a, b] if a.0 < b.0))
-        && fences.first().is_none_or(|f| f.0 == 0)
-        && fences.last().is_none_or(|f| f.0 < entries_len);
-    match ordered {
-        true => Ok(fences),
-        false => Err(corrupt("fences out of order")),
-    }
-}
-
 fn read_words(medium: &Medium, at: u64, count: usize) -> Vec<u64> {
     let mut bytes = vec![0u8; count * 8];
     medium.read_at(at, &mut bytes);
@@ -270,6 +258,17 @@ fn read_words(medium: &Medium, at: u64, count: usize) -> Vec<u64> {
 }
 
 impl TableSection {
+    /// Fence `g`: the offset of its group's first entry and the group's
+    /// checksum, as stored (unverified).
+    fn fence(&self, medium: &Medium, g: usize) -> Option<(u64, u32)> {
+        if g >= self.fence_count {
+            return None;
+        }
+        let mut bytes = [0u8; FENCE_BYTES as usize];
+        medium.read_at(self.fences_at + FENCE_BYTES * g as u64, &mut bytes);
+        Some((u64_at(&bytes, 0), u32_at(&bytes, 8)))
+    }
+
     /// The key of the entry at `rel`, unverified: only steers the search
     /// for a group, whose checksum is verified before any answer.
     fn key_at(&self, medium: &Medium, rel: u64) -> Option<Vec<u8>> {
@@ -291,19 +290,22 @@ impl TableSection {
     /// cut it into parts of similar size (unverified: only for splitting
     /// work, never for answers).
     pub fn split_keys(&self, medium: &Medium, parts: usize) -> Vec<Vec<u8>> {
-        let groups = self.fences.len();
+        let groups = self.fence_count;
         (1..parts)
-            .filter_map(|i| self.fences.get(i * groups / parts))
+            .filter_map(|i| self.fence(medium, i * groups / parts))
             .filter_map(|f| self.key_at(medium, f.0))
             .collect()
     }
 
     /// Index of the last group whose first key is ≤ `key` (0 if none is).
     fn group_for(&self, medium: &Medium, key: &[u8]) -> usize {
-        let (mut lo, mut hi) = (0usize, self.fences.len());
+        let (mut lo, mut hi) = (0usize, self.fence_count);
         while lo + 1 < hi {
             let mid = (lo + hi) / 2;
-            match self.fences.get(mid).and_then(|f| self.key_at(medium, f.0)) {
+            match self
+                .fence(medium, mid)
+                .and_then(|f| self.key_at(medium, f.0))
+            {
                 Some(k) if k.as_slice() <= key => lo = mid,
                 _ => hi = mid,
             }
@@ -314,10 +316,16 @@ impl TableSection {
     /// The entries of group `g`, verified against its checksum; `None`
     /// past the last group.
     fn group(&self, medium: &Medium, g: usize) -> Result<Option<Entries>> {
-        let Some(&(start, crc)) = self.fences.get(g) else {
+        let Some((start, crc)) = self.fence(medium, g) else {
             return Ok(None);
         };
-        let end = self.fences.get(g + 1).map_or(self.entries_len, |f| f.0);
+        let end = match g + 1 < self.fence_count {
+            true => self.fence(medium, g + 1).map_or(0, |f| f.0),
+            false => self.entries_len,
+        };
+        if start >= end || end > self.entries_len || (g == 0) != (start == 0) {
+            return Err(corrupt("fences out of order"));
+        }
         let mut bytes = vec![0u8; (end - start) as usize];
         medium.read_at(self.entries_at + start, &mut bytes);
         if crc32c::crc32c(&bytes) != crc {
@@ -420,7 +428,7 @@ impl TableSection {
     fn last_group_within(&self, medium: &Medium, upper: Bound<&[u8]>) -> Result<Option<usize>> {
         let to = match upper {
             Bound::Included(k) | Bound::Excluded(k) => k,
-            Bound::Unbounded => return Ok(self.fences.len().checked_sub(1)),
+            Bound::Unbounded => return Ok(self.fence_count.checked_sub(1)),
         };
         let g = self.group_for(medium, to);
         let first_within = |g| -> Result<Option<bool>> {

@@ -55,7 +55,8 @@
 //!       key, in groups of 64;
 //!       fences, one per group: u64 offset (relative to the entries) of
 //!       its first entry, u32 crc32c of the group's bytes, u32 reserved.
-//!     meta crc = crc32c(head with that field zero ++ lists ++ fences)
+//!     meta crc = crc32c(head with that field zero ++ lists); fences are
+//!     read on demand and never trusted (each group's crc is checked)
 //! ```
 //! Header, meta and group checksums are verified before what they cover
 //! is used (see `image`), so a damaged image is `Corrupt`, never a block

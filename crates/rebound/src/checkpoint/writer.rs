@@ -170,14 +170,13 @@ impl RunWriter<'_> {
     }
 
     /// Completes the section header, appends the fences with their
-    /// groups' checksums, and seals head, lists and fences with the
-    /// section's meta checksum.
+    /// groups' checksums, and seals head and lists with the section's meta
+    /// checksum.
     pub fn finish(self) {
         let entry_bytes = (self.bytes.len() - self.entries_at) as u64;
         let at = self.header_at;
         self.bytes[at + 8..at + 16].copy_from_slice(&self.count.to_le_bytes());
         self.bytes[at + 16..at + 24].copy_from_slice(&entry_bytes.to_le_bytes());
-        let fences_at = self.bytes.len();
         for (i, &fence) in self.fences.iter().enumerate() {
             let end = self.fences.get(i + 1).copied().unwrap_or(entry_bytes);
             let group =
@@ -188,7 +187,6 @@ impl RunWriter<'_> {
             self.bytes.extend_from_slice(&[0; 4]);
         }
         let meta = crc32c::crc32c(&self.bytes[at..self.entries_at]);
-        let meta = crc32c::crc32c_append(meta, &self.bytes[fences_at..]);
         self.bytes[at + 4..at + 8].copy_from_slice(&meta.to_le_bytes());
     }
 }
