@@ -462,8 +462,16 @@ fn writer_child(dir: &Path, rows: u64, close: bool) {
 fn kill(sizes: &[u64]) {
     println!("rows,end,design,total_ms,metadata_ms,undo_redo_ms,index_build_ms,versions_scanned,checkpoint_entries,first_txn_ms,index_loaded_ms");
     let mut ratios = Vec::new();
+    // REBOUND_REPEAT=n kills n children per size (medians are printed).
+    let repeat: usize = std::env::var("REBOUND_REPEAT")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    let mut first_txns: Vec<(u64, Vec<f64>)> = Vec::new();
     for &rows in sizes {
-        for end in ["kill", "close"] {
+        first_txns.push((rows, Vec::new()));
+        let ends = std::iter::repeat_n("kill", repeat).chain(["close"]);
+        for end in ends {
             let dir = scratch("kill");
             let mut child = Command::new(std::env::current_exe().unwrap())
                 .args([
@@ -491,8 +499,12 @@ fn kill(sizes: &[u64]) {
             if end == "kill" {
                 copy_dir(&dir, &copy);
             }
-            let loaded = reopen_with(&dir, rows, Options::default(), &format!("{end},default"))
-                .map(|(_, loaded)| loaded);
+            let opened = reopen_with(&dir, rows, Options::default(), &format!("{end},default"));
+            if let (Some((first, _)), "kill", Some((_, all))) = (opened, end, first_txns.last_mut())
+            {
+                all.push(first);
+            }
+            let loaded = opened.map(|(_, loaded)| loaded);
             if end == "kill" {
                 let scan = Options::default().checkpoint(CheckpointMode::Off);
                 if let Some((scan_first, _)) = reopen_with(&copy, rows, scan, "kill,full-scan") {
@@ -505,6 +517,16 @@ fn kill(sizes: &[u64]) {
     }
     for (rows, ratio) in ratios {
         println!("# {rows} rows: full-scan open / default index fully in DRAM = {ratio:.1}x");
+    }
+    for (rows, mut all) in first_txns {
+        all.sort_by(f64::total_cmp);
+        if let (Some(min), Some(max)) = (all.first(), all.last()) {
+            println!(
+                "# {rows} rows: first txn after SIGKILL, median {:.2} ms of {} (min {min:.2}, max {max:.2})",
+                all[all.len() / 2],
+                all.len()
+            );
+        }
     }
 }
 

@@ -58,9 +58,23 @@ impl Chain {
 
     /// Checks every image's body checksum.
     pub fn verify(&self, medium: &Medium) -> Result<()> {
+        self.verify_newest(medium, self.images.len())
+    }
+
+    /// Checks the body checksums of the `newest` images.
+    pub fn verify_newest(&self, medium: &Medium, newest: usize) -> Result<()> {
         self.images
             .iter()
+            .take(newest)
             .try_for_each(|image| image.verify(medium))
+    }
+
+    /// Entries of each image (all tables), newest first.
+    pub fn sizes(&self) -> Vec<u64> {
+        self.images
+            .iter()
+            .map(|i| i.sections().iter().map(|s| s.entry_count).sum())
+            .collect()
     }
 
     /// The table's sections, newest first.

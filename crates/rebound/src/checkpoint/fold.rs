@@ -99,22 +99,29 @@ fn merge_newest(
 }
 
 impl Checkpointer {
-    /// Merges the deltas above the base (above the image a running fold
-    /// reads, while one runs) into one; returns how many were merged.
+    /// Merges the newest deltas into one; returns how many were merged.
+    /// Size-tiered: a delta larger than all newer ones together stays out
+    /// (with those below it), so a large merged delta is not rewritten
+    /// for a few small ones, and merging costs O(changes · log changes).
+    /// A running fold's images stay out too.
     pub(super) fn compact(&mut self, store: &Store) -> Result<u32> {
         let Some(current) = self.current.clone() else {
             return Ok(0);
         };
         let chain = Chain::open(&store.medium, current.offset)?;
         let images = chain.images();
-        let floor = match self.folding {
+        let sizes = chain.sizes();
+        let deltas = match self.folding {
             Some(top) => images.iter().position(|i| i.offset == top),
             None => Some(images.len() - 1),
         };
-        let Some(merged) = floor.filter(|&n| n >= 2) else {
+        let Some(mut merged) = deltas.filter(|&n| n >= 2) else {
             return Ok(0);
         };
-        chain.verify(&store.medium)?;
+        while merged > 2 && sizes[merged - 1] > sizes[..merged - 1].iter().sum::<u64>() {
+            merged -= 1;
+        }
+        chain.verify_newest(&store.medium, merged)?;
         let below = &images[merged];
         let onto = Link {
             previous: below.offset,
@@ -125,14 +132,13 @@ impl Checkpointer {
         for &(offset, len) in replaced {
             store.space.free(offset, len);
         }
+        let replaced_entries: u64 = sizes[..merged].iter().sum();
         self.current = Some(Durable {
             offset: extent.0,
             sequence: current.sequence + 1,
             extents: [&[extent], kept].concat(),
-            delta_entries: match self.folding {
-                Some(_) => current.delta_entries,
-                None => entries,
-            },
+            delta_entries: current.delta_entries - replaced_entries.min(current.delta_entries)
+                + entries,
             ..current
         });
         Ok(merged as u32)
@@ -183,7 +189,7 @@ impl Checkpointer {
                 (folded.extent.0, vec![folded.extent], 0)
             }
             _ => {
-                chain.verify(&store.medium)?;
+                chain.verify_newest(&store.medium, above)?;
                 let onto = Link {
                     previous: folded.extent.0,
                     depth: 2,

@@ -129,7 +129,7 @@ impl Default for Options {
             create_if_missing: true,
             max_size: 1 << 40,
             checkpoint: CheckpointMode::Chain,
-            checkpoint_interval: Duration::from_millis(50),
+            checkpoint_interval: Duration::from_millis(25),
             checkpoint_after_versions: 1 << 16,
             checkpoint_chain_depth: 16,
             load_indexes_in_background: true,
