@@ -14,6 +14,8 @@ use super::image::{CheckpointImage, EntryReader, TableSection, MAX_CHAIN, TOMBST
 use super::writer::RunWriter;
 use crate::error::{Error, Result};
 use crate::medium::Medium;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::ops::Bound;
 
 /// The images of a chain, newest first; the last one is the base.
@@ -208,21 +210,25 @@ fn bad_link() -> Error {
 /// Reads a table's entries across a chain in key order, newest entry of
 /// each key, tombstones dropped (callers verify the bodies first).
 ///
-/// Most entries come from the oldest image (the base), so the reader
-/// remembers which newer image holds the smallest next key and compares
-/// the base's key with that one alone: a base entry costs O(1), only an
-/// entry from a newer image costs a pass over the images.
+/// Most entries usually come from the oldest image (the base), so it is
+/// kept apart: the newer images' next keys sit in a heap, and a base entry
+/// costs one comparison with the heap's top; an entry from a newer image
+/// costs O(log images).
 pub struct ChainReader<'a> {
-    /// Newest first.
+    /// Newest first; the last one is the oldest image.
     readers: Vec<Reader<'a>>,
-    /// Among all readers but the oldest: the one with the smallest next
-    /// key (`Some(None)` if all are done); `None` until worked out again.
-    newer_min: Option<Option<usize>>,
-    /// The key being merged, so other readers can be compared with it.
-    scratch: Vec<u8>,
+    /// The next key of every newer reader that has one, with its rank
+    /// (index in `readers`): the smallest key, newest on a tie, on top.
+    heap: BinaryHeap<Reverse<(Vec<u8>, usize)>>,
+    /// A newer reader whose next key is not in the heap yet.
+    unheaped: Option<usize>,
+    /// Key buffers of entries that left the heap, for reuse.
+    spare: Vec<Vec<u8>>,
     keep_tombstones: bool,
     /// One image whose entries are all to be copied: copy them encoded.
     copy_encoded: bool,
+    /// The heap holds the newer readers' first keys.
+    filled: bool,
 }
 
 /// One image's entries: the reader, the count its section records, and
@@ -248,93 +254,131 @@ impl<'a> ChainReader<'a> {
                     read: 0,
                 })
                 .collect(),
-            newer_min: None,
-            scratch: Vec::new(),
+            heap: BinaryHeap::new(),
+            unheaped: None,
+            spare: Vec::new(),
             keep_tombstones,
             copy_encoded,
+            filled: false,
         }
+    }
+
+    /// Loads every newer reader's first key into the heap, once.
+    fn fill(&mut self, medium: &Medium) {
+        if std::mem::replace(&mut self.filled, true) {
+            return;
+        }
+        for rank in 0..self.oldest() {
+            if let Some(reader) = self.readers.get_mut(rank) {
+                reader.entries.peek_entry(medium);
+            }
+            self.heap_push(rank);
+        }
+    }
+
+    fn oldest(&self) -> usize {
+        self.readers.len().saturating_sub(1)
     }
 
     fn key_of(&self, i: usize) -> Option<&[u8]> {
         self.readers.get(i)?.entries.peeked().map(|(k, _)| k)
     }
 
-    /// Consumes reader `i`'s next entry and loads the one after it.
+    /// Puts newer reader `rank`'s next key (if any) into the heap.
+    fn heap_push(&mut self, rank: usize) {
+        let Some(reader) = self.readers.get_mut(rank) else {
+            return;
+        };
+        // The medium is only needed to refill the buffer, done by the
+        // caller's `peek_entry`; `peeked` reads what is buffered.
+        let Some((key, _)) = reader.entries.peeked() else {
+            return;
+        };
+        let mut owned = self.spare.pop().unwrap_or_default();
+        owned.clear();
+        owned.extend_from_slice(key);
+        self.heap.push(Reverse((owned, rank)));
+    }
+
+    /// Consumes reader `i`'s next entry and loads the one after it; a newer
+    /// reader's entry must be the heap's top (or not yet in it).
     fn step(&mut self, medium: &Medium, i: usize) {
-        let last = self.readers.len().saturating_sub(1);
+        if i != self.oldest() && self.unheaped != Some(i) {
+            if let Some(Reverse((key, _))) = self.heap.pop() {
+                self.spare.push(key);
+            }
+        }
         if let Some(reader) = self.readers.get_mut(i) {
             reader.entries.advance(medium);
             reader.read += 1;
             reader.entries.peek_entry(medium);
         }
-        if i != last {
-            self.newer_min = None;
+        if i != self.oldest() {
+            self.unheaped = None;
+            self.heap_push(i);
+        }
+    }
+
+    /// Brings a reader left out of the heap by `next_entry` back in.
+    fn settle(&mut self, medium: &Medium) {
+        if let Some(rank) = self.unheaped.take() {
+            if let Some(reader) = self.readers.get_mut(rank) {
+                reader.entries.peek_entry(medium);
+            }
+            self.heap_push(rank);
         }
     }
 
     /// The reader holding the smallest next key (the newest on a tie).
     fn smallest(&mut self, medium: &Medium) -> Option<usize> {
-        let last = self.readers.len().checked_sub(1)?;
-        let newer = match self.newer_min {
-            Some(known) => known,
-            None => {
-                let newer = self.newer_smallest(medium, last);
-                self.newer_min = Some(newer);
-                newer
-            }
-        };
-        self.readers.get_mut(last)?.entries.peek_entry(medium);
-        match (newer, self.key_of(last)) {
+        self.fill(medium);
+        self.settle(medium);
+        let oldest = self.oldest();
+        self.readers.get_mut(oldest)?.entries.peek_entry(medium);
+        let newer = self
+            .heap
+            .peek()
+            .map(|Reverse((k, rank))| (k.as_slice(), *rank));
+        match (newer, self.key_of(oldest)) {
             (None, None) => None,
-            (None, Some(_)) => Some(last),
-            (Some(n), None) => Some(n),
-            (Some(n), Some(oldest)) => match self.key_of(n).is_some_and(|k| k <= oldest) {
-                true => Some(n),
-                false => Some(last),
+            (None, Some(_)) => Some(oldest),
+            (Some((_, rank)), None) => Some(rank),
+            (Some((key, rank)), Some(old)) => match key <= old {
+                true => Some(rank),
+                false => Some(oldest),
             },
         }
     }
 
-    fn newer_smallest(&mut self, medium: &Medium, last: usize) -> Option<usize> {
-        for reader in self.readers.iter_mut().take(last) {
-            reader.entries.peek_entry(medium);
-        }
-        let mut best: Option<(usize, &[u8])> = None;
-        for i in 0..last {
-            if let Some(key) = self.key_of(i) {
-                if best.is_none_or(|(_, b)| key < b) {
-                    best = Some((i, key));
-                }
-            }
-        }
-        best.map(|(i, _)| i)
-    }
-
-    /// Moves every reader but `keep` past `key`. When `keep` is the oldest
-    /// reader, every newer one is past `key` already (ties go to them).
-    fn skip_others(&mut self, medium: &Medium, keep: usize, key: &[u8]) {
-        if keep + 1 == self.readers.len() {
+    /// Moves every reader but `keep` (the heap's top) past its key. When
+    /// `keep` is the oldest reader, every newer one is past it already.
+    fn skip_others(&mut self, medium: &Medium, keep: usize) {
+        let oldest = self.oldest();
+        if keep == oldest {
             return;
         }
-        for i in 0..self.readers.len() {
-            if i != keep && self.key_of(i) == Some(key) {
-                self.step(medium, i);
+        let Some(Reverse((key, _))) = self.heap.pop() else {
+            return;
+        };
+        while self.heap.peek().is_some_and(|Reverse((k, _))| *k == key) {
+            if let Some(Reverse((k, rank))) = self.heap.pop() {
+                self.spare.push(k);
+                self.unheaped = Some(rank);
+                self.step(medium, rank);
             }
         }
+        if self.key_of(oldest) == Some(key.as_slice()) {
+            self.step(medium, oldest);
+        }
+        self.heap.push(Reverse((key, keep)));
     }
 
     /// Positions at the next live entry; returns its reader.
     fn next_live(&mut self, medium: &Medium) -> Option<usize> {
         loop {
             let i = self.smallest(medium)?;
-            let (key, addr) = self.readers.get(i)?.entries.peeked()?;
-            if i + 1 != self.readers.len() {
-                let mut key_copy = std::mem::take(&mut self.scratch);
-                key_copy.clear();
-                key_copy.extend_from_slice(key);
-                self.skip_others(medium, i, &key_copy);
-                self.scratch = key_copy;
-            }
+            self.skip_others(medium, i);
+            let (_, addr) = self.readers.get(i)?.entries.peeked()?;
             if addr != TOMBSTONE || self.keep_tombstones {
                 return Some(i);
             }
@@ -356,8 +400,13 @@ impl<'a> ChainReader<'a> {
     /// The next live entry, or `None` at the end of the chain.
     pub fn next_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
         let i = self.next_live(medium)?;
-        if i + 1 != self.readers.len() {
-            self.newer_min = None;
+        if i != self.oldest() {
+            if let Some(Reverse((key, _))) = self.heap.pop() {
+                self.spare.push(key);
+            }
+            // Its next key goes into the heap at the next call, once the
+            // entry returned here is no longer borrowed.
+            self.unheaped = Some(i);
         }
         let reader = self.readers.get_mut(i)?;
         reader.read += 1;
@@ -503,6 +552,19 @@ mod tests {
             }
             prop_assert!(reader.complete());
             prop_assert_eq!(&read, &want.clone().into_iter().collect::<Vec<_>>());
+
+            // The same keys when peeks and advances mix with whole entries.
+            let mut reader = chain.reader(TABLE);
+            let mut keys = Vec::new();
+            for step in 0.. {
+                let next = match step % 3 {
+                    0 => reader.next_entry(&medium).map(|(k, _)| k.to_vec()),
+                    _ => reader.peek_key(&medium).map(<[u8]>::to_vec).inspect(|_| reader.advance(&medium)),
+                };
+                let Some(key) = next else { break };
+                keys.push(key);
+            }
+            prop_assert_eq!(keys, want.keys().cloned().collect::<Vec<_>>());
 
             for key in &probes {
                 prop_assert_eq!(chain.find(&medium, TABLE, key).unwrap(), want.get(key).copied());
