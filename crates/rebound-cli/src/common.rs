@@ -27,7 +27,7 @@ pub fn designs() -> Vec<(&'static str, Options)> {
     vec![
         // Baseline: nothing persisted (DRAM database, no log).
         ("none", d().durability(Durability::None)),
-        // Log-free storage with delta index checkpoints every 50 ms
+        // Log-free storage with delta index checkpoints every 25 ms
         // (HiEngine's ChainIndex): the default.
         ("log-free", d()),
         // Zen-style: log-free storage, no index checkpoint (full-scan recovery).

@@ -154,12 +154,15 @@ setters!(Options {
     create_if_missing: bool,
     /// Address space reserved for the data file (default: 1 TiB).
     max_size: u64,
-    /// Index checkpoints and the recovery design they imply.
+    /// Index checkpoints and the recovery design they imply (default:
+    /// [`CheckpointMode::Chain`]).
     checkpoint: CheckpointMode,
     /// Time since the last checkpoint after which one is taken if
-    /// something was written (default: 10 s).
+    /// something was written (default: 25 ms; FIR's leaf checkpoints cost
+    /// the table's size each, so give them seconds).
     checkpoint_interval: Duration,
-    /// Versions written since the last checkpoint after which one is taken.
+    /// Versions written since the last checkpoint after which one is taken
+    /// (default: 65536).
     checkpoint_after_versions: u64,
     /// With [`CheckpointMode::Chain`]: images in force after which the
     /// deltas are merged into one (default: 16; 3 to 63).

@@ -1,8 +1,9 @@
 //! Block garbage collection (FIR 4.5), crash-safe across its two stages.
 //!
 //! * **Choose.** A block whose obsolete bitmap has at least `threshold` of
-//!   its slots set is a candidate (FIR's gc_array). The region's current
-//!   block (and anything after it) is never one.
+//!   its slots set is a candidate (FIR's gc_array); half of them will do
+//!   while its table holds more than `space_target` slots per live slot.
+//!   The region's current block (and anything after it) is never one.
 //! * **Stage 1: relocate.** Every slot of a candidate is classified. Dead:
 //!   a hole, never written, left over from earlier use of the space, a
 //!   reaped tombstone, its key gone from the index, or superseded by the
@@ -59,6 +60,11 @@ pub struct GcOptions {
     /// A block becomes a candidate when this fraction of its slots is
     /// obsolete (FIR: 0.9).
     pub threshold: f64,
+    /// When a table's blocks hold more than this many slots per live slot,
+    /// blocks half obsolete are candidates too: under skewed updates FIR's
+    /// 90 % rule leaves cold keys holding old blocks, and the file grows
+    /// without bound.
+    pub space_target: f64,
     /// A round starts when this many blocks are candidates (the length of
     /// FIR's gc_array that triggers the GC thread).
     pub batch_blocks: usize,
@@ -75,9 +81,10 @@ impl Default for GcOptions {
         GcOptions {
             enabled: true,
             threshold: 0.9,
+            space_target: 2.0,
             batch_blocks: 4,
             max_blocks_per_round: 256,
-            min_checkpoint_interval: Duration::from_secs(1),
+            min_checkpoint_interval: Duration::from_millis(100),
         }
     }
 }
@@ -88,12 +95,15 @@ setters!(GcOptions {
     /// Obsolete fraction of its slots that makes a block a candidate
     /// (default 0.9, as in FIR).
     threshold: f64,
+    /// Slots per live slot of a table past which half-obsolete blocks are
+    /// collected too (default 2).
+    space_target: f64,
     /// Candidates needed before a background round starts (default 4).
     batch_blocks: usize,
     /// Most blocks relocated per round (default 256).
     max_blocks_per_round: usize,
     /// Least time between the checkpoints GC takes to free blocks
-    /// (default 1 s).
+    /// (default 100 ms: with delta checkpoints they are cheap).
     min_checkpoint_interval: Duration,
 });
 
@@ -201,7 +211,7 @@ impl Collector {
         if !self.links_checked {
             self.links_checked = repair_links(store).is_ok();
         }
-        let candidates = candidates(store, options.threshold);
+        let candidates = candidates(store, options);
         if candidates.is_empty() || candidates.len() < min_candidates {
             return Ok(0);
         }
@@ -275,17 +285,22 @@ impl Collector {
     }
 }
 
-/// Blocks past the threshold, most obsolete first.
-fn candidates(store: &Store, threshold: f64) -> Vec<BlockId> {
+/// Below this obsolete fraction a block is never collected: relocating
+/// more live versions than it frees would cost more than it returns.
+const SPACE_THRESHOLD: f64 = 0.5;
+
+/// Blocks past the threshold, most obsolete first. A table whose blocks
+/// hold more than `space_target` slots per live slot uses the lower
+/// `SPACE_THRESHOLD`.
+fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
     let mut found = Vec::new();
     for (_, table) in store.tables.iter() {
         if table.is_loading() || table.is_damaged() {
             continue;
         }
         let heap = &table.heap;
-        let needed = (threshold * heap.def.slots_per_block as f64)
-            .ceil()
-            .max(1.0) as u64;
+        let slots = heap.def.slots_per_block as u64;
+        let mut blocks = Vec::new();
         for (region_no, region) in heap.regions.iter().enumerate() {
             let current = region.cursor.lock().block;
             for block in region.present() {
@@ -293,17 +308,23 @@ fn candidates(store: &Store, threshold: f64) -> Vec<BlockId> {
                     continue;
                 }
                 let obsolete = heap.obsolete_in(&store.medium, block);
-                if obsolete >= needed {
-                    let id = BlockId {
-                        table: heap.def.id,
-                        region: region_no,
-                        seq: block.seq,
-                        offset: block.offset(),
-                    };
-                    found.push((obsolete, id));
-                }
+                let id = BlockId {
+                    table: heap.def.id,
+                    region: region_no,
+                    seq: block.seq,
+                    offset: block.offset(),
+                };
+                blocks.push((obsolete, id));
             }
         }
+        let total = blocks.len() as u64 * slots;
+        let live = total - blocks.iter().map(|b| b.0.min(slots)).sum::<u64>();
+        let threshold = match total as f64 > options.space_target * live.max(1) as f64 {
+            true => options.threshold.min(SPACE_THRESHOLD),
+            false => options.threshold,
+        };
+        let needed = (threshold * slots as f64).ceil().max(1.0) as u64;
+        found.extend(blocks.into_iter().filter(|b| b.0 >= needed));
     }
     found.sort_by_key(|&(obsolete, _)| std::cmp::Reverse(obsolete));
     found.into_iter().map(|(_, id)| id).collect()
