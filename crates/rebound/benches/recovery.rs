@@ -177,42 +177,10 @@ fn scaling(sizes: &[u64]) {
     }
 }
 
-/// Opens the crashed database, runs one read, prints the report; returns
-/// (first transaction, index fully in DRAM) in ms.
+/// Opens the crashed database with checkpoint design `mode` (see
+/// `reopen_with`); returns (first transaction, index fully in DRAM) in ms.
 fn reopen(dir: &Path, rows: u64, mode: CheckpointMode, name: &str) -> (f64, f64) {
-    let start = Instant::now();
-    let db = Database::open(dir, options(mode)).unwrap();
-    let table = table(&db);
-    let mut session = db.session().unwrap();
-    let mut tx = session.begin();
-    assert!(tx.get(&table, &(rows / 2).to_be_bytes()).unwrap().is_some());
-    drop(tx);
-    let first_txn = start.elapsed();
-    let loaded = db.wait_for_indexes();
-    let mut tx = session.begin();
-    for k in (0..rows).step_by((rows / 1000).max(1) as usize) {
-        let got = tx.get(&table, &k.to_be_bytes());
-        assert!(
-            matches!(got, Ok(Some(_))),
-            "{name}: row {k} lost after the index load ({loaded:?}): {got:?}"
-        );
-    }
-    drop(tx);
-    let loaded = loaded.unwrap_or(first_txn);
-    let r = db.recovery_report().clone();
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!(
-        "{rows},{name},{:.1},{:.2},{:.1},{:.1},{},{},{:.1},{:.1}",
-        ms(r.total),
-        ms(r.metadata),
-        ms(r.undo_redo),
-        ms(r.index_build),
-        r.versions_scanned,
-        r.checkpoint_entries,
-        ms(first_txn),
-        ms(loaded)
-    );
-    (ms(first_txn), ms(loaded))
+    reopen_with(dir, rows, options(mode), name).expect("the scaling child runs without GC")
 }
 
 /// YCSB-A-like (50 % read, 50 % update, Zipf 0.9, 16 requests per txn) on

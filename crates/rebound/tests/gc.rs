@@ -4,7 +4,9 @@
 mod common;
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use rebound::{Database, GcOptions, MediumChoice, Options, SimDevice, Table, TableOptions};
+use rebound::{
+    Database, GcOptions, MediumChoice, Options, Session, SimDevice, Table, TableOptions,
+};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -32,6 +34,25 @@ fn value(rng: &mut StdRng) -> Vec<u8> {
     (0..len).map(|_| rng.gen()).collect()
 }
 
+/// Inserts keys `0..keys` (big-endian) with random values in one
+/// transaction; returns them as the model.
+fn load_keys(
+    session: &mut Session,
+    table: &Table,
+    keys: u32,
+    rng: &mut StdRng,
+) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut model = BTreeMap::new();
+    let mut txn = session.begin();
+    for k in 0..keys {
+        let v = value(rng);
+        txn.insert(table, &k.to_be_bytes(), &v).unwrap();
+        model.insert(k.to_be_bytes().to_vec(), v);
+    }
+    txn.commit().unwrap();
+    model
+}
+
 fn contents(db: &Database, table: &Table) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut session = db.session().unwrap();
     let mut txn = session.begin();
@@ -57,15 +78,8 @@ fn file_stays_bounded_with(seed: u64) {
     let db = Database::open(dir.path(), fir_rule.clone()).unwrap();
     let table = db.create_table("t", table_options()).unwrap();
     let keys = 2_000u32;
-    let mut model = BTreeMap::new();
     let mut session = db.session().unwrap();
-    let mut txn = session.begin();
-    for k in 0..keys {
-        let v = value(&mut rng);
-        txn.insert(&table, &k.to_be_bytes(), &v).unwrap();
-        model.insert(k.to_be_bytes().to_vec(), v);
-    }
-    txn.commit().unwrap();
+    let mut model = load_keys(&mut session, &table, keys, &mut rng);
     let slot_bytes = 24 + 16 + 100;
     let live_bytes = keys as u64 * slot_bytes;
     // 50 times the table in updates; a GC round every 2,000 updates.
@@ -131,15 +145,8 @@ fn the_space_target_collects_blocks_that_cold_keys_hold() {
             let db = Database::open(dir.path(), options(MediumChoice::Auto).gc(gc)).unwrap();
             let table = db.create_table("t", table_options()).unwrap();
             let keys = 2_000u32;
-            let mut model = BTreeMap::new();
             let mut session = db.session().unwrap();
-            let mut txn = session.begin();
-            for k in 0..keys {
-                let v = value(&mut rng);
-                txn.insert(&table, &k.to_be_bytes(), &v).unwrap();
-                model.insert(k.to_be_bytes().to_vec(), v);
-            }
-            txn.commit().unwrap();
+            let mut model = load_keys(&mut session, &table, keys, &mut rng);
             for _ in 0..20 {
                 for _ in 0..keys / 10 {
                     let mut txn = session.begin();
