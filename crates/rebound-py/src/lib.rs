@@ -23,7 +23,7 @@ struct PyDatabase {
 impl PyDatabase {
     /// Opens (or creates) the database in directory `path`.
     #[new]
-    #[pyo3(signature = (path, *, durability = "log-free", checkpoint = "cost-model", background_thread = true, create_if_missing = true))]
+    #[pyo3(signature = (path, *, durability = "log-free", checkpoint = "chain", background_thread = true, create_if_missing = true))]
     fn new(
         path: &str,
         durability: &str,
@@ -99,12 +99,13 @@ fn parse_durability(name: &str) -> PyResult<Durability> {
 
 fn parse_checkpoint(name: &str) -> PyResult<CheckpointMode> {
     match name {
+        "chain" => Ok(CheckpointMode::Chain),
         "cost-model" => Ok(CheckpointMode::CostModel),
         "full" => Ok(CheckpointMode::Full),
         "incremental" => Ok(CheckpointMode::Incremental),
         "off" => Ok(CheckpointMode::Off),
         _ => Err(errors::invalid(format!(
-            "checkpoint must be 'cost-model', 'full', 'incremental' or 'off', not {name:?}"
+            "checkpoint must be 'chain', 'cost-model', 'full', 'incremental' or 'off', not {name:?}"
         ))),
     }
 }
