@@ -100,9 +100,11 @@ pub enum CheckpointMode {
     Incremental,
     /// Full or incremental per checkpoint, by FIR's time-cost model.
     CostModel,
-    /// Only the entries changed since the previous checkpoint, as a delta
-    /// image linked to it (HiEngine's ChainIndex); a long chain is folded
-    /// into a new base by the next checkpoint.
+    /// Only the keys committed since the previous checkpoint, as a delta
+    /// image linked to it (HiEngine's ChainIndex, the default). Deltas are
+    /// merged once the chain is `checkpoint_chain_depth` long, and folded
+    /// into a new base (in the background) once they hold half as many
+    /// entries as the base.
     #[default]
     Chain,
 }
@@ -121,7 +123,8 @@ pub struct CheckpointStats {
     pub chain_length: u32,
     /// Deltas merged into one after this checkpoint (0 if none were).
     pub deltas_merged: u32,
-    /// The chain was folded into a new base right after this checkpoint.
+    /// The chain was folded into a new base right after this checkpoint
+    /// (inline folds only; background folds are installed by a later one).
     pub folded: bool,
     pub t_low: u64,
     pub duration: Duration,
