@@ -122,6 +122,23 @@ fn load(db: &Database, table: &Table, rows: u64) {
     }
 }
 
+/// Runs this bench as a child with `args` and returns once it printed
+/// its first line (ready, or done).
+fn child_ready(args: &[&str]) -> std::process::Child {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    child
+}
+
 /// The child of `scaling`: load, update, then wait to be killed.
 fn load_child(dir: &Path, rows: u64) {
     // Without GC, so that the full-scan design can open the files too.
@@ -151,17 +168,7 @@ fn scaling(sizes: &[u64]) {
     let mut ratios = Vec::new();
     for &rows in sizes {
         let dir = scratch("scaling");
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["load-child", dir.to_str().unwrap(), &rows.to_string()])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
+        let mut child = child_ready(&["load-child", dir.to_str().unwrap(), &rows.to_string()]);
         child.kill().unwrap();
         child.wait().unwrap();
         let (with_first, with_loaded) = reopen(&dir, rows, CheckpointMode::Chain, "checkpoint");
@@ -441,22 +448,12 @@ fn kill(sizes: &[u64]) {
         let ends = std::iter::repeat_n("kill", repeat).chain(["close"]);
         for end in ends {
             let dir = scratch("kill");
-            let mut child = Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "writer-child",
-                    dir.to_str().unwrap(),
-                    &rows.to_string(),
-                    end,
-                ])
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut line = String::new();
-            std::io::BufRead::read_line(
-                &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-                &mut line,
-            )
-            .unwrap();
+            let mut child = child_ready(&[
+                "writer-child",
+                dir.to_str().unwrap(),
+                &rows.to_string(),
+                end,
+            ]);
             if end == "kill" {
                 // Still writing: the kill lands mid-stream.
                 std::thread::sleep(Duration::from_millis(500));

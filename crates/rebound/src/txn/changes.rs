@@ -8,6 +8,7 @@
 //! log overflowed: the next checkpoint then reads the whole index instead.
 
 use crate::heap::Addr;
+use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// Entries a worker records before the log gives up (16 B each).
@@ -20,7 +21,8 @@ type WorkerChanges = parking_lot::Mutex<Vec<(u32, Addr)>>;
 pub struct ChangeLog {
     recording: AtomicBool,
     overflowed: AtomicBool,
-    workers: Box<[WorkerChanges]>,
+    /// Each on its own cache line: workers append on every commit.
+    workers: Box<[CachePadded<WorkerChanges>]>,
 }
 
 /// What a checkpoint took from the log.
@@ -37,7 +39,7 @@ impl ChangeLog {
             recording: AtomicBool::new(false),
             overflowed: AtomicBool::new(false),
             workers: (0..workers)
-                .map(|_| parking_lot::Mutex::new(Vec::new()))
+                .map(|_| CachePadded::new(parking_lot::Mutex::new(Vec::new())))
                 .collect(),
         }
     }
