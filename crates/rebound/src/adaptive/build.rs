@@ -86,6 +86,7 @@ impl IndexManager {
             && !self.cancel.load(Acquire)
             && !self.hurry.load(Acquire)
             && self.rank(table, index) <= 0.0
+            && index.waiting.load(Acquire) == 0
             && !self.workload_idle(store)
         {
             std::thread::sleep(IDLE_POLL);

@@ -37,7 +37,7 @@ use crate::error::Result;
 use crate::medium::Medium;
 use crate::txn::{SecondaryRt, Store, TableRt, READY};
 use parking_lot::Mutex;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -294,7 +294,9 @@ impl IndexManager {
             }
         }
         index.usage.waits.fetch_add(1, Relaxed);
+        index.waiting.fetch_add(1, AcqRel);
         drop(index.build_lock.lock());
+        index.waiting.fetch_sub(1, AcqRel);
         match index.is_ready() {
             true => Plan::Index,
             false => Plan::Scan,
@@ -319,7 +321,9 @@ impl IndexManager {
     /// building it, in which case this waits for that build.
     pub fn build_or_wait(&self, store: &Store, table: &TableRt, index: &SecondaryRt) -> Result<()> {
         index.usage.waits.fetch_add(1, Relaxed);
+        index.waiting.fetch_add(1, AcqRel);
         let _building = index.build_lock.lock();
+        index.waiting.fetch_sub(1, AcqRel);
         if index.is_ready() {
             return Ok(());
         }

@@ -74,6 +74,8 @@ pub struct SecondaryRt {
     pub build_lock: Arc<parking_lot::Mutex<()>>,
     /// Primary keys visited by the running build (progress for the cost model).
     pub build_progress: AtomicU64,
+    /// Statements waiting for a running build: it must not pause for them.
+    pub waiting: AtomicU64,
     /// When the running build started (the rate so far predicts its end).
     pub build_started: parking_lot::Mutex<Option<std::time::Instant>>,
     /// Since open (or creation).
@@ -90,6 +92,7 @@ impl SecondaryRt {
             state: AtomicU8::new(if ready { READY } else { NOT_BUILT }),
             build_lock: Arc::new(parking_lot::Mutex::new(())),
             build_progress: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
             build_started: parking_lot::Mutex::new(None),
             usage: Usage::default(),
             built_after: parking_lot::Mutex::new(None),
