@@ -46,6 +46,7 @@ mod index;
 mod medium;
 mod recovery;
 mod txn;
+mod wal;
 
 pub use adaptive::IndexRecovery;
 pub use checkpoint::{CheckpointMode, CheckpointStats};

@@ -2,8 +2,10 @@
 //! indexes in `secondary`.
 
 mod secondary;
+mod wal;
 
 pub use secondary::{Index, IndexOptions, IndexStats};
+pub use wal::WalStats;
 
 use crate::adaptive::{IndexManager, IndexRecovery};
 use crate::catalog::{self, TableDef, MAX_NAME_LEN, MAX_SESSIONS, MAX_TABLES, MAX_WORKERS};
@@ -43,6 +45,11 @@ pub enum Durability {
     /// FIR's log-free time-ordered storage (the default).
     #[default]
     LogFree,
+    /// Versions and indexes in DRAM, a redo log with group commit and
+    /// snapshots that bound it (LeanStore's logging; FIR's "DRAM-DB
+    /// (Log)"). Survives power loss on a disk file system, a process crash
+    /// on tmpfs. Formats in `docs/DESIGN.md`, "The wal design".
+    Wal,
 }
 
 /// Where the data lives.
@@ -118,6 +125,10 @@ pub struct Options {
     /// [`Database::wait_for_secondary_indexes`]; lookups meanwhile are
     /// answered by scans (useful for testing that path).
     pub index_recovery_in_background: bool,
+    /// With [`Durability::Wal`]: about how much log recovery may have to
+    /// replay. A snapshot is taken whenever half of it was written since
+    /// the last one.
+    pub wal_log_limit: u64,
 }
 
 impl Default for Options {
@@ -139,6 +150,7 @@ impl Default for Options {
             index_recovery: IndexRecovery::Adaptive,
             index_recovery_threads: 0,
             index_recovery_in_background: true,
+            wal_log_limit: 256 << 20,
         }
     }
 }
@@ -185,6 +197,9 @@ setters!(Options {
     index_recovery_threads: usize,
     /// Start adaptive index recovery at open (default: true).
     index_recovery_in_background: bool,
+    /// With [`Durability::Wal`], about how much log recovery may replay
+    /// (default: 256 MiB).
+    wal_log_limit: u64,
 });
 
 /// Limits of a table; slots are fixed-size, so these size its storage.
@@ -246,6 +261,8 @@ pub struct Stats {
     pub last_error: Option<String>,
     /// Why the database is poisoned (a background thread panicked), if it is.
     pub poisoned: Option<String>,
+    /// The log of the `wal` design (`None` for the other designs).
+    pub wal: Option<WalStats>,
 }
 
 /// Background work whose failures are counted.
@@ -374,6 +391,10 @@ struct DbInner {
     indexes: IndexManager,
     /// Rebuilds secondary indexes in the background after a restart.
     index_recovery: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The log and snapshots of the `wal` design, once replayed.
+    wal: std::sync::OnceLock<wal::WalState>,
+    /// What opening a `wal` database did (it replaces `report`).
+    wal_report: std::sync::OnceLock<RecoveryReport>,
     _lock: Option<File>,
 }
 
@@ -384,12 +405,20 @@ impl Database {
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Database> {
         let started = Instant::now();
         let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
+        let wal_found = match options.durability {
+            Durability::Wal => Some(wal::read_directory(
+                path.as_ref(),
+                options.create_if_missing,
+            )?),
+            _ => None,
+        };
         let (medium, lock, existing) = open_medium(path.as_ref(), &options)?;
         let use_checkpoint = options.checkpoint != CheckpointMode::Off;
         let recovered = if existing {
             recovery::recover(medium, instance, started, use_checkpoint)?
         } else {
-            let (store, report) = recovery::fresh(medium, instance)?;
+            let first_ts = wal_found.as_ref().map_or(1, |f| f.next_ts());
+            let (store, report) = recovery::fresh(medium, instance, first_ts)?;
             Recovered {
                 store,
                 report,
@@ -406,7 +435,8 @@ impl Database {
         let path = (!matches!(options.medium, MediumChoice::Simulated(_))
             && options.durability != Durability::None)
             .then(|| path.as_ref().to_path_buf());
-        let persistent = options.durability != Durability::None;
+        // Only the log-free design keeps anything in the medium.
+        let persistent = options.durability == Durability::LogFree;
         let threads = match options.index_recovery_threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
@@ -448,11 +478,17 @@ impl Database {
             durability: options.durability,
             indexes,
             index_recovery: Mutex::new(None),
+            wal: std::sync::OnceLock::new(),
+            wal_report: std::sync::OnceLock::new(),
             _lock: lock,
         };
         let db = Database {
             inner: Arc::new(inner),
         };
+        if let Some(found) = wal_found {
+            let report = db.open_wal(found, &options, started)?;
+            let _ = db.inner.wal_report.set(report);
+        }
         if let Some(image) = cold {
             db.start_index_load(image, options.load_indexes_in_background);
         }
@@ -498,8 +534,13 @@ impl Database {
     }
 
     /// Takes an index checkpoint now (the background thread also takes them).
+    /// With [`Durability::Wal`] this writes a snapshot and recycles the
+    /// log it covers (`entries` are its rows).
     pub fn checkpoint(&self) -> Result<CheckpointStats> {
         self.check_open()?;
+        if self.inner.durability == Durability::Wal {
+            return self.inner.snapshot_as_checkpoint();
+        }
         self.inner.take_checkpoint()
     }
 
@@ -560,6 +601,9 @@ impl Database {
             block_size,
         };
         catalog::create_table(&store.medium, &def)?;
+        self.inner.log_ddl(|buf, ts| {
+            crate::wal::record::encode_table(buf, ts, &wal::table_spec(&def));
+        })?;
         let rt = Arc::new(TableRt::new(
             TableHeap::new(def),
             BTree::new(),
@@ -637,12 +681,15 @@ impl Database {
                 .collect(),
             gc,
             long_transactions: store.long_moved.load(Ordering::Acquire),
+            wal: self.inner.wal_stats(),
         }
     }
 
     /// What a successful commit survives.
     pub fn guarantee(&self) -> Guarantee {
-        self.inner.store.medium.guarantee()
+        self.inner
+            .wal_guarantee()
+            .unwrap_or_else(|| self.inner.store.medium.guarantee())
     }
 
     pub fn durability(&self) -> Durability {
@@ -651,7 +698,7 @@ impl Database {
 
     /// What the last open had to do, phase by phase.
     pub fn recovery_report(&self) -> &RecoveryReport {
-        &self.inner.report
+        self.inner.wal_report.get().unwrap_or(&self.inner.report)
     }
 
     /// Size of the medium in bytes.
@@ -679,9 +726,10 @@ impl Database {
         // The next open ranks index rebuilds by these (SOFORT's WoPast).
         self.inner.indexes.persist_usage(&self.inner.store, true);
         let mode = self.inner.checkpointer.lock().mode();
-        if mode != CheckpointMode::Off && self.inner.durability != Durability::None {
+        if mode != CheckpointMode::Off && self.inner.durability == Durability::LogFree {
             self.inner.take_checkpoint()?;
         }
+        self.inner.close_wal()?;
         self.inner.store.medium.fence()
     }
 
@@ -918,7 +966,7 @@ fn validate_table(name: &str, options: &TableOptions) -> Result<()> {
 fn open_medium(path: &Path, options: &Options) -> Result<(Medium, Option<File>, bool)> {
     let initial = catalog::DATA_START;
     match (&options.medium, options.durability) {
-        (_, Durability::None) => {
+        (_, Durability::None | Durability::Wal) => {
             let medium = Medium::volatile(options.max_size.min(1 << 38), initial)?;
             recovery::format(&medium)?;
             Ok((medium, None, false))
@@ -1127,7 +1175,7 @@ impl DbInner {
         };
         collector.relocate(&self.store, &self.gc, min_candidates, patience)?;
         if collector.wants_checkpoint(&self.gc, now) {
-            if self.durability != Durability::None {
+            if self.durability == Durability::LogFree {
                 self.checkpoint_with(&mut checkpointer)?;
             }
             collector.checkpoint_done(&self.store)?;
@@ -1180,6 +1228,7 @@ impl DbInner {
             background.stop();
         }
         self.join_fold();
+        self.stop_snapshot_thread();
     }
 }
 

@@ -64,6 +64,11 @@ impl IndexOptions {
         self
     }
 
+    /// The options an index was created with, from its definition.
+    pub(super) fn from_parts(parts: Vec<KeyPart>, unique: bool) -> Self {
+        IndexOptions { parts, unique }
+    }
+
     fn part(mut self, source: Source, bytes: Range<usize>) -> Self {
         let start = u32::try_from(bytes.start).unwrap_or(u32::MAX);
         let len = u32::try_from(bytes.end.saturating_sub(bytes.start)).unwrap_or(0);
@@ -77,6 +82,13 @@ impl IndexOptions {
 pub struct Index {
     table: Arc<TableRt>,
     rt: Arc<SecondaryRt>,
+}
+
+impl Index {
+    /// The index's number within its table (its catalog slot).
+    pub(super) fn number(&self) -> u32 {
+        self.rt.def.number
+    }
 }
 
 impl Index {
@@ -162,7 +174,10 @@ impl Database {
         rt.secondaries.push(index.clone());
         let built = inner
             .build_new_index(rt, &index)
-            .and_then(|()| catalog::create_index(&inner.store.medium, &index.def));
+            .and_then(|()| catalog::create_index(&inner.store.medium, &index.def))
+            .and_then(|()| {
+                inner.log_ddl(|buf, ts| crate::wal::record::encode_index(buf, ts, &index.def))
+            });
         if let Err(e) = built {
             index.set_state(DROPPED);
             return Err(e);

@@ -73,7 +73,7 @@ mod space;
 pub mod tile;
 
 pub use block::{next_of, set_next, BLOCK_ALIGN, BLOCK_HEADER, MIN_TXN_AT};
-pub use slot::{SlotHeader, SlotWord, FLAG_TOMBSTONE, SLOT_HEADER, TXN_EMPTY};
+pub use slot::{decode_bytes, SlotHeader, SlotWord, FLAG_TOMBSTONE, SLOT_HEADER, TXN_EMPTY};
 pub use space::Space;
 pub use tile::VersionHeader;
 
@@ -711,6 +711,22 @@ impl TableHeap {
         medium.read_at(at + slot::CHECKED_FROM, buf);
         (slot::crc(header.txn(), buf) == header.crc)
             .then_some((header.key_len, header.is_tombstone()))
+    }
+
+    /// Appends the used bytes of a slot (header, key, value) to `out`, as
+    /// the redo log carries them; returns how many, or `None` once its
+    /// block is gone or its lengths do not fit this table.
+    pub fn copy_slot(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> Option<usize> {
+        let at = self.slot_offset(addr)?;
+        let header = SlotHeader::read(medium, at);
+        if !self.fits(&header) {
+            return None;
+        }
+        let len = SLOT_HEADER as usize + header.key_len + header.value_len;
+        let start = out.len();
+        out.resize(start + len, 0);
+        medium.read_at(at, out.get_mut(start..)?);
+        Some(len)
     }
 
     /// The raw txn word stored in a slot (see `SlotWord`).

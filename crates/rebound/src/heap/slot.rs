@@ -107,6 +107,41 @@ pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: 
     }
 }
 
+/// A slot copied out of the heap (a redo log entry), decoded and verified.
+pub struct SlotBytes<'b> {
+    pub txn: u64,
+    pub tombstone: bool,
+    pub key: &'b [u8],
+    pub value: &'b [u8],
+}
+
+/// Decodes a whole slot held in `bytes` (as `encode` lays it out);
+/// `None` unless its word, lengths and checksum all agree.
+pub fn decode_bytes(bytes: &[u8]) -> Option<SlotBytes<'_>> {
+    let word = u64::from_le_bytes(bytes.get(0..8)?.try_into().ok()?);
+    let SlotWord::Written { txn, hole: false } = SlotWord::decode(word) else {
+        return None;
+    };
+    let stored_crc = u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?);
+    let key_len = u16::from_le_bytes(bytes.get(12..14)?.try_into().ok()?) as usize;
+    let flags = u16::from_le_bytes(bytes.get(14..16)?.try_into().ok()?);
+    let value_len = u32::from_le_bytes(bytes.get(16..20)?.try_into().ok()?) as usize;
+    let body = bytes.get(SLOT_HEADER as usize..)?;
+    if flags & !FLAG_TOMBSTONE != 0 || key_len == 0 || body.len() != key_len + value_len {
+        return None;
+    }
+    if crc(txn, bytes.get(CHECKED_FROM as usize..)?) != stored_crc {
+        return None;
+    }
+    let (key, value) = body.split_at_checked(key_len)?;
+    Some(SlotBytes {
+        txn,
+        tombstone: flags & FLAG_TOMBSTONE != 0,
+        key,
+        value,
+    })
+}
+
 /// The slot checksum: crc32c of the txn id (as a u64, without check bits
 /// or hole flag) followed by bytes 12.. of the slot.
 pub fn crc(txn: u64, rest: &[u8]) -> u32 {

@@ -90,9 +90,9 @@ pub fn format(medium: &Medium) -> Result<()> {
 }
 
 /// Builds an empty store on a freshly formatted medium.
-pub fn fresh(medium: Medium, instance: u64) -> Result<(Store, RecoveryReport)> {
+pub fn fresh(medium: Medium, instance: u64, first_ts: u64) -> Result<(Store, RecoveryReport)> {
     let start = Instant::now();
-    let clock = Clock::recover(&medium, 1)?;
+    let clock = Clock::recover(&medium, first_ts)?;
     let store = Store::new(
         medium,
         Space::new(catalog::DATA_START, Vec::new(), catalog::DATA_START),

@@ -40,6 +40,7 @@
 //! returns — so a later commit of the same worker, whose LCTT value is larger
 //! than the aborted id, can never resurrect them.
 
+mod as_of;
 mod changes;
 mod clock;
 mod cursor;
@@ -116,6 +117,8 @@ pub struct Store {
     pub index_garbage: parking_lot::Mutex<Vec<Stale>>,
     /// Versions committed since the last checkpoint (for delta ones).
     pub changes: ChangeLog,
+    /// The redo log of the `wal` design, once recovery has replayed it.
+    pub log: std::sync::OnceLock<Arc<crate::wal::Log>>,
 }
 
 /// A transaction running for less than the long-transaction threshold.
@@ -160,6 +163,7 @@ impl Store {
             gc_txn: AtomicU64::new(0),
             index_garbage: parking_lot::Mutex::new(Vec::new()),
             changes: ChangeLog::new(crate::catalog::MAX_WORKERS),
+            log: std::sync::OnceLock::new(),
             write_sets: (0..crate::catalog::MAX_WORKERS)
                 .map(|w| parking_lot::Mutex::new(WriteSet::new(w)))
                 .collect(),
@@ -1279,12 +1283,27 @@ impl<'s> TxnState<'s> {
             });
         }
         let store = self.store;
+        let log = store
+            .log
+            .get()
+            .filter(|_| self.worker != catalog::GC_WORKER);
         let mut set = store.write_sets[self.worker].lock();
+        let mut ticket = None;
         if !set.writes.is_empty() {
             if let Err(e) = self.make_durable(&set) {
                 drop(set);
                 self.rollback();
                 return Err(e);
+            }
+            if let Some(log) = log {
+                if let Err(e) = log.check_failed() {
+                    drop(set);
+                    self.rollback();
+                    return Err(e);
+                }
+                // Appended before publishing: whoever reads or overwrites
+                // these versions appends after this record (see `wal`).
+                ticket = Some(self.log_commit(log, &set));
             }
             // Recorded before anyone can see them committed: whoever sees
             // a version replaced (GC, which then frees its block after the
@@ -1302,8 +1321,39 @@ impl<'s> TxnState<'s> {
         }
         drop(set);
         self.entered.clear();
+        if let Some(log) = log {
+            // Acknowledged only once durable; a read-only transaction waits
+            // for the older commits it may have read.
+            match ticket {
+                Some(ticket) => log.wait(ticket)?,
+                None => log.wait_older(self.ts)?,
+            }
+        }
         store.counters[self.worker].commits.fetch_add(1, Relaxed);
         Ok(())
+    }
+
+    /// Appends this transaction's versions to its worker's log buffer.
+    fn log_commit(&self, log: &crate::wal::Log, set: &WriteSet) -> crate::wal::Ticket {
+        use crate::wal::record;
+        let store = self.store;
+        log.append(self.worker, |buf| {
+            let at = record::start_commit(buf, self.ts);
+            let mut count = 0;
+            for w in &set.writes {
+                let heap = &store.tables[w.table as usize].heap;
+                let len_at = record::entry_header(buf, w.table);
+                match heap.copy_slot(&store.medium, w.new, buf) {
+                    Some(len) => {
+                        record::finish_entry(buf, len_at, len);
+                        count += 1;
+                    }
+                    None => buf.truncate(len_at - 4),
+                }
+            }
+            record::finish_commit(buf, at, count);
+            self.ts
+        })
     }
 
     fn make_durable(&self, set: &WriteSet) -> Result<()> {

@@ -1,0 +1,622 @@
+//! The `wal` design at the database level: opening (newest snapshot, then
+//! the log after it), logging table and index creation, and snapshots
+//! that bound the log. Formats and invariants are in `crate::wal`.
+
+use super::{Database, DbInner, IndexOptions, Table, TableOptions, DATA_FILE};
+use crate::catalog::{IndexDef, MAX_SESSIONS, MAX_WORKERS};
+use crate::error::{Error, Result};
+use crate::medium::Guarantee;
+use crate::recovery::RecoveryReport;
+use crate::wal::record::{self, Record, TableSpec};
+use crate::wal::snapshot::{self, Snapshot, SnapshotWriter};
+use crate::wal::{segment, Log, LogConfig, Resume};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Name of the lock file that marks a directory as a `wal` database.
+pub const WAL_LOCK_FILE: &str = "LOCK";
+/// The DDL records' buffer, after every worker's.
+const DDL_RING: usize = MAX_WORKERS;
+/// How long a snapshot waits for older transactions before giving up
+/// (the next attempt starts over).
+const SNAPSHOT_PATIENCE: Duration = Duration::from_secs(10);
+/// Rows applied per recovery transaction.
+const APPLY_BATCH: usize = 1024;
+
+/// Per (table, key), the newest logged version after the snapshot: its
+/// timestamp and value (`None`: deleted).
+type Newest = HashMap<(u32, Vec<u8>), (u64, Option<Vec<u8>>)>;
+
+/// The log, the snapshot bookkeeping and the snapshot thread.
+pub(super) struct WalState {
+    pub log: Arc<Log>,
+    dir: PathBuf,
+    guarantee: Guarantee,
+    /// Log bytes written since the last snapshot that trigger the next.
+    snapshot_after: u64,
+    /// Number of the snapshot in force; held while one is written.
+    newest_snapshot: Mutex<u64>,
+    /// `Log::written` when the last snapshot started.
+    written_at_snapshot: AtomicU64,
+    snapshots: AtomicU64,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    _lock: File,
+}
+
+/// What the directory held, read before the store is built.
+pub(super) struct WalFound {
+    dir: PathBuf,
+    lock: File,
+    snapshot: Option<Snapshot>,
+    /// Tables and indexes created after the snapshot, in log order.
+    tables: Vec<TableSpec>,
+    indexes: Vec<IndexDef>,
+    newest: Newest,
+    resume: Resume,
+    max_ts: u64,
+    log_records: u64,
+    read_time: Duration,
+}
+
+impl WalFound {
+    /// The first timestamp the reopened clock may hand out.
+    pub fn next_ts(&self) -> u64 {
+        self.max_ts + 1
+    }
+}
+
+/// Locks and reads a `wal` database directory (creating it if asked).
+pub(super) fn read_directory(dir: &Path, create: bool) -> Result<WalFound> {
+    let started = Instant::now();
+    let lock = lock_directory(dir, create)?;
+    let snapshot = snapshot::read_newest(dir)?;
+    let from = snapshot.as_ref().map_or(0, |s| s.ts);
+    let mut found = WalFound {
+        dir: dir.to_path_buf(),
+        lock,
+        max_ts: from,
+        snapshot: None,
+        tables: Vec::new(),
+        indexes: Vec::new(),
+        newest: HashMap::new(),
+        resume: Resume {
+            segments: Vec::new(),
+            next_segment: 1,
+            next_round: 1,
+        },
+        log_records: 0,
+        read_time: Duration::ZERO,
+    };
+    found.resume = segment::replay(dir, |rec| found.take(rec, from))?;
+    found.snapshot = snapshot;
+    found.read_time = started.elapsed();
+    Ok(found)
+}
+
+impl WalFound {
+    /// Keeps what a log record adds to the snapshot taken at `from`.
+    fn take(&mut self, rec: Record<'_>, from: u64) -> Result<()> {
+        self.log_records += 1;
+        match rec {
+            Record::Commit { ts, writes } => {
+                self.max_ts = self.max_ts.max(ts);
+                if ts < from {
+                    return Ok(());
+                }
+                for entry in writes {
+                    let (table, bytes) = entry.ok_or_else(|| malformed("a commit entry"))?;
+                    let slot = crate::heap::decode_bytes(bytes)
+                        .filter(|s| s.txn == ts)
+                        .ok_or_else(|| malformed("a logged version"))?;
+                    let value = (!slot.tombstone).then(|| slot.value.to_vec());
+                    let newest = self.newest.entry((table, slot.key.to_vec()));
+                    let newest = newest.or_insert((0, None));
+                    if newest.0 < ts {
+                        *newest = (ts, value);
+                    }
+                }
+            }
+            Record::Table { ts, spec } => {
+                self.max_ts = self.max_ts.max(ts);
+                if ts >= from {
+                    self.tables.push(spec);
+                }
+            }
+            Record::Index { ts, def } => {
+                self.max_ts = self.max_ts.max(ts);
+                if ts >= from {
+                    self.indexes.push(def);
+                }
+            }
+            Record::Rows { .. } => return Err(malformed("rows in the log")),
+        }
+        Ok(())
+    }
+}
+
+fn malformed(what: &str) -> Error {
+    Error::Corrupt(format!("redo log: {what} does not decode"))
+}
+
+/// Creates or checks the directory and takes its lock: a directory that
+/// holds anything but a `wal` database is refused, not written to.
+fn lock_directory(dir: &Path, create: bool) -> Result<File> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Error::NotADatabase(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    if !dir.exists() {
+        if !create {
+            return Err(Error::NotADatabase(format!(
+                "{} does not exist",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir_all(dir)?;
+    }
+    let lock_path = dir.join(WAL_LOCK_FILE);
+    if dir.join(DATA_FILE).exists() {
+        return Err(Error::NotADatabase(format!(
+            "{} holds a log-free database, not a wal one",
+            dir.display()
+        )));
+    }
+    if !lock_path.exists() && std::fs::read_dir(dir)?.next().is_some() {
+        return Err(Error::NotADatabase(format!(
+            "{} is not empty and holds no database",
+            dir.display()
+        )));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)?;
+    if file.try_lock().is_err() {
+        return Err(Error::Locked);
+    }
+    File::open(dir)?.sync_all()?;
+    Ok(file)
+}
+
+impl Database {
+    /// Rebuilds the tables from what `read_directory` found, then starts
+    /// the log (and the snapshot thread when background work runs).
+    pub(super) fn open_wal(
+        &self,
+        found: WalFound,
+        options: &super::Options,
+        started: Instant,
+    ) -> Result<RecoveryReport> {
+        let applied_at = Instant::now();
+        let WalFound {
+            dir,
+            lock,
+            snapshot,
+            tables,
+            indexes,
+            newest,
+            resume,
+            log_records,
+            read_time,
+            ..
+        } = found;
+        let mut all_indexes = Vec::new();
+        let mut rows = 0;
+        if let Some(snapshot) = &snapshot {
+            rows = self.load_snapshot(snapshot, &mut all_indexes)?;
+        }
+        for spec in &tables {
+            self.create_logged_table(spec)?;
+        }
+        all_indexes.extend(indexes);
+        let replayed = newest.len() as u64;
+        self.apply_log(newest)?;
+        for def in &all_indexes {
+            self.create_logged_index(def)?;
+        }
+        let log = Arc::new(Log::start(
+            &dir,
+            MAX_WORKERS + 1,
+            resume,
+            LogConfig {
+                segment_bytes: (options.wal_log_limit / 8).clamp(1 << 16, 64 << 20),
+                sync: true,
+            },
+        )?);
+        let _ = self.inner.store.log.set(log.clone());
+        let guarantee = match crate::medium::on_tmpfs(&dir) {
+            true => Guarantee::ProcessCrash,
+            false => Guarantee::PowerLoss,
+        };
+        let state = WalState {
+            log,
+            guarantee,
+            snapshot_after: (options.wal_log_limit / 2).max(1),
+            newest_snapshot: Mutex::new(snapshot.as_ref().map_or(0, |s| s.number)),
+            written_at_snapshot: AtomicU64::new(0),
+            snapshots: AtomicU64::new(0),
+            stop: Arc::new((Mutex::new(false), Condvar::new())),
+            thread: Mutex::new(None),
+            dir,
+            _lock: lock,
+        };
+        if self.inner.wal.set(state).is_err() {
+            return Err(Error::InvalidOption("the log was started twice".into()));
+        }
+        if options.background_thread {
+            self.start_snapshot_thread();
+        }
+        Ok(RecoveryReport {
+            fresh: snapshot.is_none() && log_records == 0,
+            from_checkpoint: snapshot.is_some(),
+            checkpoint_sequence: snapshot.as_ref().map_or(0, |s| s.number),
+            redo_from_txn: snapshot.as_ref().map_or(0, |s| s.ts),
+            metadata: read_time,
+            undo_redo: applied_at.elapsed(),
+            index_build: Duration::ZERO,
+            total: started.elapsed(),
+            tables: self.inner.store.tables.count(),
+            versions_scanned: log_records,
+            versions_committed: replayed,
+            checkpoint_entries: rows,
+            ..Default::default()
+        })
+    }
+
+    /// Creates the snapshot's tables and loads its rows; its indexes are
+    /// left in `indexes` to be built once all rows are in.
+    fn load_snapshot(&self, snapshot: &Snapshot, indexes: &mut Vec<IndexDef>) -> Result<u64> {
+        let mut session = self.session()?;
+        let mut tx = session.begin();
+        let (mut pending, mut rows) = (0, 0);
+        let mut tables: Vec<Table> = Vec::new();
+        for rec in snapshot.records() {
+            match rec.ok_or_else(|| Error::Corrupt("snapshot: a record does not decode".into()))? {
+                Record::Table { spec, .. } => tables.push(self.create_logged_table(&spec)?),
+                Record::Index { def, .. } => indexes.push(def),
+                Record::Rows { table, rows: chunk } => {
+                    let table = tables.get(table as usize).ok_or_else(|| {
+                        Error::Corrupt(format!("snapshot: rows of table {table}"))
+                    })?;
+                    for row in chunk {
+                        let (key, value) = row.ok_or_else(|| {
+                            Error::Corrupt("snapshot: a row does not decode".into())
+                        })?;
+                        tx.insert(table, key, value)?;
+                        (pending, rows) = (pending + 1, rows + 1);
+                        if pending == APPLY_BATCH {
+                            tx.commit()?;
+                            tx = session.begin();
+                            pending = 0;
+                        }
+                    }
+                }
+                Record::Commit { .. } => {
+                    return Err(Error::Corrupt("snapshot: holds a commit record".into()))
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(rows)
+    }
+
+    /// Applies the newest logged version of every key, oldest first.
+    fn apply_log(&self, newest: Newest) -> Result<()> {
+        let mut versions: Vec<_> = newest.into_iter().collect();
+        versions.sort_unstable_by_key(|(_, (ts, _))| *ts);
+        let tables: Vec<Table> = self
+            .inner
+            .store
+            .tables
+            .iter()
+            .map(|(_, rt)| Table { rt: rt.clone() })
+            .collect();
+        let mut session = self.session()?;
+        for batch in versions.chunks(APPLY_BATCH) {
+            let mut tx = session.begin();
+            for ((table, key), (_, value)) in batch {
+                let table = tables
+                    .get(*table as usize)
+                    .ok_or_else(|| Error::Corrupt(format!("redo log: unknown table {table}")))?;
+                match value {
+                    Some(value) => tx.put(table, key, value).map(|_| ())?,
+                    None => tx.delete(table, key).map(|_| ())?,
+                }
+            }
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    fn create_logged_table(&self, spec: &TableSpec) -> Result<Table> {
+        let options = TableOptions::default()
+            .max_key_len(spec.max_key_len)
+            .max_value_len(spec.max_value_len)
+            .block_slots(spec.slots_per_block);
+        let table = self.create_table(&spec.name, options)?;
+        if table.rt.heap.def.id != spec.id {
+            return Err(Error::Corrupt(format!(
+                "table {} was logged as id {} but recreated as {}",
+                spec.name, spec.id, table.rt.heap.def.id
+            )));
+        }
+        Ok(table)
+    }
+
+    fn create_logged_index(&self, def: &IndexDef) -> Result<()> {
+        let table = self
+            .inner
+            .store
+            .tables
+            .get(def.table as usize)
+            .map(|rt| Table { rt: rt.clone() })
+            .ok_or_else(|| Error::Corrupt(format!("index {} of unknown table", def.name)))?;
+        let options = IndexOptions::from_parts(def.parts.clone(), def.unique);
+        let index = self.create_index(&table, &def.name, options)?;
+        if index.number() != def.number {
+            return Err(Error::Corrupt(format!(
+                "index {} recreated out of order",
+                def.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn start_snapshot_thread(&self) {
+        let Some(wal) = self.inner.wal.get() else {
+            return;
+        };
+        let weak = Arc::downgrade(&self.inner);
+        let stop = wal.stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("rebound-snapshot".into())
+            .spawn(move || snapshot_loop(weak, stop));
+        *wal.thread.lock() = handle.ok();
+    }
+}
+
+/// Takes a snapshot whenever enough log was written since the last one.
+fn snapshot_loop(weak: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, Condvar)>) {
+    loop {
+        {
+            let mut stopped = stop.0.lock();
+            if *stopped {
+                return;
+            }
+            stop.1.wait_for(&mut stopped, Duration::from_millis(20));
+            if *stopped {
+                return;
+            }
+        }
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        let Some(wal) = inner.wal.get() else {
+            return;
+        };
+        let since = wal.log.written() - wal.written_at_snapshot.load(Ordering::Acquire);
+        if since >= wal.snapshot_after {
+            if let Err(e) = inner.take_snapshot() {
+                inner.note_failure(super::BackgroundWork::Checkpoint, &e);
+            }
+        }
+    }
+}
+
+/// What one snapshot wrote.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotStats {
+    pub number: u64,
+    pub ts: u64,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+impl DbInner {
+    /// Writes a snapshot of every table as a read-only transaction sees
+    /// them, puts it in place, and recycles the log it covers.
+    pub(super) fn take_snapshot(&self) -> Result<SnapshotStats> {
+        let wal = self
+            .wal
+            .get()
+            .ok_or_else(|| Error::InvalidOption("not a wal database".into()))?;
+        let mut newest = wal.newest_snapshot.lock();
+        let number = *newest + 1;
+        let worker = self.claim_worker()?;
+        let outcome = self.write_snapshot(wal, worker, number);
+        self.sessions.lock()[worker] = false;
+        let stats = outcome?;
+        *newest = number;
+        wal.snapshots.fetch_add(1, Ordering::AcqRel);
+        Ok(stats)
+    }
+
+    fn write_snapshot(&self, wal: &WalState, worker: usize, number: u64) -> Result<SnapshotStats> {
+        let written = wal.log.written();
+        // Under the creation lock, so a table or index is in the snapshot
+        // exactly when its record is older than the snapshot's timestamp.
+        let (at, catalog) = {
+            let _ddl = self.create_lock.lock();
+            let at = self.store.clock.peek();
+            self.store.active[worker].store(at, Ordering::SeqCst);
+            (at, self.catalog_records(at))
+        };
+        let outcome = self.write_rows_as_of(wal, worker, number, at, &catalog);
+        self.store.active[worker].store(0, Ordering::SeqCst);
+        let (rows, bytes) = outcome?;
+        wal.written_at_snapshot.store(written, Ordering::Release);
+        wal.log.recycle_before(at)?;
+        snapshot::remove_older(&wal.dir, number)?;
+        Ok(SnapshotStats {
+            number,
+            ts: at,
+            rows,
+            bytes,
+        })
+    }
+
+    /// Once every transaction older than `at` ended (each one durable if
+    /// it committed), writes what is visible at `at`.
+    fn write_rows_as_of(
+        &self,
+        wal: &WalState,
+        worker: usize,
+        number: u64,
+        at: u64,
+        catalog: &[Vec<u8>],
+    ) -> Result<(u64, u64)> {
+        let deadline = Instant::now() + SNAPSHOT_PATIENCE;
+        while self
+            .store
+            .oldest_running_except(worker)
+            .is_some_and(|ts| ts < at)
+        {
+            if Instant::now() > deadline {
+                return Err(Error::Conflict);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let mut writer = SnapshotWriter::create(&wal.dir, number, at)?;
+        for encoded in catalog {
+            writer.catalog_record(encoded)?;
+        }
+        for (_, table) in self.store.tables.iter() {
+            let id = table.heap.def.id;
+            self.store
+                .rows_as_of(table, at, |key, value| writer.row(id, key, value))?;
+        }
+        writer.finish()
+    }
+
+    /// A snapshot taken on request, reported like a checkpoint.
+    pub(super) fn snapshot_as_checkpoint(&self) -> Result<crate::checkpoint::CheckpointStats> {
+        let started = Instant::now();
+        let taken = self.take_snapshot()?;
+        Ok(crate::checkpoint::CheckpointStats {
+            sequence: taken.number,
+            t_low: taken.ts,
+            duration: started.elapsed(),
+            entries: taken.rows,
+            bytes: taken.bytes,
+            chain_length: 1,
+            ..Default::default()
+        })
+    }
+
+    /// Encoded table and index records of the whole catalog.
+    fn catalog_records(&self, ts: u64) -> Vec<Vec<u8>> {
+        let mut records = Vec::new();
+        for (_, table) in self.store.tables.iter() {
+            let mut buf = Vec::new();
+            record::encode_table(&mut buf, ts, &table_spec(&table.heap.def));
+            records.push(buf);
+        }
+        for (_, table) in self.store.tables.iter() {
+            for (_, index) in table.secondaries.iter() {
+                if !index.is_dropped() {
+                    let mut buf = Vec::new();
+                    record::encode_index(&mut buf, ts, &index.def);
+                    records.push(buf);
+                }
+            }
+        }
+        records
+    }
+
+    fn claim_worker(&self) -> Result<usize> {
+        let mut sessions = self.sessions.lock();
+        let worker = sessions
+            .iter()
+            .position(|used| !used)
+            .ok_or(Error::TooManySessions(MAX_SESSIONS))?;
+        sessions[worker] = true;
+        Ok(worker)
+    }
+
+    /// Logs a created table or index and waits until the record is
+    /// durable; nothing to do outside the `wal` design or during replay.
+    pub(super) fn log_ddl(&self, encode: impl FnOnce(&mut Vec<u8>, u64)) -> Result<()> {
+        let Some(wal) = self.wal.get() else {
+            return Ok(());
+        };
+        let ts = self.store.clock.next(&self.store.medium)?;
+        let ticket = wal.log.append(DDL_RING, |buf| {
+            encode(buf, ts);
+            ts
+        });
+        wal.log.wait(ticket)
+    }
+
+    /// At close: a last snapshot if anything was logged since the one in
+    /// force (so the next open replays nothing), then the log stops.
+    pub(super) fn close_wal(&self) -> Result<()> {
+        let Some(wal) = self.wal.get() else {
+            return Ok(());
+        };
+        self.stop_snapshot_thread();
+        if wal.log.written() > wal.written_at_snapshot.load(Ordering::Acquire) {
+            self.take_snapshot()?;
+        }
+        wal.log.shutdown()
+    }
+
+    pub(super) fn stop_snapshot_thread(&self) {
+        let Some(wal) = self.wal.get() else {
+            return;
+        };
+        *wal.stop.0.lock() = true;
+        wal.stop.1.notify_all();
+        if let Some(handle) = wal.thread.lock().take() {
+            let _ = handle.join();
+        }
+    }
+
+    pub(super) fn wal_guarantee(&self) -> Option<Guarantee> {
+        self.wal.get().map(|w| w.guarantee)
+    }
+
+    /// Log and snapshot figures, for `Stats`.
+    pub(super) fn wal_stats(&self) -> Option<WalStats> {
+        self.wal.get().map(|w| WalStats {
+            log_bytes_written: w.log.written(),
+            group_commits: w.log.frames(),
+            log_bytes_retained: w.log.retained_bytes(),
+            snapshots: w.snapshots.load(Ordering::Acquire),
+        })
+    }
+}
+
+/// Figures of the `wal` design's log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct WalStats {
+    /// Frame bytes written since open.
+    pub log_bytes_written: u64,
+    /// Frames written since open; each is one `fdatasync`.
+    pub group_commits: u64,
+    /// Bytes of the segment files still kept (what recovery would read).
+    pub log_bytes_retained: u64,
+    /// Snapshots taken since open.
+    pub snapshots: u64,
+}
+
+pub(super) fn table_spec(def: &crate::catalog::TableDef) -> TableSpec {
+    TableSpec {
+        id: def.id,
+        name: def.name.clone(),
+        max_key_len: def.max_key_len,
+        max_value_len: def.max_value_len,
+        slots_per_block: def.slots_per_block,
+    }
+}

@@ -1,0 +1,371 @@
+//! The redo log at run time: a buffer per worker (LeanStore's first
+//! stage), one writer thread that moves all buffers to the segment file
+//! in one frame and syncs it (the second stage, group commit), and
+//! segment rotation and recycling.
+
+use super::record::{self, FRAME_HEADER};
+use super::segment::{self, Segment, SegmentFile};
+use crate::error::{Error, Result};
+use crossbeam_utils::CachePadded;
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a committer spins for its frame before it sleeps: a sync on
+/// tmpfs is over in a few microseconds, one on a disk takes milliseconds.
+const SPIN: Duration = Duration::from_micros(30);
+
+/// Settings of a log.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// Start a new segment file once the current one holds this much.
+    pub segment_bytes: u64,
+    /// `fdatasync` every frame (off only where the file system keeps
+    /// nothing across power loss anyway and the caller says so).
+    pub sync: bool,
+}
+
+/// Where a committed record sits: its worker buffer and its number there.
+#[derive(Debug, Clone, Copy)]
+pub struct Ticket {
+    ring: usize,
+    seq: u64,
+}
+
+/// A worker's first-stage buffer.
+#[derive(Default)]
+struct RingBuf {
+    bytes: Vec<u8>,
+    /// Records appended since the log started.
+    appended: u64,
+    /// Newest timestamp among the records in `bytes`.
+    max_ts: u64,
+}
+
+#[derive(Default)]
+struct Ring {
+    buf: Mutex<RingBuf>,
+    /// Records of this buffer that are durable.
+    durable: AtomicU64,
+}
+
+/// What the writer took from the buffers in one round.
+struct Drained {
+    payload: Vec<u8>,
+    /// Per buffer taken: its index, records appended, newest timestamp.
+    taken: Vec<(usize, u64, u64)>,
+    max_ts: u64,
+}
+
+struct Shared {
+    rings: Box<[CachePadded<Ring>]>,
+    /// Appends so far; the writer sleeps while it has seen them all.
+    signal: Mutex<u64>,
+    wake_writer: Condvar,
+    /// Committers waiting for a frame sleep here.
+    done_lock: Mutex<()>,
+    done: Condvar,
+    stop: AtomicBool,
+    failed: Mutex<Option<String>>,
+    failed_flag: AtomicBool,
+    /// Frame bytes written since the log started.
+    written: AtomicU64,
+    /// Frames written since the log started.
+    frames: AtomicU64,
+    segments: Mutex<Vec<Segment>>,
+    /// Per buffer: timestamp of its record not yet durable, 0 if none (a
+    /// worker has at most one: it waits for each commit). Contiguous, so
+    /// a read-only commit checks them all in a few cache lines.
+    pending: Box<[AtomicU64]>,
+}
+
+/// The running log.
+pub struct Log {
+    shared: Arc<Shared>,
+    dir: PathBuf,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Where the log continues after recovery: the segments already there
+/// (oldest first), the next segment number and the next round.
+pub struct Resume {
+    pub segments: Vec<Segment>,
+    pub next_segment: u64,
+    pub next_round: u64,
+}
+
+impl Log {
+    /// Starts the log in `dir` with `rings` worker buffers, writing a new
+    /// segment after the ones recovery found.
+    pub fn start(dir: &Path, rings: usize, resume: Resume, config: LogConfig) -> Result<Log> {
+        let file = SegmentFile::create(dir, resume.next_segment, resume.next_round)?;
+        let mut segments = resume.segments;
+        segments.push(file.segment());
+        let shared = Arc::new(Shared {
+            rings: (0..rings)
+                .map(|_| CachePadded::new(Ring::default()))
+                .collect(),
+            signal: Mutex::new(0),
+            wake_writer: Condvar::new(),
+            done_lock: Mutex::new(()),
+            done: Condvar::new(),
+            stop: AtomicBool::new(false),
+            failed: Mutex::new(None),
+            failed_flag: AtomicBool::new(false),
+            written: AtomicU64::new(0),
+            frames: AtomicU64::new(0),
+            segments: Mutex::new(segments),
+            pending: (0..rings).map(|_| AtomicU64::new(0)).collect(),
+        });
+        let writer = Writer {
+            shared: shared.clone(),
+            dir: dir.to_path_buf(),
+            file,
+            round: resume.next_round,
+            config,
+            spare: Vec::new(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("rebound-log-writer".into())
+            .spawn(move || writer.run())?;
+        Ok(Log {
+            shared,
+            dir: dir.to_path_buf(),
+            writer: Mutex::new(Some(handle)),
+        })
+    }
+
+    /// Appends one record to `ring` through `encode`, which returns the
+    /// record's timestamp; the record is durable once `wait` returns.
+    pub fn append(&self, ring: usize, encode: impl FnOnce(&mut Vec<u8>) -> u64) -> Ticket {
+        let slot = &self.shared.rings[ring];
+        let seq = {
+            let mut buf = slot.buf.lock();
+            let ts = encode(&mut buf.bytes);
+            buf.max_ts = buf.max_ts.max(ts);
+            self.shared.pending[ring].store(ts, Release);
+            buf.appended += 1;
+            buf.appended
+        };
+        *self.shared.signal.lock() += 1;
+        self.shared.wake_writer.notify_one();
+        Ticket { ring, seq }
+    }
+
+    /// Waits until the ticket's record is durable.
+    pub fn wait(&self, ticket: Ticket) -> Result<()> {
+        let durable = &self.shared.rings[ticket.ring].durable;
+        self.wait_until(|| durable.load(Acquire) >= ticket.seq)
+    }
+
+    /// Waits until every commit older than `ts` that was appended before
+    /// this call is durable: what a read-only transaction with timestamp
+    /// `ts` may have read (every version it saw is older than it).
+    pub fn wait_older(&self, ts: u64) -> Result<()> {
+        for pending in self.shared.pending.iter() {
+            let seen = pending.load(Acquire);
+            if seen != 0 && seen < ts {
+                self.wait_until(|| pending.load(Acquire) != seen)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_until(&self, done: impl Fn() -> bool) -> Result<()> {
+        let started = Instant::now();
+        while started.elapsed() < SPIN {
+            if done() {
+                return Ok(());
+            }
+            self.check_failed()?;
+            std::hint::spin_loop();
+        }
+        let mut guard = self.shared.done_lock.lock();
+        loop {
+            if done() {
+                return Ok(());
+            }
+            self.check_failed()?;
+            self.shared
+                .done
+                .wait_for(&mut guard, Duration::from_millis(100));
+        }
+    }
+
+    pub fn check_failed(&self) -> Result<()> {
+        if !self.shared.failed_flag.load(Acquire) {
+            return Ok(());
+        }
+        let why = self.shared.failed.lock().clone().unwrap_or_default();
+        Err(Error::Io(std::io::Error::other(format!(
+            "the redo log stopped: {why}"
+        ))))
+    }
+
+    /// Frame bytes written since the log started.
+    pub fn written(&self) -> u64 {
+        self.shared.written.load(Acquire)
+    }
+
+    /// Frames (group commits) written since the log started.
+    pub fn frames(&self) -> u64 {
+        self.shared.frames.load(Acquire)
+    }
+
+    /// Bytes of all segment files the log still keeps.
+    pub fn retained_bytes(&self) -> u64 {
+        self.shared.segments.lock().iter().map(|s| s.bytes).sum()
+    }
+
+    /// Deletes the oldest segments that hold only records older than
+    /// `ts` (a durable snapshot covers them); returns how many.
+    pub fn recycle_before(&self, ts: u64) -> Result<usize> {
+        let mut segments = self.shared.segments.lock();
+        let keep_from = segments
+            .iter()
+            .position(|s| !s.closed || s.max_ts >= ts)
+            .unwrap_or(segments.len());
+        for old in segments.drain(..keep_from) {
+            segment::remove(&self.dir, old.number)?;
+        }
+        Ok(keep_from)
+    }
+
+    /// Writes out what is buffered and stops the writer.
+    pub fn shutdown(&self) -> Result<()> {
+        self.shared.stop.store(true, Release);
+        *self.shared.signal.lock() += 1;
+        self.shared.wake_writer.notify_one();
+        if let Some(handle) = self.writer.lock().take() {
+            let _ = handle.join();
+        }
+        self.check_failed()
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// The writer thread's state.
+struct Writer {
+    shared: Arc<Shared>,
+    dir: PathBuf,
+    file: SegmentFile,
+    round: u64,
+    config: LogConfig,
+    /// A drained buffer's allocation, handed back to the next ring drained.
+    spare: Vec<u8>,
+}
+
+impl Writer {
+    fn run(mut self) {
+        let mut seen = 0;
+        loop {
+            {
+                let mut signal = self.shared.signal.lock();
+                while *signal == seen && !self.shared.stop.load(Acquire) {
+                    self.shared.wake_writer.wait(&mut signal);
+                }
+                seen = *signal;
+            }
+            let drained = self.drain();
+            let stopping = self.shared.stop.load(Acquire);
+            if drained.taken.is_empty() {
+                if stopping {
+                    return;
+                }
+                continue;
+            }
+            if let Err(e) = self.write(drained) {
+                *self.shared.failed.lock() = Some(e.to_string());
+                self.shared.failed_flag.store(true, Release);
+                let _guard = self.shared.done_lock.lock();
+                self.shared.done.notify_all();
+                return;
+            }
+        }
+    }
+
+    /// Takes every buffer's records while holding all buffers at once, so
+    /// that the frame is a consistent cut: a transaction that saw another
+    /// one's commit appended after it, so the frame that holds it also
+    /// holds (or follows) the one it depends on.
+    fn drain(&mut self) -> Drained {
+        let guards: Vec<MutexGuard<'_, RingBuf>> =
+            self.shared.rings.iter().map(|r| r.buf.lock()).collect();
+        let mut drained = Drained {
+            payload: Vec::new(),
+            taken: Vec::new(),
+            max_ts: 0,
+        };
+        for (ring, mut guard) in guards.into_iter().enumerate() {
+            if guard.bytes.is_empty() {
+                continue;
+            }
+            drained.payload.extend_from_slice(&guard.bytes);
+            guard.bytes.clear();
+            drained.taken.push((ring, guard.appended, guard.max_ts));
+            drained.max_ts = drained.max_ts.max(guard.max_ts);
+            guard.max_ts = 0;
+        }
+        drained
+    }
+
+    fn write(&mut self, drained: Drained) -> Result<()> {
+        let mut frame = std::mem::take(&mut self.spare);
+        frame.clear();
+        frame.reserve(FRAME_HEADER + drained.payload.len());
+        record::push_frame(&mut frame, self.round, &drained.payload);
+        self.file.append(&frame, drained.max_ts)?;
+        if self.config.sync {
+            self.file.sync()?;
+        }
+        self.round += 1;
+        self.shared.written.fetch_add(frame.len() as u64, AcqRel);
+        self.shared.frames.fetch_add(1, AcqRel);
+        self.spare = frame;
+        self.publish(&drained.taken);
+        self.update_segment(false);
+        if self.file.len() >= self.config.segment_bytes {
+            self.rotate()?;
+        }
+        Ok(())
+    }
+
+    fn publish(&self, taken: &[(usize, u64, u64)]) {
+        for &(ring, seq, ts) in taken {
+            self.shared.rings[ring].durable.store(seq, Release);
+            // A record appended since the drain keeps its own mark.
+            let _ = self.shared.pending[ring].compare_exchange(ts, 0, AcqRel, Acquire);
+        }
+        let _guard = self.shared.done_lock.lock();
+        self.shared.done.notify_all();
+    }
+
+    fn update_segment(&self, closed: bool) {
+        let mut segments = self.shared.segments.lock();
+        if let Some(current) = segments.iter_mut().find(|s| s.number == self.file.number()) {
+            *current = self.file.segment();
+            current.closed = closed;
+        }
+    }
+
+    /// Starts the next segment; the full one was synced with its last frame.
+    fn rotate(&mut self) -> Result<()> {
+        if !self.config.sync {
+            self.file.sync()?;
+        }
+        self.update_segment(true);
+        let next = SegmentFile::create(&self.dir, self.file.number() + 1, self.round)?;
+        self.shared.segments.lock().push(next.segment());
+        self.file = next;
+        Ok(())
+    }
+}

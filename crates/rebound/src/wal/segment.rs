@@ -1,0 +1,241 @@
+//! Segment files: creating, appending, recycling, and reading them back
+//! at recovery, where a torn tail is found and cut off.
+#![deny(clippy::indexing_slicing, clippy::unwrap_used)]
+
+use super::log::Resume;
+use super::record::{self, Record};
+use crate::error::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const SEGMENT_MAGIC: [u8; 8] = *b"RBWAL\0\0\x01";
+pub const SEGMENT_HEADER: usize = 32;
+
+/// What the log remembers of a segment file.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    pub number: u64,
+    pub bytes: u64,
+    /// Newest timestamp of any record in it (0 if none).
+    pub max_ts: u64,
+    /// Full: no frame will be added.
+    pub closed: bool,
+}
+
+pub fn segment_path(dir: &Path, number: u64) -> PathBuf {
+    dir.join(format!("{number:016x}.log"))
+}
+
+pub fn remove(dir: &Path, number: u64) -> Result<()> {
+    std::fs::remove_file(segment_path(dir, number))?;
+    Ok(())
+}
+
+fn header(number: u64, first_round: u64) -> [u8; SEGMENT_HEADER] {
+    let mut header = [0u8; SEGMENT_HEADER];
+    let mut at = 0;
+    for field in [
+        &SEGMENT_MAGIC[..],
+        &number.to_le_bytes(),
+        &first_round.to_le_bytes(),
+    ] {
+        if let Some(dst) = header.get_mut(at..at + field.len()) {
+            dst.copy_from_slice(field);
+        }
+        at += field.len();
+    }
+    let crc = crc32c::crc32c(header.get(..24).unwrap_or_default());
+    if let Some(dst) = header.get_mut(24..28) {
+        dst.copy_from_slice(&crc.to_le_bytes());
+    }
+    header
+}
+
+/// Number and first round of a segment header, if it is intact.
+fn parse_header(bytes: &[u8]) -> Option<(u64, u64)> {
+    let head = bytes.get(..SEGMENT_HEADER)?;
+    let crc = u32::from_le_bytes(head.get(24..28)?.try_into().ok()?);
+    if head.get(..8)? != SEGMENT_MAGIC || crc32c::crc32c(head.get(..24)?) != crc {
+        return None;
+    }
+    let number = u64::from_le_bytes(head.get(8..16)?.try_into().ok()?);
+    let first_round = u64::from_le_bytes(head.get(16..24)?.try_into().ok()?);
+    Some((number, first_round))
+}
+
+/// The segment file the writer appends to.
+pub struct SegmentFile {
+    file: File,
+    number: u64,
+    len: u64,
+    max_ts: u64,
+}
+
+impl SegmentFile {
+    /// Creates segment `number` whose first frame will be `first_round`.
+    /// The header is written and synced under a temporary name first, so
+    /// a segment file in place always has an intact header.
+    pub fn create(dir: &Path, number: u64, first_round: u64) -> Result<SegmentFile> {
+        let path = segment_path(dir, number);
+        let temp = path.with_extension("log.creating");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)?;
+        file.write_all(&header(number, first_round))?;
+        file.sync_all()?;
+        std::fs::rename(&temp, &path)?;
+        File::open(dir)?.sync_all()?;
+        Ok(SegmentFile {
+            file,
+            number,
+            len: SEGMENT_HEADER as u64,
+            max_ts: 0,
+        })
+    }
+
+    pub fn append(&mut self, frame: &[u8], max_ts: u64) -> Result<()> {
+        self.file.write_all(frame)?;
+        self.len += frame.len() as u64;
+        self.max_ts = self.max_ts.max(max_ts);
+        Ok(())
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.file.sync_data()?;
+        Ok(())
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    pub fn segment(&self) -> Segment {
+        Segment {
+            number: self.number,
+            bytes: self.len,
+            max_ts: self.max_ts,
+            closed: false,
+        }
+    }
+}
+
+/// Numbers of the segment files in `dir`, ascending. Leftover temporary
+/// files of a crash during creation are removed.
+fn list(dir: &Path) -> Result<Vec<u64>> {
+    let mut numbers = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if name.ends_with(".log.creating") {
+            std::fs::remove_file(&path)?;
+            continue;
+        }
+        if let Some(stem) = name.strip_suffix(".log") {
+            let number = u64::from_str_radix(stem, 16)
+                .map_err(|_| Error::Corrupt(format!("unexpected log file {name}")))?;
+            numbers.push(number);
+        }
+    }
+    numbers.sort_unstable();
+    Ok(numbers)
+}
+
+/// Reads every segment in order and hands each record to `visit`. A torn
+/// or damaged frame at the end of the newest segment is the crash that
+/// interrupted a write: everything from it on is cut off the file. Any
+/// other damage (a gap in the rounds, a bad frame before the end) is
+/// `Corrupt`, never skipped.
+pub fn replay(dir: &Path, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Result<Resume> {
+    let numbers = list(dir)?;
+    let mut segments = Vec::new();
+    let mut next_round = None;
+    let count = numbers.len();
+    for (i, &number) in numbers.iter().enumerate() {
+        let last = i + 1 == count;
+        if i > 0 && numbers.get(i - 1).map(|p| p + 1) != Some(number) {
+            return Err(Error::Corrupt(format!(
+                "log segment {number:x} follows a gap"
+            )));
+        }
+        let path = segment_path(dir, number);
+        let bytes = std::fs::read(&path)?;
+        let (found, first_round) = parse_header(&bytes)
+            .ok_or_else(|| Error::Corrupt(format!("log segment {number:x}: bad header")))?;
+        if found != number || next_round.is_some_and(|r| r != first_round) {
+            return Err(Error::Corrupt(format!(
+                "log segment {number:x} does not continue the log"
+            )));
+        }
+        let (end, round, max_ts) = read_frames(&bytes, first_round, &mut visit)?;
+        if end < bytes.len() {
+            if !last {
+                return Err(Error::Corrupt(format!(
+                    "log segment {number:x}: damaged frame at byte {end} before the log's end"
+                )));
+            }
+            cut(&path, end as u64)?;
+        }
+        next_round = Some(round);
+        segments.push(Segment {
+            number,
+            bytes: end as u64,
+            max_ts,
+            closed: true,
+        });
+    }
+    Ok(Resume {
+        next_segment: numbers.last().map_or(1, |n| n + 1),
+        next_round: next_round.unwrap_or(1),
+        segments,
+    })
+}
+
+/// Visits the intact frames of one segment; returns where they end, the
+/// round after the last one, and the newest timestamp seen.
+fn read_frames(
+    bytes: &[u8],
+    first_round: u64,
+    visit: &mut impl FnMut(Record<'_>) -> Result<()>,
+) -> Result<(usize, u64, u64)> {
+    let mut at = SEGMENT_HEADER;
+    let mut round = first_round;
+    let mut max_ts = 0;
+    while let Some((payload, len)) = bytes.get(at..).and_then(|b| record::read_frame(b, round)) {
+        for rec in record::records(payload) {
+            let rec = rec.ok_or_else(|| {
+                Error::Corrupt(format!("log frame {round}: a record does not decode"))
+            })?;
+            max_ts = max_ts.max(record_ts(&rec));
+            visit(rec)?;
+        }
+        at += len;
+        round += 1;
+    }
+    Ok((at, round, max_ts))
+}
+
+fn record_ts(rec: &Record<'_>) -> u64 {
+    match rec {
+        Record::Commit { ts, .. } | Record::Table { ts, .. } | Record::Index { ts, .. } => *ts,
+        Record::Rows { .. } => 0,
+    }
+}
+
+/// Cuts a torn tail off a segment, durably, so that frames written after
+/// recovery never sit behind garbage.
+fn cut(path: &Path, len: u64) -> Result<()> {
+    let file = OpenOptions::new().write(true).open(path)?;
+    file.set_len(len)?;
+    file.sync_all()?;
+    Ok(())
+}
