@@ -40,6 +40,9 @@ pub fn designs() -> Vec<(&'static str, Options)> {
         ("log-free-incr", leaf(CheckpointMode::Incremental)),
         // FIR without block GC: storage grows with every update.
         ("log-free-nogc", d().gc(GcOptions::default().enabled(false))),
+        // DRAM versions and indexes, a redo log with group commit and
+        // snapshots bounding it (LeanStore; FIR's "DRAM-DB (Log)").
+        ("wal", d().durability(Durability::Wal)),
     ]
 }
 

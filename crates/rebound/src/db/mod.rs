@@ -701,9 +701,12 @@ impl Database {
         self.inner.wal_report.get().unwrap_or(&self.inner.report)
     }
 
-    /// Size of the medium in bytes.
+    /// Size of the medium in bytes; with [`Durability::Wal`], of the log
+    /// segments and the snapshot in force.
     pub fn medium_size(&self) -> u64 {
-        self.inner.store.medium.len()
+        self.inner
+            .wal_bytes()
+            .unwrap_or_else(|| self.inner.store.medium.len())
     }
 
     pub fn path(&self) -> Option<&Path> {

@@ -44,6 +44,8 @@ pub(super) struct WalState {
     /// `Log::written` when the last snapshot started.
     written_at_snapshot: AtomicU64,
     snapshots: AtomicU64,
+    /// Size of the snapshot in force.
+    snapshot_bytes: AtomicU64,
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     _lock: File,
@@ -245,6 +247,7 @@ impl Database {
             newest_snapshot: Mutex::new(snapshot.as_ref().map_or(0, |s| s.number)),
             written_at_snapshot: AtomicU64::new(0),
             snapshots: AtomicU64::new(0),
+            snapshot_bytes: AtomicU64::new(snapshot.as_ref().map_or(0, |s| s.len())),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             thread: Mutex::new(None),
             dir,
@@ -438,6 +441,7 @@ impl DbInner {
         let stats = outcome?;
         *newest = number;
         wal.snapshots.fetch_add(1, Ordering::AcqRel);
+        wal.snapshot_bytes.store(stats.bytes, Ordering::Release);
         Ok(stats)
     }
 
@@ -579,6 +583,13 @@ impl DbInner {
         if let Some(handle) = wal.thread.lock().take() {
             let _ = handle.join();
         }
+    }
+
+    /// Bytes on disk: the segments kept and the snapshot in force.
+    pub(super) fn wal_bytes(&self) -> Option<u64> {
+        self.wal
+            .get()
+            .map(|w| w.log.retained_bytes() + w.snapshot_bytes.load(Ordering::Acquire))
     }
 
     pub(super) fn wal_guarantee(&self) -> Option<Guarantee> {

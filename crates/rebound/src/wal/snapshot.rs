@@ -130,6 +130,10 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    pub fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
     /// Its records: catalog first, then rows.
     pub fn records(&self) -> impl Iterator<Item = Option<Record<'_>>> {
         record::records(
