@@ -240,7 +240,8 @@ fn a_crash_while_a_snapshot_is_written_or_segments_recycled_loses_nothing() {
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|e| e == "snapshot"))
         .unwrap();
-    let states: Vec<(&str, Box<dyn Fn(&Path)>)> = vec![
+    type MakeState = Box<dyn Fn(&Path)>;
+    let states: Vec<(&str, MakeState)> = vec![
         ("snapshot half written", {
             let (snapshot, old_dir) = (snapshot.clone(), before.path().to_path_buf());
             Box::new(move |at: &Path| {
