@@ -54,7 +54,7 @@ fn fail(e: impl std::fmt::Display) -> ! {
 
 pub fn run(args: TortureChildArgs) -> BoxResult<()> {
     let spec: ChildSpec = serde_json::from_str(&args.spec)?;
-    let db = Database::open(&args.dir, eager_options())?;
+    let db = Database::open(&args.dir, eager_options(&spec.design)?)?;
     // Start from steady state: indexes fully in DRAM.
     db.wait_for_indexes();
     match spec.workload {

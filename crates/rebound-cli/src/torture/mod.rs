@@ -85,6 +85,10 @@ pub struct TortureArgs {
     /// Write the JSON summary to this file ("-": stdout, the default).
     #[arg(long)]
     pub json: Option<String>,
+    /// Durability design (one that survives a process crash: log-free and
+    /// its variants, or wal).
+    #[arg(long, default_value = "log-free")]
+    pub design: String,
 }
 
 /// What a child runs, passed to it as JSON.
@@ -99,6 +103,13 @@ pub struct ChildSpec {
     pub seed: u64,
     /// YCSB: the child's thread numbers start here (unique per cycle).
     pub thread_base: u64,
+    /// Durability design (see `common::designs`).
+    #[serde(default = "default_design")]
+    pub design: String,
+}
+
+fn default_design() -> String {
+    "log-free".into()
 }
 
 impl ChildSpec {
@@ -133,14 +144,16 @@ impl ChildSpec {
 /// Small blocks are a table option; these are the rest of the eager
 /// settings (as in the engine's SIGKILL test): GC collects blocks that are
 /// half obsolete, one at a time, and takes its checkpoint every 5 ms;
-/// checkpoints come every 3 000 versions.
-pub fn eager_options() -> Options {
-    Options::default()
+/// checkpoints come every 3 000 versions; the wal design snapshots every
+/// 128 KiB of log.
+pub fn eager_options(design: &str) -> BoxResult<Options> {
+    Ok(crate::common::design_options(design)?
+        .wal_log_limit(256 << 10)
         .gc(GcOptions::default()
             .threshold(0.5)
             .batch_blocks(1)
             .min_checkpoint_interval(Duration::from_millis(5)))
-        .checkpoint_after_versions(3_000)
+        .checkpoint_after_versions(3_000))
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -218,6 +231,9 @@ struct Cycle {
 }
 
 pub fn run(args: TortureArgs) -> BoxResult<()> {
+    if eager_options(&args.design)?.durability == rebound::Durability::None {
+        return Err("torture needs a design that survives a process crash, not none".into());
+    }
     if args.threads == 0 || args.warehouses == 0 {
         return Err("--threads and --warehouses must be positive".into());
     }
@@ -265,10 +281,11 @@ pub fn run(args: TortureArgs) -> BoxResult<()> {
         records: args.records,
         seed,
         thread_base: 0,
+        design: args.design.clone(),
     };
     let load_start = Instant::now();
     let mut oracle = {
-        let db = Database::open(&dir.path, Options::default())?;
+        let db = Database::open(&dir.path, eager_options(&args.design)?)?;
         let slots = |o: TableOptions| o.block_slots(args.block_slots);
         let oracle = match args.workload {
             Workload::Tpcc => {
@@ -523,7 +540,8 @@ fn run_cycle(
 
     // Reopen.
     let open_start = Instant::now();
-    let db = Database::open(dir, eager_options()).map_err(|e| format!("reopen failed: {e}"))?;
+    let db = Database::open(dir, eager_options(&spec.design)?)
+        .map_err(|e| format!("reopen failed: {e}"))?;
     let open = open_start.elapsed();
     let report = db.recovery_report().clone();
     let mut verdict = Verdict::default();

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Release, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -64,7 +64,10 @@ struct Drained {
 struct Shared {
     rings: Box<[CachePadded<Ring>]>,
     /// Appends so far; the writer sleeps while it has seen them all.
-    signal: Mutex<u64>,
+    appends: AtomicU64,
+    /// Set by the writer before it sleeps on `wake_writer`.
+    writer_sleeps: AtomicBool,
+    signal: Mutex<()>,
     wake_writer: Condvar,
     /// Committers waiting for a frame sleep here.
     done_lock: Mutex<()>,
@@ -109,7 +112,9 @@ impl Log {
             rings: (0..rings)
                 .map(|_| CachePadded::new(Ring::default()))
                 .collect(),
-            signal: Mutex::new(0),
+            appends: AtomicU64::new(0),
+            writer_sleeps: AtomicBool::new(false),
+            signal: Mutex::new(()),
             wake_writer: Condvar::new(),
             done_lock: Mutex::new(()),
             done: Condvar::new(),
@@ -151,8 +156,11 @@ impl Log {
             buf.appended += 1;
             buf.appended
         };
-        *self.shared.signal.lock() += 1;
-        self.shared.wake_writer.notify_one();
+        self.shared.appends.fetch_add(1, SeqCst);
+        if self.shared.writer_sleeps.load(SeqCst) {
+            let _guard = self.shared.signal.lock();
+            self.shared.wake_writer.notify_one();
+        }
         Ticket { ring, seq }
     }
 
@@ -237,9 +245,11 @@ impl Log {
 
     /// Writes out what is buffered and stops the writer.
     pub fn shutdown(&self) -> Result<()> {
-        self.shared.stop.store(true, Release);
-        *self.shared.signal.lock() += 1;
-        self.shared.wake_writer.notify_one();
+        self.shared.stop.store(true, SeqCst);
+        {
+            let _guard = self.shared.signal.lock();
+            self.shared.wake_writer.notify_one();
+        }
         if let Some(handle) = self.writer.lock().take() {
             let _ = handle.join();
         }
@@ -268,13 +278,7 @@ impl Writer {
     fn run(mut self) {
         let mut seen = 0;
         loop {
-            {
-                let mut signal = self.shared.signal.lock();
-                while *signal == seen && !self.shared.stop.load(Acquire) {
-                    self.shared.wake_writer.wait(&mut signal);
-                }
-                seen = *signal;
-            }
+            seen = self.wait_for_appends(seen);
             let drained = self.drain();
             let stopping = self.shared.stop.load(Acquire);
             if drained.taken.is_empty() {
@@ -290,6 +294,31 @@ impl Writer {
                 self.shared.done.notify_all();
                 return;
             }
+        }
+    }
+
+    /// Returns the append count once it differs from `seen` (or the log
+    /// stops). Spins first: under load the next commit arrives within
+    /// microseconds, and a sleeping writer costs each commit a wake-up.
+    fn wait_for_appends(&self, seen: u64) -> u64 {
+        let shared = &self.shared;
+        let started = Instant::now();
+        while started.elapsed() < SPIN {
+            let now = shared.appends.load(SeqCst);
+            if now != seen || shared.stop.load(SeqCst) {
+                return now;
+            }
+            std::hint::spin_loop();
+        }
+        let mut guard = shared.signal.lock();
+        shared.writer_sleeps.store(true, SeqCst);
+        loop {
+            let now = shared.appends.load(SeqCst);
+            if now != seen || shared.stop.load(SeqCst) {
+                shared.writer_sleeps.store(false, SeqCst);
+                return now;
+            }
+            shared.wake_writer.wait(&mut guard);
         }
     }
 
