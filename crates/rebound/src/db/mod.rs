@@ -575,6 +575,17 @@ impl Database {
 
     /// Creates a table; durable when this returns.
     pub fn create_table(&self, name: &str, options: TableOptions) -> Result<Table> {
+        self.create_table_with(name, options, |def| Ok((TableHeap::new(def), BTree::new())))
+    }
+
+    /// Creates a table whose heap and index `build` makes from its
+    /// definition (empty, or loaded by recovery).
+    fn create_table_with(
+        &self,
+        name: &str,
+        options: TableOptions,
+        build: impl FnOnce(TableDef) -> Result<(TableHeap, BTree)>,
+    ) -> Result<Table> {
         self.check_open()?;
         validate_table(name, &options)?;
         let _guard = self.inner.create_lock.lock();
@@ -600,15 +611,12 @@ impl Database {
             slots_per_block,
             block_size,
         };
+        let (heap, index) = build(def.clone())?;
         catalog::create_table(&store.medium, &def)?;
         self.inner.log_ddl(|buf, ts| {
             crate::wal::record::encode_table(buf, ts, &wal::table_spec(&def));
         })?;
-        let rt = Arc::new(TableRt::new(
-            TableHeap::new(def),
-            BTree::new(),
-            store.instance,
-        ));
+        let rt = Arc::new(TableRt::new(heap, index, store.instance));
         store.tables.push(rt.clone());
         Ok(Table { rt })
     }

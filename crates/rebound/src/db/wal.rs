@@ -3,10 +3,13 @@
 //! that bound the log. Formats and invariants are in `crate::wal`.
 
 use super::{Database, DbInner, IndexOptions, Table, TableOptions, DATA_FILE};
-use crate::catalog::{IndexDef, MAX_SESSIONS, MAX_WORKERS};
+use crate::catalog::{IndexDef, TableDef, MAX_SESSIONS, MAX_WORKERS};
 use crate::error::{Error, Result};
+use crate::heap::TableHeap;
+use crate::index::BTree;
 use crate::medium::Guarantee;
 use crate::recovery::RecoveryReport;
+use crate::txn::Store;
 use crate::wal::record::{self, Record, TableSpec};
 use crate::wal::snapshot::{self, Snapshot, SnapshotWriter};
 use crate::wal::{segment, Log, LogConfig, Resume};
@@ -25,6 +28,11 @@ const DDL_RING: usize = MAX_WORKERS;
 /// How long a snapshot waits for older transactions before giving up
 /// (the next attempt starts over).
 const SNAPSHOT_PATIENCE: Duration = Duration::from_secs(10);
+/// Transaction id of the versions loaded from a snapshot: older than any
+/// transaction of this process (the clock restarts after the snapshot).
+const LOADED_TXN: u64 = 1;
+/// Attempts of a recovery transaction that keeps conflicting.
+const APPLY_TRIES: u32 = 1000;
 /// Rows applied per recovery transaction.
 const APPLY_BATCH: usize = 1024;
 
@@ -214,18 +222,24 @@ impl Database {
         } = found;
         let mut all_indexes = Vec::new();
         let mut rows = 0;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         if let Some(snapshot) = &snapshot {
-            rows = self.load_snapshot(snapshot, &mut all_indexes)?;
+            rows = self.load_snapshot(snapshot, &mut all_indexes, threads)?;
         }
+        let loaded_after = applied_at.elapsed();
+        let replay_started = Instant::now();
         for spec in &tables {
             self.create_logged_table(spec)?;
         }
         all_indexes.extend(indexes);
         let replayed = newest.len() as u64;
-        self.apply_log(newest)?;
+        self.apply_log(newest, threads)?;
+        let replayed_after = replay_started.elapsed();
+        let indexes_started = Instant::now();
         for def in &all_indexes {
             self.create_logged_index(def)?;
         }
+        let indexes_after = indexes_started.elapsed();
         let log = Arc::new(Log::start(
             &dir,
             MAX_WORKERS + 1,
@@ -265,8 +279,8 @@ impl Database {
             checkpoint_sequence: snapshot.as_ref().map_or(0, |s| s.number),
             redo_from_txn: snapshot.as_ref().map_or(0, |s| s.ts),
             metadata: read_time,
-            undo_redo: applied_at.elapsed(),
-            index_build: Duration::ZERO,
+            undo_redo: replayed_after,
+            index_build: loaded_after + indexes_after,
             total: started.elapsed(),
             tables: self.inner.store.tables.count(),
             versions_scanned: log_records,
@@ -276,47 +290,55 @@ impl Database {
         })
     }
 
-    /// Creates the snapshot's tables and loads its rows; its indexes are
-    /// left in `indexes` to be built once all rows are in.
-    fn load_snapshot(&self, snapshot: &Snapshot, indexes: &mut Vec<IndexDef>) -> Result<u64> {
-        let mut session = self.session()?;
-        let mut tx = session.begin();
-        let (mut pending, mut rows) = (0, 0);
-        let mut tables: Vec<Table> = Vec::new();
+    /// Creates the snapshot's tables and loads its rows straight into
+    /// their heaps and bottom-up built indexes, each table split into key
+    /// ranges loaded by `threads` threads (LeanStore's parallel redo,
+    /// §3.7); its indexes are left in `indexes` to be built once the log
+    /// is applied too.
+    fn load_snapshot(
+        &self,
+        snapshot: &Snapshot,
+        indexes: &mut Vec<IndexDef>,
+        threads: usize,
+    ) -> Result<u64> {
+        let bad = |what: &str| Error::Corrupt(format!("snapshot: {what}"));
+        let mut specs: Vec<TableSpec> = Vec::new();
+        let mut rows: Vec<Vec<(&[u8], &[u8])>> = Vec::new();
         for rec in snapshot.records() {
-            match rec.ok_or_else(|| Error::Corrupt("snapshot: a record does not decode".into()))? {
-                Record::Table { spec, .. } => tables.push(self.create_logged_table(&spec)?),
+            match rec.ok_or_else(|| bad("a record does not decode"))? {
+                Record::Table { spec, .. } => {
+                    specs.push(spec);
+                    rows.push(Vec::new());
+                }
                 Record::Index { def, .. } => indexes.push(def),
                 Record::Rows { table, rows: chunk } => {
-                    let table = tables.get(table as usize).ok_or_else(|| {
-                        Error::Corrupt(format!("snapshot: rows of table {table}"))
-                    })?;
+                    let table_rows = rows
+                        .get_mut(table as usize)
+                        .ok_or_else(|| bad("rows of an unknown table"))?;
                     for row in chunk {
-                        let (key, value) = row.ok_or_else(|| {
-                            Error::Corrupt("snapshot: a row does not decode".into())
-                        })?;
-                        tx.insert(table, key, value)?;
-                        (pending, rows) = (pending + 1, rows + 1);
-                        if pending == APPLY_BATCH {
-                            tx.commit()?;
-                            tx = session.begin();
-                            pending = 0;
-                        }
+                        table_rows.push(row.ok_or_else(|| bad("a row does not decode"))?);
                     }
                 }
-                Record::Commit { .. } => {
-                    return Err(Error::Corrupt("snapshot: holds a commit record".into()))
-                }
+                Record::Commit { .. } => return Err(bad("holds a commit record")),
             }
         }
-        tx.commit()?;
-        Ok(rows)
+        let mut loaded = 0;
+        for (spec, table_rows) in specs.iter().zip(&rows) {
+            let store = &self.inner.store;
+            let table = self.create_table_with(&spec.name, spec_options(spec), |def| {
+                check_rows(&def, table_rows)?;
+                load_rows(store, def, table_rows, threads)
+            })?;
+            check_id(&table, spec)?;
+            loaded += table_rows.len() as u64;
+        }
+        Ok(loaded)
     }
 
-    /// Applies the newest logged version of every key, oldest first.
-    fn apply_log(&self, newest: Newest) -> Result<()> {
-        let mut versions: Vec<_> = newest.into_iter().collect();
-        versions.sort_unstable_by_key(|(_, (ts, _))| *ts);
+    /// Applies the newest logged version of every key: keys are split by
+    /// hash among `threads` sessions (keys are independent, so any order
+    /// across them is right).
+    fn apply_log(&self, newest: Newest, threads: usize) -> Result<()> {
         let tables: Vec<Table> = self
             .inner
             .store
@@ -324,35 +346,47 @@ impl Database {
             .iter()
             .map(|(_, rt)| Table { rt: rt.clone() })
             .collect();
+        let mut parts: Vec<Vec<_>> = (0..threads).map(|_| Vec::new()).collect();
+        for (index, version) in newest.into_iter().enumerate() {
+            parts[index % threads].push(version);
+        }
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = parts
+                .into_iter()
+                .map(|part| {
+                    let tables = &tables;
+                    scope.spawn(move || self.apply_versions(tables, part))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().unwrap_or_else(|_| Err(loader_panicked())))
+        })
+    }
+
+    fn apply_versions(
+        &self,
+        tables: &[Table],
+        versions: Vec<((u32, Vec<u8>), (u64, Option<Vec<u8>>))>,
+    ) -> Result<()> {
         let mut session = self.session()?;
         for batch in versions.chunks(APPLY_BATCH) {
-            let mut tx = session.begin();
-            for ((table, key), (_, value)) in batch {
-                let table = tables
-                    .get(*table as usize)
-                    .ok_or_else(|| Error::Corrupt(format!("redo log: unknown table {table}")))?;
-                match value {
-                    Some(value) => tx.put(table, key, value).map(|_| ())?,
-                    None => tx.delete(table, key).map(|_| ())?,
+            // The other threads' keys are disjoint, but their inserts may
+            // still meet this batch's in a leaf's gap: retry then.
+            let mut tries = 0;
+            loop {
+                match apply_batch(&mut session, tables, batch) {
+                    Err(Error::Conflict) if tries < APPLY_TRIES => tries += 1,
+                    outcome => break outcome?,
                 }
             }
-            tx.commit()?;
         }
         Ok(())
     }
 
     fn create_logged_table(&self, spec: &TableSpec) -> Result<Table> {
-        let options = TableOptions::default()
-            .max_key_len(spec.max_key_len)
-            .max_value_len(spec.max_value_len)
-            .block_slots(spec.slots_per_block);
-        let table = self.create_table(&spec.name, options)?;
-        if table.rt.heap.def.id != spec.id {
-            return Err(Error::Corrupt(format!(
-                "table {} was logged as id {} but recreated as {}",
-                spec.name, spec.id, table.rt.heap.def.id
-            )));
-        }
+        let table = self.create_table(&spec.name, spec_options(spec))?;
+        check_id(&table, spec)?;
         Ok(table)
     }
 
@@ -630,4 +664,108 @@ pub(super) fn table_spec(def: &crate::catalog::TableDef) -> TableSpec {
         max_value_len: def.max_value_len,
         slots_per_block: def.slots_per_block,
     }
+}
+
+fn spec_options(spec: &TableSpec) -> TableOptions {
+    TableOptions::default()
+        .max_key_len(spec.max_key_len)
+        .max_value_len(spec.max_value_len)
+        .block_slots(spec.slots_per_block)
+}
+
+fn check_id(table: &Table, spec: &TableSpec) -> Result<()> {
+    match table.rt.heap.def.id == spec.id {
+        true => Ok(()),
+        false => Err(Error::Corrupt(format!(
+            "table {} was logged as id {} but recreated as {}",
+            spec.name, spec.id, table.rt.heap.def.id
+        ))),
+    }
+}
+
+fn loader_panicked() -> Error {
+    Error::Corrupt("a recovery thread panicked".into())
+}
+
+/// Snapshot rows must be what the table can hold, in strictly ascending
+/// key order (the bottom-up build relies on it).
+fn check_rows(def: &TableDef, rows: &[(&[u8], &[u8])]) -> Result<()> {
+    let fits = |(key, value): &(&[u8], &[u8])| {
+        (1..=def.max_key_len as usize).contains(&key.len())
+            && value.len() <= def.max_value_len as usize
+    };
+    let ascending = rows.windows(2).all(|w| w[0].0 < w[1].0);
+    match ascending && rows.iter().all(fits) {
+        true => Ok(()),
+        false => Err(Error::Corrupt(format!(
+            "snapshot: rows of table {} are out of order or too long",
+            def.name
+        ))),
+    }
+}
+
+/// Appends the rows to the table's heap as versions older than every
+/// transaction of this process, `threads` contiguous key ranges at once
+/// (each into its own region), and builds the index bottom-up.
+fn load_rows(
+    store: &Store,
+    def: TableDef,
+    rows: &[(&[u8], &[u8])],
+    threads: usize,
+) -> Result<(TableHeap, BTree)> {
+    let heap = TableHeap::new(def);
+    let per_thread = rows.len().div_ceil(threads).max(1);
+    let parts: Vec<Result<Vec<(&[u8], u64)>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = rows
+            .chunks(per_thread)
+            .enumerate()
+            .map(|(region, part)| {
+                let heap = &heap;
+                scope.spawn(move || append_rows(store, heap, region, part))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(loader_panicked())))
+            .collect()
+    });
+    let mut entries = Vec::with_capacity(rows.len());
+    for part in parts {
+        entries.extend(part?);
+    }
+    Ok((heap, BTree::bulk_load(entries)))
+}
+
+fn append_rows<'r>(
+    store: &Store,
+    heap: &TableHeap,
+    region: usize,
+    rows: &[(&'r [u8], &[u8])],
+) -> Result<Vec<(&'r [u8], u64)>> {
+    let mut slot = Vec::new();
+    let mut entries = Vec::with_capacity(rows.len());
+    for &(key, value) in rows {
+        heap.encode(&mut slot, LOADED_TXN, key, value, false);
+        let addr = heap.append(&store.medium, &store.space, region, LOADED_TXN, &slot)?;
+        entries.push((key, addr.0));
+    }
+    Ok(entries)
+}
+
+fn apply_batch(
+    session: &mut super::Session,
+    tables: &[Table],
+    batch: &[((u32, Vec<u8>), (u64, Option<Vec<u8>>))],
+) -> Result<()> {
+    let mut tx = session.begin();
+    for ((table, key), (_, value)) in batch {
+        let table = tables
+            .get(*table as usize)
+            .ok_or_else(|| Error::Corrupt(format!("redo log: unknown table {table}")))?;
+        match value {
+            Some(value) => tx.put(table, key, value).map(|_| ())?,
+            None => tx.delete(table, key).map(|_| ())?,
+        }
+    }
+    tx.commit()
 }

@@ -39,11 +39,15 @@ pub struct RecoveryReport {
     pub checkpoint_sequence: u64,
     /// Versions with txn ids from here on were redone.
     pub redo_from_txn: u64,
-    /// Superblock, catalog, LCTT, checkpoint image.
+    /// Superblock, catalog, LCTT, checkpoint image. `wal`: reading and
+    /// verifying the snapshot and the log (analysis).
     pub metadata: Duration,
     /// Scanning regions: redo of committed versions and undo of the tails.
+    /// `wal`: applying the log after the snapshot (redo).
     pub undo_redo: Duration,
     /// Merging checkpoint runs with redo and bulk-loading the indexes.
+    /// `wal`: loading the snapshot's rows, building the primary indexes
+    /// bottom-up and the secondary ones.
     pub index_build: Duration,
     /// From the start of `open` until transactions are accepted.
     pub total: Duration,
