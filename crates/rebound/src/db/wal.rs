@@ -38,7 +38,11 @@ const APPLY_BATCH: usize = 1024;
 
 /// Per (table, key), the newest logged version after the snapshot: its
 /// timestamp and value (`None`: deleted).
-type Newest = HashMap<(u32, Vec<u8>), (u64, Option<Vec<u8>>)>;
+type Newest = HashMap<LoggedKey, LoggedVersion>;
+/// A key of a table.
+type LoggedKey = (u32, Vec<u8>);
+/// A logged version: timestamp and value (`None`: deleted).
+type LoggedVersion = (u64, Option<Vec<u8>>);
 
 /// The log, the snapshot bookkeeping and the snapshot thread.
 pub(super) struct WalState {
@@ -367,7 +371,7 @@ impl Database {
     fn apply_versions(
         &self,
         tables: &[Table],
-        versions: Vec<((u32, Vec<u8>), (u64, Option<Vec<u8>>))>,
+        versions: Vec<(LoggedKey, LoggedVersion)>,
     ) -> Result<()> {
         let mut session = self.session()?;
         for batch in versions.chunks(APPLY_BATCH) {
@@ -715,7 +719,7 @@ fn load_rows(
 ) -> Result<(TableHeap, BTree)> {
     let heap = TableHeap::new(def);
     let per_thread = rows.len().div_ceil(threads).max(1);
-    let parts: Vec<Result<Vec<(&[u8], u64)>>> = std::thread::scope(|scope| {
+    let parts: Vec<Result<IndexEntries>> = std::thread::scope(|scope| {
         let handles: Vec<_> = rows
             .chunks(per_thread)
             .enumerate()
@@ -736,12 +740,15 @@ fn load_rows(
     Ok((heap, BTree::bulk_load(entries)))
 }
 
+/// `(key, version address)` pairs for a bottom-up index build.
+type IndexEntries<'r> = Vec<(&'r [u8], u64)>;
+
 fn append_rows<'r>(
     store: &Store,
     heap: &TableHeap,
     region: usize,
     rows: &[(&'r [u8], &[u8])],
-) -> Result<Vec<(&'r [u8], u64)>> {
+) -> Result<IndexEntries<'r>> {
     let mut slot = Vec::new();
     let mut entries = Vec::with_capacity(rows.len());
     for &(key, value) in rows {
@@ -755,7 +762,7 @@ fn append_rows<'r>(
 fn apply_batch(
     session: &mut super::Session,
     tables: &[Table],
-    batch: &[((u32, Vec<u8>), (u64, Option<Vec<u8>>))],
+    batch: &[(LoggedKey, LoggedVersion)],
 ) -> Result<()> {
     let mut tx = session.begin();
     for ((table, key), (_, value)) in batch {
