@@ -17,6 +17,11 @@
 //! every GC stage; the child reports GC's progress and the test requires
 //! that blocks were freed.
 //!
+//! A third thread reads random keys in read-only transactions and
+//! reports what each acknowledged read saw: a value a reader was shown
+//! may not vanish in the crash (the `wal` design acknowledges a reader of
+//! a commit whose frame is still being written only after that frame).
+//!
 //! The same cycles run against the `wal` design, with a log limit small
 //! enough that kills also land while snapshots are written and segments
 //! recycled.
@@ -122,11 +127,19 @@ fn child() {
                             .join(" ")
                     );
                     writeln!(out.lock().unwrap(), "{line}").unwrap();
-                    let mut tx = session.begin();
-                    for &k in &keys {
-                        tx.put(table, &key(thread, k), &value(thread, seq)).unwrap();
+                    // The reader's marks can make a write conflict: retry.
+                    loop {
+                        let mut tx = session.begin();
+                        let wrote = keys.iter().try_for_each(|&k| {
+                            tx.put(table, &key(thread, k), &value(thread, seq))
+                                .map(|_| ())
+                        });
+                        match wrote.and_then(|()| tx.commit()) {
+                            Ok(()) => break,
+                            Err(rebound::Error::Conflict) => continue,
+                            Err(e) => panic!("{e}"),
+                        }
                     }
-                    tx.commit().unwrap();
                     let mut out = out.lock().unwrap();
                     writeln!(out, "C {thread} {seq}").unwrap();
                     if thread == 0 && seq % 100 == 0 {
@@ -135,7 +148,35 @@ fn child() {
                 }
             });
         }
+        let (db, table, out) = (&db, &table, &out);
+        scope.spawn(move || read_forever(db, table, out, start_seq));
     });
+}
+
+/// Reads random keys, one per read-only transaction, and reports each
+/// value an acknowledged read saw (`R thread key seq`).
+fn read_forever(
+    db: &Database,
+    table: &rebound::Table,
+    out: &std::sync::Mutex<std::io::Stdout>,
+    seed: u64,
+) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0xead);
+    let mut session = db.session().unwrap();
+    loop {
+        let (thread, k) = (rng.gen_range(0..THREADS), rng.gen_range(0..KEYS_PER_THREAD));
+        let mut tx = session.begin();
+        let Ok(seen) = tx.get(table, &key(thread, k)) else {
+            continue;
+        };
+        if tx.commit().is_err() {
+            continue;
+        }
+        if let Some(value) = seen {
+            let (_, seq) = parse_value(&value);
+            writeln!(out.lock().unwrap(), "R {thread} {k} {seq}").unwrap();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -147,6 +188,8 @@ struct Oracle {
     /// Blocks GC freed, as last reported by each child, summed.
     gc_freed: u64,
     gc_freed_this_child: u64,
+    /// Newest value (seq) an acknowledged read-only transaction saw, per key.
+    read: HashMap<(u64, u64), u64>,
 }
 
 impl Oracle {
@@ -155,6 +198,12 @@ impl Oracle {
         let kind = parts.next();
         if kind == Some("G") {
             self.gc_freed_this_child = parts.next().unwrap().parse().unwrap();
+            return;
+        }
+        if kind == Some("R") {
+            let nums: Vec<u64> = parts.map(|p| p.parse().unwrap()).collect();
+            let seen = self.read.entry((nums[0], nums[1])).or_default();
+            *seen = (*seen).max(nums[2]);
             return;
         }
         if !matches!(kind, Some("B" | "C")) {
@@ -248,6 +297,13 @@ impl Oracle {
             }
         }
         self.in_flight.clear();
+        for (&(thread, k), &seq) in &self.read {
+            let got = found.get(&(thread, k)).copied().unwrap_or(0);
+            assert!(
+                got >= seq,
+                "cycle {cycle}: a reader was shown seq {seq} of key {k} (thread {thread}), recovered {got}"
+            );
+        }
     }
 }
 

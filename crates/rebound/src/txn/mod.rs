@@ -710,6 +710,10 @@ pub struct TxnState<'s> {
     poisoned: Option<Error>,
     /// Secondary index entries this transaction entered: (table, index, entry).
     entered: Vec<(u32, Arc<SecondaryRt>, Vec<u8>)>,
+    /// Newest writer timestamp among the committed versions it read: with
+    /// a redo log, a read-only commit waits only for pending commits up to
+    /// it (Remote Flush Avoidance).
+    newest_read: std::cell::Cell<u64>,
 }
 
 impl<'s> TxnState<'s> {
@@ -736,6 +740,7 @@ impl<'s> TxnState<'s> {
             buf,
             poisoned,
             entered: Vec::new(),
+            newest_read: std::cell::Cell::new(0),
         }
     }
 
@@ -898,6 +903,7 @@ impl<'s> TxnState<'s> {
                 begin <= self.ts
             };
             if older_than_us {
+                self.newest_read.set(self.newest_read.get().max(begin));
                 return self.check_read(&header.read, &header.end, addr);
             }
             match header.prev.load(Acquire) {
@@ -1322,11 +1328,11 @@ impl<'s> TxnState<'s> {
         drop(set);
         self.entered.clear();
         if let Some(log) = log {
-            // Acknowledged only once durable; a read-only transaction waits
-            // for the older commits it may have read.
+            // Acknowledged only once durable. A read-only transaction waits
+            // only if it read a commit whose frame is still being written.
             match ticket {
                 Some(ticket) => log.wait(ticket)?,
-                None => log.wait_older(self.ts)?,
+                None => log.wait_for_reads(self.newest_read.get())?,
             }
         }
         store.counters[self.worker].commits.fetch_add(1, Relaxed);

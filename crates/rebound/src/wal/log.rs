@@ -170,13 +170,19 @@ impl Log {
         self.wait_until(|| durable.load(Acquire) >= ticket.seq)
     }
 
-    /// Waits until every commit older than `ts` that was appended before
-    /// this call is durable: what a read-only transaction with timestamp
-    /// `ts` may have read (every version it saw is older than it).
-    pub fn wait_older(&self, ts: u64) -> Result<()> {
+    /// Waits until every commit not yet durable whose timestamp is at most
+    /// `newest_read` is: a read-only transaction that read no version newer
+    /// than that depends on no other commit (Remote Flush Avoidance). A
+    /// buffer holds at most one such commit (its worker waits for it), and
+    /// a version is published only after its commit record was appended,
+    /// so every commit the reader saw is either durable or listed here.
+    pub fn wait_for_reads(&self, newest_read: u64) -> Result<()> {
+        if newest_read == 0 {
+            return Ok(());
+        }
         for pending in self.shared.pending.iter() {
             let seen = pending.load(Acquire);
-            if seen != 0 && seen < ts {
+            if seen != 0 && seen <= newest_read {
                 self.wait_until(|| pending.load(Acquire) != seen)?;
             }
         }
