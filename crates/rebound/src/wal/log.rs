@@ -4,7 +4,7 @@
 //! segment rotation and recycling.
 
 use super::record::{self, FRAME_HEADER};
-use super::segment::{self, Segment, SegmentFile};
+use super::segment::{self, Prepared, Segment, SegmentFile};
 use crate::error::{Error, Result};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -105,7 +105,9 @@ impl Log {
     /// Starts the log in `dir` with `rings` worker buffers, writing a new
     /// segment after the ones recovery found.
     pub fn start(dir: &Path, rings: usize, resume: Resume, config: LogConfig) -> Result<Log> {
-        let file = SegmentFile::create(dir, resume.next_segment, resume.next_round)?;
+        // Not written ahead, so that opening does not wait for it: the
+        // writer switches to a prepared segment as soon as one is ready.
+        let file = SegmentFile::create(dir, resume.next_segment, resume.next_round, 0)?;
         let mut segments = resume.segments;
         segments.push(file.segment());
         let shared = Arc::new(Shared {
@@ -133,6 +135,7 @@ impl Log {
             round: resume.next_round,
             config,
             spare: Vec::new(),
+            next: None,
         };
         let handle = std::thread::Builder::new()
             .name("rebound-log-writer".into())
@@ -278,6 +281,8 @@ struct Writer {
     config: LogConfig,
     /// A drained buffer's allocation, handed back to the next ring drained.
     spare: Vec<u8>,
+    /// The next segment, being written ahead as zeros on its own thread.
+    next: Option<JoinHandle<Result<Prepared>>>,
 }
 
 impl Writer {
@@ -289,6 +294,10 @@ impl Writer {
             let stopping = self.shared.stop.load(Acquire);
             if drained.taken.is_empty() {
                 if stopping {
+                    // Leaves no thread writing into the directory.
+                    if let Some(next) = self.next.take() {
+                        let _ = next.join();
+                    }
                     return;
                 }
                 continue;
@@ -368,7 +377,11 @@ impl Writer {
         self.spare = frame;
         self.publish(&drained.taken);
         self.update_segment(false);
-        if self.file.len() >= self.config.segment_bytes {
+        self.prepare_next();
+        let next_ready = self.next.as_ref().is_some_and(|n| n.is_finished());
+        if self.file.len() >= self.config.segment_bytes
+            || (next_ready && !self.file.is_preallocated())
+        {
             self.rotate()?;
         }
         Ok(())
@@ -392,13 +405,36 @@ impl Writer {
         }
     }
 
+    /// Starts writing the next segment ahead once this one is half full
+    /// (or was not written ahead at all).
+    fn prepare_next(&mut self) {
+        let due = !self.file.is_preallocated() || self.file.len() >= self.config.segment_bytes / 2;
+        if self.next.is_some() || !due {
+            return;
+        }
+        let (dir, number, size) = (
+            self.dir.clone(),
+            self.file.number() + 1,
+            self.config.segment_bytes,
+        );
+        self.next = std::thread::Builder::new()
+            .name("rebound-log-prepare".into())
+            .spawn(move || segment::prepare(&dir, number, size))
+            .ok();
+    }
+
     /// Starts the next segment; the full one was synced with its last frame.
     fn rotate(&mut self) -> Result<()> {
         if !self.config.sync {
             self.file.sync()?;
         }
         self.update_segment(true);
-        let next = SegmentFile::create(&self.dir, self.file.number() + 1, self.round)?;
+        let number = self.file.number() + 1;
+        let prepared = match self.next.take().map(|h| h.join()) {
+            Some(Ok(Ok(prepared))) if prepared.number() == number => prepared,
+            _ => segment::prepare(&self.dir, number, self.config.segment_bytes)?,
+        };
+        let next = prepared.install(&self.dir, self.round)?;
         self.shared.segments.lock().push(next.segment());
         self.file = next;
         Ok(())

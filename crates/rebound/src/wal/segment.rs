@@ -6,7 +6,7 @@ use super::log::Resume;
 use super::record::{self, Record};
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 pub const SEGMENT_MAGIC: [u8; 8] = *b"RBWAL\0\0\x01";
@@ -69,39 +69,92 @@ pub struct SegmentFile {
     file: File,
     number: u64,
     len: u64,
+    /// Bytes written ahead as zeros: appending inside them changes no file
+    /// metadata, so `fdatasync` flushes only the frame.
+    preallocated: u64,
     max_ts: u64,
 }
 
-impl SegmentFile {
-    /// Creates segment `number` whose first frame will be `first_round`.
-    /// The header is written and synced under a temporary name first, so
-    /// a segment file in place always has an intact header.
-    pub fn create(dir: &Path, number: u64, first_round: u64) -> Result<SegmentFile> {
-        let path = segment_path(dir, number);
-        let temp = path.with_extension("log.creating");
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)?;
-        file.write_all(&header(number, first_round))?;
-        file.sync_all()?;
-        std::fs::rename(&temp, &path)?;
+/// A zero-filled file, synced, under a temporary name, waiting to become
+/// segment `number`.
+pub struct Prepared {
+    file: File,
+    temp: PathBuf,
+    number: u64,
+    size: u64,
+}
+
+/// Writes a zero-filled file of `size` bytes for segment `number`.
+pub fn prepare(dir: &Path, number: u64, size: u64) -> Result<Prepared> {
+    let temp = segment_path(dir, number).with_extension("log.creating");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&temp)?;
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < size {
+        let n = (size - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
+        at += n as u64;
+    }
+    file.sync_all()?;
+    Ok(Prepared {
+        file,
+        temp,
+        number,
+        size,
+    })
+}
+
+impl Prepared {
+    /// Writes the header (first frame `first_round`), syncs it and puts the
+    /// file in place, so a segment file in place always has an intact
+    /// header.
+    pub fn install(self, dir: &Path, first_round: u64) -> Result<SegmentFile> {
+        self.file
+            .write_all_at(&header(self.number, first_round), 0)?;
+        self.file.sync_data()?;
+        std::fs::rename(&self.temp, segment_path(dir, self.number))?;
         File::open(dir)?.sync_all()?;
         Ok(SegmentFile {
-            file,
-            number,
+            file: self.file,
+            number: self.number,
             len: SEGMENT_HEADER as u64,
+            preallocated: self.size,
             max_ts: 0,
         })
     }
 
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+}
+
+impl SegmentFile {
+    /// Creates segment `number` whose first frame will be `first_round`,
+    /// `preallocate` bytes written ahead as zeros.
+    pub fn create(
+        dir: &Path,
+        number: u64,
+        first_round: u64,
+        preallocate: u64,
+    ) -> Result<SegmentFile> {
+        prepare(dir, number, preallocate)?.install(dir, first_round)
+    }
+
     pub fn append(&mut self, frame: &[u8], max_ts: u64) -> Result<()> {
-        self.file.write_all(frame)?;
+        self.file.write_all_at(frame, self.len)?;
         self.len += frame.len() as u64;
         self.max_ts = self.max_ts.max(max_ts);
         Ok(())
+    }
+
+    /// Whether frames still land in bytes written ahead.
+    pub fn is_preallocated(&self) -> bool {
+        self.len < self.preallocated
     }
 
     pub fn sync(&self) -> Result<()> {
@@ -120,7 +173,7 @@ impl SegmentFile {
     pub fn segment(&self) -> Segment {
         Segment {
             number: self.number,
-            bytes: self.len,
+            bytes: self.len.max(self.preallocated),
             max_ts: self.max_ts,
             closed: false,
         }
@@ -152,9 +205,9 @@ fn list(dir: &Path) -> Result<Vec<u64>> {
 
 /// Reads every segment in order and hands each record to `visit`. A torn
 /// or damaged frame at the end of the newest segment is the crash that
-/// interrupted a write: everything from it on is cut off the file. Any
-/// other damage (a gap in the rounds, a bad frame before the end) is
-/// `Corrupt`, never skipped.
+/// interrupted a write: everything from it on is cut off the file. Older
+/// segments may end in zeros written ahead; any other damage (a gap in the
+/// rounds, a bad frame before the end) is `Corrupt`, never skipped.
 pub fn replay(dir: &Path, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Result<Resume> {
     let numbers = list(dir)?;
     let mut segments = Vec::new();
@@ -177,8 +230,10 @@ pub fn replay(dir: &Path, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Re
             )));
         }
         let (end, round, max_ts) = read_frames(&bytes, first_round, &mut visit)?;
+        // A segment ends in zeros written ahead that no frame reached.
+        let zero_tail = bytes.get(end..).is_some_and(|t| t.iter().all(|&b| b == 0));
         if end < bytes.len() {
-            if !last {
+            if !last && !zero_tail {
                 return Err(Error::Corrupt(format!(
                     "log segment {number:x}: damaged frame at byte {end} before the log's end"
                 )));
