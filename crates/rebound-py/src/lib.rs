@@ -91,8 +91,9 @@ fn parse_durability(name: &str) -> PyResult<Durability> {
     match name {
         "log-free" => Ok(Durability::LogFree),
         "none" => Ok(Durability::None),
+        "wal" => Ok(Durability::Wal),
         _ => Err(errors::invalid(format!(
-            "durability must be 'log-free' or 'none', not {name:?}"
+            "durability must be 'log-free', 'wal' or 'none', not {name:?}"
         ))),
     }
 }

@@ -13,7 +13,8 @@
 //! ```
 //!
 //! Layers, bottom to top (a layer only calls the ones below it):
-//! `medium` → `catalog` → `heap` → `index` → `txn` → `checkpoint` → `gc`
+//! `medium` → `catalog` → `heap` → `index` → `wal` (the redo log of the
+//! `wal` design) → `txn` → `checkpoint` → `gc`
 //! → `recovery` → `adaptive` (secondary index recovery) → `db`.
 #![deny(unsafe_code)]
 

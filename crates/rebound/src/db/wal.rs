@@ -479,6 +479,7 @@ impl DbInner {
         let stats = outcome?;
         *newest = number;
         wal.snapshots.fetch_add(1, Ordering::AcqRel);
+        self.checkpoints.fetch_add(1, Ordering::AcqRel);
         wal.snapshot_bytes.store(stats.bytes, Ordering::Release);
         Ok(stats)
     }
@@ -544,7 +545,7 @@ impl DbInner {
     pub(super) fn snapshot_as_checkpoint(&self) -> Result<crate::checkpoint::CheckpointStats> {
         let started = Instant::now();
         let taken = self.take_snapshot()?;
-        Ok(crate::checkpoint::CheckpointStats {
+        let stats = crate::checkpoint::CheckpointStats {
             sequence: taken.number,
             t_low: taken.ts,
             duration: started.elapsed(),
@@ -552,7 +553,9 @@ impl DbInner {
             bytes: taken.bytes,
             chain_length: 1,
             ..Default::default()
-        })
+        };
+        *self.last_checkpoint.lock() = Some(stats.clone());
+        Ok(stats)
     }
 
     /// Encoded table and index records of the whole catalog.
@@ -737,7 +740,7 @@ fn load_rows(
     for part in parts {
         entries.extend(part?);
     }
-    Ok((heap, BTree::bulk_load(entries)))
+    Ok((heap, BTree::bulk_load_parallel(&entries, threads)))
 }
 
 /// `(key, version address)` pairs for a bottom-up index build.

@@ -473,6 +473,25 @@ fn bulk_load_of_100k_matches_the_model_and_stays_mutable() {
 }
 
 #[test]
+fn a_bulk_load_in_parallel_parts_is_the_same_tree_as_one_in_a_row() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let model: Model = (0..60_000u64)
+        .map(|i| (varied_key(&mut rng, i * 2), i))
+        .collect();
+    let entries: Vec<(Vec<u8>, u64)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    for parts in [1, 2, 3, 7, 64] {
+        let tree = BTree::bulk_load_parallel(&entries, parts);
+        assert_eq!(tree.len(), entries.len(), "{parts} parts");
+        assert_eq!(tree.to_vec(), model_vec(&model), "{parts} parts");
+        check_invariants(&tree);
+        for (key, value) in entries.iter().step_by(101) {
+            assert_eq!(tree.get(key), Some(*value), "{parts} parts");
+        }
+    }
+    assert_eq!(BTree::bulk_load_parallel(&entries[..0], 4).len(), 0);
+}
+
+#[test]
 #[should_panic(expected = "strictly ascending")]
 fn bulk_load_rejects_unsorted_input() {
     BTree::bulk_load([(b"b", 1), (b"a", 2)]);

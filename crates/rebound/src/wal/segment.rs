@@ -232,8 +232,8 @@ pub fn replay(dir: &Path, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Re
         let (end, round, max_ts) = read_frames(&bytes, first_round, &mut visit)?;
         // A segment ends in zeros written ahead that no frame reached.
         let zero_tail = bytes.get(end..).is_some_and(|t| t.iter().all(|&b| b == 0));
-        if end < bytes.len() {
-            if !last && !zero_tail {
+        if end < bytes.len() && !zero_tail {
+            if !last {
                 return Err(Error::Corrupt(format!(
                     "log segment {number:x}: damaged frame at byte {end} before the log's end"
                 )));
