@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 /// How long a committer spins for its frame before it sleeps: a sync on
 /// tmpfs is over in a few microseconds, one on a disk takes milliseconds.
 const SPIN: Duration = Duration::from_micros(30);
+/// Then how long it yields its core before it sleeps: a sync on a disk
+/// takes a few hundred microseconds, and a sleeping committer's wake-up
+/// adds tens of microseconds to every commit of a thread.
+const YIELD: Duration = Duration::from_millis(1);
 
 /// Settings of a log.
 #[derive(Debug, Clone)]
@@ -200,6 +204,13 @@ impl Log {
             }
             self.check_failed()?;
             std::hint::spin_loop();
+        }
+        while started.elapsed() < YIELD {
+            if done() {
+                return Ok(());
+            }
+            self.check_failed()?;
+            std::thread::yield_now();
         }
         let mut guard = self.shared.done_lock.lock();
         loop {
