@@ -493,3 +493,17 @@ fn transfers(db: &Database, table: &Table, seed: u64, count: usize) {
         }
     }
 }
+
+/// A transaction begun before `close` and committed after it fails with
+/// `Closed` (its record would never be written) instead of waiting.
+#[test]
+fn a_commit_after_close_fails_instead_of_waiting() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    let table = kv(&db);
+    let mut session = db.session().unwrap();
+    let mut tx = session.begin();
+    tx.put(&table, b"k", b"v").unwrap();
+    db.close().unwrap();
+    assert!(matches!(tx.commit(), Err(Error::Closed)));
+}

@@ -603,13 +603,18 @@ impl DbInner {
     }
 
     /// At close: a last snapshot if anything was logged since the one in
-    /// force (so the next open replays nothing), then the log stops.
+    /// force and no transaction is open (so the next open replays
+    /// nothing), then the log stops.
     pub(super) fn close_wal(&self) -> Result<()> {
         let Some(wal) = self.wal.get() else {
             return Ok(());
         };
         self.stop_snapshot_thread();
-        if wal.log.written() > wal.written_at_snapshot.load(Ordering::Acquire) {
+        // A transaction still open can no longer commit (its commit meets
+        // the closed log); a snapshot would wait for it, so the next open
+        // replays the log instead.
+        let idle = self.store.oldest_running().is_none();
+        if idle && wal.log.written() > wal.written_at_snapshot.load(Ordering::Acquire) {
             self.take_snapshot()?;
         }
         wal.log.shutdown()

@@ -79,6 +79,8 @@ struct Shared {
     stop: AtomicBool,
     failed: Mutex<Option<String>>,
     failed_flag: AtomicBool,
+    /// The log was shut down (`failed_flag` is set too).
+    closed: AtomicBool,
     /// Frame bytes written since the log started.
     written: AtomicU64,
     /// Frames written since the log started.
@@ -127,6 +129,7 @@ impl Log {
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
             failed_flag: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             written: AtomicU64::new(0),
             frames: AtomicU64::new(0),
             segments: Mutex::new(segments),
@@ -228,6 +231,9 @@ impl Log {
         if !self.shared.failed_flag.load(Acquire) {
             return Ok(());
         }
+        if self.shared.closed.load(Acquire) {
+            return Err(Error::Closed);
+        }
         let why = self.shared.failed.lock().clone().unwrap_or_default();
         Err(Error::Io(std::io::Error::other(format!(
             "the redo log stopped: {why}"
@@ -273,7 +279,15 @@ impl Log {
         if let Some(handle) = self.writer.lock().take() {
             let _ = handle.join();
         }
-        self.check_failed()
+        let outcome = self.check_failed();
+        // Whatever is appended from now on would never be written: such a
+        // commit (of a transaction begun before the close) fails instead of
+        // waiting forever.
+        self.shared.closed.store(true, Release);
+        self.shared.failed_flag.store(true, Release);
+        let _guard = self.shared.done_lock.lock();
+        self.shared.done.notify_all();
+        outcome
     }
 }
 
