@@ -507,3 +507,71 @@ fn a_commit_after_close_fails_instead_of_waiting() {
     db.close().unwrap();
     assert!(matches!(tx.commit(), Err(Error::Closed)));
 }
+
+/// A failed `create_index` leaves its number unused; reopening must keep
+/// the numbers of the indexes created after it.
+#[test]
+fn an_index_created_after_a_failed_one_survives_reopening() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    {
+        let db = Database::open(dir.path(), options()).unwrap();
+        let table = kv(&db);
+        let mut session = db.session().unwrap();
+        let mut tx = session.begin();
+        tx.insert(&table, b"a", b"same").unwrap();
+        tx.insert(&table, b"b", b"same").unwrap();
+        tx.commit().unwrap();
+        let unique = IndexOptions::default().value_bytes(0..4).unique(true);
+        assert!(db.create_index(&table, "unique", unique).is_err());
+        db.create_index(&table, "plain", IndexOptions::default().value_bytes(0..4))
+            .unwrap();
+        db.close().unwrap();
+    }
+    for _ in 0..2 {
+        let db = Database::open(dir.path(), options()).unwrap();
+        let table = kv(&db);
+        let index = db.index(&table, "plain").unwrap().expect("kept");
+        let mut session = db.session().unwrap();
+        let mut tx = session.begin();
+        assert_eq!(tx.index_range::<&[u8]>(&index, ..).unwrap().len(), 2);
+        tx.commit().unwrap();
+    }
+}
+
+/// A transaction older than a snapshot writes to a table created after the
+/// snapshot's timestamp: the snapshot has to hold those rows (the log
+/// replay skips commits older than it).
+#[test]
+fn a_table_created_while_a_snapshot_waits_keeps_the_rows_of_older_writers() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    {
+        let db = Database::open(dir.path(), options()).unwrap();
+        kv(&db);
+        let mut session = db.session().unwrap();
+        let mut older = session.begin();
+        std::thread::scope(|scope| {
+            let snapshot = scope.spawn(|| db.checkpoint().unwrap());
+            // Whether the snapshot is already waiting for `older` or not,
+            // the table and its row must survive.
+            std::thread::yield_now();
+            let late = db
+                .create_table(
+                    "late",
+                    TableOptions::default().max_key_len(8).max_value_len(8),
+                )
+                .unwrap();
+            older.insert(&late, b"row", b"value").unwrap();
+            older.commit().unwrap();
+            snapshot.join().unwrap();
+        });
+    }
+    let db = Database::open(dir.path(), options()).unwrap();
+    let late = db.table("late").unwrap().expect("the table survives");
+    let mut session = db.session().unwrap();
+    let mut tx = session.begin();
+    assert_eq!(
+        tx.get(&late, b"row").unwrap().as_deref(),
+        Some(&b"value"[..])
+    );
+    tx.commit().unwrap();
+}

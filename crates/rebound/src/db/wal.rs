@@ -31,6 +31,8 @@ const SNAPSHOT_PATIENCE: Duration = Duration::from_secs(10);
 /// Transaction id of the versions loaded from a snapshot: older than any
 /// transaction of this process (the clock restarts after the snapshot).
 const LOADED_TXN: u64 = 1;
+/// Recovery threads at most: each takes a session and a heap region.
+const MAX_RECOVERY_THREADS: usize = 16;
 /// Attempts of a recovery transaction that keeps conflicting.
 const APPLY_TRIES: u32 = 1000;
 /// Rows applied per recovery transaction.
@@ -226,16 +228,31 @@ impl Database {
         } = found;
         let mut all_indexes = Vec::new();
         let mut rows = 0;
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, MAX_RECOVERY_THREADS);
         if let Some(snapshot) = &snapshot {
             rows = self.load_snapshot(snapshot, &mut all_indexes, threads)?;
         }
         let loaded_after = applied_at.elapsed();
         let replay_started = Instant::now();
         for spec in &tables {
-            self.create_logged_table(spec)?;
+            match self.inner.store.tables.get(spec.id as usize) {
+                // Created after the snapshot's timestamp but before it
+                // captured the catalog: it is in the snapshot already.
+                Some(rt) if rt.heap.def.name == spec.name => {}
+                Some(_) => return Err(Error::Corrupt(format!("table {} logged twice", spec.id))),
+                None => drop(self.create_logged_table(spec)?),
+            }
         }
-        all_indexes.extend(indexes);
+        for def in indexes {
+            let known = all_indexes
+                .iter()
+                .any(|d: &IndexDef| d.table == def.table && d.number == def.number);
+            if !known {
+                all_indexes.push(def);
+            }
+        }
         let replayed = newest.len() as u64;
         self.apply_log(newest, threads)?;
         let replayed_after = replay_started.elapsed();
@@ -402,6 +419,19 @@ impl Database {
             .get(def.table as usize)
             .map(|rt| Table { rt: rt.clone() })
             .ok_or_else(|| Error::Corrupt(format!("index {} of unknown table", def.name)))?;
+        if table.rt.secondaries.count() > def.number as usize {
+            return Err(Error::Corrupt(format!(
+                "index {} recreated out of order",
+                def.name
+            )));
+        }
+        // A failed `create_index` left its number unused.
+        while table.rt.secondaries.count() < def.number as usize {
+            table
+                .rt
+                .secondaries
+                .push(Arc::new(crate::txn::SecondaryRt::placeholder()));
+        }
         let options = IndexOptions::from_parts(def.parts.clone(), def.unique);
         let index = self.create_index(&table, &def.name, options)?;
         if index.number() != def.number {
@@ -486,15 +516,12 @@ impl DbInner {
 
     fn write_snapshot(&self, wal: &WalState, worker: usize, number: u64) -> Result<SnapshotStats> {
         let written = wal.log.written();
-        // Under the creation lock, so a table or index is in the snapshot
-        // exactly when its record is older than the snapshot's timestamp.
-        let (at, catalog) = {
-            let _ddl = self.create_lock.lock();
-            let at = self.store.clock.peek();
-            self.store.active[worker].store(at, Ordering::SeqCst);
-            (at, self.catalog_records(at))
-        };
-        let outcome = self.write_rows_as_of(wal, worker, number, at, &catalog);
+        // Announced before it is read, as a transaction's begin does, so
+        // GC's low-water mark never passes it.
+        self.store.active[worker].store(self.store.clock.peek(), Ordering::SeqCst);
+        let at = self.store.clock.peek();
+        self.store.active[worker].store(at, Ordering::SeqCst);
+        let outcome = self.write_rows_as_of(wal, worker, number, at);
         self.store.active[worker].store(0, Ordering::SeqCst);
         let (rows, bytes) = outcome?;
         wal.written_at_snapshot.store(written, Ordering::Release);
@@ -516,7 +543,6 @@ impl DbInner {
         worker: usize,
         number: u64,
         at: u64,
-        catalog: &[Vec<u8>],
     ) -> Result<(u64, u64)> {
         let deadline = Instant::now() + SNAPSHOT_PATIENCE;
         while self
@@ -529,11 +555,20 @@ impl DbInner {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+        // Every table that exists now: an older transaction may have
+        // written to one created after `at`, and its rows are visible at
+        // `at`. Replay skips the records of tables and indexes the
+        // snapshot already has.
+        let (catalog, tables) = {
+            let _ddl = self.create_lock.lock();
+            let tables: Vec<_> = self.store.tables.iter().map(|(_, t)| t.clone()).collect();
+            (self.catalog_records(at), tables)
+        };
         let mut writer = SnapshotWriter::create(&wal.dir, number, at)?;
-        for encoded in catalog {
+        for encoded in &catalog {
             writer.catalog_record(encoded)?;
         }
-        for (_, table) in self.store.tables.iter() {
+        for table in &tables {
             let id = table.heap.def.id;
             self.store
                 .rows_as_of(table, at, |key, value| writer.row(id, key, value))?;
@@ -614,10 +649,14 @@ impl DbInner {
         // the closed log); a snapshot would wait for it, so the next open
         // replays the log instead.
         let idle = self.store.oldest_running().is_none();
-        if idle && wal.log.written() > wal.written_at_snapshot.load(Ordering::Acquire) {
-            self.take_snapshot()?;
-        }
-        wal.log.shutdown()
+        let snapshot =
+            match idle && wal.log.written() > wal.written_at_snapshot.load(Ordering::Acquire) {
+                true => self.take_snapshot().map(|_| ()),
+                false => Ok(()),
+            };
+        // Stopped either way: every commit is in the log already.
+        let stopped = wal.log.shutdown();
+        snapshot.and(stopped)
     }
 
     pub(super) fn stop_snapshot_thread(&self) {

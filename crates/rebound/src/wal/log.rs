@@ -3,7 +3,7 @@
 //! in one frame and syncs it (the second stage, group commit), and
 //! segment rotation and recycling.
 
-use super::record::{self, FRAME_HEADER};
+use super::record::{self, FRAME_HEADER, MAX_FRAME};
 use super::segment::{self, Prepared, Segment, SegmentFile};
 use crate::error::{Error, Result};
 use crossbeam_utils::CachePadded;
@@ -391,12 +391,17 @@ impl Writer {
         let mut frame = std::mem::take(&mut self.spare);
         frame.clear();
         frame.reserve(FRAME_HEADER + drained.payload.len());
-        record::push_frame(&mut frame, self.round, &drained.payload);
+        // One group commit, in as many frames as its size needs: recovery
+        // keeps a group only once its last frame is there.
+        let parts = drained.payload.chunks(MAX_FRAME).count();
+        for (i, part) in drained.payload.chunks(MAX_FRAME).enumerate() {
+            record::push_frame(&mut frame, self.round + i as u64, part, i + 1 < parts);
+        }
         self.file.append(&frame, drained.max_ts)?;
         if self.config.sync {
             self.file.sync()?;
         }
-        self.round += 1;
+        self.round += parts as u64;
         self.shared.written.fetch_add(frame.len() as u64, AcqRel);
         self.shared.frames.fetch_add(1, AcqRel);
         self.spare = frame;

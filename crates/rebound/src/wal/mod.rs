@@ -9,7 +9,7 @@
 //!
 //! # Directory
 //! `LOCK` (held with `flock` while open), `<16 hex digits>.log` segment
-//! files numbered from 1 without gaps, `<16 hex digits>.snapshot` (the
+//! files with consecutive numbers (older ones are deleted oldest first), `<16 hex digits>.snapshot` (the
 //! newest one is in force; older ones are removed once it is in place).
 //! Files are written under `*.log.creating` / `*.snapshot.creating`,
 //! synced, renamed into place and the directory synced, so a file in
@@ -27,8 +27,9 @@
 //! ```
 //! # Frame (one group commit)
 //! ```text
-//! 0   u32     payload length n (1 ..= 2^30)
-//! 4   u32     crc32c of the round (u64 LE) followed by the payload
+//! 0   u32     payload length n (1 ..= 2^30); bit 31 set: the group
+//!             commit goes on in the next frame (one bigger than 2^30)
+//! 4   u32     crc32c of bytes 0..4, the round (u64 LE) and the payload
 //! 8   u64     round
 //! 16  [u8; n] payload: records, back to back
 //! ```

@@ -12,8 +12,11 @@ pub const KIND_ROWS: u8 = 4;
 
 /// Bytes before a frame's payload: length, checksum, round.
 pub const FRAME_HEADER: usize = 16;
-/// A frame never carries more than this (a bigger length is damage).
+/// A frame never carries more than this (a bigger length is damage); a
+/// group commit with more is written as several frames.
 pub const MAX_FRAME: usize = 1 << 30;
+/// Length bit of a frame whose group commit goes on in the next frame.
+pub const CONTINUED: u32 = 1 << 31;
 const COMMIT_HEADER: usize = 16;
 const ROWS_HEADER: usize = 16;
 
@@ -348,27 +351,38 @@ fn decode_index<'b>(cursor: &mut Cursor<'b>) -> Option<Record<'b>> {
     Some(Record::Index { ts, def })
 }
 
-/// Appends a frame around `payload`.
-pub fn push_frame(out: &mut Vec<u8>, round: u64, payload: &[u8]) {
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&round.to_le_bytes()), payload);
+/// crc32c of a frame's length word, round and payload.
+fn frame_crc(word: u32, round: u64, payload: &[u8]) -> u32 {
+    let head = crc32c::crc32c_append(crc32c::crc32c(&word.to_le_bytes()), &round.to_le_bytes());
+    crc32c::crc32c_append(head, payload)
+}
+
+/// Appends a frame around `payload` (at most `MAX_FRAME` bytes);
+/// `continued` when the group commit goes on in the next frame.
+pub fn push_frame(out: &mut Vec<u8>, round: u64, payload: &[u8], continued: bool) {
+    let flag = if continued { CONTINUED } else { 0 };
+    let word = payload.len() as u32 | flag;
+    out.extend_from_slice(&word.to_le_bytes());
+    let crc = frame_crc(word, round, payload);
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&round.to_le_bytes());
     out.extend_from_slice(payload);
 }
 
 /// The frame at the start of `bytes` if it is whole and intact and its
-/// round is `round`: its payload and total length.
-pub fn read_frame(bytes: &[u8], round: u64) -> Option<(&[u8], usize)> {
-    let len = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?) as usize;
+/// round is `round`: its payload, total length, and whether its group
+/// commit goes on in the next frame.
+pub fn read_frame(bytes: &[u8], round: u64) -> Option<(&[u8], usize, bool)> {
+    let word = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?);
+    let continued = word & CONTINUED != 0;
+    let len = (word & !CONTINUED) as usize;
     let crc = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?);
     let found_round = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
     if len == 0 || len > MAX_FRAME || found_round != round {
         return None;
     }
     let payload = bytes.get(FRAME_HEADER..FRAME_HEADER + len)?;
-    let expected = crc32c::crc32c_append(crc32c::crc32c(&round.to_le_bytes()), payload);
-    (expected == crc).then_some((payload, FRAME_HEADER + len))
+    (frame_crc(word, round, payload) == crc).then_some((payload, FRAME_HEADER + len, continued))
 }
 
 #[cfg(test)]
@@ -458,8 +472,17 @@ mod tests {
     fn a_frame_is_refused_when_torn_flipped_or_from_another_round() {
         let payload = sample_payload();
         let mut frame = Vec::new();
-        push_frame(&mut frame, 5, &payload);
-        assert_eq!(read_frame(&frame, 5), Some((&payload[..], frame.len())));
+        push_frame(&mut frame, 5, &payload, false);
+        assert_eq!(
+            read_frame(&frame, 5),
+            Some((&payload[..], frame.len(), false))
+        );
+        let mut continued = Vec::new();
+        push_frame(&mut continued, 5, &payload, true);
+        assert_eq!(
+            read_frame(&continued, 5),
+            Some((&payload[..], frame.len(), true))
+        );
         assert_eq!(read_frame(&frame, 6), None);
         for cut in 0..frame.len() {
             assert_eq!(read_frame(&frame[..cut], 5), None, "cut at {cut}");

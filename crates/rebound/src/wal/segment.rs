@@ -255,28 +255,44 @@ pub fn replay(dir: &Path, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Re
     })
 }
 
-/// Visits the intact frames of one segment; returns where they end, the
-/// round after the last one, and the newest timestamp seen.
+/// Visits the records of the whole group commits of one segment; returns
+/// where they end, the round after the last one, and the newest timestamp
+/// seen. A group whose last frame is missing ends them like a torn frame.
 fn read_frames(
     bytes: &[u8],
     first_round: u64,
     visit: &mut impl FnMut(Record<'_>) -> Result<()>,
 ) -> Result<(usize, u64, u64)> {
-    let mut at = SEGMENT_HEADER;
-    let mut round = first_round;
-    let mut max_ts = 0;
-    while let Some((payload, len)) = bytes.get(at..).and_then(|b| record::read_frame(b, round)) {
-        for rec in record::records(payload) {
+    let (mut at, mut round, mut max_ts) = (SEGMENT_HEADER, first_round, 0);
+    let (mut group_end, mut group_round) = (at, round);
+    let mut group: Vec<u8> = Vec::new();
+    while let Some((payload, len, continued)) =
+        bytes.get(at..).and_then(|b| record::read_frame(b, round))
+    {
+        at += len;
+        round += 1;
+        if continued {
+            group.extend_from_slice(payload);
+            continue;
+        }
+        let whole = match group.is_empty() {
+            true => payload,
+            false => {
+                group.extend_from_slice(payload);
+                group.as_slice()
+            }
+        };
+        for rec in record::records(whole) {
             let rec = rec.ok_or_else(|| {
-                Error::Corrupt(format!("log frame {round}: a record does not decode"))
+                Error::Corrupt(format!("log frame {}: a record does not decode", round - 1))
             })?;
             max_ts = max_ts.max(record_ts(&rec));
             visit(rec)?;
         }
-        at += len;
-        round += 1;
+        group.clear();
+        (group_end, group_round) = (at, round);
     }
-    Ok((at, round, max_ts))
+    Ok((group_end, group_round, max_ts))
 }
 
 fn record_ts(rec: &Record<'_>) -> u64 {
@@ -293,4 +309,51 @@ fn cut(path: &Path, len: u64) -> Result<()> {
     file.set_len(len)?;
     file.sync_all()?;
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    fn commit(ts: u64) -> Vec<u8> {
+        let mut buf = Vec::new();
+        let at = record::start_commit(&mut buf, ts);
+        record::finish_commit(&mut buf, at, 0);
+        buf
+    }
+
+    /// A group commit split over frames counts only once its last frame
+    /// is there; the records may be cut anywhere between the frames.
+    #[test]
+    fn a_group_in_several_frames_is_kept_whole_or_not_at_all() {
+        let mut payload = commit(7);
+        payload.extend(commit(8));
+        let mut bytes = header(1, 10).to_vec();
+        record::push_frame(&mut bytes, 10, &commit(5), false);
+        let first_group_end = bytes.len();
+        record::push_frame(&mut bytes, 11, &payload[..5], true);
+        record::push_frame(&mut bytes, 12, &payload[5..20], true);
+        record::push_frame(&mut bytes, 13, &payload[20..], false);
+        let mut seen = Vec::new();
+        let mut visit = |rec: Record<'_>| {
+            seen.push(record_ts(&rec));
+            Ok(())
+        };
+        assert_eq!(
+            read_frames(&bytes, 10, &mut visit).unwrap(),
+            (bytes.len(), 14, 8)
+        );
+        assert_eq!(seen, vec![5, 7, 8]);
+        let without_last = bytes.len() - (FRAME_HEADER_LEN + payload.len() - 20);
+        seen.clear();
+        let mut visit = |rec: Record<'_>| {
+            seen.push(record_ts(&rec));
+            Ok(())
+        };
+        let (end, round, _) = read_frames(&bytes[..without_last], 10, &mut visit).unwrap();
+        assert_eq!((end, round, seen), (first_group_end, 11, vec![5]));
+    }
+
+    const FRAME_HEADER_LEN: usize = record::FRAME_HEADER;
 }
