@@ -505,6 +505,9 @@ impl DbInner {
         let number = *newest + 1;
         let worker = self.claim_worker()?;
         let outcome = self.write_snapshot(wal, worker, number);
+        // The background thread may have flagged the slot as a long
+        // transaction; the next session must not inherit that.
+        self.store.long[worker].store(crate::txn::LONG_NONE, Ordering::SeqCst);
         self.sessions.lock()[worker] = false;
         let stats = outcome?;
         *newest = number;

@@ -259,14 +259,15 @@ impl Log {
     /// `ts` (a durable snapshot covers them); returns how many.
     pub fn recycle_before(&self, ts: u64) -> Result<usize> {
         let mut segments = self.shared.segments.lock();
-        let keep_from = segments
-            .iter()
-            .position(|s| !s.closed || s.max_ts >= ts)
-            .unwrap_or(segments.len());
-        for old in segments.drain(..keep_from) {
-            segment::remove(&self.dir, old.number)?;
+        let mut recycled = 0;
+        while let Some(oldest) = segments.first().filter(|s| s.closed && s.max_ts < ts) {
+            // One at a time and each durably, so that a crash leaves the
+            // newest segments, never a gap.
+            segment::remove(&self.dir, oldest.number)?;
+            segments.remove(0);
+            recycled += 1;
         }
-        Ok(keep_from)
+        Ok(recycled)
     }
 
     /// Writes out what is buffered and stops the writer.

@@ -27,8 +27,10 @@ pub fn segment_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("{number:016x}.log"))
 }
 
+/// Deletes segment `number` and syncs the directory.
 pub fn remove(dir: &Path, number: u64) -> Result<()> {
     std::fs::remove_file(segment_path(dir, number))?;
+    File::open(dir)?.sync_all()?;
     Ok(())
 }
 
