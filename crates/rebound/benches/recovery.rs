@@ -16,6 +16,9 @@
 //! it writes; the parent times open + first transaction and the index load,
 //! and opens a copy with the full-scan design for the ratio. Then a child
 //! that ends with `close()`: its reopen should redo nothing.
+//! `REBOUND_DESIGN=wal` runs the same with `Durability::Wal` (FIR's
+//! Figure 11 side by side: its recovery loads everything before the first
+//! transaction; there is no full-scan copy to compare).
 //!
 //! `scaling`: a child process loads ROWS rows (8-byte keys, 100-byte values,
 //! 1000 per transaction) and runs ROWS/4 single-key updates with the default
@@ -390,8 +393,16 @@ fn delta(sizes: &[u64]) {
 
 /// The child of `kill`: loads, then writes YCSB-A until killed (or, with
 /// `close`, for a while and then closes the database and exits).
+/// Default options, or the `wal` design's when `REBOUND_DESIGN=wal`.
+fn kill_options() -> Options {
+    match std::env::var("REBOUND_DESIGN").as_deref() {
+        Ok("wal") => Options::default().durability(rebound::Durability::Wal),
+        _ => Options::default(),
+    }
+}
+
 fn writer_child(dir: &Path, rows: u64, close: bool) {
-    let db = Database::open(dir, Options::default()).unwrap();
+    let db = Database::open(dir, kill_options()).unwrap();
     let t = table(&db);
     load(&db, &t, rows);
     let warm = Duration::from_secs(5);
@@ -461,16 +472,17 @@ fn kill(sizes: &[u64]) {
             }
             child.wait().unwrap();
             let copy = dir.with_extension("copy");
-            if end == "kill" {
+            let wal = std::env::var("REBOUND_DESIGN").as_deref() == Ok("wal");
+            if end == "kill" && !wal {
                 copy_dir(&dir, &copy);
             }
-            let opened = reopen_with(&dir, rows, Options::default(), &format!("{end},default"));
+            let opened = reopen_with(&dir, rows, kill_options(), &format!("{end},default"));
             if let (Some((first, _)), "kill", Some((_, all))) = (opened, end, first_txns.last_mut())
             {
                 all.push(first);
             }
             let loaded = opened.map(|(_, loaded)| loaded);
-            if end == "kill" {
+            if end == "kill" && !wal {
                 let scan = Options::default().checkpoint(CheckpointMode::Off);
                 if let Some((scan_first, _)) = reopen_with(&copy, rows, scan, "kill,full-scan") {
                     ratios.push((rows, scan_first / loaded.unwrap_or(f64::NAN)));
