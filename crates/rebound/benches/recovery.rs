@@ -6,7 +6,14 @@
 //! cargo bench -p rebound --bench recovery -- skew [ROWS [UPDATES]] # checkpoint time vs Zipf θ (FIR Fig. 13a)
 //! cargo bench -p rebound --bench recovery -- delta [ROWS...]      # checkpoint time vs changes, per mode
 //! cargo bench -p rebound --bench recovery -- kill [ROWS...]       # restart under continuous writes, defaults
+//! cargo bench -p rebound --bench recovery -- space [SECONDS [ROWS]] # file size vs live data under YCSB-A
 //! ```
+//!
+//! `space`: loads ROWS rows (default 100 000) and runs YCSB-A (θ 0.99, the
+//! tool's default, 16 requests per transaction) on one thread for SECONDS
+//! (default 60) with default options, printing every 5 s the file's size,
+//! the bytes it occupies on the file system, the table's blocks and the
+//! live data (keys and values of the newest versions).
 //!
 //! `delta`: checkpoint time of FIR's leaf checkpoints (cost model) and of
 //! ChainIndex deltas after the same number of updates, at each size.
@@ -60,6 +67,10 @@ fn main() {
         }
         Some("load-child") => load_child(Path::new(&args[1]), args[2].parse().unwrap()),
         Some("delta") => delta(&numbers(&args[1..], &[1_000_000, 16_000_000])),
+        Some("space") => {
+            let n = numbers(&args[1..], &[60, 100_000]);
+            space(n[0], n.get(1).copied().unwrap_or(100_000))
+        }
         Some("kill") => kill(&numbers(&args[1..], &[1_000_000, 4_000_000, 16_000_000])),
         Some("writer-child") => writer_child(
             Path::new(&args[1]),
@@ -67,7 +78,9 @@ fn main() {
             args[3] == "close",
         ),
         Some(other) => {
-            eprintln!("unknown experiment {other}; use scaling, overhead, skew, delta or kill")
+            eprintln!(
+                "unknown experiment {other}; use scaling, overhead, skew, delta, kill or space"
+            )
         }
     }
 }
@@ -256,10 +269,61 @@ fn overhead(seconds: u64) {
     }
 }
 
+fn space(seconds: u64, rows: u64) {
+    let dir = scratch("space");
+    let db = Database::open(&dir, Options::default()).unwrap();
+    let t = table(&db);
+    load(&db, &t, rows);
+    let live = rows * (8 + VALUE.len() as u64);
+    let stats = db.stats();
+    println!(
+        "# {rows} rows, live data {:.1} MB; after the load: file {:.1} MB, {} blocks of {:.1} MB",
+        live as f64 / 1e6,
+        stats.medium_bytes as f64 / 1e6,
+        stats.tables[0].blocks,
+        stats.tables[0].block_bytes as f64 / 1e6
+    );
+    println!("t_s,txn_per_s,file_mb,allocated_mb,blocks,block_mb,obsolete_mb,file_over_live,allocated_over_live,gc_blocks_freed,gc_pending");
+    let file = dir.join("rebound.db");
+    for step in 1..=seconds.div_ceil(5) {
+        let txns = ycsb_a_skewed(&db, &t, rows, (0.99, step), Duration::from_secs(5));
+        let stats = db.stats();
+        let table = &stats.tables[0];
+        let meta = std::fs::metadata(&file).unwrap();
+        let allocated = std::os::unix::fs::MetadataExt::blocks(&meta) * 512;
+        println!(
+            "{},{:.0},{:.1},{:.1},{},{:.1},{:.1},{:.2},{:.2},{},{}",
+            step * 5,
+            txns as f64 / 5.0,
+            meta.len() as f64 / 1e6,
+            allocated as f64 / 1e6,
+            table.blocks,
+            table.block_bytes as f64 / 1e6,
+            table.obsolete_bytes as f64 / 1e6,
+            meta.len() as f64 / live as f64,
+            allocated as f64 / live as f64,
+            stats.gc.blocks_freed,
+            stats.gc.blocks_pending,
+        );
+    }
+    drop(db);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn ycsb_a(db: &Database, table: &Table, rows: u64, duration: Duration) -> u64 {
+    ycsb_a_skewed(db, table, rows, (0.9, 1), duration)
+}
+
+fn ycsb_a_skewed(
+    db: &Database,
+    table: &Table,
+    rows: u64,
+    (theta, seed): (f64, u64),
+    duration: Duration,
+) -> u64 {
     let mut session = db.session().unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
-    let zipf = Zipf::new(rows, 0.9).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let zipf = Zipf::new(rows, theta).unwrap();
     let start = Instant::now();
     let mut txns = 0;
     while start.elapsed() < duration {

@@ -225,3 +225,79 @@ fn deleted_and_updated_keys_with(seed: u64) {
     drop(session);
     assert_no_leaked_blocks(&db, &table, seed);
 }
+
+/// Freed blocks go back to the file system at once: the file occupies
+/// about what is live, although its length keeps its high-water mark. On
+/// tmpfs (memory) and on a disk file system.
+#[test]
+fn freed_blocks_give_their_space_back_to_the_file_system() {
+    common::each_seed(|seed| {
+        for parent in ["/dev/shm", env!("CARGO_TARGET_TMPDIR")] {
+            freed_space_with(seed, parent);
+        }
+    });
+}
+
+fn freed_space_with(seed: u64, parent: &str) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir_in(parent).unwrap();
+    let db = Database::open(dir.path(), options(MediumChoice::Auto)).unwrap();
+    let table = db.create_table("t", table_options()).unwrap();
+    let keys = 2_000u32;
+    let mut session = db.session().unwrap();
+    let mut model = load_keys(&mut session, &table, keys, &mut rng);
+    // Every key rewritten 20 times in one go: the file grows to hold all
+    // the versions, then GC frees nearly all of it.
+    for _ in 0..20 {
+        let mut txn = session.begin();
+        for k in 0..keys {
+            let v = value(&mut rng);
+            txn.update(&table, &k.to_be_bytes(), &v).unwrap();
+            model.insert(k.to_be_bytes().to_vec(), v);
+        }
+        txn.commit().unwrap();
+    }
+    for _ in 0..3 {
+        db.collect_garbage().unwrap();
+    }
+    let stats = db.stats();
+    let file = std::fs::metadata(dir.path().join("rebound.db")).unwrap();
+    let occupied = std::os::unix::fs::MetadataExt::blocks(&file) * 512;
+    // The catalog area, the table's blocks, and checkpoint images of a
+    // few kilobytes each.
+    let needed = DATA_START + stats.tables[0].block_bytes + (1 << 20);
+    assert!(
+        stats.gc.bytes_freed > 2 * needed,
+        "seed {seed}, {parent}: GC freed only {} bytes; gc {:?}",
+        stats.gc.bytes_freed,
+        stats.gc
+    );
+    assert!(
+        occupied <= needed && file.len() > 2 * needed,
+        "seed {seed}, {parent}: the file occupies {occupied} of its {} bytes, {needed} are in use",
+        file.len()
+    );
+    assert_eq!(contents(&db, &table), model, "seed {seed}, {parent}");
+    drop(session);
+    db.close().unwrap();
+    drop(db);
+    // The holes are free space to recovery, like any other.
+    let db = Database::open(dir.path(), options(MediumChoice::Auto)).unwrap();
+    let table = db.table("t").unwrap().unwrap();
+    assert_eq!(
+        contents(&db, &table),
+        model,
+        "seed {seed}, {parent}: after reopening"
+    );
+    let mut session = db.session().unwrap();
+    let mut txn = session.begin();
+    for k in 0..keys {
+        txn.update(&table, &k.to_be_bytes(), b"refilled").unwrap();
+    }
+    txn.commit().unwrap();
+    let reread = contents(&db, &table);
+    assert!(
+        reread.values().all(|v| v == b"refilled"),
+        "seed {seed}, {parent}"
+    );
+}

@@ -130,7 +130,7 @@ impl Checkpointer {
         let (extent, entries) = merge_newest(store, &chain, merged, onto, current.sequence + 1)?;
         let (replaced, kept) = current.extents.split_at(merged);
         for &(offset, len) in replaced {
-            store.space.free(offset, len);
+            store.space.free(&store.medium, offset, len);
         }
         let replaced_entries: u64 = sizes[..merged].iter().sum();
         self.current = Some(Durable {
@@ -171,7 +171,7 @@ impl Checkpointer {
         };
         self.folding = None;
         for (offset, len) in std::mem::take(&mut self.free_after_fold) {
-            store.space.free(offset, len);
+            store.space.free(&store.medium, offset, len);
         }
         let folded = outcome?;
         let Some(current) = self.current.clone() else {
@@ -180,7 +180,9 @@ impl Checkpointer {
         let chain = Chain::open(&store.medium, current.offset)?;
         let Some(above) = chain.images().iter().position(|i| i.offset == folded.top) else {
             // The chain was replaced meanwhile (a full checkpoint).
-            store.space.free(folded.extent.0, folded.extent.1);
+            store
+                .space
+                .free(&store.medium, folded.extent.0, folded.extent.1);
             return Ok(());
         };
         let (root, extents, delta_entries) = match above {
@@ -200,7 +202,7 @@ impl Checkpointer {
             }
         };
         for &(offset, len) in &current.extents {
-            store.space.free(offset, len);
+            store.space.free(&store.medium, offset, len);
         }
         self.current = Some(Durable {
             offset: root,

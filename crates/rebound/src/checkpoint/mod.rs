@@ -392,7 +392,9 @@ impl Checkpointer {
                 let old = self.current.iter().flat_map(|c| c.extents.iter().copied());
                 match self.folding {
                     Some(_) => self.free_after_fold.extend(old),
-                    None => old.for_each(|(offset, len)| store.space.free(offset, len)),
+                    None => {
+                        old.for_each(|(offset, len)| store.space.free(&store.medium, offset, len))
+                    }
                 }
             }
         }

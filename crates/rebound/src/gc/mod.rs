@@ -276,7 +276,7 @@ impl Collector {
             let table = &store.tables[id.table as usize];
             let size = table.heap.def.block_size as u64;
             table.heap.vacate(id.region, id.seq as usize);
-            store.space.free(id.offset, size);
+            store.space.free(&store.medium, id.offset, size);
             self.stats.bytes_freed += size;
         }
         self.stats.blocks_freed += ready.len() as u64;

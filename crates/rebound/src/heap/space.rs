@@ -6,6 +6,12 @@
 //! the file held when it was opened is fresh (the file grew into it, so it
 //! is zero); any other extent may hold arbitrary old bytes (old slots,
 //! checkpoint images), and `allocate` says which kind it handed out.
+//!
+//! A freed extent is given back to the file system at once (a hole, see
+//! `Medium::discard`), so the file occupies about what is live even though
+//! its length keeps its high-water mark; reusing an extent backs it with
+//! real space first (`Medium::refill`), so a full disk is an error at
+//! allocation, never a SIGBUS at the first write.
 
 use super::BLOCK_ALIGN;
 use crate::error::Result;
@@ -57,6 +63,7 @@ impl Space {
         let mut ext = self.inner.lock();
         if let Some(i) = ext.free.iter().position(|&(_, l)| l >= len) {
             let (offset, free_len) = ext.free[i];
+            medium.refill(offset, len)?;
             if free_len == len {
                 ext.free.remove(i);
             } else {
@@ -76,8 +83,11 @@ impl Space {
         Ok((offset, offset >= ext.fresh_from))
     }
 
-    /// Returns an extent nobody references any more.
-    pub fn free(&self, offset: u64, len: u64) {
+    /// Returns an extent nobody references any more, and its storage to
+    /// the file system.
+    pub fn free(&self, medium: &Medium, offset: u64, len: u64) {
+        // Before the extent is listed: once it is, it may be reused.
+        medium.discard(offset, len);
         let mut ext = self.inner.lock();
         let at = ext.free.partition_point(|&(o, _)| o < offset);
         ext.free.insert(at, (offset, len));

@@ -97,6 +97,28 @@ impl Mapping {
         self.raw.as_ptr().wrapping_add(off as usize)
     }
 
+    /// Drops the pages of `[off, off + len)` of an anonymous mapping: the
+    /// memory goes back to the system and the range reads as zeros.
+    pub(crate) fn drop_pages(&self, off: u64, len: u64) {
+        assert!(
+            off.is_multiple_of(PAGE) && len.is_multiple_of(PAGE) && off + len <= self.len(),
+            "page drop outside the mapping"
+        );
+        // SAFETY: the range is page-aligned and inside this mapping, which is
+        // private anonymous memory: MADV_DONTNEED only replaces its pages
+        // with zero pages on the next touch, which every reader of a free
+        // extent must expect anyway (it may hold arbitrary old bytes).
+        let rc = unsafe {
+            libc::madvise(
+                self.raw.as_mut_ptr().add(off as usize).cast(),
+                len as usize,
+                libc::MADV_DONTNEED,
+            )
+        };
+        // A refusal only keeps the memory in use; the bytes stay valid.
+        let _ = rc;
+    }
+
     pub(crate) fn msync(&self, lo: u64, hi: u64) -> std::io::Result<()> {
         let page = 4096;
         let start = lo / page * page;
@@ -104,6 +126,45 @@ impl Mapping {
             return Ok(());
         }
         self.raw.flush_range(start as usize, (hi - start) as usize)
+    }
+}
+
+const PAGE: u64 = 4096;
+
+/// Gives `[off, off + len)` back to the file system, keeping the file's
+/// length; false if the file system cannot punch holes (the bytes stay).
+pub(crate) fn punch_hole(file: &File, off: u64, len: u64) -> bool {
+    let (Ok(off), Ok(len)) = (i64::try_from(off), i64::try_from(len)) else {
+        return false;
+    };
+    // SAFETY: plain syscall on an owned, open descriptor with in-range values.
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off,
+            len,
+        )
+    };
+    rc == 0
+}
+
+/// Backs `[off, off + len)`, inside the file, with real space again after
+/// `punch_hole`, so that a full file system is `OutOfSpace` here and never
+/// a SIGBUS at the first write through the mapping.
+pub(crate) fn refill_hole(file: &File, off: u64, len: u64) -> Result<()> {
+    let (Ok(off_i), Ok(len_i)) = (i64::try_from(off), i64::try_from(len)) else {
+        return Err(Error::OutOfSpace("extent beyond the address space".into()));
+    };
+    // SAFETY: plain syscall on an owned, open descriptor with in-range values.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), off_i, len_i) } {
+        0 => Ok(()),
+        libc::ENOSPC | libc::EDQUOT => Err(Error::OutOfSpace(format!(
+            "cannot back {len} freed bytes at {off} again"
+        ))),
+        // Only holes this process punched need refilling, and punching
+        // worked, so this file system allocates; anything else is an error.
+        errno => Err(Error::Io(std::io::Error::from_raw_os_error(errno))),
     }
 }
 

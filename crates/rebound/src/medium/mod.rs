@@ -67,7 +67,7 @@ pub enum Guarantee {
 
 pub(crate) enum Backend {
     Volatile,
-    PersistentMemory { _file: File, flush: flush::Flusher },
+    PersistentMemory { file: File, flush: flush::Flusher },
     Disk { file: File, sync: DiskSync },
     Simulated(SimDevice),
 }
@@ -109,7 +109,7 @@ impl Medium {
         let flush = flush::Flusher::detect();
         Ok(Self::with(
             Arc::new(map),
-            Backend::PersistentMemory { _file: file, flush },
+            Backend::PersistentMemory { file, flush },
             latency,
         ))
     }
@@ -170,7 +170,7 @@ impl Medium {
         }
         match &self.backend {
             Backend::Volatile => {}
-            Backend::PersistentMemory { _file: file, .. } => mapping::allocate(file, new_len)?,
+            Backend::PersistentMemory { file, .. } => mapping::allocate(file, new_len)?,
             Backend::Disk { file, .. } => {
                 mapping::allocate(file, new_len)?;
                 file.sync_all()?;
@@ -179,6 +179,37 @@ impl Medium {
         }
         self.map.set_len(new_len);
         Ok(())
+    }
+
+    /// Gives the storage behind a free extent back: to the file system
+    /// (a hole) or, for anonymous memory, to the system. The extent then
+    /// reads as zeros, or keeps its bytes where holes are not supported
+    /// (and on the simulated device, whose crash model needs no holes);
+    /// users of free extents must expect arbitrary bytes either way.
+    /// Call it only on extents nobody can reach, before they can be
+    /// allocated again; `refill` must run before they are written.
+    pub fn discard(&self, off: u64, len: u64) {
+        if len == 0 || off + len > self.len() {
+            return;
+        }
+        match &self.backend {
+            Backend::Volatile => self.map.drop_pages(off, len),
+            Backend::PersistentMemory { file, .. } | Backend::Disk { file, .. } => {
+                mapping::punch_hole(file, off, len);
+            }
+            Backend::Simulated(_) => {}
+        }
+    }
+
+    /// Backs an extent `discard` may have emptied with real space again,
+    /// so that a full file system is an error here, not a SIGBUS later.
+    pub fn refill(&self, off: u64, len: u64) -> Result<()> {
+        match &self.backend {
+            Backend::PersistentMemory { file, .. } | Backend::Disk { file, .. } => {
+                mapping::refill_hole(file, off, len)
+            }
+            Backend::Volatile | Backend::Simulated(_) => Ok(()),
+        }
     }
 
     fn word(&self, off: u64) -> &AtomicU64 {
