@@ -2,7 +2,7 @@
 //! designs, retry loops, the multi-threaded driver, statistics and result
 //! files.
 
-use crate::engines::{self, Engine, Guarantee, Session, Tx};
+use crate::engines::{self, Ack, Engine, Guarantee, Session, Tx};
 use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -183,13 +183,32 @@ pub struct Done<T> {
 /// retrying every conflict. Other errors are returned.
 pub fn run_txn<S: Session, T>(
     session: &mut S,
-    mut body: impl FnMut(&mut S::Tx<'_>) -> engines::Result<Flow<T>>,
+    body: impl FnMut(&mut S::Tx<'_>) -> engines::Result<Flow<T>>,
 ) -> engines::Result<Done<T>> {
+    // A synchronous commit is acknowledged already.
+    let done = run_txn_acked(session, false, body)?;
+    Ok(Done {
+        value: done.value.map(|(value, _durable)| value),
+        conflicts: done.conflicts,
+    })
+}
+
+/// `run_txn` that can commit without waiting for durability (`deferred`):
+/// the caller acknowledges the commit once it waited for its [`Ack`].
+pub fn run_txn_acked<S: Session, T>(
+    session: &mut S,
+    deferred: bool,
+    mut body: impl FnMut(&mut S::Tx<'_>) -> engines::Result<Flow<T>>,
+) -> engines::Result<Done<(T, Ack)>> {
     let mut conflicts = 0;
     loop {
         let outcome = match session.begin() {
             Ok(mut tx) => match body(&mut tx) {
-                Ok(Flow::Commit(v)) => tx.commit().map(|()| Some(v)),
+                Ok(Flow::Commit(v)) => match deferred {
+                    true => tx.commit_deferred(),
+                    false => tx.commit().map(|()| Ack::durable()),
+                }
+                .map(|ack| Some((v, ack))),
                 Ok(Flow::Rollback) => {
                     tx.abort();
                     Ok(None)

@@ -59,7 +59,7 @@ pub use error::{Error, Result};
 pub use gc::{GcOptions, GcStats};
 pub use medium::{Guarantee, SimDevice};
 pub use recovery::RecoveryReport;
-pub use txn::Cursor;
+pub use txn::{Cursor, PendingCommit};
 
 /// The DRAM index on its own, for the index micro-benchmark
 /// (`benches/index.rs`); not part of the supported API.

@@ -575,3 +575,147 @@ fn a_table_created_while_a_snapshot_waits_keeps_the_rows_of_older_writers() {
     );
     tx.commit().unwrap();
 }
+
+/// Deferred commits: one thread commits without waiting, so a frame holds
+/// several of its commits. A crash at every frame end must reopen to a
+/// prefix of its commits (never a later commit without an earlier one),
+/// growing with the log, and the whole log to all of them.
+#[test]
+fn deferred_commits_survive_as_a_prefix_at_every_cut() {
+    common::each_seed(|seed| {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let history = {
+            let db = Database::open(dir.path(), options()).unwrap();
+            let table = kv(&db);
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut session = db.session().unwrap();
+            let mut model = contents(&db, &table);
+            let mut history = vec![model.clone()];
+            let mut pending = Vec::new();
+            for i in 0..300u64 {
+                let mut tx = session.begin();
+                let key = rng.gen_range(0u64..50).to_be_bytes().to_vec();
+                let value = format!("{seed}:{i}").into_bytes();
+                tx.put(&table, &key, &value).unwrap();
+                model.insert(key, value);
+                pending.push(tx.commit_deferred().unwrap());
+                history.push(model.clone());
+            }
+            for commit in pending {
+                commit.wait().unwrap();
+            }
+            history
+        };
+        let log = read_log(dir.path());
+        let mut last = 0;
+        for (index, (bytes, ends)) in log.iter().enumerate() {
+            for &end in ends {
+                let found = reopen_cut(dir.path(), index, &bytes[..end]);
+                let Some(k) = history.iter().position(|h| *h == found) else {
+                    panic!("seed {seed}: a cut at byte {end} of segment {index} is no prefix of the commits");
+                };
+                assert!(k >= last, "seed {seed}: a longer log lost commits");
+                last = k;
+            }
+        }
+        assert_eq!(last, history.len() - 1, "seed {seed}: the whole log");
+    });
+}
+
+/// Remote flush avoidance with deferred commits: a writer commits a
+/// counter over and over without waiting, so its buffer holds several
+/// commits at once; a reader that read value `v` and whose commit
+/// returned must find at least `v` in the log as it is right then.
+#[test]
+fn a_reader_of_a_deferred_commit_returns_only_once_that_commit_is_durable() {
+    common::each_seed(|seed| {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let copies = tempfile::tempdir_in("/dev/shm").unwrap();
+        let mut seen = Vec::new();
+        {
+            let db = Database::open(dir.path(), options()).unwrap();
+            let table = kv(&db);
+            let done = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    // The reader stops however this thread ends.
+                    struct Done<'a>(&'a std::sync::atomic::AtomicBool);
+                    impl Drop for Done<'_> {
+                        fn drop(&mut self) {
+                            self.0.store(true, std::sync::atomic::Ordering::Release);
+                        }
+                    }
+                    let _done = Done(&done);
+                    let mut session = db.session().unwrap();
+                    let mut pending = std::collections::VecDeque::new();
+                    let mut v = 1u64;
+                    while v <= 20_000 {
+                        let mut tx = session.begin();
+                        // A younger reader of the counter makes this
+                        // write conflict (MVTO); it is retried.
+                        match tx
+                            .put(&table, b"counter", &v.to_le_bytes())
+                            .and_then(|_| tx.commit_deferred())
+                        {
+                            Ok(commit) => pending.push_back(commit),
+                            Err(Error::Conflict) => continue,
+                            Err(e) => panic!("seed {seed}: {e}"),
+                        }
+                        v += 1;
+                        // Up to 64 in flight: a buffer holds many commits.
+                        if pending.len() > 64 {
+                            pending.pop_front().unwrap().wait().unwrap();
+                        }
+                    }
+                    pending.into_iter().for_each(|c| c.wait().unwrap());
+                });
+                let mut session = db.session().unwrap();
+                while !done.load(std::sync::atomic::Ordering::Acquire) && seen.len() < 300 {
+                    let mut tx = session.begin();
+                    let read = tx
+                        .get(&table, b"counter")
+                        .and_then(|v| tx.commit().map(|()| v));
+                    let value = match read {
+                        Ok(Some(value)) => value,
+                        Ok(None) | Err(Error::Conflict) => continue,
+                        Err(e) => panic!("seed {seed}: {e}"),
+                    };
+                    let v = u64::from_le_bytes(value[..8].try_into().unwrap());
+                    let copy = copies.path().join(seen.len().to_string());
+                    copy_live_dir(dir.path(), &copy);
+                    seen.push((v, copy));
+                }
+            });
+        }
+        assert!(!seen.is_empty(), "seed {seed}: the reader saw no commit");
+        for (v, copy) in seen {
+            let db = Database::open(&copy, options()).unwrap();
+            let table = kv(&db);
+            let mut session = db.session().unwrap();
+            let mut tx = session.begin();
+            let found = tx.get(&table, b"counter").unwrap().map_or(0, |value| {
+                u64::from_le_bytes(value[..8].try_into().unwrap())
+            });
+            tx.commit().unwrap();
+            assert!(
+                found >= v,
+                "seed {seed}: a reader saw {v} and returned, but the log then held {found}"
+            );
+        }
+    });
+}
+
+/// Copies the files of a directory the log writer is writing into; a
+/// segment written ahead under a temporary name may be renamed meanwhile.
+fn copy_live_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        match std::fs::copy(&path, to.join(path.file_name().unwrap())) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            outcome => {
+                outcome.unwrap();
+            }
+        }
+    }
+}

@@ -363,7 +363,40 @@ pub trait Tx {
         index::lookup_prefix(self, index.lookup()?, prefix)
     }
     fn commit(self) -> Result<()>;
+    /// Commits without waiting for durability where the engine can
+    /// (Rebound's `wal` design: the log's flush overlaps the caller's next
+    /// transaction); the commit counts as acknowledged once the returned
+    /// [`Ack`] is waited for. The other engines commit durably here.
+    fn commit_deferred(self) -> Result<Ack>
+    where
+        Self: Sized,
+    {
+        self.commit().map(|()| Ack::durable())
+    }
     fn abort(self);
+}
+
+/// A commit still waiting to be acknowledged (see [`Tx::commit_deferred`]).
+#[must_use = "a deferred commit is acknowledged only once it is waited for"]
+pub struct Ack(Option<::rebound::PendingCommit>);
+
+impl Ack {
+    /// A commit that is durable already.
+    pub fn durable() -> Ack {
+        Ack(None)
+    }
+
+    pub fn pending(commit: ::rebound::PendingCommit) -> Ack {
+        Ack(Some(commit))
+    }
+
+    /// Returns once the commit is durable.
+    pub fn wait(self) -> Result<()> {
+        match self.0 {
+            Some(commit) => Ok(commit.wait()?),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Transaction ids of the engines without their own: microseconds since

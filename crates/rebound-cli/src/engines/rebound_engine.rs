@@ -4,8 +4,8 @@
 
 use super::index::{self, Part};
 use super::{
-    Engine, EngineKind, Error, Guarantee, Index, IndexMode, IndexRow, IndexSpec, Result, Session,
-    Settings, Tx,
+    Ack, Engine, EngineKind, Error, Guarantee, Index, IndexMode, IndexRow, IndexSpec, Result,
+    Session, Settings, Tx,
 };
 use crate::common::design_options;
 use rebound::{Database, IndexOptions, Table, TableOptions, Transaction};
@@ -169,6 +169,10 @@ impl Tx for Transaction<'_> {
 
     fn commit(self) -> Result<()> {
         Ok(Transaction::commit(self)?)
+    }
+
+    fn commit_deferred(self) -> Result<Ack> {
+        Ok(Ack::pending(Transaction::commit_deferred(self)?))
     }
 
     fn abort(self) {

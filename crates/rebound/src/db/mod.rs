@@ -18,7 +18,7 @@ use crate::heap::TableHeap;
 use crate::index::{BTree, MAX_KEY_LEN};
 use crate::medium::{Guarantee, Medium, SimDevice};
 use crate::recovery::{self, Recovered, RecoveryReport};
-use crate::txn::{owned_range, prefix_end, Cursor, Store, TableRt, TxnState};
+use crate::txn::{owned_range, prefix_end, Cursor, PendingCommit, Store, TableRt, TxnState};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::ops::{Bound, RangeBounds};
@@ -912,6 +912,32 @@ impl<'s> Transaction<'s> {
     /// any crash the medium's [`Guarantee`] covers.
     pub fn commit(self) -> Result<()> {
         self.state.commit()
+    }
+
+    /// Commits without waiting for durability: the transaction is visible
+    /// when this returns, and durable once [`PendingCommit::wait`] returns
+    /// `Ok`. A thread can begin its next transaction meanwhile, so that in
+    /// the `wal` design its work overlaps the log's flush; in the other
+    /// designs the commit is already durable. Errors are those of
+    /// [`Transaction::commit`].
+    ///
+    /// ```
+    /// # fn demo(db: &rebound::Database, t: &rebound::Table) -> rebound::Result<()> {
+    /// let mut session = db.session()?;
+    /// let mut previous: Option<rebound::PendingCommit> = None;
+    /// for batch in 0..4u64 {
+    ///     let mut tx = session.begin();
+    ///     tx.put(t, &batch.to_be_bytes(), b"row")?;
+    ///     let pending = tx.commit_deferred()?;
+    ///     if let Some(done) = previous.replace(pending) {
+    ///         done.wait()?; // batch - 1 is acknowledged here
+    ///     }
+    /// }
+    /// previous.map_or(Ok(()), |last| last.wait())
+    /// # }
+    /// ```
+    pub fn commit_deferred(self) -> Result<PendingCommit> {
+        self.state.commit_deferred()
     }
 
     pub fn abort(self) {

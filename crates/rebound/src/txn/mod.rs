@@ -309,6 +309,47 @@ impl Store {
     }
 }
 
+/// A transaction that committed and is visible, but may not be durable
+/// yet: in the `wal` design its commit record may still be on its way to
+/// the log. Wait for it before acknowledging the commit to anyone; until
+/// then a crash may undo it (and, with it, every later commit that read
+/// or overwrote it, never an earlier one). Lets one thread overlap its
+/// next transaction with the flush of the previous one. In the other
+/// designs a commit is durable before it is visible, so it is durable
+/// at once.
+#[must_use = "a deferred commit is acknowledged only once `wait` returns"]
+pub struct PendingCommit(Pending);
+
+enum Pending {
+    Durable,
+    /// This transaction's commit record.
+    Record(Arc<crate::wal::Log>, crate::wal::Ticket),
+    /// A read-only transaction: the commits it read, up to this timestamp.
+    Reads(Arc<crate::wal::Log>, u64),
+}
+
+impl PendingCommit {
+    /// Waits until the commit is durable; an error means it may not be
+    /// (the log failed or the database was closed first).
+    pub fn wait(self) -> Result<()> {
+        match self.0 {
+            Pending::Durable => Ok(()),
+            Pending::Record(log, ticket) => log.wait(ticket),
+            Pending::Reads(log, newest_read) => log.wait_for_reads(newest_read),
+        }
+    }
+
+    /// Whether the commit is durable already (a read-only one: whether
+    /// nothing it read was still pending when it committed).
+    pub fn is_durable(&self) -> bool {
+        match &self.0 {
+            Pending::Durable | Pending::Reads(_, 0) => true,
+            Pending::Record(log, ticket) => log.is_durable(*ticket),
+            Pending::Reads(..) => false,
+        }
+    }
+}
+
 /// Index entries that are not in the DRAM index yet: after a restart, the
 /// index checkpoint being loaded in the background. A lookup that misses
 /// the DRAM index asks it, and what it finds is verified against the slot
@@ -1277,7 +1318,14 @@ impl<'s> TxnState<'s> {
     }
 
     /// Makes the transaction durable, then visible. On error it is aborted.
-    pub fn commit(mut self) -> Result<()> {
+    pub fn commit(self) -> Result<()> {
+        self.commit_deferred()?.wait()
+    }
+
+    /// Commits and publishes the transaction, returning what remains to
+    /// wait for before it may be acknowledged (the log's flush, in the
+    /// `wal` design). On error it is aborted.
+    pub fn commit_deferred(mut self) -> Result<PendingCommit> {
         if let Err(e) = self.migrate_if_asked() {
             self.poisoned.get_or_insert(e);
         }
@@ -1327,16 +1375,14 @@ impl<'s> TxnState<'s> {
         }
         drop(set);
         self.entered.clear();
-        if let Some(log) = log {
-            // Acknowledged only once durable. A read-only transaction waits
-            // only if it read a commit whose frame is still being written.
-            match ticket {
-                Some(ticket) => log.wait(ticket)?,
-                None => log.wait_for_reads(self.newest_read.get())?,
-            }
-        }
         store.counters[self.worker].commits.fetch_add(1, Relaxed);
-        Ok(())
+        // Acknowledged only once durable. A read-only transaction waits
+        // only if it read a commit whose frame is still being written.
+        Ok(PendingCommit(match (log, ticket) {
+            (None, _) => Pending::Durable,
+            (Some(log), Some(ticket)) => Pending::Record(log.clone(), ticket),
+            (Some(log), None) => Pending::Reads(log.clone(), self.newest_read.get()),
+        }))
     }
 
     /// Appends this transaction's versions to its worker's log buffer.

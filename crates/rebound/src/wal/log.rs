@@ -48,6 +48,8 @@ struct RingBuf {
     appended: u64,
     /// Newest timestamp among the records in `bytes`.
     max_ts: u64,
+    /// Oldest timestamp among the records in `bytes`, 0 if none.
+    oldest_ts: u64,
 }
 
 #[derive(Default)]
@@ -60,8 +62,8 @@ struct Ring {
 /// What the writer took from the buffers in one round.
 struct Drained {
     payload: Vec<u8>,
-    /// Per buffer taken: its index, records appended, newest timestamp.
-    taken: Vec<(usize, u64, u64)>,
+    /// Per buffer taken: its index and the records appended to it so far.
+    taken: Vec<(usize, u64)>,
     max_ts: u64,
 }
 
@@ -86,9 +88,11 @@ struct Shared {
     /// Frames written since the log started.
     frames: AtomicU64,
     segments: Mutex<Vec<Segment>>,
-    /// Per buffer: timestamp of its record not yet durable, 0 if none (a
-    /// worker has at most one: it waits for each commit). Contiguous, so
-    /// a read-only commit checks them all in a few cache lines.
+    /// Per buffer: the oldest timestamp of its records not yet durable
+    /// (buffered or in the frame being written), 0 if none; written under
+    /// the buffer's lock. A worker may have several (`commit_deferred`).
+    /// Contiguous, so a read-only commit checks them all in a few cache
+    /// lines.
     pending: Box<[AtomicU64]>,
 }
 
@@ -162,7 +166,9 @@ impl Log {
             let mut buf = slot.buf.lock();
             let ts = encode(&mut buf.bytes);
             buf.max_ts = buf.max_ts.max(ts);
-            self.shared.pending[ring].store(ts, Release);
+            buf.oldest_ts = oldest(buf.oldest_ts, ts);
+            let pending = &self.shared.pending[ring];
+            pending.store(oldest(pending.load(Acquire), ts), Release);
             buf.appended += 1;
             buf.appended
         };
@@ -183,20 +189,29 @@ impl Log {
     /// Waits until every commit not yet durable whose timestamp is at most
     /// `newest_read` is: a read-only transaction that read no version newer
     /// than that depends on no other commit (Remote Flush Avoidance). A
-    /// buffer holds at most one such commit (its worker waits for it), and
-    /// a version is published only after its commit record was appended,
-    /// so every commit the reader saw is either durable or listed here.
+    /// version is published only after its commit record was appended, and
+    /// each buffer's mark is the oldest of its records not yet durable, so
+    /// every commit the reader saw is durable once no mark is at or below
+    /// `newest_read`.
     pub fn wait_for_reads(&self, newest_read: u64) -> Result<()> {
         if newest_read == 0 {
             return Ok(());
         }
         for pending in self.shared.pending.iter() {
-            let seen = pending.load(Acquire);
-            if seen != 0 && seen <= newest_read {
-                self.wait_until(|| pending.load(Acquire) != seen)?;
+            let clear = || {
+                let oldest = pending.load(Acquire);
+                oldest == 0 || oldest > newest_read
+            };
+            if !clear() {
+                self.wait_until(clear)?;
             }
         }
         Ok(())
+    }
+
+    /// Whether the ticket's record is durable already.
+    pub fn is_durable(&self, ticket: Ticket) -> bool {
+        self.shared.rings[ticket.ring].durable.load(Acquire) >= ticket.seq
     }
 
     fn wait_until(&self, done: impl Fn() -> bool) -> Result<()> {
@@ -298,6 +313,14 @@ impl Drop for Log {
     }
 }
 
+/// The older of a mark (0: none) and a timestamp.
+fn oldest(mark: u64, ts: u64) -> u64 {
+    match mark {
+        0 => ts,
+        _ => mark.min(ts),
+    }
+}
+
 /// The writer thread's state.
 struct Writer {
     shared: Arc<Shared>,
@@ -381,9 +404,11 @@ impl Writer {
             }
             drained.payload.extend_from_slice(&guard.bytes);
             guard.bytes.clear();
-            drained.taken.push((ring, guard.appended, guard.max_ts));
+            drained.taken.push((ring, guard.appended));
             drained.max_ts = drained.max_ts.max(guard.max_ts);
             guard.max_ts = 0;
+            // The buffer's mark stays until the frame is durable.
+            guard.oldest_ts = 0;
         }
         drained
     }
@@ -418,11 +443,13 @@ impl Writer {
         Ok(())
     }
 
-    fn publish(&self, taken: &[(usize, u64, u64)]) {
-        for &(ring, seq, ts) in taken {
-            self.shared.rings[ring].durable.store(seq, Release);
-            // A record appended since the drain keeps its own mark.
-            let _ = self.shared.pending[ring].compare_exchange(ts, 0, AcqRel, Acquire);
+    fn publish(&self, taken: &[(usize, u64)]) {
+        for &(ring, seq) in taken {
+            let slot = &self.shared.rings[ring];
+            let buf = slot.buf.lock();
+            slot.durable.store(seq, Release);
+            // Records appended since the drain are all that is pending now.
+            self.shared.pending[ring].store(buf.oldest_ts, Release);
         }
         let _guard = self.shared.done_lock.lock();
         self.shared.done.notify_all();
