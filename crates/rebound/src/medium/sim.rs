@@ -161,8 +161,15 @@ impl SimDevice {
             let image = self.crash_image(armed.seed);
             *self.inner.captured.lock() = Some(image);
         }
-        let lines = std::mem::take(&mut *self.inner.pending.lock());
+        // The image is locked before the lines are taken: a fence must not
+        // return while lines noted before it are still on their way, also
+        // when a concurrent fence took them first (that one copies them
+        // before it lets go of the image). Taking first let a fence return
+        // early, and a crash then kept a later write (a checkpoint root)
+        // without the earlier one it depends on (the image it points to),
+        // which no real medium does after `sfence`.
         let mut durable = self.inner.durable.lock();
+        let lines = std::mem::take(&mut *self.inner.pending.lock());
         for line in lines {
             copy_line(working, &mut durable, line);
         }
@@ -170,7 +177,13 @@ impl SimDevice {
 
     fn crash_image(&self, seed: u64) -> Vec<u8> {
         let working = &self.inner.working;
-        let mut image = self.inner.durable.lock().clone();
+        // Held to the end, so that no fence completes meanwhile: a line
+        // taken from the working image below was written after every fence
+        // its writer had completed, and all of those are in this image.
+        // (Released early, a line written after a later fence could join
+        // an image that lacks what that fence made durable.)
+        let durable = self.inner.durable.lock();
+        let mut image = durable.clone();
         let mut rng = SplitMix64(seed);
         let len = image.len() as u64;
         let mut line = 0;
@@ -187,6 +200,7 @@ impl SimDevice {
             }
             line = end;
         }
+        drop(durable);
         image
     }
 }
@@ -238,5 +252,61 @@ impl SplitMix64 {
             1 => LineFate::Kept,
             _ => LineFate::Torn,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SimDevice;
+    use crate::medium::Medium;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Each writer fences a data word, then writes and fences a flag with
+    /// the same round number: no crash may keep a flag without its data,
+    /// however the writers' fences interleave (each takes the lines the
+    /// others noted too).
+    #[test]
+    fn a_fence_returns_only_once_the_lines_noted_before_it_are_durable() {
+        const WRITERS: u64 = 3;
+        let device = SimDevice::new(1 << 20);
+        let medium = Medium::simulated(device.clone());
+        medium.grow(WRITERS * 4096).unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for w in 0..WRITERS {
+                let (medium, stop) = (&medium, &stop);
+                scope.spawn(move || {
+                    let (data, flag) = (w * 4096, w * 4096 + 2048);
+                    let mut round = 0;
+                    while !stop.load(Ordering::Acquire) {
+                        round += 1;
+                        medium.store(data, round);
+                        medium.persist(data, 8);
+                        medium.fence().unwrap();
+                        medium.store(flag, round);
+                        medium.persist(flag, 8);
+                        medium.fence().unwrap();
+                    }
+                });
+            }
+            // Stops the writers however the checks end.
+            struct Stop<'a>(&'a AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Release);
+                }
+            }
+            let _stop = Stop(&stop);
+            for seed in 1..=3_000 {
+                let crashed = Medium::simulated(device.crash(seed));
+                for w in 0..WRITERS {
+                    let (data, flag) = (crashed.load(w * 4096), crashed.load(w * 4096 + 2048));
+                    assert!(
+                        data >= flag,
+                        "seed {seed}: writer {w}'s flag {flag} survived without its data ({data})"
+                    );
+                }
+            }
+        });
     }
 }
