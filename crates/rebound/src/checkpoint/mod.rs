@@ -159,9 +159,23 @@ pub struct Durable {
     pub delta_entries: u64,
     /// Tables the chain has sections for.
     pub tables: Vec<u32>,
-    /// False right after recovery: the live index then holds redone
-    /// versions the image lacks, so the next checkpoint must be full.
-    pub usable_as_base: bool,
+    /// What the next checkpoint may build on this chain.
+    pub extend: Extend,
+}
+
+/// What a checkpoint may build on the chain in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extend {
+    /// Nothing: the next checkpoint is full. After recovery in the leaf
+    /// modes, whose incremental walk would miss the redone versions (the
+    /// DRAM index built for them carries no update times).
+    Nothing,
+    /// Deltas only, until the next full checkpoint: after recovery in
+    /// chain mode, where the change log starts seeded with the redone
+    /// versions (so a delta covers them) but an incremental walk would
+    /// still miss them.
+    DeltasOnly,
+    Anything,
 }
 
 /// Takes checkpoints one at a time and remembers the one in force.
@@ -223,7 +237,7 @@ impl Checkpointer {
         let started = Instant::now();
         self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
-        let mut base = self.current.clone().filter(|c| c.usable_as_base);
+        let mut base = self.current.clone().filter(|c| c.extend != Extend::Nothing);
         let samples: Vec<_> = store
             .tables
             .iter()
@@ -238,10 +252,16 @@ impl Checkpointer {
         // (which then covers what this take drops).
         store.changes.record(self.mode == CheckpointMode::Chain);
         let changes = store.changes.take(store.tables.count());
-        let kind = match (&base, &changes) {
-            (Some(_), Changes::Complete(_)) => self.choose(store, &samples, &mut stats),
-            (Some(_), Changes::Incomplete) => Kind::Incremental,
-            (None, _) => Kind::Full,
+        let kind = match (base.as_ref().map(|b| b.extend), &changes) {
+            (Some(extend), Changes::Complete(_)) => {
+                match self.choose(store, &samples, &mut stats) {
+                    Kind::Delta => Kind::Delta,
+                    _ if extend == Extend::DeltasOnly => Kind::Full,
+                    other => other,
+                }
+            }
+            (Some(Extend::Anything), Changes::Incomplete) => Kind::Incremental,
+            _ => Kind::Full,
         };
         stats.incremental = kind == Kind::Incremental;
         stats.delta = kind == Kind::Delta;
@@ -380,7 +400,9 @@ impl Checkpointer {
             base_entries: 0,
             delta_entries: 0,
             tables: Vec::new(),
-            usable_as_base: true,
+            extend: delta_of
+                .as_ref()
+                .map_or(Extend::Anything, |chain| chain.extend),
         };
         match delta_of {
             Some(chain) => {

@@ -424,6 +424,7 @@ impl Database {
                 report,
                 durable: None,
                 cold: None,
+                redone: Vec::new(),
             }
         };
         let Recovered {
@@ -431,7 +432,14 @@ impl Database {
             report,
             durable,
             cold,
+            redone,
         } = recovered;
+        if options.checkpoint == CheckpointMode::Chain {
+            // Before any commit: the first delta after a restart must hold
+            // the redone versions and everything committed from now on.
+            store.changes.record(true);
+            store.changes.add(0, redone.into_iter());
+        }
         let path = (!matches!(options.medium, MediumChoice::Simulated(_))
             && options.durability != Durability::None)
             .then(|| path.as_ref().to_path_buf());
@@ -1082,21 +1090,7 @@ fn create_data_file(
 
 /// Makes sure `dir` is a directory we may use; returns the data file path.
 fn prepare_directory(dir: &Path, create: bool) -> Result<PathBuf> {
-    if dir.exists() && !dir.is_dir() {
-        return Err(Error::NotADatabase(format!(
-            "{} is not a directory",
-            dir.display()
-        )));
-    }
-    if !dir.exists() {
-        if !create {
-            return Err(Error::NotADatabase(format!(
-                "{} does not exist",
-                dir.display()
-            )));
-        }
-        std::fs::create_dir_all(dir)?;
-    }
+    ensure_directory(dir, create)?;
     let file_path = dir.join(DATA_FILE);
     if file_path.exists() && !file_path.is_file() {
         return Err(Error::NotADatabase(format!(
@@ -1112,6 +1106,27 @@ fn prepare_directory(dir: &Path, create: bool) -> Result<PathBuf> {
         )));
     }
     Ok(file_path)
+}
+
+/// Checks that `dir` is a directory, creating it if it is missing and
+/// `create` allows; what the directory must hold is the design's business.
+fn ensure_directory(dir: &Path, create: bool) -> Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Error::NotADatabase(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    if !dir.exists() {
+        if !create {
+            return Err(Error::NotADatabase(format!(
+                "{} does not exist",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir_all(dir)?;
+    }
+    Ok(())
 }
 
 impl DbInner {

@@ -163,21 +163,7 @@ fn malformed(what: &str) -> Error {
 /// Creates or checks the directory and takes its lock: a directory that
 /// holds anything but a `wal` database is refused, not written to.
 fn lock_directory(dir: &Path, create: bool) -> Result<File> {
-    if dir.exists() && !dir.is_dir() {
-        return Err(Error::NotADatabase(format!(
-            "{} is not a directory",
-            dir.display()
-        )));
-    }
-    if !dir.exists() {
-        if !create {
-            return Err(Error::NotADatabase(format!(
-                "{} does not exist",
-                dir.display()
-            )));
-        }
-        std::fs::create_dir_all(dir)?;
-    }
+    super::ensure_directory(dir, create)?;
     let lock_path = dir.join(WAL_LOCK_FILE);
     if dir.join(DATA_FILE).exists() {
         return Err(Error::NotADatabase(format!(

@@ -16,7 +16,7 @@
 //! Tables are recovered in parallel.
 
 use crate::catalog::{self, TableDef, MAX_TXN_ID, MAX_WORKERS};
-use crate::checkpoint::{Chain, CheckpointImage, Durable, TableSection};
+use crate::checkpoint::{Chain, CheckpointImage, Durable, Extend, TableSection};
 use crate::error::{Error, Result};
 use crate::heap::{Addr, Block, Cursor, SlotWord, Space, TableHeap};
 use crate::index::{key_prefix, BTree, MAX_KEY_LEN};
@@ -120,6 +120,9 @@ pub struct Recovered {
     pub durable: Option<Durable>,
     /// The checkpoint whose runs still have to be loaded into the indexes.
     pub cold: Option<Arc<Chain>>,
+    /// The versions redone from the medium (each key's newest since the
+    /// checkpoint), by table id: what a first delta must hold.
+    pub redone: Vec<(u32, Addr)>,
 }
 
 /// Recovers a store from a medium that holds a database.
@@ -164,7 +167,10 @@ pub fn recover(
     let results = recover_tables(&medium, defs, &lctt, base, instance)?;
     let mut extents = Vec::new();
     let tables = boxcar::Vec::new();
-    for (table, counts, times) in results {
+    let mut redone = Vec::new();
+    for (table, counts, times, redone_here) in results {
+        let id = table.heap.def.id;
+        redone.extend(redone_here.into_iter().map(|addr| (id, addr)));
         for region in table.heap.regions.iter() {
             extents.extend(
                 region
@@ -187,29 +193,10 @@ pub fn recover(
         attach_secondary_indexes(&medium, &table)?;
         tables.push(table);
     }
-    let durable = chain.as_ref().map(|chain| {
-        let newest = chain.newest();
-        let images = chain.images();
-        let extents: Vec<(u64, u64)> = images
-            .iter()
-            .map(|img| {
-                (
-                    img.offset,
-                    img.len.next_multiple_of(crate::heap::BLOCK_ALIGN),
-                )
-            })
-            .collect();
-        Durable {
-            offset: newest.offset,
-            sequence: newest.sequence,
-            t_low: newest.t_low,
-            extents,
-            base_entries: 0,
-            delta_entries: 0,
-            tables: Vec::new(),
-            usable_as_base: false,
-        }
-    });
+    let table_ids: Vec<u32> = tables.iter().map(|(_, t)| t.heap.def.id).collect();
+    let durable = chain
+        .as_ref()
+        .map(|chain| recovered_chain(chain, &table_ids, use_checkpoint));
     for (offset, len) in durable.iter().flat_map(|d| d.extents.iter()) {
         extents.push((*offset, *len));
     }
@@ -225,10 +212,58 @@ pub fn recover(
         report,
         durable,
         cold,
+        redone,
     })
 }
 
-type TableResult = (Arc<TableRt>, ScanCounts, (Duration, Duration, u64));
+/// The chain in force as the checkpointer takes it over. Recovered from
+/// it, the DRAM index is the chain plus the redone versions, so deltas
+/// that start from those versions may extend it; recovered by a full
+/// scan, the next checkpoint replaces it.
+fn recovered_chain(chain: &Chain, table_ids: &[u32], recovered_from_it: bool) -> Durable {
+    let newest = chain.newest();
+    let extents: Vec<(u64, u64)> = chain
+        .images()
+        .iter()
+        .map(|img| {
+            (
+                img.offset,
+                img.len.next_multiple_of(crate::heap::BLOCK_ALIGN),
+            )
+        })
+        .collect();
+    let sizes = chain.sizes();
+    let (base_entries, delta_entries) = match sizes.split_last() {
+        Some((base, deltas)) => (*base, deltas.iter().sum()),
+        None => (0, 0),
+    };
+    Durable {
+        offset: newest.offset,
+        sequence: newest.sequence,
+        t_low: newest.t_low,
+        extents,
+        base_entries,
+        delta_entries,
+        tables: table_ids
+            .iter()
+            .copied()
+            .filter(|&id| chain.has_table(id))
+            .collect(),
+        extend: match recovered_from_it {
+            true => Extend::DeltasOnly,
+            false => Extend::Nothing,
+        },
+    }
+}
+
+/// A recovered table, its scan counts, its phase times and checkpoint
+/// entries, and the addresses of its redone versions.
+type TableResult = (
+    Arc<TableRt>,
+    ScanCounts,
+    (Duration, Duration, u64),
+    Vec<Addr>,
+);
 
 /// Recovers every table, in parallel.
 fn recover_tables(
@@ -354,12 +389,14 @@ fn recover_table(
     for addr in tombstones {
         heap.clear_obsolete(medium, addr);
     }
+    let redone = newest.iter().map(|&(_, addr)| Addr(addr)).collect();
     let index = BTree::bulk_load(newest);
     let table = Arc::new(TableRt::new(heap, index, instance));
     Ok((
         table,
         counts,
         (undo_redo, phase.elapsed(), checkpoint_entries),
+        redone,
     ))
 }
 

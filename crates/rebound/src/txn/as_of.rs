@@ -8,7 +8,7 @@
 use super::{Store, TableRt};
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, PENDING};
-use crate::heap::{Addr, SlotRead};
+use crate::heap::Addr;
 use std::ops::Bound;
 use std::sync::atomic::Ordering::Acquire;
 
@@ -57,15 +57,7 @@ impl Store {
             // Pending and aborted versions belong to transactions at or
             // after `at` (every older one ended): never visible.
             if begin != ABORTED && begin & PENDING == 0 && begin < at {
-                return match table.heap.read_live(&self.medium, addr, out) {
-                    SlotRead::Value => Ok(true),
-                    SlotRead::Deleted => Ok(false),
-                    SlotRead::Damaged => Err(Error::Corrupt(format!(
-                        "version at {addr:?} of table {:?} fails its checksum",
-                        table.heap.def.name
-                    ))),
-                    SlotRead::Gone => Err(Error::Conflict),
-                };
+                return table.read_value(&self.medium, addr, out);
             }
             match header.prev.load(Acquire) {
                 0 => return Ok(false),

@@ -407,6 +407,22 @@ impl TableRt {
         }
     }
 
+    /// The value of the version at `addr` into `out`; false if it is a
+    /// deletion.
+    pub fn read_value(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> Result<bool> {
+        match self.heap.read_live(medium, addr, out) {
+            SlotRead::Value => Ok(true),
+            SlotRead::Deleted => Ok(false),
+            SlotRead::Damaged => Err(Error::Corrupt(format!(
+                "version at {addr:?} of table {:?} fails its checksum",
+                self.heap.def.name
+            ))),
+            // GC frees a block only after every transaction that could
+            // reach it ended; should one still get here, retrying is safe.
+            SlotRead::Gone => Err(Error::Conflict),
+        }
+    }
+
     /// Makes lookups consult `cold` until `finish_cold` is called.
     pub fn set_cold(&self, cold: Arc<dyn ColdEntries>) {
         *self.cold.write() = Some(cold);
@@ -904,17 +920,7 @@ impl<'s> TxnState<'s> {
     }
 
     fn live_value_into(&self, table: &TableRt, addr: Addr, out: &mut Vec<u8>) -> Result<bool> {
-        match table.heap.read_live(&self.store.medium, addr, out) {
-            SlotRead::Value => Ok(true),
-            SlotRead::Deleted => Ok(false),
-            SlotRead::Damaged => Err(Error::Corrupt(format!(
-                "version at {addr:?} of table {:?} fails its checksum",
-                table.heap.def.name
-            ))),
-            // GC frees a block only after every transaction that could
-            // reach it ended; should one still get here, retrying is safe.
-            SlotRead::Gone => Err(Error::Conflict),
-        }
+        table.read_value(&self.store.medium, addr, out)
     }
 
     /// The header of a version this transaction reached (see `Gone`).

@@ -79,66 +79,75 @@ impl<'b> Cursor<'b> {
     }
 }
 
-/// The `(table, slot bytes)` entries of a commit record.
+/// `count` items of a record body, each decoded by `parse`.
 #[derive(Debug, Clone)]
-pub struct Entries<'b> {
+pub struct Counted<'b, T> {
     left: u32,
-    cursor_bytes: &'b [u8],
+    bytes: &'b [u8],
+    parse: fn(&mut Cursor<'b>) -> Option<T>,
 }
 
-impl<'b> Iterator for Entries<'b> {
-    /// `None` inside means the entry is malformed.
-    type Item = Option<(u32, &'b [u8])>;
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
-        let mut cursor = Cursor {
-            bytes: self.cursor_bytes,
-        };
-        let entry = (|| {
-            let table = cursor.u32()?;
-            let len = cursor.u32()? as usize;
-            Some((table, cursor.take(len)?))
-        })();
-        self.cursor_bytes = cursor.bytes;
-        if entry.is_none() {
-            self.left = 0;
-        }
-        Some(entry)
-    }
-}
+/// The `(table, slot bytes)` entries of a commit record.
+pub type Entries<'b> = Counted<'b, (u32, &'b [u8])>;
 
 /// The `(key, value)` rows of a snapshot chunk.
-#[derive(Debug, Clone)]
-pub struct Rows<'b> {
-    left: u32,
-    cursor_bytes: &'b [u8],
+pub type Rows<'b> = Counted<'b, (&'b [u8], &'b [u8])>;
+
+impl<'b, T> Counted<'b, T> {
+    /// The `count` items at the cursor, which moves past them; `None` if
+    /// any of them is malformed.
+    fn take(
+        cursor: &mut Cursor<'b>,
+        count: u32,
+        parse: fn(&mut Cursor<'b>) -> Option<T>,
+    ) -> Option<Self> {
+        let body = cursor.bytes;
+        let mut walk = Counted {
+            left: count,
+            bytes: body,
+            parse,
+        };
+        // Walk the items once to find where they end.
+        for item in walk.by_ref() {
+            item?;
+        }
+        let used = body.len() - walk.bytes.len();
+        Some(Counted {
+            left: count,
+            bytes: cursor.take(used)?,
+            parse,
+        })
+    }
 }
 
-impl<'b> Iterator for Rows<'b> {
-    /// `None` inside means the row is malformed.
-    type Item = Option<(&'b [u8], &'b [u8])>;
+impl<'b, T> Iterator for Counted<'b, T> {
+    /// `None` inside means the item is malformed (and the last one).
+    type Item = Option<T>;
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
             return None;
         }
         self.left -= 1;
-        let mut cursor = Cursor {
-            bytes: self.cursor_bytes,
-        };
-        let row = (|| {
-            let key_len = cursor.u16()? as usize;
-            let value_len = cursor.u32()? as usize;
-            Some((cursor.take(key_len)?, cursor.take(value_len)?))
-        })();
-        self.cursor_bytes = cursor.bytes;
-        if row.is_none() {
+        let mut cursor = Cursor { bytes: self.bytes };
+        let item = (self.parse)(&mut cursor);
+        self.bytes = cursor.bytes;
+        if item.is_none() {
             self.left = 0;
         }
-        Some(row)
+        Some(item)
     }
+}
+
+fn parse_entry<'b>(cursor: &mut Cursor<'b>) -> Option<(u32, &'b [u8])> {
+    let table = cursor.u32()?;
+    let len = cursor.u32()? as usize;
+    Some((table, cursor.take(len)?))
+}
+
+fn parse_row<'b>(cursor: &mut Cursor<'b>) -> Option<(&'b [u8], &'b [u8])> {
+    let key_len = cursor.u16()? as usize;
+    let value_len = cursor.u32()? as usize;
+    Some((cursor.take(key_len)?, cursor.take(value_len)?))
 }
 
 /// Starts a commit record in `buf`; entries follow, then `finish_commit`.
@@ -250,20 +259,7 @@ fn decode_one<'b>(cursor: &mut Cursor<'b>) -> Option<Record<'b>> {
             let header = cursor.take(COMMIT_HEADER)?;
             let count = u32::from_le_bytes(header.get(4..8)?.try_into().ok()?);
             let ts = u64::from_le_bytes(header.get(8..16)?.try_into().ok()?);
-            let body = cursor.bytes;
-            let mut entries = Entries {
-                left: count,
-                cursor_bytes: body,
-            };
-            // Walk the entries once to find where the record ends.
-            for entry in entries.by_ref() {
-                entry?;
-            }
-            let used = body.len() - entries.cursor_bytes.len();
-            let writes = Entries {
-                left: count,
-                cursor_bytes: cursor.take(used)?,
-            };
+            let writes = Counted::take(cursor, count, parse_entry)?;
             Some(Record::Commit { ts, writes })
         }
         KIND_TABLE => decode_table(cursor),
@@ -272,19 +268,7 @@ fn decode_one<'b>(cursor: &mut Cursor<'b>) -> Option<Record<'b>> {
             let header = cursor.take(ROWS_HEADER)?;
             let table = u32::from_le_bytes(header.get(4..8)?.try_into().ok()?);
             let count = u32::from_le_bytes(header.get(8..12)?.try_into().ok()?);
-            let body = cursor.bytes;
-            let mut rows = Rows {
-                left: count,
-                cursor_bytes: body,
-            };
-            for row in rows.by_ref() {
-                row?;
-            }
-            let used = body.len() - rows.cursor_bytes.len();
-            let rows = Rows {
-                left: count,
-                cursor_bytes: cursor.take(used)?,
-            };
+            let rows = Counted::take(cursor, count, parse_row)?;
             Some(Record::Rows { table, rows })
         }
         _ => None,
