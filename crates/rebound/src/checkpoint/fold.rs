@@ -129,8 +129,8 @@ impl Checkpointer {
         };
         let (extent, entries) = merge_newest(store, &chain, merged, onto, current.sequence + 1)?;
         let (replaced, kept) = current.extents.split_at(merged);
-        for &(offset, len) in replaced {
-            store.space.free(&store.medium, offset, len);
+        for &extent in replaced {
+            self.release(store, extent);
         }
         let replaced_entries: u64 = sizes[..merged].iter().sum();
         self.current = Some(Durable {
@@ -170,8 +170,8 @@ impl Checkpointer {
             return Ok(());
         };
         self.folding = None;
-        for (offset, len) in std::mem::take(&mut self.free_after_fold) {
-            store.space.free(&store.medium, offset, len);
+        for extent in std::mem::take(&mut self.free_after_fold) {
+            self.release(store, extent);
         }
         let folded = outcome?;
         let Some(current) = self.current.clone() else {
@@ -180,9 +180,7 @@ impl Checkpointer {
         let chain = Chain::open(&store.medium, current.offset)?;
         let Some(above) = chain.images().iter().position(|i| i.offset == folded.top) else {
             // The chain was replaced meanwhile (a full checkpoint).
-            store
-                .space
-                .free(&store.medium, folded.extent.0, folded.extent.1);
+            self.release(store, folded.extent);
             return Ok(());
         };
         let (root, extents, delta_entries) = match above {
@@ -201,8 +199,8 @@ impl Checkpointer {
                 (extent.0, vec![extent, folded.extent], entries)
             }
         };
-        for &(offset, len) in &current.extents {
-            store.space.free(&store.medium, offset, len);
+        for &extent in &current.extents {
+            self.release(store, extent);
         }
         self.current = Some(Durable {
             offset: root,

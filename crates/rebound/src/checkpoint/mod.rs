@@ -85,6 +85,7 @@ use crate::medium::Medium;
 use crate::txn::{Changes, Store, TableRt};
 use std::ops::Bound;
 use std::sync::atomic::Ordering::Acquire;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Which index checkpoints to take.
@@ -193,6 +194,12 @@ pub struct Checkpointer {
     free_after_fold: Vec<(u64, u64)>,
     current: Option<Durable>,
     cost: CostModel,
+    /// The chain recovery serves cold lookups from, while anyone may still
+    /// read it, and its extents: freeing one of those waits until nobody
+    /// holds the chain (a reader would find a hole or another image).
+    pinned: Option<(Weak<Chain>, Vec<u64>)>,
+    /// Extents of the pinned chain that are free once it is unpinned.
+    deferred: Vec<(u64, u64)>,
 }
 
 impl Checkpointer {
@@ -210,6 +217,43 @@ impl Checkpointer {
             free_after_fold: Vec::new(),
             current,
             cost: CostModel::default(),
+            pinned: None,
+            deferred: Vec::new(),
+        }
+    }
+
+    /// Keeps the extents of `chain` from being freed while any reader
+    /// holds it (cold lookups and scans after a restart).
+    pub fn pin(&mut self, chain: &Arc<Chain>) {
+        let offsets = chain.images().iter().map(|i| i.offset).collect();
+        self.pinned = Some((Arc::downgrade(chain), offsets));
+    }
+
+    /// Returns an extent of a replaced image to the free space, or keeps
+    /// it for later while the pinned chain it belongs to is still read.
+    pub(super) fn release(&mut self, store: &Store, (offset, len): (u64, u64)) {
+        let pinned = self
+            .pinned
+            .as_ref()
+            .filter(|(chain, offsets)| chain.strong_count() > 0 && offsets.contains(&offset));
+        match pinned {
+            Some(_) => self.deferred.push((offset, len)),
+            None => store.space.free(&store.medium, offset, len),
+        }
+    }
+
+    /// Frees what waited for the pinned chain once nobody holds it.
+    fn release_deferred(&mut self, store: &Store) {
+        if self
+            .pinned
+            .as_ref()
+            .is_some_and(|(chain, _)| chain.strong_count() > 0)
+        {
+            return;
+        }
+        self.pinned = None;
+        for (offset, len) in std::mem::take(&mut self.deferred) {
+            store.space.free(&store.medium, offset, len);
         }
     }
 
@@ -235,6 +279,7 @@ impl Checkpointer {
 
     fn take_once(&mut self, store: &Store) -> Result<CheckpointStats> {
         let started = Instant::now();
+        self.release_deferred(store);
         self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
         let mut base = self.current.clone().filter(|c| c.extend != Extend::Nothing);
@@ -411,12 +456,16 @@ impl Checkpointer {
                 written.delta_entries = chain.delta_entries;
             }
             None => {
-                let old = self.current.iter().flat_map(|c| c.extents.iter().copied());
+                let old: Vec<(u64, u64)> = self
+                    .current
+                    .iter()
+                    .flat_map(|c| c.extents.clone())
+                    .collect();
                 match self.folding {
                     Some(_) => self.free_after_fold.extend(old),
-                    None => {
-                        old.for_each(|(offset, len)| store.space.free(&store.medium, offset, len))
-                    }
+                    None => old
+                        .into_iter()
+                        .for_each(|extent| self.release(store, extent)),
                 }
             }
         }

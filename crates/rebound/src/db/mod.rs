@@ -498,6 +498,9 @@ impl Database {
             let _ = db.inner.wal_report.set(report);
         }
         if let Some(image) = cold {
+            // Until the last cold reader is gone, no checkpoint may free
+            // the images it reads.
+            db.inner.checkpointer.lock().pin(&image);
             db.start_index_load(image, options.load_indexes_in_background);
         }
         db.start_secondary_recovery(options.index_recovery_in_background)?;
