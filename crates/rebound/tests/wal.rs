@@ -78,11 +78,19 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// Copies a database directory, also one the log writer is writing into:
+/// a segment written ahead under a temporary name may be renamed between
+/// listing and copying, and is then skipped.
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let path = entry.unwrap().path();
-        std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+        match std::fs::copy(&path, to.join(path.file_name().unwrap())) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            outcome => {
+                outcome.unwrap();
+            }
+        }
     }
 }
 
@@ -682,7 +690,7 @@ fn a_reader_of_a_deferred_commit_returns_only_once_that_commit_is_durable() {
                     };
                     let v = u64::from_le_bytes(value[..8].try_into().unwrap());
                     let copy = copies.path().join(seen.len().to_string());
-                    copy_live_dir(dir.path(), &copy);
+                    copy_dir(dir.path(), &copy);
                     seen.push((v, copy));
                 }
             });
@@ -703,19 +711,4 @@ fn a_reader_of_a_deferred_commit_returns_only_once_that_commit_is_durable() {
             );
         }
     });
-}
-
-/// Copies the files of a directory the log writer is writing into; a
-/// segment written ahead under a temporary name may be renamed meanwhile.
-fn copy_live_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let path = entry.unwrap().path();
-        match std::fs::copy(&path, to.join(path.file_name().unwrap())) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            outcome => {
-                outcome.unwrap();
-            }
-        }
-    }
 }
