@@ -97,6 +97,15 @@ impl Chain {
         self.sections(table).iter().map(|s| s.entry_count).sum()
     }
 
+    /// Keys that cut the table's entries into about `parts` parts of
+    /// similar size (unverified: only for splitting work). The base image
+    /// holds most keys; deltas only what changed since.
+    pub fn split_keys(&self, medium: &Medium, table: u32, parts: usize) -> Vec<Vec<u8>> {
+        self.sections(table)
+            .last()
+            .map_or_else(Vec::new, |base| base.split_keys(medium, parts))
+    }
+
     /// Sequential reader of the table's entries as the chain sees them.
     pub fn reader(&self, table: u32) -> ChainReader<'_> {
         let sections = self.sections(table);
@@ -107,6 +116,28 @@ impl Chain {
                 .last()
                 .is_some_and(|base| base.table(table).is_some());
         ChainReader::new(sections, false, base_alone)
+    }
+
+    /// Sequential reader of the table's entries with keys in
+    /// `[lower, upper)` (`None`: unbounded), for loading a run in parallel
+    /// key ranges. Each image's reader stops before its first key ≥
+    /// `upper`, so the entries of adjacent ranges' readers add up to the
+    /// image's count (`ChainReader::reads`).
+    pub fn range_reader(
+        &self,
+        medium: &Medium,
+        table: u32,
+        (lower, upper): (Option<&[u8]>, Option<&[u8]>),
+    ) -> ChainReader<'_> {
+        let mut reader = self.reader(table);
+        if let Some(lower) = lower {
+            let sections = self.sections(table);
+            for (reader, section) in reader.readers.iter_mut().zip(sections) {
+                reader.entries = section.reader_from(medium, lower);
+            }
+        }
+        reader.upper = upper.map(<[u8]>::to_vec);
+        reader
     }
 
     /// Sequential reader of what the `newest` images say of the table,
@@ -219,7 +250,7 @@ pub struct ChainReader<'a> {
     readers: Vec<Reader<'a>>,
     /// The next key of every newer reader that has one, with its rank
     /// (index in `readers`): the smallest key, newest on a tie, on top.
-    heap: BinaryHeap<Reverse<(Vec<u8>, usize)>>,
+    heap: BinaryHeap<Reverse<HeapKey>>,
     /// A newer reader whose next key is not in the heap yet.
     unheaped: Option<usize>,
     /// Key buffers of entries that left the heap, for reuse.
@@ -229,13 +260,34 @@ pub struct ChainReader<'a> {
     copy_encoded: bool,
     /// The heap holds the newer readers' first keys.
     filled: bool,
+    /// Keys from here on are left unread (`None`: read to the end).
+    upper: Option<Vec<u8>>,
 }
 
-/// One image's entries: the reader, the count its section records, and
-/// how many were read.
+/// A newer reader's next key in the heap. Fields compare in order: the
+/// head (the key's first 8 bytes, big-endian, zero-padded) settles most
+/// comparisons without reading the key; the newest reader wins a tie.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct HeapKey {
+    head: u64,
+    key: Vec<u8>,
+    rank: usize,
+}
+
+/// The first 8 bytes of `key` as a big-endian number, zero-padded: heads
+/// order as the keys do, except that equal heads say nothing.
+pub(super) fn head(key: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = key.len().min(8);
+    if let (Some(to), Some(from)) = (bytes.get_mut(..n), key.get(..n)) {
+        to.copy_from_slice(from);
+    }
+    u64::from_be_bytes(bytes)
+}
+
+/// One image's entries and how many were read.
 struct Reader<'a> {
     entries: EntryReader<'a>,
-    count: u64,
     read: u64,
 }
 
@@ -250,7 +302,6 @@ impl<'a> ChainReader<'a> {
                 .into_iter()
                 .map(|s| Reader {
                     entries: s.reader(),
-                    count: s.entry_count,
                     read: 0,
                 })
                 .collect(),
@@ -260,6 +311,7 @@ impl<'a> ChainReader<'a> {
             keep_tombstones,
             copy_encoded,
             filled: false,
+            upper: None,
         }
     }
 
@@ -297,15 +349,19 @@ impl<'a> ChainReader<'a> {
         let mut owned = self.spare.pop().unwrap_or_default();
         owned.clear();
         owned.extend_from_slice(key);
-        self.heap.push(Reverse((owned, rank)));
+        self.heap.push(Reverse(HeapKey {
+            head: head(&owned),
+            key: owned,
+            rank,
+        }));
     }
 
     /// Consumes reader `i`'s next entry and loads the one after it; a newer
     /// reader's entry must be the heap's top (or not yet in it).
     fn step(&mut self, medium: &Medium, i: usize) {
         if i != self.oldest() && self.unheaped != Some(i) {
-            if let Some(Reverse((key, _))) = self.heap.pop() {
-                self.spare.push(key);
+            if let Some(Reverse(top)) = self.heap.pop() {
+                self.spare.push(top.key);
             }
         }
         if let Some(reader) = self.readers.get_mut(i) {
@@ -335,18 +391,19 @@ impl<'a> ChainReader<'a> {
         self.settle(medium);
         let oldest = self.oldest();
         self.readers.get_mut(oldest)?.entries.peek_entry(medium);
-        let newer = self
-            .heap
-            .peek()
-            .map(|Reverse((k, rank))| (k.as_slice(), *rank));
-        match (newer, self.key_of(oldest)) {
-            (None, None) => None,
-            (None, Some(_)) => Some(oldest),
-            (Some((_, rank)), None) => Some(rank),
-            (Some((key, rank)), Some(old)) => match key <= old {
-                true => Some(rank),
-                false => Some(oldest),
+        let newer = self.heap.peek().map(|Reverse(top)| top);
+        let (key, reader) = match (newer, self.key_of(oldest)) {
+            (None, None) => return None,
+            (None, Some(old)) => (old, oldest),
+            (Some(top), None) => (top.key.as_slice(), top.rank),
+            (Some(top), Some(old)) => match (top.head, top.key.as_slice()) <= (head(old), old) {
+                true => (top.key.as_slice(), top.rank),
+                false => (old, oldest),
             },
+        };
+        match &self.upper {
+            Some(upper) if key >= upper.as_slice() => None,
+            _ => Some(reader),
         }
     }
 
@@ -357,20 +414,24 @@ impl<'a> ChainReader<'a> {
         if keep == oldest {
             return;
         }
-        let Some(Reverse((key, _))) = self.heap.pop() else {
+        let Some(Reverse(top)) = self.heap.pop() else {
             return;
         };
-        while self.heap.peek().is_some_and(|Reverse((k, _))| *k == key) {
-            if let Some(Reverse((k, rank))) = self.heap.pop() {
-                self.spare.push(k);
-                self.unheaped = Some(rank);
-                self.step(medium, rank);
+        while self
+            .heap
+            .peek()
+            .is_some_and(|Reverse(k)| (k.head, &k.key) == (top.head, &top.key))
+        {
+            if let Some(Reverse(same)) = self.heap.pop() {
+                self.spare.push(same.key);
+                self.unheaped = Some(same.rank);
+                self.step(medium, same.rank);
             }
         }
-        if self.key_of(oldest) == Some(key.as_slice()) {
+        if self.key_of(oldest) == Some(top.key.as_slice()) {
             self.step(medium, oldest);
         }
-        self.heap.push(Reverse((key, keep)));
+        self.heap.push(Reverse(HeapKey { rank: keep, ..top }));
     }
 
     /// Positions at the next live entry; returns its reader.
@@ -401,8 +462,8 @@ impl<'a> ChainReader<'a> {
     pub fn next_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
         let i = self.next_live(medium)?;
         if i != self.oldest() {
-            if let Some(Reverse((key, _))) = self.heap.pop() {
-                self.spare.push(key);
+            if let Some(Reverse(top)) = self.heap.pop() {
+                self.spare.push(top.key);
             }
             // Its next key goes into the heap at the next call, once the
             // entry returned here is no longer borrowed.
@@ -438,12 +499,14 @@ impl<'a> ChainReader<'a> {
         copied
     }
 
-    /// True when every image's entries were read to their end, each
-    /// image yielding exactly the count its section records.
-    pub fn complete(&self) -> bool {
-        self.readers
-            .iter()
-            .all(|r| r.entries.at_end() && r.count == r.read)
+    /// How many entries were read from each image, newest first.
+    pub fn reads(&self) -> Vec<u64> {
+        self.readers.iter().map(|r| r.read).collect()
+    }
+
+    /// True when every image's entries were read to their end.
+    pub fn at_end(&self) -> bool {
+        self.readers.iter().all(|r| r.entries.at_end())
     }
 }
 
@@ -500,6 +563,15 @@ mod tests {
             .collect()
     }
 
+    /// Entries each image's section holds, newest first.
+    fn section_counts(chain: &Chain) -> Vec<u64> {
+        chain
+            .sections(TABLE)
+            .iter()
+            .map(|s| s.entry_count)
+            .collect()
+    }
+
     fn image_strategy(tombstones: bool) -> impl Strategy<Value = BTreeMap<Vec<u8>, Option<u64>>> {
         let key = proptest::collection::vec(0u8..4, 1..4);
         let addr = (1u64..1000).prop_map(Some);
@@ -550,7 +622,8 @@ mod tests {
             while let Some((key, addr)) = reader.next_entry(&medium) {
                 read.push((key.to_vec(), addr));
             }
-            prop_assert!(reader.complete());
+            prop_assert!(reader.at_end());
+            prop_assert_eq!(reader.reads(), section_counts(&chain));
             prop_assert_eq!(&read, &want.clone().into_iter().collect::<Vec<_>>());
 
             // The same keys when peeks and advances mix with whole entries.
@@ -583,6 +656,37 @@ mod tests {
             let mut reversed = in_range.clone();
             reversed.reverse();
             prop_assert_eq!(&backward[..], &reversed[..limit.min(reversed.len())]);
+        }
+
+        /// Readers of adjacent key ranges read, together, what one reader
+        /// of the whole chain reads, and each image's entries exactly once.
+        #[test]
+        fn range_readers_partition_the_chain(
+            images in chain_strategy(),
+            cuts in proptest::collection::btree_set(proptest::collection::vec(0u8..4, 1..4), 0..6),
+        ) {
+            let (medium, root) = write_chain(&images);
+            let chain = Chain::open(&medium, root).unwrap();
+            chain.verify(&medium).unwrap();
+            let want: Vec<(Vec<u8>, u64)> = view(&images).into_iter().collect();
+            let cuts: Vec<Vec<u8>> = cuts.into_iter().collect();
+            let mut read = Vec::new();
+            let mut reads = vec![0; chain.images().len()];
+            for i in 0..=cuts.len() {
+                let lower = i.checked_sub(1).and_then(|j| cuts.get(j)).map(Vec::as_slice);
+                let upper = cuts.get(i).map(Vec::as_slice);
+                let mut reader = chain.range_reader(&medium, TABLE, (lower, upper));
+                while let Some((key, addr)) = reader.next_entry(&medium) {
+                    prop_assert!(lower.is_none_or(|l| l <= key) && upper.is_none_or(|u| key < u));
+                    read.push((key.to_vec(), addr));
+                }
+                for (sum, n) in reads.iter_mut().zip(reader.reads()) {
+                    *sum += n;
+                }
+                prop_assert!(upper.is_some() || reader.at_end());
+            }
+            prop_assert_eq!(read, want);
+            prop_assert_eq!(reads, section_counts(&chain));
         }
 
         /// Merging the newest images keeps their tombstones: laid on what

@@ -7,11 +7,15 @@
 //! at once; a background loader then moves the whole run into the DRAM
 //! index and retires it.
 
+use super::chain::head;
 use super::Chain;
 use crate::error::{Error, Result};
 use crate::medium::Medium;
 use crate::txn::{ColdEntries, Store, TableRt};
+use parking_lot::Mutex;
 use std::ops::Bound;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// One table's run in the checkpoint chain in force.
@@ -32,11 +36,7 @@ impl ColdEntries for ColdRun {
     }
 
     fn split_keys(&self, medium: &Medium, parts: usize) -> Vec<Vec<u8>> {
-        // The base image holds most keys; deltas only what changed since.
-        self.chain
-            .sections(self.table)
-            .last()
-            .map_or_else(Vec::new, |base| base.split_keys(medium, parts))
+        self.chain.split_keys(medium, self.table, parts)
     }
 
     fn find(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
@@ -66,87 +66,212 @@ impl ColdEntries for ColdRun {
     }
 }
 
-/// Moves every table's run into its DRAM index, in parallel; a table whose
-/// run turns out damaged is marked so and refuses transactions.
+/// Moves every table's run into its DRAM index, in parallel: each run is
+/// cut into key ranges that the loader threads take in turn, so a single
+/// large table loads on every core. A table whose run turns out damaged
+/// is marked so and refuses transactions.
 pub fn load_cold(
     store: &Store,
     chain: &Chain,
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<()> {
     let verified = chain.verify(&store.medium);
-    let tables: Vec<Arc<TableRt>> = store
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
+    let mut loads: Vec<TableLoad> = store
         .tables
         .iter()
         .map(|(_, t)| t.clone())
         .filter(|t| t.is_loading())
+        .map(|table| TableLoad::new(&store.medium, chain, table, threads))
         .collect();
-    let results: Vec<Result<()>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = tables
-            .iter()
-            .map(|table| {
-                let verified = verified.as_ref().map_err(|e| Error::Corrupt(e.to_string()));
-                scope.spawn(move || {
-                    let outcome =
-                        verified.and_then(|_| load_table(&store.medium, chain, table, cancelled));
-                    if cancelled() {
-                        return Ok(());
-                    }
-                    if outcome.is_err() {
-                        table.mark_damaged();
-                    }
-                    table.finish_cold();
-                    outcome
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            // A panic is a bug, never a verdict on the file: raise it.
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+    // Smallest first: a table serves lookups at full speed once its whole
+    // run is in, and this makes that happen to most tables soonest.
+    loads.sort_by_key(|load| load.counts.iter().sum::<u64>());
+    if let Err(e) = verified {
+        for load in &loads {
+            load.table.mark_damaged();
+            load.table.finish_cold();
+        }
+        return Err(Error::Corrupt(e.to_string()));
+    }
+    let tasks: Vec<(&TableLoad, usize)> = loads
+        .iter()
+        .flat_map(|load| (0..load.ranges.len()).map(move |r| (load, r)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let work = || {
+        while let Some(&(load, range)) = tasks.get(next.fetch_add(1, Relaxed)) {
+            if cancelled() {
+                return;
+            }
+            let outcome = load_range(&store.medium, chain, load, range, cancelled);
+            if cancelled() {
+                return;
+            }
+            load.range_done(range, outcome);
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads.min(tasks.len()) {
+            scope.spawn(work);
+        }
+        work();
     });
-    results.into_iter().collect()
+    loads.iter().try_for_each(TableLoad::outcome)
 }
 
-fn load_table(
-    medium: &Medium,
-    chain: &Chain,
-    table: &TableRt,
-    cancelled: &(dyn Fn() -> bool + Sync),
-) -> Result<()> {
-    let bad = |why: &str| {
+/// Loader threads at most.
+const MAX_THREADS: usize = 8;
+/// Entries a key range holds at least, so that seeking and the per-range
+/// bookkeeping stay small against the range's work.
+const RANGE_ENTRIES_MIN: u64 = 1 << 16;
+/// Ranges per thread and table: more than one, so that threads that drew
+/// short ranges take further ones.
+const RANGES_PER_THREAD: u64 = 4;
+
+/// Keys from the first up to (not including) the second; `None`: unbounded.
+type KeyRange = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// One table's load: its key ranges and what their readers found.
+struct TableLoad {
+    table: Arc<TableRt>,
+    /// Range `i` holds keys in `[cuts[i-1], cuts[i])`, unbounded at the ends.
+    ranges: Vec<KeyRange>,
+    /// Entries each image's section holds, newest first.
+    counts: Vec<u64>,
+    state: Mutex<LoadState>,
+}
+
+#[derive(Default)]
+struct LoadState {
+    ranges_done: usize,
+    /// Entries read from each image, summed over the ranges done.
+    reads: Vec<u64>,
+    /// The last range's readers reached the end of every image.
+    ended: bool,
+    failure: Option<Error>,
+    outcome: Option<Result<()>>,
+}
+
+impl TableLoad {
+    fn new(medium: &Medium, chain: &Chain, table: Arc<TableRt>, threads: usize) -> TableLoad {
+        let entries = chain.entry_count(table.heap.def.id);
+        let parts = (entries / RANGE_ENTRIES_MIN).clamp(1, threads as u64 * RANGES_PER_THREAD);
+        let id = table.heap.def.id;
+        let mut cuts = chain.split_keys(medium, id, parts as usize);
+        cuts.sort();
+        cuts.dedup();
+        let mut ranges = Vec::with_capacity(cuts.len() + 1);
+        let mut lower = None;
+        for cut in cuts {
+            ranges.push((lower, Some(cut.clone())));
+            lower = Some(cut);
+        }
+        ranges.push((lower, None));
+        TableLoad {
+            counts: chain.sections(id).iter().map(|s| s.entry_count).collect(),
+            table,
+            ranges,
+            state: Mutex::new(LoadState::default()),
+        }
+    }
+
+    fn bad(&self, why: &str) -> Error {
         Error::Corrupt(format!(
             "checkpoint run of table {:?}: {why}",
-            table.heap.def.name
+            self.table.heap.def.name
         ))
-    };
-    let mut reader = chain.reader(table.heap.def.id);
+    }
+
+    /// Records a range's outcome; the last range to finish settles the
+    /// table: every image's entries must add up to its count.
+    fn range_done(&self, range: usize, outcome: Result<RangeRead>) {
+        let mut state = self.state.lock();
+        state.ranges_done += 1;
+        match outcome {
+            Ok(read) => {
+                if state.reads.len() < read.reads.len() {
+                    state.reads.resize(read.reads.len(), 0);
+                }
+                for (sum, n) in state.reads.iter_mut().zip(&read.reads) {
+                    *sum += n;
+                }
+                state.ended |= range + 1 == self.ranges.len() && read.at_end;
+            }
+            Err(e) => {
+                state.failure.get_or_insert(e);
+            }
+        }
+        if state.ranges_done < self.ranges.len() {
+            return;
+        }
+        let outcome = match state.failure.take() {
+            Some(e) => Err(e),
+            None if !state.ended || state.reads != self.counts => {
+                Err(self.bad("entry count does not match"))
+            }
+            None => Ok(()),
+        };
+        if outcome.is_err() {
+            self.table.mark_damaged();
+        }
+        self.table.finish_cold();
+        state.outcome = Some(outcome);
+    }
+
+    /// The table's result; `Ok` if cancellation left it unsettled.
+    fn outcome(&self) -> Result<()> {
+        self.state.lock().outcome.take().unwrap_or(Ok(()))
+    }
+}
+
+/// What one range's readers consumed.
+struct RangeRead {
+    reads: Vec<u64>,
+    at_end: bool,
+}
+
+/// Moves one key range of a table's run into its DRAM index.
+fn load_range(
+    medium: &Medium,
+    chain: &Chain,
+    load: &TableLoad,
+    range: usize,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<RangeRead> {
+    let table = &load.table;
+    let (lower, upper) = load
+        .ranges
+        .get(range)
+        .ok_or_else(|| load.bad("no such range"))?;
+    let bounds = (lower.as_deref(), upper.as_deref());
+    let mut reader = chain.range_reader(medium, table.heap.def.id, bounds);
     let mut chunk = Chunk::default();
     while let Some((key, addr)) = reader.next_entry(medium) {
-        let in_order = chunk.last_key().is_none_or(|last| last < key);
+        let in_order = match chunk.last_key() {
+            Some(last) => (head(last), last) < (head(key), key),
+            None => lower.as_deref().is_none_or(|l| l <= key),
+        };
         if !in_order || !(1..=table.heap.def.max_key_len as usize).contains(&key.len()) {
-            return Err(bad("keys out of order or of a bad length"));
+            return Err(load.bad("keys out of order or of a bad length"));
         }
         if !table.addr_exists(addr) {
-            return Err(bad("address of a slot that does not exist"));
+            return Err(load.bad("address of a slot that does not exist"));
         }
         chunk.push(key, addr);
         if chunk.len() == CHUNK_ENTRIES {
             table.adopt_sorted(&chunk.entries());
             chunk.clear_keeping_last();
             if cancelled() {
-                return Ok(());
+                break;
             }
         }
     }
     table.adopt_sorted(&chunk.entries());
-    if !reader.complete() {
-        return Err(bad("entry count does not match"));
-    }
-    Ok(())
+    Ok(RangeRead {
+        reads: reader.reads(),
+        at_end: reader.at_end(),
+    })
 }
 
 /// Entries moved into an index per descent batch.

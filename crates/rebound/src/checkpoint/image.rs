@@ -448,6 +448,21 @@ impl TableSection {
     pub fn reader(&self) -> EntryReader<'_> {
         EntryReader::new(self, 0)
     }
+
+    /// Sequential reader of the entries with keys ≥ `lower` (callers
+    /// verify the body first, fences included: the seek trusts them).
+    pub fn reader_from(&self, medium: &Medium, lower: &[u8]) -> EntryReader<'_> {
+        let g = self.group_for(medium, lower);
+        let start = self.fence(medium, g).map_or(0, |f| f.0);
+        let mut reader = EntryReader::new(self, start.min(self.entries_len));
+        while reader
+            .peek_entry(medium)
+            .is_some_and(|(key, _)| key < lower)
+        {
+            reader.advance(medium);
+        }
+        reader
+    }
 }
 
 /// Run entries as (key, address).
