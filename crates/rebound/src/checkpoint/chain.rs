@@ -253,6 +253,9 @@ pub struct ChainReader<'a> {
     heap: BinaryHeap<Reverse<HeapKey>>,
     /// A newer reader whose next key is not in the heap yet.
     unheaped: Option<usize>,
+    /// The heap's top names an entry `next_entry` returned: its reader's
+    /// next key replaces it at the next call.
+    stale_top: bool,
     /// Key buffers of entries that left the heap, for reuse.
     spare: Vec<Vec<u8>>,
     keep_tombstones: bool,
@@ -307,6 +310,7 @@ impl<'a> ChainReader<'a> {
                 .collect(),
             heap: BinaryHeap::new(),
             unheaped: None,
+            stale_top: false,
             spare: Vec::new(),
             keep_tombstones,
             copy_encoded,
@@ -359,11 +363,7 @@ impl<'a> ChainReader<'a> {
     /// Consumes reader `i`'s next entry and loads the one after it; a newer
     /// reader's entry must be the heap's top (or not yet in it).
     fn step(&mut self, medium: &Medium, i: usize) {
-        if i != self.oldest() && self.unheaped != Some(i) {
-            if let Some(Reverse(top)) = self.heap.pop() {
-                self.spare.push(top.key);
-            }
-        }
+        let on_top = i != self.oldest() && self.unheaped != Some(i);
         if let Some(reader) = self.readers.get_mut(i) {
             reader.entries.advance(medium);
             reader.read += 1;
@@ -371,12 +371,47 @@ impl<'a> ChainReader<'a> {
         }
         if i != self.oldest() {
             self.unheaped = None;
-            self.heap_push(i);
+            match on_top {
+                true => self.refresh_top(),
+                false => self.heap_push(i),
+            }
         }
     }
 
-    /// Brings a reader left out of the heap by `next_entry` back in.
+    /// Replaces the heap's top by its reader's next key (peeked already),
+    /// or removes it at the reader's end: one sift instead of a pop and a
+    /// push.
+    fn refresh_top(&mut self) {
+        let Some(mut top) = self.heap.peek_mut() else {
+            return;
+        };
+        let next = self
+            .readers
+            .get(top.0.rank)
+            .and_then(|r| r.entries.peeked());
+        match next {
+            Some((key, _)) => {
+                let top = &mut top.0;
+                top.key.clear();
+                top.key.extend_from_slice(key);
+                top.head = head(key);
+            }
+            None => {
+                let Reverse(gone) = std::collections::binary_heap::PeekMut::pop(top);
+                self.spare.push(gone.key);
+            }
+        }
+    }
+
+    /// Brings the readers whose entries left since the last call back in.
     fn settle(&mut self, medium: &Medium) {
+        if std::mem::take(&mut self.stale_top) {
+            let rank = self.heap.peek().map(|Reverse(top)| top.rank);
+            if let Some(reader) = rank.and_then(|r| self.readers.get_mut(r)) {
+                reader.entries.peek_entry(medium);
+            }
+            self.refresh_top();
+        }
         if let Some(rank) = self.unheaped.take() {
             if let Some(reader) = self.readers.get_mut(rank) {
                 reader.entries.peek_entry(medium);
@@ -462,12 +497,9 @@ impl<'a> ChainReader<'a> {
     pub fn next_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
         let i = self.next_live(medium)?;
         if i != self.oldest() {
-            if let Some(Reverse(top)) = self.heap.pop() {
-                self.spare.push(top.key);
-            }
-            // Its next key goes into the heap at the next call, once the
-            // entry returned here is no longer borrowed.
-            self.unheaped = Some(i);
+            // Its next key replaces it at the next call, once the entry
+            // returned here is no longer borrowed.
+            self.stale_top = true;
         }
         let reader = self.readers.get_mut(i)?;
         reader.read += 1;
