@@ -155,9 +155,9 @@ struct LoadState {
 
 impl TableLoad {
     fn new(medium: &Medium, chain: &Chain, table: Arc<TableRt>, threads: usize) -> TableLoad {
-        let entries = chain.entry_count(table.heap.def.id);
-        let parts = (entries / RANGE_ENTRIES_MIN).clamp(1, threads as u64 * RANGES_PER_THREAD);
         let id = table.heap.def.id;
+        let entries = chain.entry_count(id);
+        let parts = (entries / RANGE_ENTRIES_MIN).clamp(1, threads as u64 * RANGES_PER_THREAD);
         let mut cuts = chain.split_keys(medium, id, parts as usize);
         cuts.sort();
         cuts.dedup();
