@@ -71,6 +71,7 @@ fn main() {
             let n = numbers(&args[1..], &[60, 100_000]);
             space(n[0], n.get(1).copied().unwrap_or(100_000))
         }
+        Some("cold") => cold(&numbers(&args[1..], &[4_000_000])),
         Some("kill") => kill(&numbers(&args[1..], &[1_000_000, 4_000_000, 16_000_000])),
         Some("writer-child") => writer_child(
             Path::new(&args[1]),
@@ -79,7 +80,7 @@ fn main() {
         ),
         Some(other) => {
             eprintln!(
-                "unknown experiment {other}; use scaling, overhead, skew, delta, kill or space"
+                "unknown experiment {other}; use scaling, overhead, skew, delta, kill, cold or space"
             )
         }
     }
@@ -197,6 +198,56 @@ fn scaling(sizes: &[u64]) {
             "# {rows} rows: full-scan open / checkpoint first txn = {first:.1}x, \
              / checkpoint index fully in DRAM = {loaded:.1}x"
         );
+    }
+}
+
+/// Point reads served from the checkpoint chain after a SIGKILL, with the
+/// background load off so that every read of a key not read before
+/// searches the chain: keys present (each read once, so each is cold) and
+/// keys absent (which probe every image of the chain).
+fn cold(sizes: &[u64]) {
+    const READS: u64 = 200_000;
+    println!("rows,checkpoint_entries,present_ns_per_read,absent_ns_per_read");
+    for &rows in sizes {
+        let dir = scratch("cold");
+        let mut child = child_ready(&["load-child", dir.to_str().unwrap(), &rows.to_string()]);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // No background thread either: its first checkpoint would load
+        // the runs itself.
+        let mut options = Options::default();
+        options.load_indexes_in_background = false;
+        options.background_thread = false;
+        let db = Database::open(&dir, options).unwrap();
+        let entries = db.recovery_report().checkpoint_entries;
+        let table = table(&db);
+        let mut session = db.session().unwrap();
+        // A stride coprime to `rows` visits distinct keys.
+        let gcd = |mut a: u64, mut b: u64| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        };
+        let mut stride = 2_654_435_761 % rows;
+        while gcd(stride, rows) != 1 {
+            stride += 1;
+        }
+        let mut time_reads = |key: &dyn Fn(u64) -> u64, present: bool| {
+            let start = Instant::now();
+            for i in 0..READS {
+                let mut tx = session.begin();
+                let got = tx.get(&table, &key(i).to_be_bytes()).unwrap();
+                assert_eq!(got.is_some(), present);
+            }
+            start.elapsed().as_nanos() as f64 / READS as f64
+        };
+        let present = time_reads(&|i| i * stride % rows, true);
+        let absent = time_reads(&|i| rows + i, false);
+        println!("{rows},{entries},{present:.0},{absent:.0}");
+        drop(session);
+        drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
 

@@ -272,18 +272,24 @@ impl TableSection {
     /// The key of the entry at `rel`, unverified: only steers the search
     /// for a group, whose checksum is verified before any answer.
     fn key_at(&self, medium: &Medium, rel: u64) -> Option<Vec<u8>> {
+        let mut key = Vec::new();
+        self.key_at_into(medium, rel, &mut key).then_some(key)
+    }
+
+    /// `key_at` into `key`'s buffer; false if no entry fits at `rel`.
+    fn key_at_into(&self, medium: &Medium, rel: u64, key: &mut Vec<u8>) -> bool {
         if rel + 2 > self.entries_len {
-            return None;
+            return false;
         }
         let mut len = [0u8; 2];
         medium.read_at(self.entries_at + rel, &mut len);
         let key_len = u16::from_le_bytes(len) as u64;
         if rel + 10 + key_len > self.entries_len {
-            return None;
+            return false;
         }
-        let mut key = vec![0u8; key_len as usize];
-        medium.read_at(self.entries_at + rel + 2, &mut key);
-        Some(key)
+        key.resize(key_len as usize, 0);
+        medium.read_at(self.entries_at + rel + 2, key);
+        true
     }
 
     /// First keys of `parts - 1` groups spread evenly over the run, which
@@ -300,14 +306,15 @@ impl TableSection {
     /// Index of the last group whose first key is ≤ `key` (0 if none is).
     fn group_for(&self, medium: &Medium, key: &[u8]) -> usize {
         let (mut lo, mut hi) = (0usize, self.fence_count);
+        let mut probe = Vec::new();
         while lo + 1 < hi {
             let mid = (lo + hi) / 2;
-            match self
+            let read = self
                 .fence(medium, mid)
-                .and_then(|f| self.key_at(medium, f.0))
-            {
-                Some(k) if k.as_slice() <= key => lo = mid,
-                _ => hi = mid,
+                .is_some_and(|f| self.key_at_into(medium, f.0, &mut probe));
+            match read && probe.as_slice() <= key {
+                true => lo = mid,
+                false => hi = mid,
             }
         }
         lo
@@ -316,8 +323,21 @@ impl TableSection {
     /// The entries of group `g`, verified against its checksum; `None`
     /// past the last group.
     fn group(&self, medium: &Medium, g: usize) -> Result<Option<Entries>> {
-        let Some((start, crc)) = self.fence(medium, g) else {
+        let mut bytes = Vec::new();
+        if !self.group_bytes(medium, g, &mut bytes)? {
             return Ok(None);
+        }
+        GroupEntries::new(&bytes)
+            .map(|entry| entry.map(|(key, addr)| (key.to_vec(), addr)))
+            .collect::<Result<Entries>>()
+            .map(Some)
+    }
+
+    /// Reads group `g`'s bytes into `bytes` and verifies them against its
+    /// checksum; false past the last group.
+    fn group_bytes(&self, medium: &Medium, g: usize, bytes: &mut Vec<u8>) -> Result<bool> {
+        let Some((start, crc)) = self.fence(medium, g) else {
+            return Ok(false);
         };
         let end = match g + 1 < self.fence_count {
             true => self.fence(medium, g + 1).map_or(0, |f| f.0),
@@ -326,30 +346,43 @@ impl TableSection {
         if start >= end || end > self.entries_len || (g == 0) != (start == 0) {
             return Err(corrupt("fences out of order"));
         }
-        let mut bytes = vec![0u8; (end - start) as usize];
-        medium.read_at(self.entries_at + start, &mut bytes);
-        if crc32c::crc32c(&bytes) != crc {
+        bytes.resize((end - start) as usize, 0);
+        medium.read_at(self.entries_at + start, bytes);
+        if crc32c::crc32c(bytes) != crc {
             return Err(corrupt("a group of run entries fails its checksum"));
         }
-        parse_entries(&bytes).map(Some)
+        Ok(true)
     }
 
     /// The address recorded for `key`, if any. Errors if the run is
-    /// damaged where the answer comes from.
+    /// damaged where the answer comes from. Point lookups after a restart
+    /// probe every image of a chain, so this reads groups in place, with
+    /// one buffer and no allocation per entry.
     pub fn find(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
         let g = self.group_for(medium, key);
-        let Some(entries) = self.group(medium, g)? else {
+        let mut bytes = Vec::new();
+        if !self.group_bytes(medium, g, &mut bytes)? {
             return Ok(None);
-        };
-        if let Some((_, addr)) = entries.iter().find(|(k, _)| k.as_slice() == key) {
-            return Ok(Some(*addr));
+        }
+        let (mut found, mut after_first) = (None, false);
+        for (i, entry) in GroupEntries::new(&bytes).enumerate() {
+            let (k, addr) = entry?;
+            after_first |= i == 0 && k < key;
+            if k == key {
+                found = Some(addr);
+            }
+        }
+        if found.is_some() {
+            return Ok(found);
         }
         // Absent only if the verified neighbours bracket the key: a
         // damaged fence key may have steered the search wrong.
-        let after_first = entries.first().is_some_and(|(k, _)| k.as_slice() < key);
-        let before_next = match self.group(medium, g + 1)? {
-            Some(next) => next.first().is_some_and(|(k, _)| key < k.as_slice()),
-            None => true,
+        let before_next = match self.group_bytes(medium, g + 1, &mut bytes)? {
+            true => match GroupEntries::new(&bytes).next() {
+                Some(first) => key < first?.0,
+                None => false,
+            },
+            false => true,
         };
         match (after_first || g == 0) && before_next {
             true => Ok(None),
@@ -486,25 +519,48 @@ fn within(key: &[u8], upper: Bound<&[u8]>) -> bool {
     }
 }
 
-/// Parses a verified group of entries; keys must ascend.
-fn parse_entries(mut bytes: &[u8]) -> Result<Entries> {
-    let bad = || corrupt("a group of run entries does not parse");
-    let mut out: Vec<(Vec<u8>, u64)> = Vec::new();
-    while !bytes.is_empty() {
-        let (len, rest) = bytes.split_first_chunk::<2>().ok_or_else(bad)?;
-        let key_len = u16::from_le_bytes(*len) as usize;
-        let key = rest.get(..key_len).ok_or_else(bad)?;
-        let (addr, rest) = rest
-            .get(key_len..)
-            .and_then(|r| r.split_first_chunk::<8>())
-            .ok_or_else(bad)?;
-        if out.last().is_some_and(|(last, _)| last.as_slice() >= key) {
-            return Err(bad());
+/// The entries of a verified group, parsed in place; keys must ascend.
+/// After an error it yields nothing more.
+struct GroupEntries<'b> {
+    rest: &'b [u8],
+    last: Option<&'b [u8]>,
+}
+
+impl<'b> GroupEntries<'b> {
+    fn new(bytes: &'b [u8]) -> Self {
+        GroupEntries {
+            rest: bytes,
+            last: None,
         }
-        out.push((key.to_vec(), u64::from_le_bytes(*addr)));
-        bytes = rest;
     }
-    Ok(out)
+
+    fn parse(&mut self) -> Option<(&'b [u8], u64)> {
+        let (len, rest) = self.rest.split_first_chunk::<2>()?;
+        let key_len = u16::from_le_bytes(*len) as usize;
+        let key = rest.get(..key_len)?;
+        let (addr, rest) = rest.get(key_len..)?.split_first_chunk::<8>()?;
+        if self.last.is_some_and(|last| last >= key) {
+            return None;
+        }
+        self.rest = rest;
+        self.last = Some(key);
+        Some((key, u64::from_le_bytes(*addr)))
+    }
+}
+
+impl<'b> Iterator for GroupEntries<'b> {
+    type Item = Result<(&'b [u8], u64)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let parsed = self.parse();
+        if parsed.is_none() {
+            self.rest = &[];
+        }
+        Some(parsed.ok_or_else(|| corrupt("a group of run entries does not parse")))
+    }
 }
 
 /// Reads a run front to back in large chunks. Yields `Err` if the run does
