@@ -260,7 +260,6 @@ fn reads_after_a_restart_from_a_checkpoint_chain_match_the_model() {
     });
 }
 
-/// Rows `row00000`, `row00002`, ... `row09998`: many leaves.
 /// A run large enough to be loaded in several key ranges at once (the
 /// loader cuts ranges of at least 64 Ki entries) comes back whole after a
 /// crash: base and deltas with updates, deletes and inserts, while a
@@ -343,6 +342,7 @@ fn a_run_loaded_in_key_ranges_after_a_crash_matches_the_model() {
     });
 }
 
+/// Rows `row00000`, `row00002`, ... `row09998`: many leaves.
 fn rows() -> (Database, Table) {
     let db = Database::open("unused", sim_options(&SimDevice::new(1 << 28))).unwrap();
     let t = db.create_table("t", TableOptions::default()).unwrap();

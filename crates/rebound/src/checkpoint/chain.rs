@@ -137,6 +137,8 @@ impl Chain {
             }
         }
         reader.upper = upper.map(<[u8]>::to_vec);
+        // Copying a lone base wholesale would not stop at `upper`.
+        reader.copy_encoded = false;
         reader
     }
 
@@ -614,6 +616,22 @@ mod tests {
         proptest::collection::btree_map(key, entry, 0..150)
     }
 
+    /// Chains of up to 4 images of up to 2,000 two-byte keys each (tens
+    /// of fence groups), deltas with tombstones.
+    fn wide_chain_strategy() -> impl Strategy<Value = Vec<BTreeMap<Vec<u8>, Option<u64>>>> {
+        let image = |tombstones: bool| {
+            let key = (0u16..4000).prop_map(|k| k.to_be_bytes().to_vec());
+            let addr = (1u64..1000).prop_map(Some);
+            let entry = match tombstones {
+                true => prop_oneof![3 => addr, 1 => Just(None)].boxed(),
+                false => addr.boxed(),
+            };
+            proptest::collection::btree_map(key, entry, 0..2000)
+        };
+        (image(false), proptest::collection::vec(image(true), 0..4))
+            .prop_map(|(base, deltas)| std::iter::once(base).chain(deltas).collect())
+    }
+
     fn chain_strategy() -> impl Strategy<Value = Vec<BTreeMap<Vec<u8>, Option<u64>>>> {
         (
             image_strategy(false),
@@ -716,6 +734,35 @@ mod tests {
                     *sum += n;
                 }
                 prop_assert!(upper.is_some() || reader.at_end());
+            }
+            prop_assert_eq!(read, want);
+            prop_assert_eq!(reads, section_counts(&chain));
+        }
+
+        /// The same with images of many fence groups, so that each range
+        /// reader's seek binary-searches the fences.
+        #[test]
+        fn range_readers_partition_chains_of_many_groups(
+            images in wide_chain_strategy(),
+            cuts in proptest::collection::btree_set(0u16..4000, 0..8),
+        ) {
+            let (medium, root) = write_chain(&images);
+            let chain = Chain::open(&medium, root).unwrap();
+            chain.verify(&medium).unwrap();
+            let want: Vec<(Vec<u8>, u64)> = view(&images).into_iter().collect();
+            let cuts: Vec<Vec<u8>> = cuts.into_iter().map(|c| c.to_be_bytes().to_vec()).collect();
+            let mut read = Vec::new();
+            let mut reads = vec![0; chain.images().len()];
+            for i in 0..=cuts.len() {
+                let lower = i.checked_sub(1).and_then(|j| cuts.get(j)).map(Vec::as_slice);
+                let upper = cuts.get(i).map(Vec::as_slice);
+                let mut reader = chain.range_reader(&medium, TABLE, (lower, upper));
+                while let Some((key, addr)) = reader.next_entry(&medium) {
+                    read.push((key.to_vec(), addr));
+                }
+                for (sum, n) in reads.iter_mut().zip(reader.reads()) {
+                    *sum += n;
+                }
             }
             prop_assert_eq!(read, want);
             prop_assert_eq!(reads, section_counts(&chain));

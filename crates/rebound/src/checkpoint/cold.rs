@@ -88,6 +88,9 @@ pub fn load_cold(
     // run is in, and this makes that happen to most tables soonest.
     loads.sort_by_key(|load| load.counts.iter().sum::<u64>());
     if let Err(e) = verified {
+        if cancelled() {
+            return Ok(());
+        }
         for load in &loads {
             load.table.mark_damaged();
             load.table.finish_cold();
@@ -104,6 +107,11 @@ pub fn load_cold(
             if cancelled() {
                 return;
             }
+            // A table found damaged is settled without reading the rest.
+            if load.failed() {
+                load.range_done(range, Err(load.bad("another range failed")));
+                continue;
+            }
             let outcome = load_range(&store.medium, chain, load, range, cancelled);
             if cancelled() {
                 return;
@@ -112,10 +120,17 @@ pub fn load_cold(
         }
     };
     std::thread::scope(|scope| {
-        for _ in 1..threads.min(tasks.len()) {
-            scope.spawn(work);
-        }
+        let helpers: Vec<_> = (1..threads.min(tasks.len()))
+            .map(|_| scope.spawn(work))
+            .collect();
         work();
+        // A panic is a bug, never a verdict on the file: raise it with
+        // its own message.
+        for helper in helpers {
+            if let Err(panic) = helper.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
     });
     loads.iter().try_for_each(TableLoad::outcome)
 }
@@ -217,6 +232,11 @@ impl TableLoad {
         }
         self.table.finish_cold();
         state.outcome = Some(outcome);
+    }
+
+    /// Whether a range of the table failed already.
+    fn failed(&self) -> bool {
+        self.state.lock().failure.is_some()
     }
 
     /// The table's result; `Ok` if cancellation left it unsettled.

@@ -355,9 +355,9 @@ impl TableSection {
     }
 
     /// The address recorded for `key`, if any. Errors if the run is
-    /// damaged where the answer comes from. Point lookups after a restart
-    /// probe every image of a chain, so this reads groups in place, with
-    /// one buffer and no allocation per entry.
+    /// damaged where the answer comes from. After a restart a lookup of a
+    /// key absent from the newer images probes each of them, so this reads
+    /// groups in place, with one buffer and no allocation per entry.
     pub fn find(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
         let g = self.group_for(medium, key);
         let mut bytes = Vec::new();
