@@ -27,6 +27,15 @@ fn sim_options(device: &SimDevice) -> Options {
         .background_thread(false)
 }
 
+/// A new database with table `t` (keys of up to 8 bytes).
+fn open_with_table(options: Options) -> (Database, Table) {
+    let db = Database::open("unused", options).unwrap();
+    let t = db
+        .create_table("t", TableOptions::default().max_key_len(8))
+        .unwrap();
+    (db, t)
+}
+
 fn random_key(rng: &mut impl Rng, min_len: usize) -> Vec<u8> {
     let len = rng.gen_range(min_len..=4);
     (0..len)
@@ -203,10 +212,7 @@ fn reads_after_a_restart_from_a_checkpoint_chain_match_the_model() {
         let options = sim_options(&device)
             .checkpoint(CheckpointMode::Chain)
             .checkpoint_chain_depth(4);
-        let db = Database::open("unused", options).unwrap();
-        let t = db
-            .create_table("t", TableOptions::default().max_key_len(8))
-            .unwrap();
+        let (db, t) = open_with_table(options);
         let mut session = db.session().unwrap();
         let mut model = Model::new();
         // Until deltas were merged and the chain in force is a base, the
@@ -269,11 +275,7 @@ fn a_run_loaded_in_key_ranges_after_a_crash_matches_the_model() {
     common::each_seed(|seed| {
         let mut rng = StdRng::seed_from_u64(seed);
         let device = SimDevice::new(1 << 28);
-        let options = sim_options(&device).checkpoint(CheckpointMode::Chain);
-        let db = Database::open("unused", options).unwrap();
-        let t = db
-            .create_table("t", TableOptions::default().max_key_len(8))
-            .unwrap();
+        let (db, t) = open_with_table(sim_options(&device).checkpoint(CheckpointMode::Chain));
         let mut session = db.session().unwrap();
         let mut model = Model::new();
         let key = |k: u64| (k * 7).to_be_bytes().to_vec();

@@ -13,6 +13,7 @@
 use super::image::{CheckpointImage, EntryReader, TableSection, MAX_CHAIN, TOMBSTONE};
 use super::writer::RunWriter;
 use crate::error::{Error, Result};
+use crate::index::key_prefix;
 use crate::medium::Medium;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -270,24 +271,13 @@ pub struct ChainReader<'a> {
 }
 
 /// A newer reader's next key in the heap. Fields compare in order: the
-/// head (the key's first 8 bytes, big-endian, zero-padded) settles most
+/// head (`key_prefix`: the first 8 bytes, big-endian, zero-padded) settles most
 /// comparisons without reading the key; the newest reader wins a tie.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct HeapKey {
     head: u64,
     key: Vec<u8>,
     rank: usize,
-}
-
-/// The first 8 bytes of `key` as a big-endian number, zero-padded: heads
-/// order as the keys do, except that equal heads say nothing.
-pub(super) fn head(key: &[u8]) -> u64 {
-    let mut bytes = [0u8; 8];
-    let n = key.len().min(8);
-    if let (Some(to), Some(from)) = (bytes.get_mut(..n), key.get(..n)) {
-        to.copy_from_slice(from);
-    }
-    u64::from_be_bytes(bytes)
 }
 
 /// One image's entries and how many were read.
@@ -356,7 +346,7 @@ impl<'a> ChainReader<'a> {
         owned.clear();
         owned.extend_from_slice(key);
         self.heap.push(Reverse(HeapKey {
-            head: head(&owned),
+            head: key_prefix(&owned),
             key: owned,
             rank,
         }));
@@ -396,7 +386,7 @@ impl<'a> ChainReader<'a> {
                 let top = &mut top.0;
                 top.key.clear();
                 top.key.extend_from_slice(key);
-                top.head = head(key);
+                top.head = key_prefix(key);
             }
             None => {
                 let Reverse(gone) = std::collections::binary_heap::PeekMut::pop(top);
@@ -433,10 +423,12 @@ impl<'a> ChainReader<'a> {
             (None, None) => return None,
             (None, Some(old)) => (old, oldest),
             (Some(top), None) => (top.key.as_slice(), top.rank),
-            (Some(top), Some(old)) => match (top.head, top.key.as_slice()) <= (head(old), old) {
-                true => (top.key.as_slice(), top.rank),
-                false => (old, oldest),
-            },
+            (Some(top), Some(old)) => {
+                match (top.head, top.key.as_slice()) <= (key_prefix(old), old) {
+                    true => (top.key.as_slice(), top.rank),
+                    false => (old, oldest),
+                }
+            }
         };
         match &self.upper {
             Some(upper) if key >= upper.as_slice() => None,
@@ -606,38 +598,71 @@ mod tests {
             .collect()
     }
 
-    fn image_strategy(tombstones: bool) -> impl Strategy<Value = BTreeMap<Vec<u8>, Option<u64>>> {
-        let key = proptest::collection::vec(0u8..4, 1..4);
-        let addr = (1u64..1000).prop_map(Some);
-        let entry = match tombstones {
-            true => prop_oneof![3 => addr, 1 => Just(None)].boxed(),
-            false => addr.boxed(),
-        };
-        proptest::collection::btree_map(key, entry, 0..150)
-    }
-
-    /// Chains of up to 4 images of up to 2,000 two-byte keys each (tens
-    /// of fence groups), deltas with tombstones.
-    fn wide_chain_strategy() -> impl Strategy<Value = Vec<BTreeMap<Vec<u8>, Option<u64>>>> {
-        let image = |tombstones: bool| {
-            let key = (0u16..4000).prop_map(|k| k.to_be_bytes().to_vec());
+    /// Images of up to `max` entries with keys drawn from `key`; a delta's
+    /// entries may be tombstones.
+    fn images_of(
+        key: impl Strategy<Value = Vec<u8>> + Clone,
+        max: usize,
+        deltas: std::ops::Range<usize>,
+    ) -> impl Strategy<Value = Vec<BTreeMap<Vec<u8>, Option<u64>>>> {
+        let image = move |tombstones: bool| {
             let addr = (1u64..1000).prop_map(Some);
             let entry = match tombstones {
                 true => prop_oneof![3 => addr, 1 => Just(None)].boxed(),
                 false => addr.boxed(),
             };
-            proptest::collection::btree_map(key, entry, 0..2000)
+            proptest::collection::btree_map(key.clone(), entry, 0..max)
         };
-        (image(false), proptest::collection::vec(image(true), 0..4))
+        (image(false), proptest::collection::vec(image(true), deltas))
             .prop_map(|(base, deltas)| std::iter::once(base).chain(deltas).collect())
     }
 
+    /// Short keys over a small alphabet: images of one or two fence groups
+    /// that share most keys.
     fn chain_strategy() -> impl Strategy<Value = Vec<BTreeMap<Vec<u8>, Option<u64>>>> {
-        (
-            image_strategy(false),
-            proptest::collection::vec(image_strategy(true), 0..6),
+        images_of(proptest::collection::vec(0u8..4, 1..4), 150, 0..6)
+    }
+
+    /// Chains of up to 4 images of up to 2,000 two-byte keys each (tens
+    /// of fence groups).
+    fn wide_chain_strategy() -> impl Strategy<Value = Vec<BTreeMap<Vec<u8>, Option<u64>>>> {
+        images_of(
+            (0u16..4000).prop_map(|k| k.to_be_bytes().to_vec()),
+            2000,
+            0..4,
         )
-            .prop_map(|(base, deltas)| std::iter::once(base).chain(deltas).collect())
+    }
+
+    /// Entries read in key order, and the entries read from each image.
+    type RangesRead = (Vec<(Vec<u8>, u64)>, Vec<u64>);
+
+    /// Reads the chain with one range reader per interval between `cuts`
+    /// (sorted), checking each reader's bounds; returns the entries in
+    /// order and the entries read from each image, summed.
+    fn read_in_ranges(
+        medium: &Medium,
+        chain: &Chain,
+        cuts: &[Vec<u8>],
+    ) -> std::result::Result<RangesRead, TestCaseError> {
+        let mut read = Vec::new();
+        let mut reads = vec![0; chain.images().len()];
+        for i in 0..=cuts.len() {
+            let lower = i
+                .checked_sub(1)
+                .and_then(|j| cuts.get(j))
+                .map(Vec::as_slice);
+            let upper = cuts.get(i).map(Vec::as_slice);
+            let mut reader = chain.range_reader(medium, TABLE, (lower, upper));
+            while let Some((key, addr)) = reader.next_entry(medium) {
+                prop_assert!(lower.is_none_or(|l| l <= key) && upper.is_none_or(|u| key < u));
+                read.push((key.to_vec(), addr));
+            }
+            for (sum, n) in reads.iter_mut().zip(reader.reads()) {
+                *sum += n;
+            }
+            prop_assert!(upper.is_some() || reader.at_end());
+        }
+        Ok((read, reads))
     }
 
     fn bound(key: Option<Vec<u8>>, inclusive: bool) -> Bound<Vec<u8>> {
@@ -720,21 +745,7 @@ mod tests {
             chain.verify(&medium).unwrap();
             let want: Vec<(Vec<u8>, u64)> = view(&images).into_iter().collect();
             let cuts: Vec<Vec<u8>> = cuts.into_iter().collect();
-            let mut read = Vec::new();
-            let mut reads = vec![0; chain.images().len()];
-            for i in 0..=cuts.len() {
-                let lower = i.checked_sub(1).and_then(|j| cuts.get(j)).map(Vec::as_slice);
-                let upper = cuts.get(i).map(Vec::as_slice);
-                let mut reader = chain.range_reader(&medium, TABLE, (lower, upper));
-                while let Some((key, addr)) = reader.next_entry(&medium) {
-                    prop_assert!(lower.is_none_or(|l| l <= key) && upper.is_none_or(|u| key < u));
-                    read.push((key.to_vec(), addr));
-                }
-                for (sum, n) in reads.iter_mut().zip(reader.reads()) {
-                    *sum += n;
-                }
-                prop_assert!(upper.is_some() || reader.at_end());
-            }
+            let (read, reads) = read_in_ranges(&medium, &chain, &cuts)?;
             prop_assert_eq!(read, want);
             prop_assert_eq!(reads, section_counts(&chain));
         }
@@ -751,19 +762,7 @@ mod tests {
             chain.verify(&medium).unwrap();
             let want: Vec<(Vec<u8>, u64)> = view(&images).into_iter().collect();
             let cuts: Vec<Vec<u8>> = cuts.into_iter().map(|c| c.to_be_bytes().to_vec()).collect();
-            let mut read = Vec::new();
-            let mut reads = vec![0; chain.images().len()];
-            for i in 0..=cuts.len() {
-                let lower = i.checked_sub(1).and_then(|j| cuts.get(j)).map(Vec::as_slice);
-                let upper = cuts.get(i).map(Vec::as_slice);
-                let mut reader = chain.range_reader(&medium, TABLE, (lower, upper));
-                while let Some((key, addr)) = reader.next_entry(&medium) {
-                    read.push((key.to_vec(), addr));
-                }
-                for (sum, n) in reads.iter_mut().zip(reader.reads()) {
-                    *sum += n;
-                }
-            }
+            let (read, reads) = read_in_ranges(&medium, &chain, &cuts)?;
             prop_assert_eq!(read, want);
             prop_assert_eq!(reads, section_counts(&chain));
         }

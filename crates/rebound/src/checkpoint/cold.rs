@@ -7,9 +7,9 @@
 //! at once; a background loader then moves the whole run into the DRAM
 //! index and retires it.
 
-use super::chain::head;
 use super::Chain;
 use crate::error::{Error, Result};
+use crate::index::key_prefix;
 use crate::medium::Medium;
 use crate::txn::{ColdEntries, Store, TableRt};
 use parking_lot::Mutex;
@@ -269,7 +269,7 @@ fn load_range(
     let mut chunk = Chunk::default();
     while let Some((key, addr)) = reader.next_entry(medium) {
         let in_order = match chunk.last_key() {
-            Some(last) => (head(last), last) < (head(key), key),
+            Some(last) => (key_prefix(last), last) < (key_prefix(key), key),
             None => lower.as_deref().is_none_or(|l| l <= key),
         };
         if !in_order || !(1..=table.heap.def.max_key_len as usize).contains(&key.len()) {

@@ -87,11 +87,7 @@ impl EntryRun {
         let shared = self.shared_prefix(&spans);
         for span in &mut spans {
             let key = self.key_of(span);
-            let mut head = [0u8; 8];
-            let tail = &key[shared.min(key.len())..];
-            let n = tail.len().min(8);
-            head[..n].copy_from_slice(&tail[..n]);
-            span.head = u64::from_be_bytes(head);
+            span.head = crate::index::key_prefix(&key[shared.min(key.len())..]);
         }
         spans.sort_unstable_by(|a, b| {
             a.head
