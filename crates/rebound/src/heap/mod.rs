@@ -740,11 +740,10 @@ impl TableHeap {
         SlotWord::decode(self.slot_txn(medium, addr))
     }
 
-    /// Starts writing a slot back; the caller fences.
-    pub fn persist_slot(&self, medium: &Medium, addr: Addr) {
+    /// Starts writing back the first `bytes` of a slot; the caller fences.
+    pub fn persist_slot(&self, medium: &Medium, addr: Addr, bytes: u32) {
         if let Some(at) = self.slot_offset(addr) {
-            let header = SlotHeader::read(medium, at);
-            medium.persist(at, SLOT_HEADER + (header.key_len + header.value_len) as u64);
+            medium.persist(at, bytes as u64);
         }
     }
 

@@ -3,7 +3,8 @@
 //! shared until it is returned).
 
 use super::key::{shortest_separator, InlineKey};
-use super::node::{InnerBuilder, LeafBuilder, Node, BODY_WORDS};
+use super::node::{InnerBuilder, LeafBuilder, BODY_WORDS};
+use super::node_memory::OwnedNode;
 use super::{key_to_store, BTree};
 
 /// Leave ~10% free so the first inserts after loading do not split at once.
@@ -11,7 +12,7 @@ const FILL_WORDS: usize = BODY_WORDS * 9 / 10;
 
 /// A finished node, with the separator routing to it from its left neighbour
 /// (`None` for the first node of a level).
-type Built = (Option<InlineKey>, Box<Node>);
+type Built = (Option<InlineKey>, OwnedNode);
 
 impl BTree {
     /// Bottom-up build from entries sorted strictly ascending by key: fills

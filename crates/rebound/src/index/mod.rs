@@ -156,6 +156,7 @@ mod iter;
 mod key;
 mod load;
 mod node;
+mod node_memory;
 #[cfg(test)]
 mod tests;
 
@@ -166,6 +167,7 @@ use crossbeam_utils::Backoff;
 
 use key::{InlineKey, KeyWords, ProbeKey};
 use node::{NoRoom, Node, ReadGuard, Restart, RootCell, SplitBias, WriteGuard};
+use node_memory::OwnedNode;
 
 pub const MAX_KEY_LEN: usize = 512;
 
@@ -215,7 +217,7 @@ impl BTree {
         Self::from_root(Node::empty_leaf(), 0, 1)
     }
 
-    fn from_root(root: Box<Node>, len: usize, nodes: usize) -> Self {
+    fn from_root(root: OwnedNode, len: usize, nodes: usize) -> Self {
         Self {
             root: RootCell::new(root),
             len: AtomicUsize::new(len),

@@ -21,6 +21,7 @@ use std::sync::atomic::{fence, AtomicPtr, AtomicU64};
 use crossbeam_utils::Backoff;
 
 use super::key::{compare_stored, shortest_separator, tail_words, InlineKey, KeyWords};
+use super::node_memory::OwnedNode;
 use super::MAX_KEY_LEN;
 
 pub(crate) const NODE_BYTES: usize = 4096;
@@ -366,8 +367,8 @@ fn hint_slot(i: usize, count: usize) -> usize {
 /// Read accessors. Unless the caller holds the node's write lock, every result
 /// is optimistic: meaningful only once the caller's [`ReadGuard`] validates.
 impl Node {
-    fn from_page(level: u64, page: &Page, update_time: u64, gap_read_ts: u64) -> Box<Node> {
-        Box::new(Node {
+    fn from_page(level: u64, page: &Page, update_time: u64, gap_read_ts: u64) -> OwnedNode {
+        OwnedNode::new(Node {
             version: AtomicU64::new(0),
             header: AtomicU64::new(page.header.encode()),
             leftmost: AtomicU64::new(page.leftmost),
@@ -379,7 +380,7 @@ impl Node {
         })
     }
 
-    pub(crate) fn empty_leaf() -> Box<Node> {
+    pub(crate) fn empty_leaf() -> OwnedNode {
         Self::from_page(0, &Page::empty(0), 0, 0)
     }
 
@@ -497,8 +498,8 @@ impl Node {
 
 /// Turns an owned node into the word stored in a parent slot. Ownership moves
 /// into the tree; [`RootCell`]'s `Drop` takes it back.
-fn into_child_word(node: Box<Node>) -> u64 {
-    Box::into_raw(node).expose_provenance() as u64
+fn into_child_word(node: OwnedNode) -> u64 {
+    node.into_raw().expose_provenance() as u64
 }
 
 /// An optimistic read of one node: the version seen when the read began.
@@ -572,7 +573,7 @@ impl<'a> ReadGuard<'a> {
         // in between, validation would have failed (seqlock argument): `raw`
         // is the leftmost word or a payload word of slot < count of an inner
         // node as a completed writer left it. Those words only ever hold
-        // addresses exposed from `Box::into_raw` of a fully built node
+        // addresses exposed from `OwnedNode::into_raw` of a fully built node
         // (`into_child_word`, or moves of such words between nodes by splits,
         // which never duplicate or drop them). The Acquire version load
         // synchronized with the Release unlock of the writer that published
@@ -624,7 +625,7 @@ impl Drop for WriteGuard<'_> {
 /// The right half of a split node and the key that routes to it.
 pub(crate) struct SplitOff {
     separator: InlineKey,
-    right: Box<Node>,
+    right: OwnedNode,
 }
 
 impl<'a> WriteGuard<'a> {
@@ -983,7 +984,7 @@ impl LeafBuilder {
         self.page.push_key(key, value);
     }
 
-    pub(crate) fn finish(self) -> Box<Node> {
+    pub(crate) fn finish(self) -> OwnedNode {
         Node::from_page(0, &self.page, 0, 0)
     }
 }
@@ -992,13 +993,13 @@ impl LeafBuilder {
 /// `finish`, so an unfinished builder frees them instead of leaking.
 pub(crate) struct InnerBuilder {
     level: u64,
-    leftmost: Box<Node>,
-    children: Vec<(InlineKey, Box<Node>)>,
+    leftmost: OwnedNode,
+    children: Vec<(InlineKey, OwnedNode)>,
     used_words: usize,
 }
 
 impl InnerBuilder {
-    pub(crate) fn new(leftmost: Box<Node>) -> Self {
+    pub(crate) fn new(leftmost: OwnedNode) -> Self {
         Self {
             level: leftmost.level + 1,
             leftmost,
@@ -1012,13 +1013,13 @@ impl InnerBuilder {
     }
 
     /// `separator` must exceed every key under the children pushed so far.
-    pub(crate) fn push(&mut self, separator: InlineKey, child: Box<Node>) {
+    pub(crate) fn push(&mut self, separator: InlineKey, child: OwnedNode) {
         assert_eq!(child.level + 1, self.level, "children share a level");
         self.used_words += SLOT_WORDS + tail_words(separator.len());
         self.children.push((separator, child));
     }
 
-    pub(crate) fn finish(self) -> Box<Node> {
+    pub(crate) fn finish(self) -> OwnedNode {
         let mut page = Page::empty(into_child_word(self.leftmost));
         for (separator, child) in self.children {
             page.push_key(&separator, into_child_word(child));
@@ -1033,16 +1034,16 @@ pub(crate) struct RootCell {
 }
 
 impl RootCell {
-    pub(crate) fn new(root: Box<Node>) -> Self {
+    pub(crate) fn new(root: OwnedNode) -> Self {
         Self {
-            root: AtomicPtr::new(Box::into_raw(root)),
+            root: AtomicPtr::new(root.into_raw()),
         }
     }
 
     #[inline]
     fn load(&self) -> (*mut Node, &Node) {
         let root = self.root.load(Acquire);
-        // SAFETY: the cell always holds a pointer from `Box::into_raw` of a
+        // SAFETY: the cell always holds a pointer from `OwnedNode::into_raw` of a
         // fully built node (`new`, `grow`), published with a Release store that
         // this Acquire load synchronizes with. A replaced root stays linked as
         // the new root's leftmost child, and nodes are freed only by `drop`,
@@ -1083,7 +1084,7 @@ impl RootCell {
         let new_root = Node::from_page(old_root.node.level + 1, &page, update_time, 0);
         // Published before `old_root` unlocks, so a reader that sees the
         // shrunken old root also sees that it is no longer the root.
-        self.root.store(Box::into_raw(new_root), Release);
+        self.root.store(new_root.into_raw(), Release);
         true
     }
 }
@@ -1092,12 +1093,12 @@ impl Drop for RootCell {
     fn drop(&mut self) {
         let mut pending = vec![*self.root.get_mut()];
         while let Some(raw) = pending.pop() {
-            // SAFETY: every pointer in `pending` came from `Box::into_raw` and
+            // SAFETY: every pointer in `pending` came from `OwnedNode::into_raw` and
             // is referenced exactly once in the tree (the root cell or a single
             // parent slot: splits move child words, never copy them), so each
             // node is freed exactly once. `&mut self` means no reader or writer
             // still borrows the tree.
-            let mut node = unsafe { Box::from_raw(raw) };
+            let mut node = unsafe { OwnedNode::from_raw(raw) };
             pending.extend(node.owned_children());
         }
     }

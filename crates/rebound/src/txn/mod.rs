@@ -711,6 +711,11 @@ struct Write {
     table: u32,
     new: Addr,
     prev: Option<Addr>,
+    /// Bytes of the new slot in use (header, key, value) and whether it
+    /// deletes the key: kept here so that commit does not read the slot
+    /// back (a write-back may have evicted its line already).
+    bytes: u32,
+    tombstone: bool,
 }
 
 /// The versions a worker's running transaction wrote, and where new ones go.
@@ -1120,7 +1125,9 @@ impl<'s> TxnState<'s> {
         let header = self.version(table, head)?;
         let begin = header.begin.load(Acquire);
         if begin == PENDING | self.ts {
-            return self.rewrite_own(table, key, value, kind, head).map(Some);
+            return self
+                .rewrite_own(table, key, value, kind, head, set)
+                .map(Some);
         }
         if begin == ABORTED {
             std::thread::yield_now();
@@ -1211,6 +1218,8 @@ impl<'s> TxnState<'s> {
             table: table.heap.def.id,
             new,
             prev: Some(head),
+            bytes: self.buf.len() as u32,
+            tombstone: value.is_none(),
         });
         Ok(true)
     }
@@ -1233,6 +1242,7 @@ impl<'s> TxnState<'s> {
         value: Option<&[u8]>,
         kind: WriteKind,
         own: Addr,
+        set: &mut WriteSet,
     ) -> Result<bool> {
         let medium = &self.store.medium;
         let existed = table.heap.tombstone(medium, own) != Some(true);
@@ -1248,6 +1258,16 @@ impl<'s> TxnState<'s> {
         );
         let at = table.heap.slot_offset(own).ok_or(Error::Conflict)?;
         medium.write_bytes(at, &self.buf);
+        let table_id = table.heap.def.id;
+        if let Some(write) = set
+            .writes
+            .iter_mut()
+            .rev()
+            .find(|w| w.new == own && w.table == table_id)
+        {
+            write.bytes = self.buf.len() as u32;
+            write.tombstone = value.is_none();
+        }
         Ok(existed)
     }
 
@@ -1269,6 +1289,8 @@ impl<'s> TxnState<'s> {
                     table: table.heap.def.id,
                     new,
                     prev: None,
+                    bytes: self.buf.len() as u32,
+                    tombstone: value.is_none(),
                 });
                 Ok(true)
             }
@@ -1418,7 +1440,7 @@ impl<'s> TxnState<'s> {
         let store = self.store;
         for w in &set.writes {
             let heap = &store.tables[w.table as usize].heap;
-            heap.persist_slot(&store.medium, w.new);
+            heap.persist_slot(&store.medium, w.new, w.bytes);
         }
         store.medium.fence()?;
         // A moved transaction's versions are all in its long region, whose
@@ -1437,7 +1459,7 @@ impl<'s> TxnState<'s> {
             if let Some(header) = heap.header(w.new) {
                 header.begin.store(self.ts, Release);
             }
-            if heap.tombstone(&store.medium, w.new) == Some(true) {
+            if w.tombstone {
                 deleted.push((w.table, w.new));
             }
             if let Some(prev) = w.prev {
