@@ -79,7 +79,7 @@ pub use tile::VersionHeader;
 
 use crate::catalog::{self, TableDef, MAX_WORKERS};
 use crate::error::{Error, Result};
-use crate::medium::Medium;
+use crate::medium::{HugeSlice, Medium};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
@@ -198,42 +198,99 @@ impl Block {
 /// reference into a tile can never dangle (GC frees a block only when no
 /// running transaction can still reach it, so nobody looks at a recycled
 /// tile through the old block).
+///
+/// Tiles are allocated in chunks of 1, 2, 4, ... up to
+/// `MAX_TILES_PER_CHUNK` tiles, so that a small table takes little memory
+/// and a large one gets chunks big enough for huge pages (`HugeSlice`).
 pub struct Tiles {
-    all: boxcar::Vec<Box<[VersionHeader]>>,
-    free: Mutex<Vec<u32>>,
+    chunks: boxcar::Vec<HugeSlice<VersionHeader>>,
+    state: Mutex<TileState>,
     capacity: u32,
+}
+
+struct TileState {
+    free: Vec<u32>,
+    allocated: u32,
+}
+
+/// Chunks after the first `FIRST_FULL_CHUNK` hold this many tiles each.
+const MAX_TILES_PER_CHUNK: u32 = 1 << FIRST_FULL_CHUNK;
+const FIRST_FULL_CHUNK: u32 = 5;
+
+/// The chunk holding tile `index`, the tile's position in it, and the
+/// chunk's size in tiles.
+fn tile_place(index: u32) -> (usize, u32, u32) {
+    let growing_tiles = MAX_TILES_PER_CHUNK - 1;
+    if index < growing_tiles {
+        let chunk = (index + 1).ilog2();
+        return (chunk as usize, index + 1 - (1 << chunk), 1 << chunk);
+    }
+    let past = index - growing_tiles;
+    let chunk = FIRST_FULL_CHUNK + past / MAX_TILES_PER_CHUNK;
+    (
+        chunk as usize,
+        past % MAX_TILES_PER_CHUNK,
+        MAX_TILES_PER_CHUNK,
+    )
 }
 
 impl Tiles {
     fn new(capacity: u32) -> Tiles {
         Tiles {
-            all: boxcar::Vec::new(),
-            free: Mutex::new(Vec::new()),
+            chunks: boxcar::Vec::new(),
+            state: Mutex::new(TileState {
+                free: Vec::new(),
+                allocated: 0,
+            }),
             capacity,
         }
     }
 
     /// A zeroed tile, recycled or new; returns its index.
     fn take(&self) -> u32 {
-        if let Some(index) = self.free.lock().pop() {
-            for header in self.all[index as usize].iter() {
+        let mut state = self.state.lock();
+        if let Some(index) = state.free.pop() {
+            drop(state);
+            for header in self.get(index) {
                 header.clear();
             }
             return index;
         }
-        let tile = (0..self.capacity)
-            .map(|_| VersionHeader::default())
-            .collect();
-        self.all.push(tile) as u32
+        let index = state.allocated;
+        let (chunk, _, tiles) = tile_place(index);
+        if chunk == self.chunks.count() {
+            let headers = tiles as usize * self.capacity as usize;
+            self.chunks.push(HugeSlice::zeroed(headers));
+        }
+        state.allocated += 1;
+        index
     }
 
     fn give_back(&self, index: u32) {
-        self.free.lock().push(index);
+        self.state.lock().free.push(index);
+    }
+
+    /// The headers of tile `index`, which `take` returned.
+    fn get(&self, index: u32) -> &[VersionHeader] {
+        let (chunk, position, _) = tile_place(index);
+        let capacity = self.capacity as usize;
+        let start = position as usize * capacity;
+        &self.chunks[chunk][start..start + capacity]
+    }
+
+    /// Header `slot` of tile `index`, if both exist (for prefetching).
+    fn header(&self, index: u32, slot: u32) -> Option<&VersionHeader> {
+        if slot >= self.capacity {
+            return None;
+        }
+        let (chunk, position, _) = tile_place(index);
+        let at = position as usize * self.capacity as usize + slot as usize;
+        self.chunks.get(chunk)?.get(at)
     }
 
     /// Number of tiles allocated (in use or free).
     pub fn allocated(&self) -> usize {
-        self.all.count()
+        self.state.lock().allocated as usize
     }
 }
 
@@ -372,12 +429,7 @@ impl TableHeap {
         medium.prefetch(self.slot_at(block, addr.slot()), self.def.slot_size as u64);
         let tile = block.tile.load(Acquire);
         if tile != 0 {
-            if let Some(header) = self
-                .tiles
-                .all
-                .get(tile as usize - 1)
-                .and_then(|tile| tile.get(addr.slot() as usize))
-            {
+            if let Some(header) = self.tiles.header(tile - 1, addr.slot()) {
                 crate::medium::prefetch(header);
             }
         }
@@ -396,7 +448,7 @@ impl TableHeap {
                 }
             };
         }
-        &self.tiles.all[index as usize - 1]
+        self.tiles.get(index - 1)
     }
 
     /// Drops a collected block: its entry becomes vacant and its tile goes
@@ -845,6 +897,47 @@ fn bitmap_bit(block: &Block, slot: u32) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    #[test]
+    fn tile_places_fill_each_chunk_in_order_before_the_next() {
+        let mut expected = (0, 0);
+        for index in 0..1000 {
+            let (chunk, position, tiles) = tile_place(index);
+            assert_eq!((chunk, position), expected, "tile {index}");
+            let growing = chunk < FIRST_FULL_CHUNK as usize;
+            assert_eq!(
+                tiles,
+                if growing {
+                    1 << chunk
+                } else {
+                    MAX_TILES_PER_CHUNK
+                }
+            );
+            expected = match position + 1 == tiles {
+                true => (chunk + 1, 0),
+                false => (chunk, position + 1),
+            };
+        }
+    }
+
+    #[test]
+    fn taken_tiles_are_distinct_zeroed_and_recycled_zeroed() {
+        let tiles = Tiles::new(3);
+        let taken: Vec<u32> = (0..40).map(|_| tiles.take()).collect();
+        assert_eq!(taken, (0..40).collect::<Vec<u32>>());
+        for &index in &taken {
+            tiles.get(index)[2].begin.store(index as u64 + 1, Relaxed);
+        }
+        for &index in &taken {
+            assert_eq!(tiles.get(index)[2].begin.load(Relaxed), index as u64 + 1);
+        }
+        tiles.give_back(17);
+        assert_eq!(tiles.take(), 17);
+        assert_eq!(tiles.get(17)[2].begin.load(Relaxed), 0);
+        assert_eq!(tiles.allocated(), 40);
+        assert!(tiles.header(39, 3).is_none() && tiles.header(64, 0).is_none());
+    }
 
     #[test]
     fn region_push_refuses_sequence_numbers_that_do_not_ascend_or_skip_too_far() {

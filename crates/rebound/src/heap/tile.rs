@@ -24,7 +24,8 @@ pub const LOCKED: u64 = 1 << 63;
 /// `end` of a tombstone whose index entry was removed: locked for good.
 pub const REAPED: u64 = u64::MAX;
 
-#[derive(Default)]
+/// Zeroable: a tile starts as all-zero headers (see the module doc).
+#[derive(Default, bytemuck::Zeroable)]
 pub struct VersionHeader {
     pub begin: AtomicU64,
     pub end: AtomicU64,

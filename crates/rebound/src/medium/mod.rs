@@ -31,10 +31,12 @@
 //! debug assertion in the hot-path variants that take already-validated offsets.
 #![allow(unsafe_code)]
 
+mod dram;
 mod flush;
 mod mapping;
 mod sim;
 
+pub(crate) use dram::HugeSlice;
 pub(crate) use mapping::on_tmpfs;
 pub use sim::SimDevice;
 
