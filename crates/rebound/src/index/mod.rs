@@ -10,8 +10,10 @@
 //!
 //! # Node layout
 //!
-//! Every node, inner or leaf, is one 4096-byte allocation aligned to 64
-//! bytes, made of 512 native-endian 64-bit words (`node.rs`):
+//! Every node, inner or leaf, is 4096 bytes aligned to 64, made of 512
+//! native-endian 64-bit words (`node.rs`). Nodes are carved from 2 MiB
+//! chunks advised for transparent huge pages (`node_memory.rs`), so that
+//! reaching a leaf costs a cache miss but no page walk:
 //!
 //! | bytes       | word      | field                                                        |
 //! |-------------|-----------|--------------------------------------------------------------|
@@ -113,7 +115,8 @@
 //! stays as the new root's leftmost child, and removal never merges or frees
 //! nodes (leaves may become underfull or empty; scans simply find nothing in
 //! them). A node reference therefore stays valid as long as the tree is
-//! borrowed, and all nodes are freed by `Drop`, which has exclusive access.
+//! borrowed, and all nodes are freed by `Drop`, which has exclusive access
+//! (their memory goes to a process-wide free list that later trees reuse).
 //! No epoch scheme is needed because nothing is retired while the tree is
 //! shared. The cost is that memory of emptied key ranges is only reused by
 //! later inserts into the same ranges.
