@@ -792,6 +792,13 @@ impl TableHeap {
         SlotWord::decode(self.slot_txn(medium, addr))
     }
 
+    /// Bytes of a slot in use (header, key, value), from its header.
+    pub fn slot_bytes(&self, medium: &Medium, addr: Addr) -> Option<u32> {
+        let at = self.slot_offset(addr)?;
+        let header = SlotHeader::read(medium, at);
+        Some((SLOT_HEADER as usize + header.key_len + header.value_len) as u32)
+    }
+
     /// Starts writing back the first `bytes` of a slot; the caller fences.
     pub fn persist_slot(&self, medium: &Medium, addr: Addr, bytes: u32) {
         if let Some(at) = self.slot_offset(addr) {

@@ -712,8 +712,9 @@ struct Write {
     new: Addr,
     prev: Option<Addr>,
     /// Bytes of the new slot in use (header, key, value) and whether it
-    /// deletes the key: kept here so that commit does not read the slot
-    /// back (a write-back may have evicted its line already).
+    /// deletes the key, as first written: commit need not read the slot
+    /// back (a write-back may have evicted its line already) unless the
+    /// transaction rewrote some slot (`WriteSet::rewrote`).
     bytes: u32,
     tombstone: bool,
 }
@@ -724,6 +725,9 @@ pub struct WriteSet {
     /// The worker's region, or its long-transaction region once moved.
     region: usize,
     writes: Vec<Write>,
+    /// A key was written twice: its slot was rewritten in place, so the
+    /// lengths and tombstone flags in `writes` may be stale.
+    rewrote: bool,
     /// The slot-encoding buffer, kept between transactions so that writes
     /// do not allocate once it has grown.
     spare_buf: Vec<u8>,
@@ -735,6 +739,7 @@ impl WriteSet {
             ts: 0,
             region: worker,
             writes: Vec::new(),
+            rewrote: false,
             spare_buf: Vec::new(),
         }
     }
@@ -793,6 +798,7 @@ impl<'s> TxnState<'s> {
             set.ts = ts;
             set.region = worker;
             set.writes.clear();
+            set.rewrote = false;
             std::mem::take(&mut set.spare_buf)
         };
         TxnState {
@@ -1258,16 +1264,7 @@ impl<'s> TxnState<'s> {
         );
         let at = table.heap.slot_offset(own).ok_or(Error::Conflict)?;
         medium.write_bytes(at, &self.buf);
-        let table_id = table.heap.def.id;
-        if let Some(write) = set
-            .writes
-            .iter_mut()
-            .rev()
-            .find(|w| w.new == own && w.table == table_id)
-        {
-            write.bytes = self.buf.len() as u32;
-            write.tombstone = value.is_none();
-        }
+        set.rewrote = true;
         Ok(existed)
     }
 
@@ -1440,7 +1437,11 @@ impl<'s> TxnState<'s> {
         let store = self.store;
         for w in &set.writes {
             let heap = &store.tables[w.table as usize].heap;
-            heap.persist_slot(&store.medium, w.new, w.bytes);
+            let bytes = match set.rewrote {
+                true => heap.slot_bytes(&store.medium, w.new),
+                false => Some(w.bytes),
+            };
+            heap.persist_slot(&store.medium, w.new, bytes.unwrap_or(0));
         }
         store.medium.fence()?;
         // A moved transaction's versions are all in its long region, whose
@@ -1459,7 +1460,11 @@ impl<'s> TxnState<'s> {
             if let Some(header) = heap.header(w.new) {
                 header.begin.store(self.ts, Release);
             }
-            if w.tombstone {
+            let tombstone = match set.rewrote {
+                true => heap.tombstone(&store.medium, w.new) == Some(true),
+                false => w.tombstone,
+            };
+            if tombstone {
                 deleted.push((w.table, w.new));
             }
             if let Some(prev) = w.prev {
