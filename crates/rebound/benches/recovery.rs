@@ -531,11 +531,13 @@ fn writer_child(dir: &Path, rows: u64, close: bool) {
                     std::thread::sleep(Duration::from_millis(50));
                     let s = db.stats();
                     eprintln!(
-                        "probe: checkpoints {} versions {} gc {:?} last {:?}",
+                        "probe: checkpoints {} commits {} versions {} gc {:?} last {:?}",
                         s.checkpoints,
+                        s.commits,
                         s.versions_written,
                         s.gc.blocks_freed,
                         db.last_checkpoint().map(|c| (
+                            c.t_low,
                             c.delta,
                             c.incremental,
                             c.duration,

@@ -385,6 +385,9 @@ struct DbInner {
     failures: Mutex<BackgroundFailures>,
     /// Test hook: the background thread panics at its next tick.
     panic_requested: AtomicBool,
+    /// The last GC round stopped at its copy budget with candidates left:
+    /// the background thread comes back sooner than a tick.
+    gc_backlog: AtomicBool,
     report: RecoveryReport,
     durability: Durability,
     /// Secondary index recovery and statistics.
@@ -482,6 +485,7 @@ impl Database {
             poisoned: Mutex::new(None),
             failures: Mutex::new(BackgroundFailures::default()),
             panic_requested: AtomicBool::new(false),
+            gc_backlog: AtomicBool::new(false),
             report,
             durability: options.durability,
             indexes,
@@ -565,7 +569,7 @@ impl Database {
                 "GC is off (it needs index checkpoints)".into(),
             ));
         }
-        self.inner.gc_round(1, true)?;
+        self.inner.gc_round(1, u64::MAX, true).map(drop)?;
         Ok(self.inner.collector.lock().stats())
     }
 
@@ -1211,10 +1215,11 @@ impl DbInner {
 
 impl DbInner {
     /// One GC round: relocate if at least `min_candidates` blocks
-    /// qualify, checkpoint and unlink when blocks wait for it (at once when
+    /// qualify (stopping after the block that brings the copies to
+    /// `max_copies`), checkpoint and unlink when blocks wait for it (at once when
     /// `now`, else as the pacing allows), then free whatever no reader can
     /// reach.
-    fn gc_round(&self, min_candidates: usize, now: bool) -> Result<()> {
+    fn gc_round(&self, min_candidates: usize, max_copies: u64, now: bool) -> Result<bool> {
         self.wait_for_indexes();
         let mut collector = self.collector.lock();
         collector.release(&self.store);
@@ -1228,7 +1233,8 @@ impl DbInner {
             true => Duration::ZERO,
             false => Duration::from_millis(2),
         };
-        collector.relocate(&self.store, &self.gc, min_candidates, patience)?;
+        let limits = (min_candidates, max_copies);
+        let (_, cut_short) = collector.relocate(&self.store, &self.gc, limits, patience)?;
         if collector.wants_checkpoint(&self.gc, now) {
             if self.durability == Durability::LogFree {
                 self.checkpoint_with(&mut checkpointer)?;
@@ -1237,7 +1243,7 @@ impl DbInner {
         }
         drop(checkpointer);
         collector.release(&self.store);
-        Ok(())
+        Ok(cut_short)
     }
 
     /// Starts folding the checkpoint chain into a new base on a thread of
@@ -1337,6 +1343,10 @@ impl Background {
     }
 }
 
+/// A GC round copies at most this fraction of the checkpoint trigger's
+/// volume (see `DbInner::maintain`).
+const GC_COPY_SHARE: u64 = 8;
+
 /// What maintenance rounds need from options and from earlier rounds.
 struct Maintenance {
     /// When a checkpoint is due (interval, versions); `None` without
@@ -1406,10 +1416,21 @@ impl DbInner {
             }
         }
         self.scrub_step(&mut m.scrub);
+        // GC's copies are versions too: until the next checkpoint, a crash
+        // leaves them to redo before the first transaction. So a round
+        // copies a quarter of the checkpoint trigger's volume at most, and
+        // a round that left candidates behind is checkpointed at once and
+        // followed by the next one after a short pause (`backlog`).
+        let max_copies = m
+            .trigger
+            .map_or(u64::MAX, |(_, volume)| (volume / GC_COPY_SHARE).max(1));
         let gc = match self.gc.enabled {
-            true => self.gc_round(self.gc.batch_blocks.max(1), false),
-            false => Ok(()),
+            true => self.gc_round(self.gc.batch_blocks.max(1), max_copies, false),
+            false => Ok(false),
         };
+        let backlog = matches!(gc, Ok(true));
+        self.gc_backlog.store(backlog, Ordering::Relaxed);
+        let gc = gc.map(drop);
         if let (true, Err(e)) = (background, &gc) {
             self.note_failure(BackgroundWork::Gc, e);
         }
@@ -1419,7 +1440,7 @@ impl DbInner {
         let written = self.store.versions_written();
         let (last_time, last_versions) = *self.checkpointed_at.lock();
         let due = written - last_versions >= volume
-            || (written > last_versions && last_time.elapsed() >= interval);
+            || (written > last_versions && (backlog || last_time.elapsed() >= interval));
         let checkpoint = match due {
             true => self.take_checkpoint().map(drop),
             false => Ok(()),
@@ -1476,17 +1497,19 @@ impl DbInner {
     }
 }
 
-/// Every tick, one round of maintenance (`DbInner::maintain`).
+/// Every tick, one round of maintenance (`DbInner::maintain`); a fifth
+/// of a tick after a round that left GC a backlog.
 fn background_loop(
     db: std::sync::Weak<DbInner>,
     stop: Arc<(Mutex<bool>, parking_lot::Condvar)>,
     tick: Duration,
 ) {
+    let mut pause = tick;
     loop {
         {
             let mut stopped = stop.0.lock();
             if !*stopped {
-                stop.1.wait_for(&mut stopped, tick);
+                stop.1.wait_for(&mut stopped, pause);
             }
             if *stopped {
                 return;
@@ -1499,5 +1522,9 @@ fn background_loop(
         // Failures are counted in `Stats` by the round itself.
         let _ = inner.maintain(true);
         inner.start_fold(&inner);
+        pause = match inner.gc_backlog.load(Ordering::Relaxed) {
+            true => tick / 25,
+            false => tick,
+        };
     }
 }

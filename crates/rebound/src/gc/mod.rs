@@ -200,26 +200,35 @@ impl Collector {
     /// `patience`: how long to wait for older transactions to end.
     /// A damaged slot or a failed copy stops the round with its error
     /// (the block stays as it is).
+    /// Relocates the live versions of candidate blocks and retires them;
+    /// stops early once `max_copies` versions were copied, since every
+    /// copy is redo work for recovery until the next checkpoint. Returns
+    /// the blocks retired and whether it stopped with candidates left.
     pub fn relocate(
         &mut self,
         store: &Store,
         options: &GcOptions,
-        min_candidates: usize,
+        (min_candidates, max_copies): (usize, u64),
         patience: Duration,
-    ) -> Result<usize> {
+    ) -> Result<(usize, bool)> {
         let started = Instant::now();
         if !self.links_checked {
             self.links_checked = repair_links(store).is_ok();
         }
         let candidates = candidates(store, options);
         if candidates.is_empty() || candidates.len() < min_candidates {
-            return Ok(0);
+            return Ok((0, false));
         }
-        let mut retired = 0;
+        let (mut retired, mut copies, mut cut_short) = (0, 0, false);
         for id in candidates.into_iter().take(options.max_blocks_per_round) {
+            if copies >= max_copies {
+                cut_short = true;
+                break;
+            }
             match empty_block(store, id, patience) {
                 Ok(Emptied::Retired(moved)) => {
                     self.stats.versions_relocated += moved;
+                    copies += moved;
                     self.retired.push(id);
                     retired += 1;
                 }
@@ -236,7 +245,7 @@ impl Collector {
         }
         self.stats.rounds += (retired > 0) as u64;
         self.stats.time += started.elapsed();
-        Ok(retired)
+        Ok((retired, cut_short))
     }
 
     /// Stage 2, after a checkpoint that started after the retirements is in
