@@ -1216,9 +1216,10 @@ impl DbInner {
 impl DbInner {
     /// One GC round: relocate if at least `min_candidates` blocks
     /// qualify (stopping after the block that brings the copies to
-    /// `max_copies`), checkpoint and unlink when blocks wait for it (at once when
-    /// `now`, else as the pacing allows), then free whatever no reader can
-    /// reach.
+    /// `max_copies`), checkpoint and unlink when blocks wait for it (at
+    /// once when `now` or when candidates were left, else as the pacing
+    /// allows), then free whatever no reader can reach. True if it retired
+    /// blocks and left candidates for another round.
     fn gc_round(&self, min_candidates: usize, max_copies: u64, now: bool) -> Result<bool> {
         self.wait_for_indexes();
         let mut collector = self.collector.lock();
@@ -1234,8 +1235,13 @@ impl DbInner {
             false => Duration::from_millis(2),
         };
         let limits = (min_candidates, max_copies);
-        let (_, cut_short) = collector.relocate(&self.store, &self.gc, limits, patience)?;
-        if collector.wants_checkpoint(&self.gc, now) {
+        let (retired, left) = collector.relocate(&self.store, &self.gc, limits, patience)?;
+        // Only a round that got somewhere makes the next come sooner.
+        let left = left && retired > 0;
+        // Candidates left: the copies are checkpointed (and their blocks
+        // unlinked) now rather than when the pacing allows, so that redo
+        // after a crash stays at one round's copies.
+        if collector.wants_checkpoint(&self.gc, now || left) {
             if self.durability == Durability::LogFree {
                 self.checkpoint_with(&mut checkpointer)?;
             }
@@ -1243,7 +1249,7 @@ impl DbInner {
         }
         drop(checkpointer);
         collector.release(&self.store);
-        Ok(cut_short)
+        Ok(left)
     }
 
     /// Starts folding the checkpoint chain into a new base on a thread of
@@ -1418,9 +1424,9 @@ impl DbInner {
         self.scrub_step(&mut m.scrub);
         // GC's copies are versions too: until the next checkpoint, a crash
         // leaves them to redo before the first transaction. So a round
-        // copies a quarter of the checkpoint trigger's volume at most, and
-        // a round that left candidates behind is checkpointed at once and
-        // followed by the next one after a short pause (`backlog`).
+        // copies an eighth of the checkpoint trigger's volume at most; a
+        // round that left candidates behind checkpoints at once and is
+        // followed by the next after a short pause (`gc_backlog`).
         let max_copies = m
             .trigger
             .map_or(u64::MAX, |(_, volume)| (volume / GC_COPY_SHARE).max(1));
@@ -1428,8 +1434,8 @@ impl DbInner {
             true => self.gc_round(self.gc.batch_blocks.max(1), max_copies, false),
             false => Ok(false),
         };
-        let backlog = matches!(gc, Ok(true));
-        self.gc_backlog.store(backlog, Ordering::Relaxed);
+        self.gc_backlog
+            .store(matches!(gc, Ok(true)), Ordering::Relaxed);
         let gc = gc.map(drop);
         if let (true, Err(e)) = (background, &gc) {
             self.note_failure(BackgroundWork::Gc, e);
@@ -1440,7 +1446,7 @@ impl DbInner {
         let written = self.store.versions_written();
         let (last_time, last_versions) = *self.checkpointed_at.lock();
         let due = written - last_versions >= volume
-            || (written > last_versions && (backlog || last_time.elapsed() >= interval));
+            || (written > last_versions && last_time.elapsed() >= interval);
         let checkpoint = match due {
             true => self.take_checkpoint().map(drop),
             false => Ok(()),
@@ -1497,8 +1503,8 @@ impl DbInner {
     }
 }
 
-/// Every tick, one round of maintenance (`DbInner::maintain`); a fifth
-/// of a tick after a round that left GC a backlog.
+/// Every tick, one round of maintenance (`DbInner::maintain`); after a
+/// round that left GC a backlog, the next comes after a 25th of a tick.
 fn background_loop(
     db: std::sync::Weak<DbInner>,
     stop: Arc<(Mutex<bool>, parking_lot::Condvar)>,

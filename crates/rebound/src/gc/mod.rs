@@ -72,7 +72,9 @@ pub struct GcOptions {
     pub max_blocks_per_round: usize,
     /// The background thread takes the checkpoint that lets retired blocks
     /// go at most this often (blocks keep being relocated meanwhile), so
-    /// GC costs a bounded number of checkpoints.
+    /// GC costs a bounded number of checkpoints, except while it works off
+    /// more candidates than one round may copy: then every round ends with
+    /// one (redo after a crash stays at one round's copies).
     pub min_checkpoint_interval: Duration,
 }
 
@@ -151,13 +153,15 @@ pub struct Collector {
 }
 
 /// What became of a candidate block.
+/// How emptying a block ended, with the versions it copied (committed
+/// batches count even when the block was not retired in the end).
 enum Emptied {
-    /// Its live versions were relocated (this many); it is retired.
+    /// Its live versions were relocated; it is retired.
     Retired(u64),
     /// Some slot is being written; the block waits for a later round.
-    Busy,
+    Busy(u64),
     /// A transaction older than GC's kept running: the round stops.
-    OlderTransactionRuns,
+    OlderTransactionRuns(u64),
 }
 
 /// A block being emptied, with what is read once for all its slots.
@@ -195,15 +199,14 @@ impl Collector {
                     .is_none_or(|t| t.elapsed() >= options.min_checkpoint_interval))
     }
 
-    /// Stage 1 for up to `max_blocks_per_round` candidates, if at least
-    /// `min_candidates` exist; returns how many blocks were retired.
-    /// `patience`: how long to wait for older transactions to end.
-    /// A damaged slot or a failed copy stops the round with its error
-    /// (the block stays as it is).
-    /// Relocates the live versions of candidate blocks and retires them;
-    /// stops early once `max_copies` versions were copied, since every
-    /// copy is redo work for recovery until the next checkpoint. Returns
-    /// the blocks retired and whether it stopped with candidates left.
+    /// Stage 1: relocates the live versions of candidate blocks and
+    /// retires them, if at least `min_candidates` exist. Stops once
+    /// `max_copies` versions were copied (every copy is redo work for
+    /// recovery until the next checkpoint) or `max_blocks_per_round` blocks
+    /// were tried; returns the blocks retired and whether candidates were
+    /// left for another round. `patience`: how long to wait for older
+    /// transactions to end. A damaged slot or a failed copy stops the round
+    /// with its error (the block stays as it is).
     pub fn relocate(
         &mut self,
         store: &Store,
@@ -219,24 +222,33 @@ impl Collector {
         if candidates.is_empty() || candidates.len() < min_candidates {
             return Ok((0, false));
         }
-        let (mut retired, mut copies, mut cut_short) = (0, 0, false);
+        let mut left = candidates
+            .len()
+            .saturating_sub(options.max_blocks_per_round)
+            > 0;
+        let (mut retired, mut copies) = (0, 0);
         for id in candidates.into_iter().take(options.max_blocks_per_round) {
             if copies >= max_copies {
-                cut_short = true;
+                left = true;
                 break;
             }
-            match empty_block(store, id, patience) {
-                Ok(Emptied::Retired(moved)) => {
-                    self.stats.versions_relocated += moved;
-                    copies += moved;
+            let emptied = empty_block(store, id, patience);
+            let moved = match &emptied {
+                Ok(Emptied::Retired(m) | Emptied::Busy(m) | Emptied::OlderTransactionRuns(m)) => *m,
+                Err(_) => 0,
+            };
+            self.stats.versions_relocated += moved;
+            copies += moved;
+            match emptied {
+                Ok(Emptied::Retired(_)) => {
                     self.retired.push(id);
                     retired += 1;
                 }
-                Ok(Emptied::OlderTransactionRuns) => {
+                Ok(Emptied::OlderTransactionRuns(_)) => {
                     self.stats.blocks_postponed += 1;
                     break;
                 }
-                Ok(Emptied::Busy) => self.stats.blocks_postponed += 1,
+                Ok(Emptied::Busy(_)) => self.stats.blocks_postponed += 1,
                 Err(e) => {
                     self.stats.time += started.elapsed();
                     return Err(e);
@@ -245,7 +257,7 @@ impl Collector {
         }
         self.stats.rounds += (retired > 0) as u64;
         self.stats.time += started.elapsed();
-        Ok((retired, cut_short))
+        Ok((retired, left))
     }
 
     /// Stage 2, after a checkpoint that started after the retirements is in
@@ -349,7 +361,7 @@ const RELOCATIONS_PER_TXN: usize = 32;
 fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied> {
     let table = store.tables[id.table as usize].clone();
     let Some(block) = table.heap.regions[id.region].get(id.seq as usize) else {
-        return Ok(Emptied::Busy);
+        return Ok(Emptied::Busy(0));
     };
     // Slots below the min txn count as dead: a damaged word must stop GC.
     let min_txn = table.heap.min_txn(&store.medium, block).ok_or_else(|| {
@@ -363,7 +375,7 @@ fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied
     for slot in 0..table.heap.def.slots_per_block {
         match classify(store, &table, &candidate, slot) {
             Slot::Dead => {}
-            Slot::Busy => return Ok(Emptied::Busy),
+            Slot::Busy => return Ok(Emptied::Busy(0)),
             Slot::Live(addr) => live.push(addr),
             Slot::Damaged => {
                 return Err(Error::Corrupt(format!(
@@ -373,11 +385,12 @@ fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied
             }
         }
     }
+    let mut copied = 0;
     for batch in live.chunks(RELOCATIONS_PER_TXN) {
         let mut txn = TxnState::begin(store, GC_WORKER);
         let _running = GcTxn::announce(store, txn.id());
         if !others_younger_than(store, txn.id(), patience) {
-            return Ok(Emptied::OlderTransactionRuns);
+            return Ok(Emptied::OlderTransactionRuns(copied));
         }
         for &addr in batch {
             // A head that moved since it was classified was written by
@@ -386,13 +399,14 @@ fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied
             if !txn.relocate(&table, addr)?
                 && !matches!(classify(store, &table, &candidate, addr.slot()), Slot::Dead)
             {
-                return Ok(Emptied::Busy);
+                return Ok(Emptied::Busy(copied));
             }
         }
         txn.commit()?;
+        copied += batch.len() as u64;
     }
     block.retire();
-    Ok(Emptied::Retired(live.len() as u64))
+    Ok(Emptied::Retired(copied))
 }
 
 /// Publishes the running GC transaction's timestamp for its lifetime.

@@ -79,7 +79,7 @@ pub use tile::VersionHeader;
 
 use crate::catalog::{self, TableDef, MAX_WORKERS};
 use crate::error::{Error, Result};
-use crate::medium::{HugeSlice, Medium};
+use crate::medium::{HugeSlice, Medium, HUGE_PAGE_BYTES};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
@@ -199,13 +199,16 @@ impl Block {
 /// running transaction can still reach it, so nobody looks at a recycled
 /// tile through the old block).
 ///
-/// Tiles are allocated in chunks of 1, 2, 4, ... up to
-/// `MAX_TILES_PER_CHUNK` tiles, so that a small table takes little memory
-/// and a large one gets chunks big enough for huge pages (`HugeSlice`).
+/// Tiles are allocated in chunks of 1, 2, 4, ... tiles up to the first
+/// power of two whose chunk spans a huge page (at least 32 tiles), then
+/// in chunks of that size: a small table takes little memory and a large
+/// one gets its headers on huge pages (`HugeSlice`).
 pub struct Tiles {
     chunks: boxcar::Vec<HugeSlice<VersionHeader>>,
     state: Mutex<TileState>,
     capacity: u32,
+    /// Chunks from this one on hold `1 << full_chunk` tiles.
+    full_chunk: u32,
 }
 
 struct TileState {
@@ -213,29 +216,28 @@ struct TileState {
     allocated: u32,
 }
 
-/// Chunks after the first `FIRST_FULL_CHUNK` hold this many tiles each.
-const MAX_TILES_PER_CHUNK: u32 = 1 << FIRST_FULL_CHUNK;
-const FIRST_FULL_CHUNK: u32 = 5;
+/// The smallest full chunk, in tiles (as a power of two).
+const MIN_FULL_CHUNK: u32 = 5;
 
-/// The chunk holding tile `index`, the tile's position in it, and the
-/// chunk's size in tiles.
-fn tile_place(index: u32) -> (usize, u32, u32) {
-    let growing_tiles = MAX_TILES_PER_CHUNK - 1;
+/// The chunk holding tile `index` when chunks from `full_chunk` on hold
+/// `1 << full_chunk` tiles, the tile's position in it, and the chunk's
+/// size in tiles.
+fn tile_place(index: u32, full_chunk: u32) -> (usize, u32, u32) {
+    let full_tiles = 1 << full_chunk;
+    let growing_tiles = full_tiles - 1;
     if index < growing_tiles {
         let chunk = (index + 1).ilog2();
         return (chunk as usize, index + 1 - (1 << chunk), 1 << chunk);
     }
     let past = index - growing_tiles;
-    let chunk = FIRST_FULL_CHUNK + past / MAX_TILES_PER_CHUNK;
-    (
-        chunk as usize,
-        past % MAX_TILES_PER_CHUNK,
-        MAX_TILES_PER_CHUNK,
-    )
+    let chunk = full_chunk + past / full_tiles;
+    (chunk as usize, past % full_tiles, full_tiles)
 }
 
 impl Tiles {
     fn new(capacity: u32) -> Tiles {
+        let tile_bytes = (capacity as usize * std::mem::size_of::<VersionHeader>()).max(1);
+        let tiles_per_huge_page = HUGE_PAGE_BYTES.div_ceil(tile_bytes).next_power_of_two();
         Tiles {
             chunks: boxcar::Vec::new(),
             state: Mutex::new(TileState {
@@ -243,6 +245,7 @@ impl Tiles {
                 allocated: 0,
             }),
             capacity,
+            full_chunk: tiles_per_huge_page.ilog2().max(MIN_FULL_CHUNK),
         }
     }
 
@@ -257,7 +260,7 @@ impl Tiles {
             return index;
         }
         let index = state.allocated;
-        let (chunk, _, tiles) = tile_place(index);
+        let (chunk, _, tiles) = tile_place(index, self.full_chunk);
         if chunk == self.chunks.count() {
             let headers = tiles as usize * self.capacity as usize;
             self.chunks.push(HugeSlice::zeroed(headers));
@@ -272,7 +275,7 @@ impl Tiles {
 
     /// The headers of tile `index`, which `take` returned.
     fn get(&self, index: u32) -> &[VersionHeader] {
-        let (chunk, position, _) = tile_place(index);
+        let (chunk, position, _) = tile_place(index, self.full_chunk);
         let capacity = self.capacity as usize;
         let start = position as usize * capacity;
         &self.chunks[chunk][start..start + capacity]
@@ -283,7 +286,7 @@ impl Tiles {
         if slot >= self.capacity {
             return None;
         }
-        let (chunk, position, _) = tile_place(index);
+        let (chunk, position, _) = tile_place(index, self.full_chunk);
         let at = position as usize * self.capacity as usize + slot as usize;
         self.chunks.get(chunk)?.get(at)
     }
@@ -770,11 +773,7 @@ impl TableHeap {
     /// block is gone or its lengths do not fit this table.
     pub fn copy_slot(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> Option<usize> {
         let at = self.slot_offset(addr)?;
-        let header = SlotHeader::read(medium, at);
-        if !self.fits(&header) {
-            return None;
-        }
-        let len = SLOT_HEADER as usize + header.key_len + header.value_len;
+        let len = self.used_len(&SlotHeader::read(medium, at))?;
         let start = out.len();
         out.resize(start + len, 0);
         medium.read_at(at, out.get_mut(start..)?);
@@ -792,11 +791,21 @@ impl TableHeap {
         SlotWord::decode(self.slot_txn(medium, addr))
     }
 
-    /// Bytes of a slot in use (header, key, value), from its header.
-    pub fn slot_bytes(&self, medium: &Medium, addr: Addr) -> Option<u32> {
-        let at = self.slot_offset(addr)?;
-        let header = SlotHeader::read(medium, at);
-        Some((SLOT_HEADER as usize + header.key_len + header.value_len) as u32)
+    /// Bytes of a slot in use (header, key, value), if its header fits
+    /// the table.
+    fn used_len(&self, header: &SlotHeader) -> Option<usize> {
+        self.fits(header)
+            .then(|| SLOT_HEADER as usize + header.key_len + header.value_len)
+    }
+
+    /// Bytes of a slot in use, from its header; the whole slot if the
+    /// header does not fit the table.
+    pub fn slot_bytes(&self, medium: &Medium, addr: Addr) -> u32 {
+        let header = self
+            .slot_offset(addr)
+            .map(|at| SlotHeader::read(medium, at));
+        let used = header.and_then(|h| self.used_len(&h));
+        used.unwrap_or(self.def.slot_size as usize) as u32
     }
 
     /// Starts writing back the first `bytes` of a slot; the caller fences.
@@ -908,23 +917,27 @@ mod tests {
 
     #[test]
     fn tile_places_fill_each_chunk_in_order_before_the_next() {
-        let mut expected = (0, 0);
-        for index in 0..1000 {
-            let (chunk, position, tiles) = tile_place(index);
-            assert_eq!((chunk, position), expected, "tile {index}");
-            let growing = chunk < FIRST_FULL_CHUNK as usize;
-            assert_eq!(
-                tiles,
-                if growing {
-                    1 << chunk
-                } else {
-                    MAX_TILES_PER_CHUNK
-                }
-            );
-            expected = match position + 1 == tiles {
-                true => (chunk + 1, 0),
-                false => (chunk, position + 1),
-            };
+        for full_chunk in [MIN_FULL_CHUNK, 12] {
+            let mut expected = (0, 0);
+            for index in 0..20_000 {
+                let (chunk, position, tiles) = tile_place(index, full_chunk);
+                assert_eq!((chunk, position), expected, "tile {index}");
+                assert_eq!(tiles, 1 << (chunk as u32).min(full_chunk));
+                expected = match position + 1 == tiles {
+                    true => (chunk + 1, 0),
+                    false => (chunk, position + 1),
+                };
+            }
+        }
+    }
+
+    #[test]
+    fn full_tile_chunks_span_a_huge_page() {
+        for capacity in [16, 100, 998, 2048] {
+            let tiles = Tiles::new(capacity);
+            let bytes = (1usize << tiles.full_chunk) * capacity as usize * 32;
+            assert!(bytes >= HUGE_PAGE_BYTES, "capacity {capacity}");
+            assert!(tiles.full_chunk == MIN_FULL_CHUNK || bytes < 2 * HUGE_PAGE_BYTES);
         }
     }
 

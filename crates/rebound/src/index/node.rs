@@ -1,6 +1,7 @@
-//! Fixed-size 4 KiB nodes, their version lock, and the index's only `unsafe`:
-//! turning a validated child word or the root pointer back into a node
-//! reference, and freeing the nodes when the tree is dropped.
+//! Fixed-size 4 KiB nodes, their version lock, and (with `node_memory.rs`,
+//! where nodes live) the index's only `unsafe`: turning a validated child
+//! word or the root pointer back into a node reference, and freeing the
+//! nodes when the tree is dropped.
 //!
 //! Everything an optimistic reader may touch while a writer changes it is an
 //! atomic, so an optimistic read is never a data race. Every count, offset and

@@ -17,7 +17,11 @@ use parking_lot::Mutex;
 
 use super::node::{Node, NODE_BYTES};
 
-const CHUNK_BYTES: usize = 2 << 20;
+const CHUNK_BYTES: usize = crate::medium::HUGE_PAGE_BYTES;
+const _: () = assert!(
+    CHUNK_BYTES.is_multiple_of(NODE_BYTES) && std::mem::align_of::<Node>() <= NODE_BYTES,
+    "a chunk is a whole number of aligned nodes"
+);
 
 struct Pool {
     /// Addresses of freed nodes.
@@ -59,13 +63,7 @@ fn new_chunk() -> usize {
     if chunk.is_null() {
         handle_alloc_error(layout);
     }
-    // SAFETY: `chunk` is a fresh, exclusively owned allocation of
-    // CHUNK_BYTES; MADV_HUGEPAGE only changes how the kernel backs it, never
-    // its contents or validity. Failure (a kernel without THP) is harmless.
-    #[cfg(target_os = "linux")]
-    unsafe {
-        libc::madvise(chunk.cast(), CHUNK_BYTES, libc::MADV_HUGEPAGE);
-    }
+    crate::medium::advise_huge_pages(chunk, CHUNK_BYTES);
     chunk.expose_provenance()
 }
 
@@ -73,12 +71,11 @@ fn new_chunk() -> usize {
 /// huge-page chunks. Dropping it returns the memory to the pool.
 pub(crate) struct OwnedNode(NonNull<Node>);
 
-// SAFETY: an `OwnedNode` is the unique owner of its node, like a `Box`, and
-// `Node` is `Send + Sync` (atomics and one plain word never written after
-// construction).
-unsafe impl Send for OwnedNode {}
-// SAFETY: as above.
-unsafe impl Sync for OwnedNode {}
+// SAFETY: an `OwnedNode` is the unique owner of its node, like a `Box`, so
+// it may cross threads when the node may.
+unsafe impl Send for OwnedNode where Node: Send {}
+// SAFETY: as above; shared access hands out `&Node` only.
+unsafe impl Sync for OwnedNode where Node: Sync {}
 
 impl OwnedNode {
     pub(crate) fn new(node: Node) -> Self {

@@ -11,7 +11,24 @@ use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::ops::Deref;
 use std::ptr::NonNull;
 
-const HUGE_PAGE: usize = 2 << 20;
+/// The transparent huge page size on x86-64.
+pub(crate) const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+/// Asks the kernel to back `[start, start + len)` with transparent huge
+/// pages, for memory about to be touched for the first time. A hint: it
+/// never changes what the memory holds, and a refusal (no THP, an
+/// unaligned range) only leaves 4 KiB pages.
+pub(crate) fn advise_huge_pages(start: *const u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: MADV_HUGEPAGE changes how the kernel backs the pages, never
+    // their contents or which addresses are valid; on an unmapped range it
+    // fails with ENOMEM and does nothing.
+    unsafe {
+        libc::madvise(start.cast_mut().cast(), len, libc::MADV_HUGEPAGE);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (start, len);
+}
 
 /// An owned, fixed-length slice of `T`, zeroed at allocation.
 pub struct HugeSlice<T> {
@@ -31,8 +48,8 @@ impl<T: bytemuck::Zeroable> HugeSlice<T> {
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
             .expect("HugeSlice size overflows");
-        let align = match bytes >= HUGE_PAGE {
-            true => HUGE_PAGE.max(std::mem::align_of::<T>()),
+        let align = match bytes >= HUGE_PAGE_BYTES {
+            true => HUGE_PAGE_BYTES.max(std::mem::align_of::<T>()),
             false => std::mem::align_of::<T>(),
         };
         let layout = Layout::from_size_align(bytes, align).expect("HugeSlice layout");
@@ -48,14 +65,8 @@ impl<T: bytemuck::Zeroable> HugeSlice<T> {
         let Some(ptr) = NonNull::new(raw.cast::<T>()) else {
             handle_alloc_error(layout);
         };
-        #[cfg(target_os = "linux")]
-        if bytes >= HUGE_PAGE {
-            // SAFETY: `raw` is a fresh allocation of `bytes` bytes that nobody
-            // else can see; MADV_HUGEPAGE changes how the kernel backs it,
-            // never its contents. Failure (no THP) is harmless.
-            unsafe {
-                libc::madvise(raw.cast(), bytes - bytes % HUGE_PAGE, libc::MADV_HUGEPAGE);
-            }
+        if bytes >= HUGE_PAGE_BYTES {
+            advise_huge_pages(raw, bytes - bytes % HUGE_PAGE_BYTES);
         }
         // SAFETY: `raw` is valid for writes of `bytes` bytes; all-zero bytes
         // are a valid `T` (`Zeroable`), so the slice is initialised after this.
@@ -76,17 +87,16 @@ impl<T> Deref for HugeSlice<T> {
 
 impl<T> Drop for HugeSlice<T> {
     fn drop(&mut self) {
-        if self.layout.size() == 0 {
-            return;
-        }
-        // SAFETY: the values are initialised and owned by `self`, and the
-        // memory came from `alloc` with exactly `self.layout`.
+        // SAFETY: the values are initialised and owned by `self`.
         unsafe {
             std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
                 self.ptr.as_ptr(),
                 self.len,
             ));
-            dealloc(self.ptr.as_ptr().cast(), self.layout);
+        }
+        if self.layout.size() > 0 {
+            // SAFETY: the memory came from `alloc` with exactly `self.layout`.
+            unsafe { dealloc(self.ptr.as_ptr().cast(), self.layout) };
         }
     }
 }

@@ -36,7 +36,7 @@ mod flush;
 mod mapping;
 mod sim;
 
-pub(crate) use dram::HugeSlice;
+pub(crate) use dram::{advise_huge_pages, HugeSlice, HUGE_PAGE_BYTES};
 pub(crate) use mapping::on_tmpfs;
 pub use sim::SimDevice;
 

@@ -734,6 +734,23 @@ pub struct WriteSet {
 }
 
 impl WriteSet {
+    /// Bytes of `write`'s slot in use: as recorded, unless a rewrite in
+    /// place may have changed them.
+    fn slot_bytes(&self, write: &Write, heap: &TableHeap, medium: &Medium) -> u32 {
+        match self.rewrote {
+            true => heap.slot_bytes(medium, write.new),
+            false => write.bytes,
+        }
+    }
+
+    /// Whether `write`'s version deletes its key (see `slot_bytes`).
+    fn deletes(&self, write: &Write, heap: &TableHeap, medium: &Medium) -> bool {
+        match self.rewrote {
+            true => heap.tombstone(medium, write.new) == Some(true),
+            false => write.tombstone,
+        }
+    }
+
     fn new(worker: usize) -> WriteSet {
         WriteSet {
             ts: 0,
@@ -1220,14 +1237,25 @@ impl<'s> TxnState<'s> {
             self.discard(table, new)?;
             return Ok(false);
         }
-        set.writes.push(Write {
+        set.writes.push(self.written(table, new, Some(head), value));
+        Ok(true)
+    }
+
+    /// The write-set entry of a version just encoded in `self.buf`.
+    fn written(
+        &self,
+        table: &TableRt,
+        new: Addr,
+        prev: Option<Addr>,
+        value: Option<&[u8]>,
+    ) -> Write {
+        Write {
             table: table.heap.def.id,
             new,
-            prev: Some(head),
+            prev,
             bytes: self.buf.len() as u32,
             tombstone: value.is_none(),
-        });
-        Ok(true)
+        }
     }
 
     /// What a write must answer instead of writing, given whether the key exists.
@@ -1282,13 +1310,7 @@ impl<'s> TxnState<'s> {
         header.begin.store(PENDING | self.ts, Release);
         match table.index.insert_if_absent(key, new.0, self.ts, self.ts) {
             Ok(()) => {
-                set.writes.push(Write {
-                    table: table.heap.def.id,
-                    new,
-                    prev: None,
-                    bytes: self.buf.len() as u32,
-                    tombstone: value.is_none(),
-                });
+                set.writes.push(self.written(table, new, None, value));
                 Ok(true)
             }
             Err(e) => {
@@ -1437,11 +1459,7 @@ impl<'s> TxnState<'s> {
         let store = self.store;
         for w in &set.writes {
             let heap = &store.tables[w.table as usize].heap;
-            let bytes = match set.rewrote {
-                true => heap.slot_bytes(&store.medium, w.new),
-                false => Some(w.bytes),
-            };
-            heap.persist_slot(&store.medium, w.new, bytes.unwrap_or(0));
+            heap.persist_slot(&store.medium, w.new, set.slot_bytes(w, heap, &store.medium));
         }
         store.medium.fence()?;
         // A moved transaction's versions are all in its long region, whose
@@ -1460,11 +1478,7 @@ impl<'s> TxnState<'s> {
             if let Some(header) = heap.header(w.new) {
                 header.begin.store(self.ts, Release);
             }
-            let tombstone = match set.rewrote {
-                true => heap.tombstone(&store.medium, w.new) == Some(true),
-                false => w.tombstone,
-            };
-            if tombstone {
+            if set.deletes(w, heap, &store.medium) {
                 deleted.push((w.table, w.new));
             }
             if let Some(prev) = w.prev {
