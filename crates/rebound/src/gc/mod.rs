@@ -149,10 +149,13 @@ pub struct Collector {
     links_checked: bool,
     /// When GC last made a checkpoint happen.
     last_checkpoint: Option<Instant>,
+    /// Candidates a round cut short left, for the next round: rounds
+    /// follow each other within a millisecond then, and finding
+    /// candidates reads every block's bitmap.
+    pending: Vec<BlockId>,
     stats: GcStats,
 }
 
-/// What became of a candidate block.
 /// How emptying a block ended, with the versions it copied (committed
 /// batches count even when the block was not retired in the end).
 enum Emptied {
@@ -218,20 +221,24 @@ impl Collector {
         if !self.links_checked {
             self.links_checked = repair_links(store).is_ok();
         }
-        let candidates = candidates(store, options);
+        let candidates = match self.pending.is_empty() {
+            true => candidates(store, options),
+            false => std::mem::take(&mut self.pending),
+        };
+        let candidates: Vec<BlockId> = candidates
+            .into_iter()
+            .filter(|id| still_candidate(store, id))
+            .collect();
         if candidates.is_empty() || candidates.len() < min_candidates {
             return Ok((0, false));
         }
-        let mut left = candidates
-            .len()
-            .saturating_sub(options.max_blocks_per_round)
-            > 0;
         let (mut retired, mut copies) = (0, 0);
-        for id in candidates.into_iter().take(options.max_blocks_per_round) {
+        let mut tried = 0;
+        for &id in candidates.iter().take(options.max_blocks_per_round) {
             if copies >= max_copies {
-                left = true;
                 break;
             }
+            tried += 1;
             let emptied = empty_block(store, id, patience);
             let moved = match &emptied {
                 Ok(Emptied::Retired(m) | Emptied::Busy(m) | Emptied::OlderTransactionRuns(m)) => *m,
@@ -255,9 +262,10 @@ impl Collector {
                 }
             }
         }
+        self.pending = candidates.get(tried..).unwrap_or_default().to_vec();
         self.stats.rounds += (retired > 0) as u64;
         self.stats.time += started.elapsed();
-        Ok((retired, left))
+        Ok((retired, !self.pending.is_empty()))
     }
 
     /// Stage 2, after a checkpoint that started after the retirements is in
@@ -349,6 +357,29 @@ fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
     }
     found.sort_by_key(|&(obsolete, _)| std::cmp::Reverse(obsolete));
     found.into_iter().map(|(_, id)| id).collect()
+}
+
+/// Whether a block found as a candidate earlier is still one GC may
+/// empty: present at the same place, not retired, and before its
+/// region's current block.
+fn still_candidate(store: &Store, id: &BlockId) -> bool {
+    let Some(table) = store.tables.get(id.table as usize) else {
+        return false;
+    };
+    if table.is_loading() || table.is_damaged() {
+        return false;
+    }
+    let Some(region) = table.heap.regions.get(id.region) else {
+        return false;
+    };
+    let current = region.cursor.lock().block;
+    region.get(id.seq as usize).is_some_and(|block| {
+        block.seq == id.seq
+            && block.seq < current
+            && !block.is_vacant()
+            && !block.is_retired()
+            && block.offset() == id.offset
+    })
 }
 
 /// Versions relocated per system transaction: few enough that user
