@@ -1234,6 +1234,9 @@ impl DbInner {
             true => Duration::ZERO,
             false => Duration::from_millis(2),
         };
+        if now {
+            collector.forget_pending();
+        }
         let limits = (min_candidates, max_copies);
         let (retired, left) = collector.relocate(&self.store, &self.gc, limits, patience)?;
         // Only a round that got somewhere makes the next come sooner.

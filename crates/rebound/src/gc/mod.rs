@@ -268,6 +268,13 @@ impl Collector {
         Ok((retired, !self.pending.is_empty()))
     }
 
+    /// Makes the next round look for candidates afresh rather than take
+    /// up what a round cut short left (an explicit collection wants them
+    /// all).
+    pub fn forget_pending(&mut self) {
+        self.pending.clear();
+    }
+
     /// Stage 2, after a checkpoint that started after the retirements is in
     /// force: unlinks the retired blocks from their chains.
     pub fn checkpoint_done(&mut self, store: &Store) -> Result<()> {
