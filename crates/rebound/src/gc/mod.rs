@@ -149,9 +149,9 @@ pub struct Collector {
     links_checked: bool,
     /// When GC last made a checkpoint happen.
     last_checkpoint: Option<Instant>,
-    /// Candidates a round cut short left, for the next round: rounds
-    /// follow each other within a millisecond then, and finding
-    /// candidates reads every block's bitmap.
+    /// Candidates a round that retired blocks left untried, for the next
+    /// round, which comes within a millisecond when the round was cut
+    /// short (finding candidates reads every block's bitmap).
     pending: Vec<BlockId>,
     stats: GcStats,
 }
@@ -203,13 +203,15 @@ impl Collector {
     }
 
     /// Stage 1: relocates the live versions of candidate blocks and
-    /// retires them, if at least `min_candidates` exist. Stops once
-    /// `max_copies` versions were copied (every copy is redo work for
-    /// recovery until the next checkpoint) or `max_blocks_per_round` blocks
-    /// were tried; returns the blocks retired and whether candidates were
-    /// left for another round. `patience`: how long to wait for older
-    /// transactions to end. A damaged slot or a failed copy stops the round
-    /// with its error (the block stays as it is).
+    /// retires them, if at least `min_candidates` exist (the previous
+    /// round's untried ones, checked again, while enough of them remain).
+    /// Stops once `max_copies` versions were copied (every copy is redo
+    /// work for recovery until the next checkpoint) or
+    /// `max_blocks_per_round` blocks were tried; returns the blocks retired
+    /// and whether one of those two limits left candidates untried.
+    /// `patience`: how long to wait for older transactions to end. A
+    /// damaged slot or a failed copy stops the round with its error (the
+    /// block stays as it is).
     pub fn relocate(
         &mut self,
         store: &Store,
@@ -221,24 +223,24 @@ impl Collector {
         if !self.links_checked {
             self.links_checked = repair_links(store).is_ok();
         }
-        let candidates = match self.pending.is_empty() {
-            true => candidates(store, options),
-            false => std::mem::take(&mut self.pending),
-        };
-        let candidates: Vec<BlockId> = candidates
+        let pending: Vec<BlockId> = std::mem::take(&mut self.pending)
             .into_iter()
             .filter(|id| still_candidate(store, id))
             .collect();
+        let candidates = match pending.len() >= min_candidates.max(1) {
+            true => pending,
+            false => candidates(store, options),
+        };
         if candidates.is_empty() || candidates.len() < min_candidates {
             return Ok((0, false));
         }
-        let (mut retired, mut copies) = (0, 0);
+        let (mut retired, mut copies, mut cut_short) = (0, 0, false);
         let mut tried = 0;
         for &id in candidates.iter().take(options.max_blocks_per_round) {
             if copies >= max_copies {
+                cut_short = true;
                 break;
             }
-            tried += 1;
             let emptied = empty_block(store, id, patience);
             let moved = match &emptied {
                 Ok(Emptied::Retired(m) | Emptied::Busy(m) | Emptied::OlderTransactionRuns(m)) => *m,
@@ -251,6 +253,7 @@ impl Collector {
                     self.retired.push(id);
                     retired += 1;
                 }
+                // The block goes first next time.
                 Ok(Emptied::OlderTransactionRuns(_)) => {
                     self.stats.blocks_postponed += 1;
                     break;
@@ -261,11 +264,17 @@ impl Collector {
                     return Err(e);
                 }
             }
+            tried += 1;
         }
-        self.pending = candidates.get(tried..).unwrap_or_default().to_vec();
+        cut_short |= tried == options.max_blocks_per_round && candidates.len() > tried;
+        // Kept only after progress: the next round then comes soon, and the
+        // list is no staler than that.
+        if retired > 0 {
+            self.pending = candidates.get(tried..).unwrap_or_default().to_vec();
+        }
         self.stats.rounds += (retired > 0) as u64;
         self.stats.time += started.elapsed();
-        Ok((retired, !self.pending.is_empty()))
+        Ok((retired, cut_short))
     }
 
     /// Makes the next round look for candidates afresh rather than take
