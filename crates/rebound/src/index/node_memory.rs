@@ -26,6 +26,10 @@ const _: () = assert!(
 struct Pool {
     /// Addresses of freed nodes.
     free: Vec<usize>,
+    /// The same, as a set: a node freed twice would later be handed out
+    /// twice, and two trees would share it.
+    #[cfg(debug_assertions)]
+    freed: std::collections::BTreeSet<usize>,
     /// The unused part of the newest chunk.
     next: usize,
     end: usize,
@@ -33,6 +37,8 @@ struct Pool {
 
 static POOL: Mutex<Pool> = Mutex::new(Pool {
     free: Vec::new(),
+    #[cfg(debug_assertions)]
+    freed: std::collections::BTreeSet::new(),
     next: 0,
     end: 0,
 });
@@ -41,7 +47,11 @@ static POOL: Mutex<Pool> = Mutex::new(Pool {
 fn allocate() -> NonNull<Node> {
     let mut pool = POOL.lock();
     let address = match pool.free.pop() {
-        Some(address) => address,
+        Some(address) => {
+            #[cfg(debug_assertions)]
+            pool.freed.remove(&address);
+            address
+        }
         None => {
             if pool.next == pool.end {
                 let chunk = new_chunk();
@@ -125,6 +135,13 @@ impl Drop for OwnedNode {
     fn drop(&mut self) {
         // `Node` holds atomics and integers only: nothing to drop in place.
         const { assert!(!std::mem::needs_drop::<Node>()) };
-        POOL.lock().free.push(self.0.as_ptr().expose_provenance());
+        let address = self.0.as_ptr().expose_provenance();
+        let mut pool = POOL.lock();
+        #[cfg(debug_assertions)]
+        assert!(
+            pool.freed.insert(address),
+            "index node {address:#x} freed twice"
+        );
+        pool.free.push(address);
     }
 }
