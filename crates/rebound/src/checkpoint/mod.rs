@@ -297,6 +297,11 @@ impl Checkpointer {
         // (which then covers what this take drops).
         store.changes.record(self.mode == CheckpointMode::Chain);
         let changes = store.changes.take(store.tables.count());
+        // A commit recorded before this take must be published before the
+        // walk below, which skips versions not yet committed: otherwise
+        // neither this image nor the next delta (whose record we just
+        // took) would hold it.
+        store.changes.wait_for_publishing();
         let kind = match (base.as_ref().map(|b| b.extend), &changes) {
             (Some(extend), Changes::Complete(_)) => {
                 match self.choose(store, &samples, &mut stats) {

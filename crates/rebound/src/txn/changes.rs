@@ -9,7 +9,7 @@
 
 use crate::heap::Addr;
 use crossbeam_utils::CachePadded;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 
 /// Entries a worker records before the log gives up (16 B each).
 const MAX_PER_WORKER: usize = 1 << 22;
@@ -23,6 +23,9 @@ pub struct ChangeLog {
     overflowed: AtomicBool,
     /// Each on its own cache line: workers append on every commit.
     workers: Box<[CachePadded<WorkerChanges>]>,
+    /// Per worker, odd while a commit is between recording its versions
+    /// and publishing them (see `wait_for_publishing`).
+    publishing: Box<[CachePadded<AtomicU64>]>,
 }
 
 /// What a checkpoint took from the log.
@@ -40,6 +43,9 @@ impl ChangeLog {
             overflowed: AtomicBool::new(false),
             workers: (0..workers)
                 .map(|_| CachePadded::new(parking_lot::Mutex::new(Vec::new())))
+                .collect(),
+            publishing: (0..workers)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
         }
     }
@@ -63,6 +69,44 @@ impl ChangeLog {
             return;
         }
         list.extend(versions);
+    }
+
+    /// Records a committing write set whose versions are about to be
+    /// published; `published` must follow once they are.
+    pub fn add_publishing(
+        &self,
+        worker: usize,
+        versions: impl ExactSizeIterator<Item = (u32, Addr)>,
+    ) {
+        if let Some(counter) = self.publishing.get(worker) {
+            counter.fetch_add(1, SeqCst);
+        }
+        self.add(worker, versions);
+    }
+
+    /// The versions `add_publishing` recorded are published.
+    pub fn published(&self, worker: usize) {
+        if let Some(counter) = self.publishing.get(worker) {
+            counter.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// Returns once every commit that recorded its versions before the
+    /// call has published them. A checkpoint that walks the index skips
+    /// versions not yet committed; without this wait, a commit recorded
+    /// before the checkpoint's `take` but published after its walk would
+    /// be in neither that image nor the next delta.
+    pub fn wait_for_publishing(&self) {
+        let backoff = crossbeam_utils::Backoff::new();
+        for counter in self.publishing.iter() {
+            let seen = counter.load(SeqCst);
+            if seen % 2 == 0 {
+                continue;
+            }
+            while counter.load(SeqCst) == seen {
+                backoff.snooze();
+            }
+        }
     }
 
     /// Makes the next `take` incomplete: what was taken was not written.

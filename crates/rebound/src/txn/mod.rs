@@ -1411,13 +1411,14 @@ impl<'s> TxnState<'s> {
             // next checkpoint) knows the next delta has its successor.
             store
                 .changes
-                .add(self.worker, set.writes.iter().map(|w| (w.table, w.new)));
+                .add_publishing(self.worker, set.writes.iter().map(|w| (w.table, w.new)));
             self.publish(&set);
             if set.region != self.worker {
                 self.touch_written_keys(&set);
                 store.long_published[set.region - crate::catalog::LONG_REGIONS]
                     .fetch_max(self.ts, SeqCst);
             }
+            store.changes.published(self.worker);
             set.writes.clear();
         }
         drop(set);

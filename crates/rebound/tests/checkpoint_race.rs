@@ -1,0 +1,117 @@
+//! Commits that race a checkpoint: a commit records its versions for the
+//! next delta and then publishes them, so a checkpoint that walks the
+//! index can meet versions it must skip (not yet committed) whose record
+//! it has already taken. They must still reach the chain.
+
+mod common;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rebound::{CheckpointMode, Database, MediumChoice, Options, SimDevice, TableOptions};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+
+const WRITERS: u64 = 4;
+const ROUNDS: usize = 80;
+const SPINNERS: usize = 2;
+/// Keys a writer commits at most, so that a starved checkpointer cannot
+/// let the writers fill the device.
+const MAX_KEYS: u64 = 100_000;
+
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, SeqCst);
+    }
+}
+
+fn key(writer: u64, n: u64) -> [u8; 8] {
+    ((writer << 40) | n).to_be_bytes()
+}
+
+/// Writers commit large transactions of fresh keys while the first
+/// checkpoint (a full walk) and then deltas run; after a clean close,
+/// every acknowledged key must be read back.
+#[test]
+fn commits_racing_a_full_checkpoint_reach_the_chain() {
+    common::each_seed(|seed| {
+        let mut rng = StdRng::seed_from_u64(seed);
+        for round in 0..ROUNDS {
+            let device = SimDevice::new(1 << 28);
+            let options = Options::default()
+                .medium(MediumChoice::Simulated(device.clone()))
+                .background_thread(false)
+                .checkpoint(CheckpointMode::Chain);
+            let db = Database::open("unused", options).unwrap();
+            let t = db
+                .create_table("t", TableOptions::default().max_key_len(8))
+                .unwrap();
+            let batch = rng.gen_range(500..3000u64);
+            let checkpoint_after = rng.gen_range(1..3u64);
+            let stop = AtomicBool::new(false);
+            let finished = AtomicU64::new(0);
+            let committed: Vec<AtomicU64> = (0..WRITERS).map(|_| AtomicU64::new(0)).collect();
+            std::thread::scope(|scope| {
+                // Stops every thread also when this one panics.
+                let _stop_all = StopOnDrop(&stop);
+                // More runnable threads than cores: writers get preempted
+                // between recording and publishing, which opens the race.
+                for _ in 0..SPINNERS {
+                    let stop = &stop;
+                    scope.spawn(move || {
+                        while !stop.load(SeqCst) {
+                            std::hint::spin_loop();
+                        }
+                    });
+                }
+                for writer in 0..WRITERS {
+                    let (db, t, stop, done) = (&db, &t, &stop, &committed[writer as usize]);
+                    let finished = &finished;
+                    scope.spawn(move || {
+                        let mut session = db.session().unwrap();
+                        let mut next = 0;
+                        while !stop.load(SeqCst) && next < MAX_KEYS {
+                            let mut tx = session.begin();
+                            for n in next..next + batch {
+                                tx.put(t, &key(writer, n), b"v").unwrap();
+                            }
+                            tx.commit().unwrap();
+                            next += batch;
+                            done.store(next, SeqCst);
+                        }
+                        finished.fetch_add(1, SeqCst);
+                    });
+                }
+                let total = || committed.iter().map(|c| c.load(SeqCst)).sum::<u64>();
+                for _ in 0..3 {
+                    let target = total() + checkpoint_after * batch;
+                    while total() < target && finished.load(SeqCst) < WRITERS {
+                        std::hint::spin_loop();
+                    }
+                    db.checkpoint().unwrap();
+                }
+                stop.store(true, SeqCst);
+            });
+            drop(t);
+            db.close().unwrap();
+            let options = Options::default()
+                .medium(MediumChoice::Simulated(device.clean_copy()))
+                .background_thread(false)
+                .checkpoint(CheckpointMode::Chain);
+            let db = Database::open("unused", options).unwrap();
+            let t = db.table("t").unwrap().unwrap();
+            let mut session = db.session().unwrap();
+            let mut tx = session.begin();
+            for (writer, done) in committed.iter().enumerate() {
+                let done = done.load(SeqCst);
+                let present = (0..done)
+                    .filter(|&n| tx.get(&t, &key(writer as u64, n)).unwrap().is_some())
+                    .count() as u64;
+                assert_eq!(
+                    present, done,
+                    "seed {seed} round {round}: writer {writer} committed {done} keys, {present} survived a clean close"
+                );
+            }
+        }
+    });
+}
