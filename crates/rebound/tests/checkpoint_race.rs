@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
 const WRITERS: u64 = 4;
 const ROUNDS: usize = 80;
+/// Keys of the background-merge test's table.
+const KEYS: u64 = 20_000;
 const SPINNERS: usize = 2;
 /// Keys a writer commits at most, so that a starved checkpointer cannot
 /// let the writers fill the device.
@@ -112,6 +114,85 @@ fn commits_racing_a_full_checkpoint_reach_the_chain() {
                     "seed {seed} round {round}: writer {writer} committed {done} keys, {present} survived a clean close"
                 );
             }
+        }
+    });
+}
+
+/// With the background thread, deltas are merged on a thread of their own
+/// while checkpoints go on adding deltas on top; the next checkpoint
+/// installs the merged delta under them. Crash images taken between
+/// transactions (the background thread running) and the clean close
+/// must each read back exactly what was acknowledged before them.
+#[test]
+fn deltas_merged_in_the_background_keep_every_acknowledged_write() {
+    common::each_seed(|seed| {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let device = SimDevice::new(1 << 28);
+        let options = |device: &SimDevice| {
+            Options::default()
+                .medium(MediumChoice::Simulated(device.clone()))
+                .checkpoint(CheckpointMode::Chain)
+                .checkpoint_chain_depth(4)
+                .checkpoint_interval(std::time::Duration::from_millis(1))
+        };
+        let db = Database::open("unused", options(&device)).unwrap();
+        let t = db
+            .create_table("t", TableOptions::default().max_key_len(8))
+            .unwrap();
+        let mut session = db.session().unwrap();
+        let mut model = std::collections::BTreeMap::new();
+        let mut images = Vec::new();
+        let mut longest = 0;
+        // A base large against the deltas, so that merges outnumber folds.
+        let mut tx = session.begin();
+        for key in 0..KEYS {
+            tx.put(&t, &key.to_be_bytes(), &u64::MAX.to_le_bytes())
+                .unwrap();
+            model.insert(key.to_be_bytes(), u64::MAX.to_le_bytes());
+        }
+        tx.commit().unwrap();
+        for round in 0..2000u64 {
+            let mut tx = session.begin();
+            for _ in 0..rng.gen_range(1..30) {
+                let key = rng.gen_range(0..KEYS).to_be_bytes();
+                if rng.gen_ratio(1, 5) {
+                    tx.delete(&t, &key).unwrap();
+                    model.remove(&key);
+                } else {
+                    let value = round.to_le_bytes();
+                    tx.put(&t, &key, &value).unwrap();
+                    model.insert(key, value);
+                }
+            }
+            tx.commit().unwrap();
+            if let Some(stats) = db.last_checkpoint() {
+                longest = longest.max(stats.chain_length);
+            }
+            if rng.gen_ratio(1, 200) {
+                images.push((device.crash(rng.gen()), model.clone()));
+            }
+        }
+        drop((session, t));
+        db.close().unwrap();
+        images.push((device.clean_copy(), model));
+        assert!(
+            longest <= 4 + 4,
+            "seed {seed}: the chain grew to {longest} images"
+        );
+        for (i, (image, model)) in images.into_iter().enumerate() {
+            let db = Database::open("unused", options(&image)).unwrap();
+            let t = db.table("t").unwrap().unwrap();
+            let mut session = db.session().unwrap();
+            let mut tx = session.begin();
+            let found: Vec<(Vec<u8>, Vec<u8>)> = tx.scan::<&[u8]>(&t, .., usize::MAX).unwrap();
+            let expected: Vec<(Vec<u8>, Vec<u8>)> = model
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .collect();
+            assert!(
+                found == expected,
+                "seed {seed}: image {i} differs from the model"
+            );
         }
     });
 }

@@ -280,7 +280,7 @@ impl Checkpointer {
     fn take_once(&mut self, store: &Store) -> Result<CheckpointStats> {
         let started = Instant::now();
         self.release_deferred(store);
-        self.install_fold(store)?;
+        let installed = self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
         let mut base = self.current.clone().filter(|c| c.extend != Extend::Nothing);
         let samples: Vec<_> = store
@@ -290,6 +290,7 @@ impl Checkpointer {
             .collect();
         let mut stats = CheckpointStats {
             t_low,
+            deltas_merged: installed,
             ..Default::default()
         };
         // After the horizons: every version older than them was published
@@ -391,7 +392,7 @@ impl Checkpointer {
         if self
             .current
             .as_ref()
-            .is_some_and(|c| c.extents.len() >= self.compact_depth)
+            .is_some_and(|c| self.merges_inline(c.extents.len()))
         {
             stats.deltas_merged += self.compact(store)?;
         }
@@ -399,7 +400,7 @@ impl Checkpointer {
             if let Some(job) = self.fold_job() {
                 let outcome = job.run(store);
                 self.fold_done(outcome);
-                self.install_fold(store)?;
+                stats.deltas_merged += self.install_fold(store)?;
                 stats.folded = true;
             }
         }
