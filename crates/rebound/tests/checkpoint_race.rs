@@ -7,7 +7,7 @@ mod common;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rebound::{CheckpointMode, Database, MediumChoice, Options, SimDevice, TableOptions};
+use rebound::{CheckpointMode, Database, Error, MediumChoice, Options, SimDevice, TableOptions};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
 const WRITERS: u64 = 4;
@@ -152,19 +152,37 @@ fn deltas_merged_in_the_background_keep_every_acknowledged_write() {
         }
         tx.commit().unwrap();
         for round in 0..2000u64 {
-            let mut tx = session.begin();
-            for _ in 0..rng.gen_range(1..30) {
-                let key = rng.gen_range(0..KEYS).to_be_bytes();
-                if rng.gen_ratio(1, 5) {
-                    tx.delete(&t, &key).unwrap();
-                    model.remove(&key);
-                } else {
-                    let value = round.to_le_bytes();
-                    tx.put(&t, &key, &value).unwrap();
-                    model.insert(key, value);
+            // `None` deletes.
+            let writes: Vec<([u8; 8], Option<[u8; 8]>)> = (0..rng.gen_range(1..30))
+                .map(|_| {
+                    let key = rng.gen_range(0..KEYS).to_be_bytes();
+                    (key, (!rng.gen_ratio(1, 5)).then_some(round.to_le_bytes()))
+                })
+                .collect();
+            // A GC copy the writer waits for too long is a conflict: retry.
+            let write_all = |tx: &mut rebound::Transaction<'_>| {
+                for (key, value) in &writes {
+                    match value {
+                        Some(value) => tx.put(&t, key, value).map(drop)?,
+                        None => tx.delete(&t, key).map(drop)?,
+                    }
+                }
+                Ok::<(), Error>(())
+            };
+            loop {
+                let mut tx = session.begin();
+                match write_all(&mut tx).and_then(|()| tx.commit()) {
+                    Ok(()) => break,
+                    Err(Error::Conflict) => continue,
+                    Err(e) => panic!("seed {seed} round {round}: {e}"),
                 }
             }
-            tx.commit().unwrap();
+            for (key, value) in writes {
+                match value {
+                    Some(value) => model.insert(key, value),
+                    None => model.remove(&key),
+                };
+            }
             if let Some(stats) = db.last_checkpoint() {
                 longest = longest.max(stats.chain_length);
             }
