@@ -280,7 +280,7 @@ impl Checkpointer {
     fn take_once(&mut self, store: &Store) -> Result<CheckpointStats> {
         let started = Instant::now();
         self.release_deferred(store);
-        let installed = self.install_fold(store)?;
+        self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
         let mut base = self.current.clone().filter(|c| c.extend != Extend::Nothing);
         let samples: Vec<_> = store
@@ -290,7 +290,6 @@ impl Checkpointer {
             .collect();
         let mut stats = CheckpointStats {
             t_low,
-            deltas_merged: installed,
             ..Default::default()
         };
         // After the horizons: every version older than them was published
@@ -392,7 +391,7 @@ impl Checkpointer {
         if self
             .current
             .as_ref()
-            .is_some_and(|c| self.merges_inline(c.extents.len()))
+            .is_some_and(|c| c.extents.len() >= self.compact_depth)
         {
             stats.deltas_merged += self.compact(store)?;
         }
@@ -400,7 +399,7 @@ impl Checkpointer {
             if let Some(job) = self.fold_job() {
                 let outcome = job.run(store);
                 self.fold_done(outcome);
-                stats.deltas_merged += self.install_fold(store)?;
+                self.install_fold(store)?;
                 stats.folded = true;
             }
         }

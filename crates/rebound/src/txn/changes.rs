@@ -28,6 +28,18 @@ pub struct ChangeLog {
     publishing: Box<[CachePadded<AtomicU64>]>,
 }
 
+/// A commit between recording its versions and publishing them; see
+/// [`ChangeLog::wait_for_publishing`].
+pub struct PublishWindow<'a>(Option<&'a AtomicU64>);
+
+impl Drop for PublishWindow<'_> {
+    fn drop(&mut self) {
+        if let Some(counter) = self.0 {
+            counter.fetch_add(1, SeqCst);
+        }
+    }
+}
+
 /// What a checkpoint took from the log.
 pub enum Changes {
     /// Every version committed since the previous take, by table id.
@@ -72,23 +84,19 @@ impl ChangeLog {
     }
 
     /// Records a committing write set whose versions are about to be
-    /// published; `published` must follow once they are.
+    /// published; the returned window closes (dropped) once they are,
+    /// also if publishing panics, so no checkpoint waits for it forever.
     pub fn add_publishing(
         &self,
         worker: usize,
         versions: impl ExactSizeIterator<Item = (u32, Addr)>,
-    ) {
-        if let Some(counter) = self.publishing.get(worker) {
+    ) -> PublishWindow<'_> {
+        let counter = self.publishing.get(worker).map(|c| &**c);
+        if let Some(counter) = counter {
             counter.fetch_add(1, SeqCst);
         }
         self.add(worker, versions);
-    }
-
-    /// The versions `add_publishing` recorded are published.
-    pub fn published(&self, worker: usize) {
-        if let Some(counter) = self.publishing.get(worker) {
-            counter.fetch_add(1, SeqCst);
-        }
+        PublishWindow(counter)
     }
 
     /// Returns once every commit that recorded its versions before the

@@ -1409,7 +1409,7 @@ impl<'s> TxnState<'s> {
             // Recorded before anyone can see them committed: whoever sees
             // a version replaced (GC, which then frees its block after the
             // next checkpoint) knows the next delta has its successor.
-            store
+            let publishing = store
                 .changes
                 .add_publishing(self.worker, set.writes.iter().map(|w| (w.table, w.new)));
             self.publish(&set);
@@ -1418,7 +1418,7 @@ impl<'s> TxnState<'s> {
                 store.long_published[set.region - crate::catalog::LONG_REGIONS]
                     .fetch_max(self.ts, SeqCst);
             }
-            store.changes.published(self.worker);
+            drop(publishing);
             set.writes.clear();
         }
         drop(set);
