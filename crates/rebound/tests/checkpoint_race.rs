@@ -12,18 +12,32 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
 const WRITERS: u64 = 4;
 const ROUNDS: usize = 80;
-/// Keys of the background-merge test's table.
+/// Keys of the background-thread test's table.
 const KEYS: u64 = 20_000;
-const SPINNERS: usize = 2;
-/// Keys a writer commits at most, so that a starved checkpointer cannot
-/// let the writers fill the device.
+/// Keys a writer commits at most (plus one batch), so that a starved
+/// checkpointer cannot let the writers fill the device.
 const MAX_KEYS: u64 = 100_000;
+
+/// Spinning threads besides the writers: enough that runnable threads
+/// outnumber the cores, so writers get preempted between recording and
+/// publishing, which opens the race.
+fn spinners() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
 
 struct StopOnDrop<'a>(&'a AtomicBool);
 
 impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(true, SeqCst);
+    }
+}
+
+struct CountOnDrop<'a>(&'a AtomicU64);
+
+impl Drop for CountOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, SeqCst);
     }
 }
 
@@ -56,9 +70,7 @@ fn commits_racing_a_full_checkpoint_reach_the_chain() {
             std::thread::scope(|scope| {
                 // Stops every thread also when this one panics.
                 let _stop_all = StopOnDrop(&stop);
-                // More runnable threads than cores: writers get preempted
-                // between recording and publishing, which opens the race.
-                for _ in 0..SPINNERS {
+                for _ in 0..spinners() {
                     let stop = &stop;
                     scope.spawn(move || {
                         while !stop.load(SeqCst) {
@@ -70,6 +82,8 @@ fn commits_racing_a_full_checkpoint_reach_the_chain() {
                     let (db, t, stop, done) = (&db, &t, &stop, &committed[writer as usize]);
                     let finished = &finished;
                     scope.spawn(move || {
+                        // Counted also when this writer panics.
+                        let _finished = CountOnDrop(finished);
                         let mut session = db.session().unwrap();
                         let mut next = 0;
                         while !stop.load(SeqCst) && next < MAX_KEYS {
@@ -81,7 +95,6 @@ fn commits_racing_a_full_checkpoint_reach_the_chain() {
                             next += batch;
                             done.store(next, SeqCst);
                         }
-                        finished.fetch_add(1, SeqCst);
                     });
                 }
                 let total = || committed.iter().map(|c| c.load(SeqCst)).sum::<u64>();
@@ -119,7 +132,7 @@ fn commits_racing_a_full_checkpoint_reach_the_chain() {
 }
 
 /// With the background thread, checkpoints every millisecond merge deltas
-/// and fold them into new bases on a thread of their own while deltas go
+/// while folds into new bases run on a thread of their own and deltas go
 /// on; GC copies versions. Crash images taken between transactions (the
 /// background thread running) and the clean close must each read back
 /// exactly what was acknowledged before them.

@@ -103,7 +103,7 @@ impl Checkpointer {
     /// Size-tiered: a delta larger than all newer ones together stays out
     /// (with those below it), so a large merged delta is not rewritten
     /// for a few small ones, and merging costs O(changes · log changes).
-    /// A running fold's images stay out too.
+    /// A running fold's images stay out too, while they are in force.
     pub(super) fn compact(&mut self, store: &Store) -> Result<u32> {
         let Some(current) = self.current.clone() else {
             return Ok(0);
@@ -111,16 +111,17 @@ impl Checkpointer {
         let chain = Chain::open(&store.medium, current.offset)?;
         let images = chain.images();
         let sizes = chain.sizes();
-        // A running fold's images stay out; once a full checkpoint replaced
-        // them (they wait in `free_after_fold`), the whole chain may merge,
-        // or it would grow past `MAX_CHAIN` until the fold is installed.
-        let deltas = self
+        // A running fold's images stay out; once a copying checkpoint
+        // replaced them (they wait in `free_after_fold`), the whole chain
+        // may merge, or it would grow past `MAX_CHAIN` until the fold is
+        // installed.
+        let mut merged = self
             .folding
             .and_then(|top| images.iter().position(|i| i.offset == top))
-            .or(Some(images.len() - 1));
-        let Some(mut merged) = deltas.filter(|&n| n >= 2) else {
+            .unwrap_or(images.len() - 1);
+        if merged < 2 {
             return Ok(0);
-        };
+        }
         while merged > 2 && sizes[merged - 1] > sizes[..merged - 1].iter().sum::<u64>() {
             merged -= 1;
         }

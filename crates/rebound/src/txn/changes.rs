@@ -67,7 +67,8 @@ impl ChangeLog {
         self.recording.store(on, Relaxed);
     }
 
-    /// Records a durable write set, before its versions are published.
+    /// Records versions that are already published (the redone ones, at
+    /// open); a commit records through `add_publishing`.
     pub fn add(&self, worker: usize, versions: impl ExactSizeIterator<Item = (u32, Addr)>) {
         if !self.recording.load(Relaxed) {
             return;
