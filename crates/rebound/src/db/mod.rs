@@ -290,6 +290,10 @@ pub struct TableStats {
     pub name: String,
     pub index_entries: u64,
     pub blocks: u64,
+    /// Regions holding at least one block. Each keeps its current block,
+    /// which GC never takes, until that region writes again.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub regions: u64,
     pub block_bytes: u64,
     pub versions: u64,
     pub obsolete_versions: u64,
@@ -964,7 +968,9 @@ fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
     let heap = &table.heap;
     let versions: u64 = (0..MAX_WORKERS).map(|w| heap.used_slots(w)).sum();
     let (mut blocks, mut obsolete, mut unverified) = (0u64, 0u64, 0u64);
+    let mut regions = 0;
     for region in heap.regions.iter() {
+        regions += u64::from(region.present().next().is_some());
         for block in region.present() {
             blocks += 1;
             obsolete += heap.obsolete_in(medium, block);
@@ -976,6 +982,7 @@ fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
         name: heap.def.name.clone(),
         index_entries: table.index.len() as u64,
         blocks,
+        regions,
         block_bytes: blocks * heap.def.block_size as u64,
         versions,
         obsolete_versions: obsolete,
