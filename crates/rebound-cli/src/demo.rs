@@ -259,9 +259,19 @@ fn update_forever(
             break;
         }
         let key = key_of(args.rows, args.threads, thread, seq);
-        let mut tx = session.begin();
-        tx.update(table, &key.to_be_bytes(), &value(thread, seq))?;
-        tx.commit()?;
+        // Threads update disjoint keys, but a writer that meets a GC copy
+        // of its key for too long gets a conflict: retried, as any writer.
+        loop {
+            let mut tx = session.begin();
+            let done = tx
+                .update(table, &key.to_be_bytes(), &value(thread, seq))
+                .and_then(|_| tx.commit());
+            match done {
+                Ok(()) => break,
+                Err(rebound::Error::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
         if seq % 256 == 255 {
             writeln!(out, "{thread} {seq}")?;
             out.flush()?;
