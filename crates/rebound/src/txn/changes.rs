@@ -6,6 +6,9 @@
 //! uncontended lock per commit); a checkpoint takes all lists at once. A
 //! list that would outgrow `MAX_PER_WORKER` stops recording and marks the
 //! log overflowed: the next checkpoint then reads the whole index instead.
+//! A commit records and then publishes inside a `PublishWindow`; every
+//! checkpoint waits for the windows open at its take, so a walk never skips
+//! a version whose record it took.
 
 use crate::heap::Addr;
 use crossbeam_utils::CachePadded;
