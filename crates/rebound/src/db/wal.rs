@@ -33,10 +33,18 @@ const SNAPSHOT_PATIENCE: Duration = Duration::from_secs(10);
 const LOADED_TXN: u64 = 1;
 /// Recovery threads at most: each takes a session and a heap region.
 const MAX_RECOVERY_THREADS: usize = 16;
-/// Attempts of a recovery transaction that keeps conflicting.
-const APPLY_TRIES: u32 = 1000;
+/// Attempts of a recovery transaction, alongside the other recovery
+/// threads, before it is left for when they are done.
+const APPLY_TRIES: u32 = 100;
 /// Rows applied per recovery transaction.
 const APPLY_BATCH: usize = 1024;
+
+/// Whether a recovery batch that keeps conflicting is left for later.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Defer {
+    Yes,
+    No,
+}
 
 /// Per (table, key), the newest logged version after the snapshot: its
 /// timestamp and value (`None`: deleted).
@@ -342,9 +350,12 @@ impl Database {
         Ok(loaded)
     }
 
-    /// Applies the newest logged version of every key: keys are split by
-    /// hash among `threads` sessions (keys are independent, so any order
-    /// across them is right).
+    /// Applies the newest logged version of every key. Keys are sorted and
+    /// split into `threads` contiguous ranges, one session each, so that
+    /// threads meet only in the leaves at range ends (spread keys would
+    /// put every thread's inserts into the same gaps, and two threads
+    /// retrying against each other can keep conflicting). A batch that
+    /// still conflicts is applied afterwards, when no other thread runs.
     fn apply_log(&self, newest: Newest, threads: usize) -> Result<()> {
         let tables: Vec<Table> = self
             .inner
@@ -353,42 +364,61 @@ impl Database {
             .iter()
             .map(|(_, rt)| Table { rt: rt.clone() })
             .collect();
-        let mut parts: Vec<Vec<_>> = (0..threads).map(|_| Vec::new()).collect();
-        for (index, version) in newest.into_iter().enumerate() {
-            parts[index % threads].push(version);
-        }
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = parts
-                .into_iter()
-                .map(|part| {
+        let mut versions: Vec<_> = newest.into_iter().collect();
+        versions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let per_thread = versions.len().div_ceil(threads).max(1);
+        let deferred = std::thread::scope(|scope| {
+            let handles: Vec<_> = versions
+                .chunks(per_thread)
+                .enumerate()
+                .map(|(part, versions)| {
                     let tables = &tables;
-                    scope.spawn(move || self.apply_versions(tables, part))
+                    scope.spawn(move || self.apply_versions(tables, versions, part, Defer::Yes))
                 })
                 .collect();
-            handles
-                .into_iter()
-                .try_for_each(|h| h.join().unwrap_or_else(|_| Err(loader_panicked())))
-        })
+            let mut deferred = Vec::new();
+            for handle in handles {
+                deferred.extend(handle.join().unwrap_or_else(|_| Err(loader_panicked()))?);
+            }
+            Ok::<_, Error>(deferred)
+        })?;
+        for batch in deferred {
+            self.apply_versions(&tables, batch, 0, Defer::No)?;
+        }
+        Ok(())
     }
 
-    fn apply_versions(
+    /// Applies `versions` (range number `part`) in batches, each tried up
+    /// to `APPLY_TRIES` times on a conflict; returns the batches that kept
+    /// conflicting if `defer` allows, else fails with the conflict.
+    fn apply_versions<'v>(
         &self,
         tables: &[Table],
-        versions: Vec<(LoggedKey, LoggedVersion)>,
-    ) -> Result<()> {
+        versions: &'v [(LoggedKey, LoggedVersion)],
+        part: usize,
+        defer: Defer,
+    ) -> Result<Vec<&'v [(LoggedKey, LoggedVersion)]>> {
         let mut session = self.session()?;
+        let mut deferred = Vec::new();
         for batch in versions.chunks(APPLY_BATCH) {
-            // The other threads' keys are disjoint, but their inserts may
-            // still meet this batch's in a leaf's gap: retry then.
-            let mut tries = 0;
+            let mut tried = 1;
             loop {
                 match apply_batch(&mut session, tables, batch) {
-                    Err(Error::Conflict) if tries < APPLY_TRIES => tries += 1,
+                    Err(Error::Conflict) if tried < APPLY_TRIES => {
+                        // Threads retrying in step keep meeting: stagger them.
+                        let pause = u64::from(tried.min(10)) * (part as u64 + 1);
+                        std::thread::sleep(Duration::from_micros(pause));
+                        tried += 1;
+                    }
+                    Err(Error::Conflict) if defer == Defer::Yes => {
+                        deferred.push(batch);
+                        break;
+                    }
                     outcome => break outcome?,
                 }
             }
         }
-        Ok(())
+        Ok(deferred)
     }
 
     fn create_logged_table(&self, spec: &TableSpec) -> Result<Table> {
@@ -811,4 +841,100 @@ fn apply_batch(
         }
     }
     tx.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TableOptions;
+
+    /// Recovery applies the log with one thread per contiguous key range;
+    /// threads meet in the leaves at range ends and in the gaps there.
+    /// Many threads over few keys make those meetings common; every key
+    /// must still end with its newest logged version, deletes included.
+    #[test]
+    fn recovery_threads_meeting_in_shared_leaves_apply_every_key() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let options = crate::Options::default()
+            .durability(crate::Durability::Wal)
+            .background_thread(false);
+        let db = Database::open(dir.path(), options).unwrap();
+        let table = db
+            .create_table(
+                "kv",
+                TableOptions::default().max_key_len(8).max_value_len(8),
+            )
+            .unwrap();
+        let id = table.rt.heap.def.id;
+        for round in 0..20u64 {
+            let newest: Newest = (0..600u64)
+                .map(|key| {
+                    let value =
+                        (key % 7 != round % 7).then(|| (key * round).to_le_bytes().to_vec());
+                    ((id, key.to_be_bytes().to_vec()), (round, value))
+                })
+                .collect();
+            db.apply_log(newest, MAX_RECOVERY_THREADS).unwrap();
+            let mut session = db.session().unwrap();
+            let mut tx = session.begin();
+            let rows = tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap();
+            tx.commit().unwrap();
+            let expected: Vec<_> = (0..600u64)
+                .filter(|key| key % 7 != round % 7)
+                .map(|key| {
+                    (
+                        key.to_be_bytes().to_vec(),
+                        (key * round).to_le_bytes().to_vec(),
+                    )
+                })
+                .collect();
+            assert_eq!(rows, expected, "round {round}");
+        }
+    }
+
+    /// A batch that keeps meeting another writer is handed back rather
+    /// than failing recovery, and goes in once that writer is gone.
+    #[test]
+    fn a_batch_that_keeps_conflicting_is_deferred_then_applied() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let options = crate::Options::default()
+            .durability(crate::Durability::Wal)
+            .background_thread(false);
+        let db = Database::open(dir.path(), options).unwrap();
+        let table = db
+            .create_table(
+                "kv",
+                TableOptions::default().max_key_len(8).max_value_len(8),
+            )
+            .unwrap();
+        let tables = [table.clone()];
+        let key = 5u64.to_be_bytes().to_vec();
+        let versions = [(
+            (table.rt.heap.def.id, key.clone()),
+            (1, Some(b"logged".to_vec())),
+        )];
+        let mut writer = db.session().unwrap();
+        let mut holding = writer.begin();
+        holding.put(&table, &key, b"pending").unwrap();
+        let deferred = db
+            .apply_versions(&tables, &versions, 0, Defer::Yes)
+            .unwrap();
+        assert_eq!(deferred.len(), 1, "the batch meets the pending write");
+        assert!(matches!(
+            db.apply_versions(&tables, &versions, 0, Defer::No),
+            Err(Error::Conflict)
+        ));
+        holding.abort();
+        assert!(db
+            .apply_versions(&tables, deferred[0], 0, Defer::No)
+            .unwrap()
+            .is_empty());
+        let mut session = db.session().unwrap();
+        let mut tx = session.begin();
+        assert_eq!(
+            tx.get(&table, &key).unwrap().as_deref(),
+            Some(&b"logged"[..])
+        );
+        tx.commit().unwrap();
+    }
 }
