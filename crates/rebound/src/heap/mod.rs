@@ -68,6 +68,7 @@
 //!   the index, so a damaged bit can delay collection but never lose data.
 
 pub mod block;
+mod reserve;
 pub mod slot;
 mod space;
 pub mod tile;
@@ -395,6 +396,7 @@ pub struct TableHeap {
     pub def: TableDef,
     pub regions: Box<[Region]>,
     pub tiles: Tiles,
+    reserve: reserve::Reserve,
 }
 
 impl TableHeap {
@@ -403,6 +405,7 @@ impl TableHeap {
             tiles: Tiles::new(def.slots_per_block),
             def,
             regions: (0..MAX_WORKERS).map(|_| Region::default()).collect(),
+            reserve: reserve::Reserve::default(),
         }
     }
 
@@ -531,10 +534,11 @@ impl TableHeap {
     ) -> Result<&Block> {
         let region = &self.regions[worker];
         let seq = region.len() as u64;
-        let (offset, fresh) = space.allocate(medium, self.def.block_size as u64)?;
-        if !fresh {
-            self.clear_slot_words(medium, offset);
-        }
+        let offset = match self.reserve.take() {
+            Some(offset) => offset,
+            None => self.allocate_cleared(medium, space, false)?,
+        };
+        space.wake_preparer();
         medium.zero(offset + BITMAP_OFFSET, BITMAP_BYTES);
         medium.persist(offset + BITMAP_OFFSET, BITMAP_BYTES);
         medium.write_bytes(offset, &block::header(&self.def, worker, seq, txn));
@@ -834,15 +838,48 @@ impl TableHeap {
         medium.persist(at, 8);
     }
 
-    /// Zeroes the txn word of every slot of a block in reused space, so
-    /// that old bytes there (earlier slots, checkpoint images) can never
-    /// look like slots; the caller fences before linking the block.
-    fn clear_slot_words(&self, medium: &Medium, offset: u64) {
+    /// An extent for a block, its slots' txn words zeroed and written
+    /// back (not fenced) if the space was used before. With `fault_in`,
+    /// fresh space is touched too, so that its pages fault in here and
+    /// not under the writes into the block.
+    fn allocate_cleared(&self, medium: &Medium, space: &Space, fault_in: bool) -> Result<u64> {
+        let (offset, fresh) = space.allocate(medium, self.def.block_size as u64)?;
+        if fault_in || !fresh {
+            self.clear_slot_words(medium, offset, !fresh);
+        }
+        Ok(offset)
+    }
+
+    /// Zeroes the txn word of every slot of a block, so that old bytes in
+    /// reused space (earlier slots, checkpoint images) can never look like
+    /// slots; written back if `persist` (fresh space is zero already, and
+    /// the stores only fault its pages in). The caller fences before
+    /// linking the block.
+    fn clear_slot_words(&self, medium: &Medium, offset: u64, persist: bool) {
         for slot in 0..self.def.slots_per_block as u64 {
             let at = offset + SLOTS_OFFSET + slot * self.def.slot_size as u64;
             medium.store(at, TXN_EMPTY);
-            medium.persist(at, 8);
+            if persist {
+                medium.persist(at, 8);
+            }
         }
+    }
+
+    /// Makes extents ready for the table's next blocks (see `reserve.rs`)
+    /// while it is growing; returns how many it made.
+    pub fn prepare_blocks(&self, medium: &Medium, space: &Space) -> Result<usize> {
+        let missing = self.reserve.missing();
+        for _ in 0..missing {
+            let offset = self.allocate_cleared(medium, space, true)?;
+            medium.fence()?;
+            self.reserve.put(offset);
+        }
+        Ok(missing)
+    }
+
+    /// Extents held ready for this table's next blocks.
+    pub fn reserved_blocks(&self) -> usize {
+        self.reserve.len()
     }
 
     /// Slots written so far in a worker's region, holes included.

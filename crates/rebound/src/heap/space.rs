@@ -16,13 +16,17 @@
 use super::BLOCK_ALIGN;
 use crate::error::Result;
 use crate::medium::Medium;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 /// Growth step of the medium, so that small databases stay small.
 const MIN_GROWTH: u64 = 1 << 20;
 
 pub struct Space {
     inner: Mutex<Extents>,
+    /// Set when a table took a block, so whoever keeps blocks ready
+    /// (see `reserve.rs`) makes the next ones.
+    blocks_wanted: Mutex<bool>,
+    blocks_taken: Condvar,
 }
 
 struct Extents {
@@ -53,7 +57,24 @@ impl Space {
                 fresh_from,
                 free,
             }),
+            blocks_wanted: Mutex::new(false),
+            blocks_taken: Condvar::new(),
         }
+    }
+
+    /// Tells whoever keeps blocks ready that a table took one.
+    pub fn wake_preparer(&self) {
+        *self.blocks_wanted.lock() = true;
+        self.blocks_taken.notify_one();
+    }
+
+    /// Waits up to `timeout` for a table to take a block; true if one did.
+    pub fn wait_for_taken_blocks(&self, timeout: std::time::Duration) -> bool {
+        let mut wanted = self.blocks_wanted.lock();
+        if !*wanted {
+            self.blocks_taken.wait_for(&mut wanted, timeout);
+        }
+        std::mem::take(&mut *wanted)
     }
 
     /// Allocates `len` bytes (a multiple of BLOCK_ALIGN); returns the offset
