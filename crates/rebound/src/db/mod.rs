@@ -1623,7 +1623,7 @@ mod tests {
             .max_key_len(8)
             .max_value_len(8)
             .block_slots(16);
-        let growing = db.create_table("growing", table_options.clone()).unwrap();
+        let growing = db.create_table("growing", table_options).unwrap();
         let idle = db.create_table("idle", table_options).unwrap();
         let store = &db.inner.store;
         let prepare = |table: &Table| table.rt.heap.prepare_blocks(&store.medium, &store.space);
