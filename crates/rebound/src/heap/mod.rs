@@ -929,14 +929,23 @@ impl TableHeap {
     /// Marks a slot obsolete in its block's bitmap and starts writing the
     /// word back; the caller's next fence makes it durable.
     pub fn set_obsolete(&self, medium: &Medium, addr: Addr) {
-        let Some(block) = self.block(addr) else {
-            return;
-        };
-        let (word, bit) = bitmap_bit(block, addr.slot());
-        if medium.load(word) & bit == 0 {
-            medium.fetch_or(word, bit);
+        if let Some(word) = self.mark_obsolete(medium, addr) {
             medium.persist(word, 8);
         }
+    }
+
+    /// Sets a slot's obsolete bit without writing it back; returns the
+    /// bitmap word's offset if the bit was new, for the caller to write
+    /// back (once per line for several bits: a write-back evicts the line
+    /// on some CPUs, and the next bit in it would miss).
+    pub fn mark_obsolete(&self, medium: &Medium, addr: Addr) -> Option<u64> {
+        let block = self.block(addr)?;
+        let (word, bit) = bitmap_bit(block, addr.slot());
+        if medium.load(word) & bit != 0 {
+            return None;
+        }
+        medium.fetch_or(word, bit);
+        Some(word)
     }
 }
 

@@ -62,7 +62,7 @@ use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
 use crate::heap::{Addr, SlotRead, Space, TableHeap, VersionHeader};
 use crate::index::{BTree, InsertError, UpdateHint};
-use crate::medium::Medium;
+use crate::medium::{Medium, LINE};
 use crossbeam_utils::CachePadded;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
@@ -731,6 +731,8 @@ pub struct WriteSet {
     /// The slot-encoding buffer, kept between transactions so that writes
     /// do not allocate once it has grown.
     spare_buf: Vec<u8>,
+    /// Bitmap words a commit set obsolete bits in, kept for their capacity.
+    bitmap_words: Vec<u64>,
 }
 
 impl WriteSet {
@@ -758,6 +760,7 @@ impl WriteSet {
             writes: Vec::new(),
             rewrote: false,
             spare_buf: Vec::new(),
+            bitmap_words: Vec::new(),
         }
     }
 }
@@ -1412,7 +1415,7 @@ impl<'s> TxnState<'s> {
             let publishing = store
                 .changes
                 .add_publishing(self.worker, set.writes.iter().map(|w| (w.table, w.new)));
-            self.publish(&set);
+            self.publish(&mut set);
             if set.region != self.worker {
                 self.touch_written_keys(&set);
                 store.long_published[set.region - crate::catalog::LONG_REGIONS]
@@ -1469,11 +1472,12 @@ impl<'s> TxnState<'s> {
         store.medium.fence()
     }
 
-    fn publish(&self, set: &WriteSet) {
+    fn publish(&self, set: &mut WriteSet) {
         let store = self.store;
         let counters = &store.counters[self.worker];
         counters.written.fetch_add(set.writes.len() as u64, Release);
         let mut deleted = Vec::new();
+        let mut bitmap_words = std::mem::take(&mut set.bitmap_words);
         for w in &set.writes {
             let heap = &store.tables[w.table as usize].heap;
             if let Some(header) = heap.header(w.new) {
@@ -1486,11 +1490,18 @@ impl<'s> TxnState<'s> {
                 if let Some(header) = heap.header(prev) {
                     header.end.store(self.ts, Release);
                 }
-                // Written back without waiting: the next fence of this
-                // thread (or any later write-back) makes it durable.
-                heap.set_obsolete(&store.medium, prev);
+                bitmap_words.extend(heap.mark_obsolete(&store.medium, prev));
             }
         }
+        // Written back without waiting, once per line: the next fence of
+        // this thread (or any later write-back) makes the bits durable.
+        bitmap_words.sort_unstable_by_key(|word| word / LINE);
+        bitmap_words.dedup_by_key(|word| *word / LINE);
+        for &word in &bitmap_words {
+            store.medium.persist(word, 8);
+        }
+        bitmap_words.clear();
+        set.bitmap_words = bitmap_words;
         if !deleted.is_empty() {
             store.deleted.lock().extend(deleted);
         }
