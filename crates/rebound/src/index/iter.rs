@@ -139,6 +139,44 @@ struct Batch {
     entries: Vec<(usize, u64)>,
 }
 
+thread_local! {
+    /// The last scan's batch, kept for its capacity: a scan then allocates
+    /// nothing once this thread has scanned a leaf as full.
+    static SPARE_BATCH: std::cell::Cell<Option<Batch>> = const { std::cell::Cell::new(None) };
+}
+
+/// A batch borrowed from this thread's spare, returned when dropped (a
+/// scan nested in another's callback gets a new one).
+struct PooledBatch(Option<Batch>);
+
+impl PooledBatch {
+    fn take() -> PooledBatch {
+        PooledBatch(Some(SPARE_BATCH.take().unwrap_or_default()))
+    }
+}
+
+impl std::ops::Deref for PooledBatch {
+    type Target = Batch;
+    fn deref(&self) -> &Batch {
+        self.0.as_ref().expect("present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for PooledBatch {
+    fn deref_mut(&mut self) -> &mut Batch {
+        self.0.as_mut().expect("present until dropped")
+    }
+}
+
+impl Drop for PooledBatch {
+    fn drop(&mut self) {
+        if let Some(mut batch) = self.0.take() {
+            batch.clear();
+            SPARE_BATCH.set(Some(batch));
+        }
+    }
+}
+
 impl Batch {
     fn clear(&mut self) {
         self.keys.clear();
@@ -206,7 +244,7 @@ impl BTree {
             return;
         }
         let mut start = Start::new(lower);
-        let mut batch = Batch::default();
+        let mut batch = PooledBatch::take();
         loop {
             let next = retry(|| self.scan_leaf(&start, &end, reader_ts, &mut batch));
             if !batch.iter().all(|(key, value)| visit(key, value)) {
@@ -265,7 +303,7 @@ impl BTree {
     ) {
         let start = Start::new(lower);
         let mut end = End::new(upper);
-        let mut batch = Batch::default();
+        let mut batch = PooledBatch::take();
         while !matches!(end, End::Nothing) {
             let next = retry(|| self.scan_leaf_rev(&start, &end, reader_ts, &mut batch));
             if !batch.iter().all(|(key, value)| visit(key, value)) {
