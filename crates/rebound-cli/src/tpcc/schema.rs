@@ -110,20 +110,25 @@ pub const ORDER_BY_CUSTOMER: IndexSpec = IndexSpec {
 
 // ---- keys ----
 
+/// A key of the given parts, allocated once at its final length.
+fn key(parts: &[&[u8]]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        k.extend_from_slice(part);
+    }
+    k
+}
+
 pub fn k_warehouse(w: u16) -> Vec<u8> {
     w.to_be_bytes().to_vec()
 }
 
 pub fn k_district(w: u16, d: u8) -> Vec<u8> {
-    let mut k = w.to_be_bytes().to_vec();
-    k.push(d);
-    k
+    key(&[&w.to_be_bytes(), &[d]])
 }
 
 pub fn k_customer(w: u16, d: u8, c: u32) -> Vec<u8> {
-    let mut k = k_district(w, d);
-    k.extend_from_slice(&c.to_be_bytes());
-    k
+    key(&[&w.to_be_bytes(), &[d], &c.to_be_bytes()])
 }
 
 fn padded(s: &str) -> [u8; NAME_LEN] {
@@ -136,23 +141,21 @@ fn padded(s: &str) -> [u8; NAME_LEN] {
 /// Prefix of the `CUSTOMER_BY_NAME` keys of customers called `last` in
 /// (w, d).
 pub fn customer_name_prefix(w: u16, d: u8, last: &str) -> Vec<u8> {
-    let mut k = k_district(w, d);
-    k.extend_from_slice(&padded(last));
-    k
+    key(&[&w.to_be_bytes(), &[d], &padded(last)])
 }
 
 /// The `ORDER_BY_CUSTOMER` key of customer `c`'s orders in (w, d).
 pub fn order_customer_key(w: u16, d: u8, c: u32) -> Vec<u8> {
-    let mut k = k_district(w, d);
-    k.extend_from_slice(&c.to_le_bytes());
-    k
+    key(&[&w.to_be_bytes(), &[d], &c.to_le_bytes()])
 }
 
 pub fn k_history(w: u16, d: u8, txn: u64, seq: u32) -> Vec<u8> {
-    let mut k = k_district(w, d);
-    k.extend_from_slice(&txn.to_be_bytes());
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
+    key(&[
+        &w.to_be_bytes(),
+        &[d],
+        &txn.to_be_bytes(),
+        &seq.to_be_bytes(),
+    ])
 }
 
 /// Key of ORDER and NEW-ORDER rows.
@@ -161,9 +164,7 @@ pub fn k_order(w: u16, d: u8, o: u32) -> Vec<u8> {
 }
 
 pub fn k_order_line(w: u16, d: u8, o: u32, ol: u8) -> Vec<u8> {
-    let mut k = k_order(w, d, o);
-    k.push(ol);
-    k
+    key(&[&w.to_be_bytes(), &[d], &o.to_be_bytes(), &[ol]])
 }
 
 pub fn k_item(i: u32) -> Vec<u8> {
@@ -171,9 +172,7 @@ pub fn k_item(i: u32) -> Vec<u8> {
 }
 
 pub fn k_stock(w: u16, i: u32) -> Vec<u8> {
-    let mut k = w.to_be_bytes().to_vec();
-    k.extend_from_slice(&i.to_be_bytes());
-    k
+    key(&[&w.to_be_bytes(), &i.to_be_bytes()])
 }
 
 /// Splits a key into (w, d, o) for ORDER / NEW-ORDER / ORDER-LINE keys.
