@@ -270,6 +270,24 @@ impl Tiles {
         index
     }
 
+    /// Allocates (and so zeroes and faults in) the chunk the next new tile
+    /// will come from, if it is not there yet; made off the writers' path
+    /// by the block thread, like the blocks themselves.
+    fn prepare_chunk(&self) {
+        let needed = |state: &TileState| {
+            let (chunk, _, tiles) = tile_place(state.allocated, self.full_chunk);
+            (chunk == self.chunks.count()).then_some(tiles)
+        };
+        let Some(tiles) = needed(&self.state.lock()) else {
+            return;
+        };
+        let slice = HugeSlice::zeroed(tiles as usize * self.capacity as usize);
+        let state = self.state.lock();
+        if needed(&state) == Some(tiles) {
+            self.chunks.push(slice);
+        }
+    }
+
     fn give_back(&self, index: u32) {
         self.state.lock().free.push(index);
     }
@@ -869,6 +887,9 @@ impl TableHeap {
     /// while it is growing; returns how many it made.
     pub fn prepare_blocks(&self, medium: &Medium, space: &Space) -> Result<usize> {
         let missing = self.reserve.missing();
+        if missing > 0 {
+            self.tiles.prepare_chunk();
+        }
         for _ in 0..missing {
             let offset = self.allocate_cleared(medium, space, true)?;
             medium.fence()?;
