@@ -516,6 +516,12 @@ fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u3
     if end & LOCKED != 0 {
         return Slot::Busy;
     }
+    if end != 0 {
+        // A successor committed in this process: the index moved on to it.
+        // The DRAM header says so without the checksum and index lookup
+        // below (most slots of a candidate block end here).
+        return Slot::Dead;
+    }
     // The obsolete bit chose the block; the index decides about the slot,
     // so one damaged bit can never make GC drop a key's newest version.
     let Some(slot) = heap.decode_checked(medium, addr) else {
