@@ -114,6 +114,9 @@ pub struct Options {
     /// happens unless the application calls [`Database::run_maintenance`];
     /// then every fence the engine issues is issued by a caller's thread,
     /// so a single-threaded workload replays exactly (crash testing).
+    /// With it runs the block thread, which keeps blocks ready for growing
+    /// tables (see `heap/reserve.rs`); without it writers make each new
+    /// block themselves.
     pub background_thread: bool,
     /// How secondary indexes are rebuilt after a restart (SOFORT).
     pub index_recovery: IndexRecovery,
@@ -308,7 +311,8 @@ pub struct TableStats {
     /// process formatted never count.
     pub unverified_blocks: u64,
     /// Extents held ready for the table's next blocks (at most two, while
-    /// it grows): space in use that holds no versions yet.
+    /// it grows; given back when it stops, or when the medium is full):
+    /// space in use that holds no versions yet.
     #[cfg_attr(feature = "serde", serde(default))]
     pub reserved_blocks: u64,
 }
@@ -1402,14 +1406,12 @@ fn block_loop(db: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, parking_lot:
             return;
         }
         for (_, table) in inner.store.tables.iter() {
-            // A full medium fails here first; the writer that needs the
-            // block then meets (and reports) the same error itself.
-            if table
-                .heap
-                .prepare_blocks(&inner.store.medium, &inner.store.space)
-                .is_err()
-            {
-                break;
+            // A full medium fails here first: the table keeps no reserve
+            // then, and the writer that needs a block meets (and reports)
+            // the same error itself.
+            let (medium, space) = (&inner.store.medium, &inner.store.space);
+            if table.heap.prepare_blocks(medium, space).is_err() {
+                table.heap.release_reserve(medium, space);
             }
         }
         inner.store.space.wait_for_taken_blocks(BLOCK_THREAD_IDLE);
@@ -1607,9 +1609,10 @@ mod tests {
     use super::*;
 
     /// Blocks made ready ahead are linked nowhere until a writer takes
-    /// one: only a growing table gets them, writers use them, and a crash
-    /// (unfenced writes lost) reopens to exactly the committed rows, with
-    /// the extents still held ready free again.
+    /// one: only a growing table gets them, writers use them, extents
+    /// from space GC freed (old slots in it) are cleared like any reused
+    /// space, and a crash (unfenced writes lost) reopens to exactly the
+    /// committed rows, with the extents still held ready free again.
     #[test]
     fn blocks_made_ready_ahead_serve_writers_and_leave_nothing_after_a_crash() {
         let device = SimDevice::new(1 << 28);
@@ -1627,32 +1630,62 @@ mod tests {
         let idle = db.create_table("idle", table_options).unwrap();
         let store = &db.inner.store;
         let prepare = |table: &Table| table.rt.heap.prepare_blocks(&store.medium, &store.space);
-        let reserved = |name: &str| {
+        let blocks = |name: &str| {
             let stats = db.stats();
             let table = stats.tables.iter().find(|t| t.name == name).unwrap();
             (table.blocks, table.reserved_blocks)
         };
         let mut session = db.session().unwrap();
-        let mut write = |key: u64| {
+        let mut model = std::collections::BTreeMap::new();
+        let mut write = |key: u64, value: u64| {
             let mut tx = session.begin();
-            tx.put(&growing, &key.to_be_bytes(), &key.to_le_bytes())
+            tx.put(&growing, &key.to_be_bytes(), &value.to_le_bytes())
                 .unwrap();
             tx.commit().unwrap();
+            model.insert(key.to_be_bytes().to_vec(), value.to_le_bytes().to_vec());
         };
-        write(0);
+        for key in 0..16 {
+            write(key, key);
+        }
+        assert_eq!(prepare(&growing).unwrap(), 0, "one block is no growth");
+        write(16, 16);
         assert_eq!(prepare(&idle).unwrap(), 0, "an idle table keeps none");
         assert_eq!(prepare(&growing).unwrap(), 2);
-        assert_eq!(reserved("growing"), (1, 2));
-        for key in 1..=16 {
-            write(key);
+        assert_eq!(blocks("growing"), (2, 2));
+        for key in 17..=32 {
+            write(key, key);
         }
-        assert_eq!(reserved("growing"), (2, 1), "the second block came ready");
-        for key in 17..100 {
-            write(key);
+        assert_eq!(blocks("growing"), (3, 1), "the third block came ready");
+        // Garbage, then GC: freed blocks hold old slots, and the next
+        // extents made ready come from them.
+        for round in 1..=6 {
+            for key in 0..=32 {
+                write(key, round * 100 + key);
+            }
+        }
+        let freed = (0..4)
+            .map(|_| db.collect_garbage().unwrap().blocks_freed)
+            .max()
+            .unwrap();
+        assert!(freed > 0, "GC freed blocks");
+        let length = store.medium.len();
+        for key in 33..100 {
+            write(key, key);
             prepare(&growing).unwrap();
         }
-        assert_eq!(reserved("growing").1, 2);
-        assert_eq!(reserved("idle"), (0, 0));
+        assert_eq!(store.medium.len(), length, "the reserve reused freed space");
+        assert_eq!(blocks("growing").1, 2);
+        assert_eq!(blocks("idle"), (0, 0));
+        for _ in 0..=crate::heap::IDLE_ROUNDS {
+            prepare(&growing).unwrap();
+        }
+        assert_eq!(
+            blocks("growing").1,
+            0,
+            "a table that stopped growing gives its reserve back"
+        );
+        write(100, 100);
+        let expected: Vec<_> = model.into_iter().collect();
         drop(session);
         let crashed = device.crash(7);
         drop(db);
@@ -1661,18 +1694,15 @@ mod tests {
         let mut session = db.session().unwrap();
         let mut tx = session.begin();
         let rows = tx.scan::<&[u8]>(&growing, .., usize::MAX).unwrap();
-        let expected: Vec<_> = (0..100u64)
-            .map(|k| (k.to_be_bytes().to_vec(), k.to_le_bytes().to_vec()))
-            .collect();
         assert_eq!(rows, expected);
         tx.commit().unwrap();
+        drop(session);
         let stats = db.stats();
         let table = stats.tables.iter().find(|t| t.name == "growing").unwrap();
         assert_eq!(
             table.reserved_blocks, 0,
             "nothing is held ready after a crash"
         );
-        assert_eq!(table.blocks, 7, "100 rows in blocks of 16");
     }
 
     /// A fold still running when a copying checkpoint replaces the chain

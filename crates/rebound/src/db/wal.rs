@@ -376,9 +376,15 @@ impl Database {
                     scope.spawn(move || self.apply_versions(tables, versions, part, Defer::Yes))
                 })
                 .collect();
+            // Every thread joined before any error returns: a scope left
+            // with a panicked thread unjoined would panic itself.
+            let outcomes: Vec<_> = handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(loader_panicked())))
+                .collect();
             let mut deferred = Vec::new();
-            for handle in handles {
-                deferred.extend(handle.join().unwrap_or_else(|_| Err(loader_panicked()))?);
+            for outcome in outcomes {
+                deferred.extend(outcome?);
             }
             Ok::<_, Error>(deferred)
         })?;

@@ -74,6 +74,8 @@ mod space;
 pub mod tile;
 
 pub use block::{next_of, set_next, BLOCK_ALIGN, BLOCK_HEADER, MIN_TXN_AT};
+#[cfg(test)]
+pub use reserve::IDLE_ROUNDS;
 pub use slot::{decode_bytes, SlotHeader, SlotWord, FLAG_TOMBSTONE, SLOT_HEADER, TXN_EMPTY};
 pub use space::Space;
 pub use tile::VersionHeader;
@@ -276,7 +278,7 @@ impl Tiles {
     fn prepare_chunk(&self) {
         let needed = |state: &TileState| {
             let (chunk, _, tiles) = tile_place(state.allocated, self.full_chunk);
-            (chunk == self.chunks.count()).then_some(tiles)
+            (state.free.is_empty() && chunk == self.chunks.count()).then_some(tiles)
         };
         let Some(tiles) = needed(&self.state.lock()) else {
             return;
@@ -552,7 +554,7 @@ impl TableHeap {
     ) -> Result<&Block> {
         let region = &self.regions[worker];
         let seq = region.len() as u64;
-        let offset = match self.reserve.take() {
+        let offset = match self.reserve.take(seq) {
             Some(offset) => offset,
             None => self.allocate_cleared(medium, space, false)?,
         };
@@ -884,18 +886,35 @@ impl TableHeap {
     }
 
     /// Makes extents ready for the table's next blocks (see `reserve.rs`)
-    /// while it is growing; returns how many it made.
+    /// while it is growing, or gives them back once it stopped; returns
+    /// how many it made.
     pub fn prepare_blocks(&self, medium: &Medium, space: &Space) -> Result<usize> {
         let missing = self.reserve.missing();
+        if self.reserve.idle() {
+            self.release_reserve(medium, space);
+            return Ok(0);
+        }
         if missing > 0 {
             self.tiles.prepare_chunk();
         }
         for _ in 0..missing {
             let offset = self.allocate_cleared(medium, space, true)?;
-            medium.fence()?;
+            if let Err(e) = medium.fence() {
+                space.free(medium, offset, self.def.block_size as u64);
+                return Err(e);
+            }
             self.reserve.put(offset);
         }
         Ok(missing)
+    }
+
+    /// Frees the extents held ready for this table; returns how many.
+    pub fn release_reserve(&self, medium: &Medium, space: &Space) -> usize {
+        let extents = self.reserve.drain();
+        for &offset in &extents {
+            space.free(medium, offset, self.def.block_size as u64);
+        }
+        extents.len()
     }
 
     /// Extents held ready for this table's next blocks.

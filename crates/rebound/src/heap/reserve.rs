@@ -4,11 +4,15 @@
 //! costs more than the writes into it: an extent from `Space` (backed
 //! with real space again if it was given back to the file system), every
 //! slot's txn word zeroed and written back if the space was used before,
-//! and the first touch of every page (a page fault each). A table that
-//! grows keeps up to [`RESERVE_BLOCKS`] such extents ready, made by the
-//! maintenance side (`DbInner`'s block thread), so a writer only formats
-//! the header and links the block; with the reserve empty it makes the
-//! extent itself, as before.
+//! and the first touch of its pages (a page fault each; the stores reach
+//! every page that holds a slot's first word). A table that grows (a
+//! region of it took its second block or a later one) keeps up to
+//! [`RESERVE_BLOCKS`] such extents ready, made by the maintenance side
+//! (`DbInner`'s block thread), so a writer only formats the header and
+//! links the block; with the reserve empty it makes the extent itself, as
+//! before. A table that takes no block for [`IDLE_ROUNDS`] rounds of the
+//! block thread gives its reserve back, and so does every table when a
+//! writer finds the medium full.
 //!
 //! Nothing here is persisted. A ready extent is linked nowhere, so after
 //! a crash it is free space like any other unlinked extent; what makes it
@@ -17,36 +21,54 @@
 //! core's write-backs).
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// Extents a growing table keeps ready.
 pub const RESERVE_BLOCKS: usize = 2;
+/// Rounds of the block thread (it wakes at least every 100 ms) without a
+/// block taken after which a table gives its reserve back.
+pub const IDLE_ROUNDS: u32 = 50;
 
 #[derive(Default)]
 pub struct Reserve {
     ready: Mutex<Vec<u64>>,
-    /// Set once the table added a block: tables that never grow keep no
-    /// reserve (it would be space nobody uses).
     growing: AtomicBool,
+    idle_rounds: AtomicU32,
 }
 
 impl Reserve {
-    /// A ready extent, if there is one; marks the table as growing.
-    pub fn take(&self) -> Option<u64> {
-        self.growing.store(true, Ordering::Relaxed);
+    /// A ready extent, if there is one, for a region's block number `seq`;
+    /// a later block than a region's first marks the table as growing.
+    pub fn take(&self, seq: u64) -> Option<u64> {
+        if seq > 0 {
+            self.growing.store(true, Ordering::Relaxed);
+        }
+        self.idle_rounds.store(0, Ordering::Relaxed);
         self.ready.lock().pop()
     }
 
-    /// How many more extents the table should have ready.
+    /// How many more extents the table should have ready; counts a round.
     pub fn missing(&self) -> usize {
-        match self.growing.load(Ordering::Relaxed) {
-            true => RESERVE_BLOCKS.saturating_sub(self.ready.lock().len()),
-            false => 0,
+        if !self.growing.load(Ordering::Relaxed) {
+            return 0;
         }
+        self.idle_rounds.fetch_add(1, Ordering::Relaxed);
+        RESERVE_BLOCKS.saturating_sub(self.ready.lock().len())
+    }
+
+    /// Whether the table took no block for `IDLE_ROUNDS` rounds.
+    pub fn idle(&self) -> bool {
+        self.idle_rounds.load(Ordering::Relaxed) > IDLE_ROUNDS
     }
 
     pub fn put(&self, offset: u64) {
         self.ready.lock().push(offset);
+    }
+
+    /// Empties the reserve until the table grows again.
+    pub fn drain(&self) -> Vec<u64> {
+        self.growing.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *self.ready.lock())
     }
 
     /// Extents held ready (they count as used space).

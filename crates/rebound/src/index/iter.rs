@@ -172,7 +172,8 @@ impl Drop for PooledBatch {
     fn drop(&mut self) {
         if let Some(mut batch) = self.0.take() {
             batch.clear();
-            SPARE_BATCH.set(Some(batch));
+            // Gone while the thread exits: the batch is simply freed.
+            let _ = SPARE_BATCH.try_with(|spare| spare.set(Some(batch)));
         }
     }
 }

@@ -129,6 +129,15 @@ pub const LONG_REQUESTED: u8 = 1;
 pub const LONG_MIGRATED: u8 = 2;
 
 impl Store {
+    /// Frees every table's extents held ready for its next blocks (see
+    /// `heap/reserve.rs`); returns how many.
+    pub fn release_reserves(&self) -> usize {
+        self.tables
+            .iter()
+            .map(|(_, table)| table.heap.release_reserve(&self.medium, &self.space))
+            .sum()
+    }
+
     pub fn new(
         medium: Medium,
         space: Space,
@@ -1341,9 +1350,17 @@ impl<'s> TxnState<'s> {
             value.is_none(),
         );
         let store = self.store;
-        let addr = table
-            .heap
-            .append(&store.medium, &store.space, region, self.ts, &self.buf)?;
+        let append = || {
+            table
+                .heap
+                .append(&store.medium, &store.space, region, self.ts, &self.buf)
+        };
+        let addr = match append() {
+            // Blocks held ready for other tables are space this write
+            // may have instead.
+            Err(Error::OutOfSpace(_)) if store.release_reserves() > 0 => append(),
+            outcome => outcome,
+        }?;
         let header = self.version(table, addr)?;
         header.end.store(0, Release);
         header.read.store(0, Release);
