@@ -1396,6 +1396,9 @@ fn spawn_watched(
 /// How long the block thread sleeps when no table takes blocks; it wakes
 /// at once when one does.
 const BLOCK_THREAD_IDLE: Duration = Duration::from_millis(100);
+/// A table that took no block for this long gives back the blocks it
+/// holds ready.
+const RESERVE_IDLE_AFTER: Duration = Duration::from_secs(5);
 
 /// The block thread: whenever a table takes a ready block, makes the
 /// next ones (see `heap/reserve.rs`).
@@ -1410,7 +1413,11 @@ fn block_loop(db: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, parking_lot:
             // then, and the writer that needs a block meets (and reports)
             // the same error itself.
             let (medium, space) = (&inner.store.medium, &inner.store.space);
-            if table.heap.prepare_blocks(medium, space).is_err() {
+            if table
+                .heap
+                .prepare_blocks(medium, space, RESERVE_IDLE_AFTER)
+                .is_err()
+            {
                 table.heap.release_reserve(medium, space);
             }
         }
@@ -1629,7 +1636,13 @@ mod tests {
         let growing = db.create_table("growing", table_options).unwrap();
         let idle = db.create_table("idle", table_options).unwrap();
         let store = &db.inner.store;
-        let prepare = |table: &Table| table.rt.heap.prepare_blocks(&store.medium, &store.space);
+        let prepare = |table: &Table| {
+            let idle_after = Duration::from_secs(3600);
+            table
+                .rt
+                .heap
+                .prepare_blocks(&store.medium, &store.space, idle_after)
+        };
         let blocks = |name: &str| {
             let stats = db.stats();
             let table = stats.tables.iter().find(|t| t.name == name).unwrap();
@@ -1676,9 +1689,9 @@ mod tests {
         assert_eq!(store.medium.len(), length, "the reserve reused freed space");
         assert_eq!(blocks("growing").1, 2);
         assert_eq!(blocks("idle"), (0, 0));
-        for _ in 0..=crate::heap::IDLE_ROUNDS {
-            prepare(&growing).unwrap();
-        }
+        let heap = &growing.rt.heap;
+        heap.prepare_blocks(&store.medium, &store.space, Duration::ZERO)
+            .unwrap();
         assert_eq!(
             blocks("growing").1,
             0,

@@ -74,8 +74,7 @@ mod space;
 pub mod tile;
 
 pub use block::{next_of, set_next, BLOCK_ALIGN, BLOCK_HEADER, MIN_TXN_AT};
-#[cfg(test)]
-pub use reserve::IDLE_ROUNDS;
+pub use reserve::RESERVE_BLOCKS;
 pub use slot::{decode_bytes, SlotHeader, SlotWord, FLAG_TOMBSTONE, SLOT_HEADER, TXN_EMPTY};
 pub use space::Space;
 pub use tile::VersionHeader;
@@ -886,14 +885,19 @@ impl TableHeap {
     }
 
     /// Makes extents ready for the table's next blocks (see `reserve.rs`)
-    /// while it is growing, or gives them back once it stopped; returns
-    /// how many it made.
-    pub fn prepare_blocks(&self, medium: &Medium, space: &Space) -> Result<usize> {
-        let missing = self.reserve.missing();
-        if self.reserve.idle() {
+    /// while it is growing, or gives them back once it took none for
+    /// `idle_after`; returns how many it made.
+    pub fn prepare_blocks(
+        &self,
+        medium: &Medium,
+        space: &Space,
+        idle_after: std::time::Duration,
+    ) -> Result<usize> {
+        if self.reserve.missing() < RESERVE_BLOCKS && self.reserve.idle(idle_after) {
             self.release_reserve(medium, space);
             return Ok(0);
         }
+        let missing = self.reserve.missing();
         if missing > 0 {
             self.tiles.prepare_chunk();
         }

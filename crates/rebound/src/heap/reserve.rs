@@ -10,8 +10,8 @@
 //! [`RESERVE_BLOCKS`] such extents ready, made by the maintenance side
 //! (`DbInner`'s block thread), so a writer only formats the header and
 //! links the block; with the reserve empty it makes the extent itself, as
-//! before. A table that takes no block for [`IDLE_ROUNDS`] rounds of the
-//! block thread gives its reserve back, and so does every table when a
+//! before. A table that takes no block for a while (the block thread
+//! says how long) gives its reserve back, and so does every table when a
 //! writer finds the medium full.
 //!
 //! Nothing here is persisted. A ready extent is linked nowhere, so after
@@ -21,19 +21,19 @@
 //! core's write-backs).
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Extents a growing table keeps ready.
 pub const RESERVE_BLOCKS: usize = 2;
-/// Rounds of the block thread (it wakes at least every 100 ms) without a
-/// block taken after which a table gives its reserve back.
-pub const IDLE_ROUNDS: u32 = 50;
 
 #[derive(Default)]
 pub struct Reserve {
     ready: Mutex<Vec<u64>>,
     growing: AtomicBool,
-    idle_rounds: AtomicU32,
+    /// When a block was last taken (a writer takes one per block, so a
+    /// lock here costs nothing per write).
+    last_take: Mutex<Option<Instant>>,
 }
 
 impl Reserve {
@@ -43,22 +43,23 @@ impl Reserve {
         if seq > 0 {
             self.growing.store(true, Ordering::Relaxed);
         }
-        self.idle_rounds.store(0, Ordering::Relaxed);
+        *self.last_take.lock() = Some(Instant::now());
         self.ready.lock().pop()
     }
 
-    /// How many more extents the table should have ready; counts a round.
+    /// How many more extents the table should have ready.
     pub fn missing(&self) -> usize {
-        if !self.growing.load(Ordering::Relaxed) {
-            return 0;
+        match self.growing.load(Ordering::Relaxed) {
+            true => RESERVE_BLOCKS.saturating_sub(self.ready.lock().len()),
+            false => 0,
         }
-        self.idle_rounds.fetch_add(1, Ordering::Relaxed);
-        RESERVE_BLOCKS.saturating_sub(self.ready.lock().len())
     }
 
-    /// Whether the table took no block for `IDLE_ROUNDS` rounds.
-    pub fn idle(&self) -> bool {
-        self.idle_rounds.load(Ordering::Relaxed) > IDLE_ROUNDS
+    /// Whether the table took no block for `after`.
+    pub fn idle(&self, after: Duration) -> bool {
+        self.last_take
+            .lock()
+            .is_some_and(|at| at.elapsed() >= after)
     }
 
     pub fn put(&self, offset: u64) {
