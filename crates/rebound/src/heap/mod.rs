@@ -74,7 +74,7 @@ mod space;
 pub mod tile;
 
 pub use block::{next_of, set_next, BLOCK_ALIGN, BLOCK_HEADER, MIN_TXN_AT};
-pub use reserve::RESERVE_BLOCKS;
+pub use reserve::SPARE_ROOM_BLOCKS;
 pub use slot::{decode_bytes, SlotHeader, SlotWord, FLAG_TOMBSTONE, SLOT_HEADER, TXN_EMPTY};
 pub use space::Space;
 pub use tile::VersionHeader;
@@ -893,8 +893,14 @@ impl TableHeap {
         space: &Space,
         idle_after: std::time::Duration,
     ) -> Result<usize> {
-        if self.reserve.missing() < RESERVE_BLOCKS && self.reserve.idle(idle_after) {
+        let block = self.def.block_size as u64;
+        let scarce = space.room(medium) < SPARE_ROOM_BLOCKS * block;
+        let holds = self.reserve.len() > 0;
+        if holds && (scarce || self.reserve.idle(idle_after)) {
             self.release_reserve(medium, space);
+            return Ok(0);
+        }
+        if scarce {
             return Ok(0);
         }
         let missing = self.reserve.missing();

@@ -11,8 +11,9 @@
 //! (`DbInner`'s block thread), so a writer only formats the header and
 //! links the block; with the reserve empty it makes the extent itself, as
 //! before. A table that takes no block for a while (the block thread
-//! says how long) gives its reserve back, and so does every table when a
-//! writer finds the medium full.
+//! says how long) gives its reserve back, as it does when the medium has
+//! less than [`SPARE_ROOM_BLOCKS`] blocks of room left; every table does
+//! when a writer finds the medium full.
 //!
 //! Nothing here is persisted. A ready extent is linked nowhere, so after
 //! a crash it is free space like any other unlinked extent; what makes it
@@ -26,6 +27,10 @@ use std::time::{Duration, Instant};
 
 /// Extents a growing table keeps ready.
 pub const RESERVE_BLOCKS: usize = 2;
+/// Blocks' worth of room the medium must still have for a table to keep
+/// blocks ready: when space runs short, it goes to writes and checkpoint
+/// images, not to blocks nobody asked for yet.
+pub const SPARE_ROOM_BLOCKS: u64 = 16;
 
 #[derive(Default)]
 pub struct Reserve {

@@ -62,6 +62,14 @@ impl Space {
         }
     }
 
+    /// Bytes still to be had: free extents, and what the medium may still
+    /// grow by (a file system can hold less; allocation then reports it).
+    pub fn room(&self, medium: &Medium) -> u64 {
+        let ext = self.inner.lock();
+        let free: u64 = ext.free.iter().map(|&(_, len)| len).sum();
+        free + medium.capacity().saturating_sub(ext.end)
+    }
+
     /// Tells whoever keeps blocks ready that a table took one.
     pub fn wake_preparer(&self) {
         *self.blocks_wanted.lock() = true;

@@ -157,6 +157,11 @@ impl Medium {
         self.map.len()
     }
 
+    /// The length the medium may grow to (its reserved size).
+    pub fn capacity(&self) -> u64 {
+        self.map.reserved()
+    }
+
     /// Grows the usable length to at least `new_len`, reserving real space so
     /// that a full disk is an error here and never a SIGBUS later.
     pub fn grow(&self, new_len: u64) -> Result<()> {
