@@ -854,23 +854,25 @@ mod tests {
     use super::*;
     use crate::TableOptions;
 
+    /// A `wal` database on tmpfs with no background thread, and a table.
+    fn wal_table() -> (tempfile::TempDir, Database, Table) {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let options = crate::Options::default()
+            .durability(crate::Durability::Wal)
+            .background_thread(false);
+        let db = Database::open(dir.path(), options).unwrap();
+        let table_options = TableOptions::default().max_key_len(8).max_value_len(8);
+        let table = db.create_table("kv", table_options).unwrap();
+        (dir, db, table)
+    }
+
     /// Recovery applies the log with one thread per contiguous key range;
     /// threads meet in the leaves at range ends and in the gaps there.
     /// Many threads over few keys make those meetings common; every key
     /// must still end with its newest logged version, deletes included.
     #[test]
     fn recovery_threads_meeting_in_shared_leaves_apply_every_key() {
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-        let options = crate::Options::default()
-            .durability(crate::Durability::Wal)
-            .background_thread(false);
-        let db = Database::open(dir.path(), options).unwrap();
-        let table = db
-            .create_table(
-                "kv",
-                TableOptions::default().max_key_len(8).max_value_len(8),
-            )
-            .unwrap();
+        let (_dir, db, table) = wal_table();
         let id = table.rt.heap.def.id;
         for round in 0..20u64 {
             let newest: Newest = (0..600u64)
@@ -902,17 +904,7 @@ mod tests {
     /// than failing recovery, and goes in once that writer is gone.
     #[test]
     fn a_batch_that_keeps_conflicting_is_deferred_then_applied() {
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-        let options = crate::Options::default()
-            .durability(crate::Durability::Wal)
-            .background_thread(false);
-        let db = Database::open(dir.path(), options).unwrap();
-        let table = db
-            .create_table(
-                "kv",
-                TableOptions::default().max_key_len(8).max_value_len(8),
-            )
-            .unwrap();
+        let (_dir, db, table) = wal_table();
         let tables = [table.clone()];
         let key = 5u64.to_be_bytes().to_vec();
         let versions = [(
