@@ -36,6 +36,8 @@ struct Extents {
     fresh_from: u64,
     /// Free extents below `end`, as (offset, length), first fit.
     free: Vec<(u64, u64)>,
+    /// Their total length.
+    free_bytes: u64,
 }
 
 impl Space {
@@ -55,6 +57,7 @@ impl Space {
             inner: Mutex::new(Extents {
                 end: at,
                 fresh_from,
+                free_bytes: free.iter().map(|&(_, len)| len).sum(),
                 free,
             }),
             blocks_wanted: Mutex::new(false),
@@ -66,8 +69,11 @@ impl Space {
     /// grow by (a file system can hold less; allocation then reports it).
     pub fn room(&self, medium: &Medium) -> u64 {
         let ext = self.inner.lock();
-        let free: u64 = ext.free.iter().map(|&(_, len)| len).sum();
-        free + medium.capacity().saturating_sub(ext.end)
+        debug_assert_eq!(
+            ext.free_bytes,
+            ext.free.iter().map(|&(_, l)| l).sum::<u64>()
+        );
+        ext.free_bytes + medium.capacity().saturating_sub(ext.end)
     }
 
     /// Tells whoever keeps blocks ready that a table took one.
@@ -93,6 +99,7 @@ impl Space {
         if let Some(i) = ext.free.iter().position(|&(_, l)| l >= len) {
             let (offset, free_len) = ext.free[i];
             medium.refill(offset, len)?;
+            ext.free_bytes -= len;
             if free_len == len {
                 ext.free.remove(i);
             } else {
@@ -120,6 +127,7 @@ impl Space {
         let mut ext = self.inner.lock();
         let at = ext.free.partition_point(|&(o, _)| o < offset);
         ext.free.insert(at, (offset, len));
+        ext.free_bytes += len;
         merge_neighbours(&mut ext.free, at);
     }
 }
