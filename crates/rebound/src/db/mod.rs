@@ -1615,6 +1615,13 @@ fn background_loop(
 mod tests {
     use super::*;
 
+    /// A simulated medium and no background thread: replayable.
+    fn simulated(device: &SimDevice) -> Options {
+        Options::default()
+            .medium(MediumChoice::Simulated(device.clone()))
+            .background_thread(false)
+    }
+
     /// Blocks made ready ahead are linked nowhere until a writer takes
     /// one: only a growing table gets them, writers use them, extents
     /// from space GC freed (old slots in it) are cleared like any reused
@@ -1623,11 +1630,7 @@ mod tests {
     #[test]
     fn blocks_made_ready_ahead_serve_writers_and_leave_nothing_after_a_crash() {
         let device = SimDevice::new(1 << 28);
-        let options = |device: &SimDevice| {
-            Options::default()
-                .medium(MediumChoice::Simulated(device.clone()))
-                .background_thread(false)
-        };
+        let options = simulated;
         let db = Database::open("unused", options(&device)).unwrap();
         let table_options = TableOptions::default()
             .max_key_len(8)
@@ -1726,9 +1729,7 @@ mod tests {
     fn a_replaced_chain_merges_while_a_stale_fold_runs() {
         let device = SimDevice::new(1 << 28);
         let options = |device: &SimDevice| {
-            Options::default()
-                .medium(MediumChoice::Simulated(device.clone()))
-                .background_thread(false)
+            simulated(device)
                 .checkpoint(CheckpointMode::Chain)
                 .checkpoint_chain_depth(4)
         };

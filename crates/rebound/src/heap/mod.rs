@@ -74,7 +74,6 @@ mod space;
 pub mod tile;
 
 pub use block::{next_of, set_next, BLOCK_ALIGN, BLOCK_HEADER, MIN_TXN_AT};
-pub use reserve::SPARE_ROOM_BLOCKS;
 pub use slot::{decode_bytes, SlotHeader, SlotWord, FLAG_TOMBSTONE, SLOT_HEADER, TXN_EMPTY};
 pub use space::Space;
 pub use tile::VersionHeader;
@@ -83,6 +82,7 @@ use crate::catalog::{self, TableDef, MAX_WORKERS};
 use crate::error::{Error, Result};
 use crate::medium::{HugeSlice, Medium, HUGE_PAGE_BYTES};
 use parking_lot::Mutex;
+use reserve::SPARE_ROOM_BLOCKS;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 
@@ -910,7 +910,7 @@ impl TableHeap {
         for _ in 0..missing {
             let offset = self.allocate_cleared(medium, space, true)?;
             if let Err(e) = medium.fence() {
-                space.free(medium, offset, self.def.block_size as u64);
+                space.free(medium, offset, block);
                 return Err(e);
             }
             self.reserve.put(offset);

@@ -82,13 +82,13 @@ impl Space {
         self.blocks_taken.notify_one();
     }
 
-    /// Waits up to `timeout` for a table to take a block; true if one did.
-    pub fn wait_for_taken_blocks(&self, timeout: std::time::Duration) -> bool {
+    /// Waits up to `timeout` for a table to take a block.
+    pub fn wait_for_taken_blocks(&self, timeout: std::time::Duration) {
         let mut wanted = self.blocks_wanted.lock();
         if !*wanted {
             self.blocks_taken.wait_for(&mut wanted, timeout);
         }
-        std::mem::take(&mut *wanted)
+        *wanted = false;
     }
 
     /// Allocates `len` bytes (a multiple of BLOCK_ALIGN); returns the offset
