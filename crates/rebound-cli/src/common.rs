@@ -30,6 +30,9 @@ pub fn designs() -> Vec<(&'static str, Options)> {
         // Log-free storage with delta index checkpoints every 25 ms
         // (HiEngine's ChainIndex): the default.
         ("log-free", d()),
+        // The same deltas recorded as HiEngine's MirrorIndex does: every
+        // commit also upserts its keys into a per-table head tree.
+        ("log-free-mirror", d().checkpoint(CheckpointMode::Mirror)),
         // Zen-style: log-free storage, no index checkpoint (full-scan recovery).
         ("log-free-nockpt", d().checkpoint(CheckpointMode::Off)),
         // FIR's leaf checkpoints at their own cadence (every 10 s or 1 Mi

@@ -41,6 +41,10 @@ impl Drop for CountOnDrop<'_> {
     }
 }
 
+/// The checkpoint modes that write deltas: ChainIndex's log and
+/// MirrorIndex's head trees record commits differently.
+const DELTA_MODES: [CheckpointMode; 2] = [CheckpointMode::Chain, CheckpointMode::Mirror];
+
 fn key(writer: u64, n: u64) -> [u8; 8] {
     ((writer << 40) | n).to_be_bytes()
 }
@@ -53,11 +57,12 @@ fn commits_racing_a_full_checkpoint_reach_the_chain() {
     common::each_seed(|seed| {
         let mut rng = StdRng::seed_from_u64(seed);
         for round in 0..ROUNDS {
+            let mode = DELTA_MODES[round % DELTA_MODES.len()];
             let device = SimDevice::new(1 << 28);
             let options = Options::default()
                 .medium(MediumChoice::Simulated(device.clone()))
                 .background_thread(false)
-                .checkpoint(CheckpointMode::Chain);
+                .checkpoint(mode);
             let db = Database::open("unused", options).unwrap();
             let t = db
                 .create_table("t", TableOptions::default().max_key_len(8).max_value_len(8))
@@ -112,7 +117,7 @@ fn commits_racing_a_full_checkpoint_reach_the_chain() {
             let options = Options::default()
                 .medium(MediumChoice::Simulated(device.clean_copy()))
                 .background_thread(false)
-                .checkpoint(CheckpointMode::Chain);
+                .checkpoint(mode);
             let db = Database::open("unused", options).unwrap();
             let t = db.table("t").unwrap().unwrap();
             let mut session = db.session().unwrap();
@@ -124,7 +129,7 @@ fn commits_racing_a_full_checkpoint_reach_the_chain() {
                     .count() as u64;
                 assert_eq!(
                     present, done,
-                    "seed {seed} round {round}: writer {writer} committed {done} keys, {present} survived a clean close"
+                    "seed {seed} round {round} ({mode:?}): writer {writer} committed {done} keys, {present} survived a clean close"
                 );
             }
         }
@@ -139,92 +144,98 @@ fn commits_racing_a_full_checkpoint_reach_the_chain() {
 #[test]
 fn chain_rewrites_with_the_background_thread_keep_every_acknowledged_write() {
     common::each_seed(|seed| {
-        let mut rng = StdRng::seed_from_u64(seed);
-        let device = SimDevice::new(1 << 28);
-        let options = |device: &SimDevice| {
-            Options::default()
-                .medium(MediumChoice::Simulated(device.clone()))
-                .checkpoint(CheckpointMode::Chain)
-                .checkpoint_chain_depth(4)
-                .checkpoint_interval(std::time::Duration::from_millis(1))
-        };
-        let db = Database::open("unused", options(&device)).unwrap();
-        let t = db
-            .create_table("t", TableOptions::default().max_key_len(8))
-            .unwrap();
-        let mut session = db.session().unwrap();
-        let mut model = std::collections::BTreeMap::new();
-        let mut images = Vec::new();
-        let (mut longest, mut merges_seen) = (0, false);
-        // A base large against the deltas, so that merges outnumber folds.
-        let mut tx = session.begin();
-        for key in 0..KEYS {
-            tx.put(&t, &key.to_be_bytes(), &u64::MAX.to_le_bytes())
-                .unwrap();
-            model.insert(key.to_be_bytes(), u64::MAX.to_le_bytes());
-        }
-        tx.commit().unwrap();
-        for round in 0..2000u64 {
-            // `None` deletes.
-            let writes: Vec<([u8; 8], Option<[u8; 8]>)> = (0..rng.gen_range(1..30))
-                .map(|_| {
-                    let key = rng.gen_range(0..KEYS).to_be_bytes();
-                    (key, (!rng.gen_ratio(1, 5)).then_some(round.to_le_bytes()))
-                })
-                .collect();
-            // A GC copy the writer waits for too long is a conflict: retry.
-            let write_all = |tx: &mut rebound::Transaction<'_>| {
-                for (key, value) in &writes {
-                    match value {
-                        Some(value) => tx.put(&t, key, value).map(drop)?,
-                        None => tx.delete(&t, key).map(drop)?,
-                    }
-                }
-                Ok::<(), Error>(())
-            };
-            loop {
-                let mut tx = session.begin();
-                match write_all(&mut tx).and_then(|()| tx.commit()) {
-                    Ok(()) => break,
-                    Err(Error::Conflict) => continue,
-                    Err(e) => panic!("seed {seed} round {round}: {e}"),
-                }
-            }
-            for (key, value) in writes {
-                match value {
-                    Some(value) => model.insert(key, value),
-                    None => model.remove(&key),
-                };
-            }
-            if let Some(stats) = db.last_checkpoint() {
-                longest = longest.max(stats.chain_length);
-                merges_seen |= stats.deltas_merged > 0;
-            }
-            if rng.gen_ratio(1, 200) {
-                images.push((device.crash(rng.gen()), model.clone()));
-            }
-        }
-        drop((session, t));
-        db.close().unwrap();
-        images.push((device.clean_copy(), model));
-        assert!(
-            merges_seen && longest <= 4 + 4,
-            "seed {seed}: the chain grew to {longest} images, merges seen: {merges_seen}"
-        );
-        for (i, (image, model)) in images.into_iter().enumerate() {
-            let db = Database::open("unused", options(&image)).unwrap();
-            let t = db.table("t").unwrap().unwrap();
-            let mut session = db.session().unwrap();
-            let mut tx = session.begin();
-            let found: Vec<(Vec<u8>, Vec<u8>)> = tx.scan::<&[u8]>(&t, .., usize::MAX).unwrap();
-            let expected: Vec<(Vec<u8>, Vec<u8>)> = model
-                .iter()
-                .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .collect();
-            assert!(
-                found == expected,
-                "seed {seed}: image {i} differs from the model"
-            );
+        for mode in DELTA_MODES {
+            chain_rewrites_case(seed, mode);
         }
     });
+}
+
+fn chain_rewrites_case(seed: u64, mode: CheckpointMode) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let device = SimDevice::new(1 << 28);
+    let options = |device: &SimDevice| {
+        Options::default()
+            .medium(MediumChoice::Simulated(device.clone()))
+            .checkpoint(mode)
+            .checkpoint_chain_depth(4)
+            .checkpoint_interval(std::time::Duration::from_millis(1))
+    };
+    let db = Database::open("unused", options(&device)).unwrap();
+    let t = db
+        .create_table("t", TableOptions::default().max_key_len(8))
+        .unwrap();
+    let mut session = db.session().unwrap();
+    let mut model = std::collections::BTreeMap::new();
+    let mut images = Vec::new();
+    let (mut longest, mut merges_seen) = (0, false);
+    // A base large against the deltas, so that merges outnumber folds.
+    let mut tx = session.begin();
+    for key in 0..KEYS {
+        tx.put(&t, &key.to_be_bytes(), &u64::MAX.to_le_bytes())
+            .unwrap();
+        model.insert(key.to_be_bytes(), u64::MAX.to_le_bytes());
+    }
+    tx.commit().unwrap();
+    for round in 0..2000u64 {
+        // `None` deletes.
+        let writes: Vec<([u8; 8], Option<[u8; 8]>)> = (0..rng.gen_range(1..30))
+            .map(|_| {
+                let key = rng.gen_range(0..KEYS).to_be_bytes();
+                (key, (!rng.gen_ratio(1, 5)).then_some(round.to_le_bytes()))
+            })
+            .collect();
+        // A GC copy the writer waits for too long is a conflict: retry.
+        let write_all = |tx: &mut rebound::Transaction<'_>| {
+            for (key, value) in &writes {
+                match value {
+                    Some(value) => tx.put(&t, key, value).map(drop)?,
+                    None => tx.delete(&t, key).map(drop)?,
+                }
+            }
+            Ok::<(), Error>(())
+        };
+        loop {
+            let mut tx = session.begin();
+            match write_all(&mut tx).and_then(|()| tx.commit()) {
+                Ok(()) => break,
+                Err(Error::Conflict) => continue,
+                Err(e) => panic!("seed {seed} round {round} ({mode:?}): {e}"),
+            }
+        }
+        for (key, value) in writes {
+            match value {
+                Some(value) => model.insert(key, value),
+                None => model.remove(&key),
+            };
+        }
+        if let Some(stats) = db.last_checkpoint() {
+            longest = longest.max(stats.chain_length);
+            merges_seen |= stats.deltas_merged > 0;
+        }
+        if rng.gen_ratio(1, 200) {
+            images.push((device.crash(rng.gen()), model.clone()));
+        }
+    }
+    drop((session, t));
+    db.close().unwrap();
+    images.push((device.clean_copy(), model));
+    assert!(
+        merges_seen && longest <= 4 + 4,
+        "seed {seed} ({mode:?}): the chain grew to {longest} images, merges seen: {merges_seen}"
+    );
+    for (i, (image, model)) in images.into_iter().enumerate() {
+        let db = Database::open("unused", options(&image)).unwrap();
+        let t = db.table("t").unwrap().unwrap();
+        let mut session = db.session().unwrap();
+        let mut tx = session.begin();
+        let found: Vec<(Vec<u8>, Vec<u8>)> = tx.scan::<&[u8]>(&t, .., usize::MAX).unwrap();
+        let expected: Vec<(Vec<u8>, Vec<u8>)> = model
+            .iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
+        assert!(
+            found == expected,
+            "seed {seed} ({mode:?}): image {i} differs from the model"
+        );
+    }
 }

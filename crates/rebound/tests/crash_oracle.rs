@@ -442,12 +442,13 @@ fn fences_of(seed: u64, txns: usize, key_space: u32, mode: CheckpointMode) -> u6
     device.fences()
 }
 
-const MODES: [CheckpointMode; 5] = [
+const MODES: [CheckpointMode; 6] = [
     CheckpointMode::Off,
     CheckpointMode::Full,
     CheckpointMode::Incremental,
     CheckpointMode::CostModel,
     CheckpointMode::Chain,
+    CheckpointMode::Mirror,
 ];
 
 /// A seed and its fence count give the same crash point on every run.
@@ -478,6 +479,7 @@ fn crash_at_every_fence_of_small_workloads() {
             CheckpointMode::Incremental,
             CheckpointMode::CostModel,
             CheckpointMode::Chain,
+            CheckpointMode::Mirror,
         ]
         .into_iter()
         .enumerate()
@@ -522,7 +524,7 @@ fn crash_at_random_fences_of_larger_workloads() {
 #[ignore = "replays one case given by REBOUND_SEED and REBOUND_CRASH_AT"]
 fn replay() {
     let usage = "usage: REBOUND_SEED=<seed> REBOUND_CRASH_AT=<fence> [REBOUND_TXNS=300] \
-                 [REBOUND_KEYS=200] [REBOUND_MODE=Off|Full|Incremental|CostModel|Chain] \
+                 [REBOUND_KEYS=200] [REBOUND_MODE=Off|Full|Incremental|CostModel|Chain|Mirror] \
                  cargo test -p rebound --test crash_oracle replay -- --ignored";
     let var = |name: &str| std::env::var(name).ok();
     let number = |name: &str| -> Option<u64> {
@@ -542,6 +544,7 @@ fn replay() {
         Some("Incremental") => CheckpointMode::Incremental,
         Some("CostModel") | None => CheckpointMode::CostModel,
         Some("Chain") => CheckpointMode::Chain,
+        Some("Mirror") => CheckpointMode::Mirror,
         Some(other) => panic!("REBOUND_MODE={other:?} is not a mode\n{usage}"),
     };
     assert!(

@@ -81,8 +81,9 @@ use crate::catalog;
 use crate::error::Result;
 use crate::heap::tile::PENDING;
 use crate::heap::Addr;
+use crate::index::BTree;
 use crate::medium::Medium;
-use crate::txn::{Changes, Store, TableRt};
+use crate::txn::{Capture, Changes, Store, TableRt};
 use std::ops::Bound;
 use std::sync::atomic::Ordering::Acquire;
 use std::sync::{Arc, Weak};
@@ -108,6 +109,27 @@ pub enum CheckpointMode {
     /// entries as the base.
     #[default]
     Chain,
+    /// Delta images as with `Chain`, recorded as HiEngine's MirrorIndex
+    /// does: every commit also upserts its keys into a per-table head
+    /// tree (a second B+-tree), which a checkpoint freezes and writes in
+    /// key order. The live index is the Mirror tree that serves reads.
+    Mirror,
+}
+
+impl CheckpointMode {
+    /// Whether checkpoints are deltas linked into a chain.
+    pub fn chains(self) -> bool {
+        matches!(self, CheckpointMode::Chain | CheckpointMode::Mirror)
+    }
+
+    /// How commits record their versions for the next delta.
+    pub(crate) fn capture(self) -> Capture {
+        match self {
+            CheckpointMode::Chain => Capture::Log,
+            CheckpointMode::Mirror => Capture::HeadTrees,
+            _ => Capture::Off,
+        }
+    }
 }
 
 /// What one checkpoint did.
@@ -295,7 +317,7 @@ impl Checkpointer {
         // After the horizons: every version older than them was published
         // and recorded by now (a delta needs that), and before any walk
         // (which then covers what this take drops).
-        store.changes.record(self.mode == CheckpointMode::Chain);
+        store.changes.record(self.mode.capture());
         let changes = store.changes.take(store.tables.count());
         // A commit recorded before this take must be published before the
         // walk below, which skips versions not yet committed: otherwise
@@ -303,7 +325,7 @@ impl Checkpointer {
         // took) would hold it.
         store.changes.wait_for_publishing();
         let kind = match (base.as_ref().map(|b| b.extend), &changes) {
-            (Some(extend), Changes::Complete(_)) => {
+            (Some(extend), Changes::Complete(_) | Changes::Trees(_)) => {
                 match self.choose(store, &samples, &mut stats) {
                     Kind::Delta => Kind::Delta,
                     _ if extend == Extend::DeltasOnly => Kind::Full,
@@ -359,12 +381,18 @@ impl Checkpointer {
             };
             let delta = match (kind, &base, &changes) {
                 (Kind::Delta, Some(b), Changes::Complete(by_table)) if b.tables.contains(&id) => {
-                    by_table.get(id as usize)
+                    by_table.get(id as usize).map(|changed| Delta::Log(changed))
                 }
+                (Kind::Delta, Some(b), Changes::Trees(by_table)) if b.tables.contains(&id) => Some(
+                    Delta::Tree(by_table.get(id as usize).and_then(Option::as_ref)),
+                ),
                 _ => None,
             };
             match (delta, &base, &previous) {
-                (Some(changed), _, _) => write_delta(&store.medium, table, changed, &mut collect),
+                (Some(Delta::Log(changed)), _, _) => {
+                    write_delta(&store.medium, table, changed, &mut collect)
+                }
+                (Some(Delta::Tree(head)), _, _) => write_head_tree(head, &mut collect),
                 (None, Some(b), Some(chain)) if chain.has_table(id) => {
                     write_incremental(&store.medium, table, chain, b.t_low, &mut collect)
                 }
@@ -417,7 +445,7 @@ impl Checkpointer {
         match self.mode {
             CheckpointMode::Full | CheckpointMode::Off => Kind::Full,
             CheckpointMode::Incremental => Kind::Incremental,
-            CheckpointMode::Chain => Kind::Delta,
+            CheckpointMode::Chain | CheckpointMode::Mirror => Kind::Delta,
             CheckpointMode::CostModel => {
                 let prediction = self.cost.predict(store, samples);
                 stats.alpha = prediction.alpha;
@@ -625,6 +653,28 @@ fn write_delta(medium: &Medium, table: &TableRt, changed: &[Addr], out: &mut Col
     for entry in &found {
         out.stats.entries_resolved += out.run.push(key(entry), entry.addr) as u64;
     }
+}
+
+/// Where a delta's entries come from.
+enum Delta<'c> {
+    /// Addresses recorded by commits (ChainIndex).
+    Log(&'c [Addr]),
+    /// A frozen head tree (MirrorIndex); `None` if nothing was recorded.
+    Tree(Option<&'c BTree>),
+}
+
+/// A frozen head tree's entries, already one per key, in key order, with
+/// the newest recorded version (or `TOMBSTONE`) of each: what
+/// `write_delta` derives from the log by reading and sorting keys. The
+/// same reasoning makes it complete.
+fn write_head_tree(head: Option<&BTree>, out: &mut Collect) {
+    let Some(head) = head else {
+        return;
+    };
+    head.scan(Bound::Unbounded, Bound::Unbounded, None, |key, value| {
+        out.stats.entries_resolved += out.run.push(key, value) as u64;
+        true
+    });
 }
 
 /// A key a delta records, in the packed key buffer.

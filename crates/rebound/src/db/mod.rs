@@ -14,11 +14,13 @@ use crate::checkpoint::{
 };
 use crate::error::{Error, Result};
 use crate::gc::{Collector, GcOptions, GcStats};
-use crate::heap::TableHeap;
+use crate::heap::{Addr, TableHeap};
 use crate::index::{BTree, MAX_KEY_LEN};
 use crate::medium::{Guarantee, Medium, SimDevice};
 use crate::recovery::{self, Recovered, RecoveryReport};
-use crate::txn::{owned_range, prefix_end, Cursor, PendingCommit, Store, TableRt, TxnState};
+use crate::txn::{
+    owned_range, prefix_end, Capture, Committed, Cursor, PendingCommit, Store, TableRt, TxnState,
+};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::ops::{Bound, RangeBounds};
@@ -449,11 +451,11 @@ impl Database {
             cold,
             redone,
         } = recovered;
-        if options.checkpoint == CheckpointMode::Chain {
+        if options.checkpoint.chains() {
             // Before any commit: the first delta after a restart must hold
             // the redone versions and everything committed from now on.
-            store.changes.record(true);
-            store.changes.add(0, redone.into_iter());
+            store.changes.record(options.checkpoint.capture());
+            record_redone(&store, &redone, options.checkpoint);
         }
         let path = (!matches!(options.medium, MediumChoice::Simulated(_))
             && options.durability != Durability::None)
@@ -1402,6 +1404,33 @@ const RESERVE_IDLE_AFTER: Duration = Duration::from_secs(5);
 
 /// The block thread: whenever a table takes a ready block, makes the
 /// next ones (see `heap/reserve.rs`).
+/// Records the versions recovery redid in the change log, as their
+/// commits would have; head trees need their keys, read from the slots.
+fn record_redone(store: &Store, redone: &[(u32, Addr)], mode: CheckpointMode) {
+    let needs_keys = mode.capture() == Capture::HeadTrees;
+    let mut keys = Vec::new();
+    let mut found = Vec::with_capacity(redone.len());
+    for &(table, addr) in redone {
+        let heap = &store.tables[table as usize].heap;
+        let at = keys.len();
+        let len = match needs_keys {
+            true => heap.read_key_into(&store.medium, addr, &mut keys),
+            false => 0,
+        };
+        let deletes = needs_keys && heap.tombstone(&store.medium, addr) != Some(false);
+        found.push((table, addr, at, len, deletes));
+    }
+    let versions = found
+        .iter()
+        .map(|&(table, addr, at, len, deletes)| Committed {
+            table,
+            addr,
+            key: keys.get(at..at + len).unwrap_or_default(),
+            deletes,
+        });
+    store.changes.add(0, versions);
+}
+
 fn block_loop(db: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, parking_lot::Condvar)>) {
     loop {
         let Some(inner) = db.upgrade() else { return };

@@ -9,10 +9,24 @@
 //! A commit records and then publishes inside a `PublishWindow`; every
 //! checkpoint waits for the windows open at its take, so a walk never skips
 //! a version whose record it took.
+//!
+//! With [`Capture::HeadTrees`] (HiEngine's MirrorIndex) a commit records
+//! into one B+-tree per table instead, its *head tree*: key → address of
+//! the newest committed version (`TOMBSTONE` for a deletion). The table's
+//! live index plays the Mirror tree, which serves every read. A take
+//! swaps in empty head trees and hands over the frozen ones, whose entries
+//! are a delta in key order already. Commits of one key are ordered (a
+//! writer of a key waits for the previous one to publish), so the last
+//! record of a key is its newest version. A commit records under a read
+//! lock of the trees and the swap takes the write lock, so a frozen tree
+//! gets no record after the swap.
 
+use crate::checkpoint::TOMBSTONE;
 use crate::heap::Addr;
+use crate::index::BTree;
 use crossbeam_utils::CachePadded;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::OnceLock;
 
 /// Entries a worker records before the log gives up (16 B each).
 const MAX_PER_WORKER: usize = 1 << 22;
@@ -20,9 +34,45 @@ const MAX_PER_WORKER: usize = 1 << 22;
 /// Committed versions of one worker as (table id, address).
 type WorkerChanges = parking_lot::Mutex<Vec<(u32, Addr)>>;
 
+/// How commits record their versions for the next delta.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Capture {
+    /// Not at all (no delta checkpoints).
+    Off,
+    /// Addresses appended to per-worker lists (ChainIndex).
+    Log,
+    /// Keys upserted into per-table head trees (MirrorIndex).
+    HeadTrees,
+}
+
+/// A version a commit records: its table, address and key, and whether it
+/// deletes the key.
+pub struct Committed<'k> {
+    pub table: u32,
+    pub addr: Addr,
+    pub key: &'k [u8],
+    pub deletes: bool,
+}
+
+/// One head tree per table id, made on a table's first record.
+struct HeadTrees(Box<[OnceLock<BTree>]>);
+
+impl HeadTrees {
+    fn new() -> HeadTrees {
+        HeadTrees(
+            (0..crate::catalog::MAX_TABLES)
+                .map(|_| OnceLock::new())
+                .collect(),
+        )
+    }
+}
+
 /// Committed versions, per worker.
 pub struct ChangeLog {
-    recording: AtomicBool,
+    capture: AtomicU8,
+    /// The head trees commits record into ([`Capture::HeadTrees`]).
+    heads: parking_lot::RwLock<HeadTrees>,
     overflowed: AtomicBool,
     /// Each on its own cache line: workers append on every commit.
     workers: Box<[CachePadded<WorkerChanges>]>,
@@ -47,6 +97,8 @@ impl Drop for PublishWindow<'_> {
 pub enum Changes {
     /// Every version committed since the previous take, by table id.
     Complete(Vec<Vec<Addr>>),
+    /// The frozen head trees, by table id (`None`: nothing recorded).
+    Trees(Vec<Option<BTree>>),
     /// Some were not recorded: only a full read of the index is complete.
     Incomplete,
 }
@@ -54,7 +106,8 @@ pub enum Changes {
 impl ChangeLog {
     pub fn new(workers: usize) -> ChangeLog {
         ChangeLog {
-            recording: AtomicBool::new(false),
+            capture: AtomicU8::new(Capture::Off as u8),
+            heads: parking_lot::RwLock::new(HeadTrees::new()),
             overflowed: AtomicBool::new(false),
             workers: (0..workers)
                 .map(|_| CachePadded::new(parking_lot::Mutex::new(Vec::new())))
@@ -65,17 +118,45 @@ impl ChangeLog {
         }
     }
 
-    /// Starts or stops recording (delta checkpoints on or off).
-    pub fn record(&self, on: bool) {
-        self.recording.store(on, Relaxed);
+    /// Starts, stops or switches recording (delta checkpoints on or off).
+    pub fn record(&self, capture: Capture) {
+        self.capture.store(capture as u8, Relaxed);
+    }
+
+    fn capture(&self) -> Capture {
+        match self.capture.load(Relaxed) {
+            c if c == Capture::Log as u8 => Capture::Log,
+            c if c == Capture::HeadTrees as u8 => Capture::HeadTrees,
+            _ => Capture::Off,
+        }
     }
 
     /// Records versions that are already published (the redone ones, at
     /// open); a commit records through `add_publishing`.
-    pub fn add(&self, worker: usize, versions: impl ExactSizeIterator<Item = (u32, Addr)>) {
-        if !self.recording.load(Relaxed) {
-            return;
+    pub fn add<'k>(&self, worker: usize, versions: impl ExactSizeIterator<Item = Committed<'k>>) {
+        match self.capture() {
+            Capture::Off => {}
+            Capture::Log => self.append(worker, versions.map(|v| (v.table, v.addr))),
+            Capture::HeadTrees => self.upsert(versions),
         }
+    }
+
+    /// Upserts each version into its table's head tree.
+    fn upsert<'k>(&self, versions: impl Iterator<Item = Committed<'k>>) {
+        let heads = self.heads.read();
+        for version in versions {
+            let Some(tree) = heads.0.get(version.table as usize) else {
+                continue;
+            };
+            let value = match version.deletes {
+                true => TOMBSTONE,
+                false => version.addr.0,
+            };
+            tree.get_or_init(BTree::new).upsert(version.key, value, 0);
+        }
+    }
+
+    fn append(&self, worker: usize, versions: impl ExactSizeIterator<Item = (u32, Addr)>) {
         let Some(list) = self.workers.get(worker) else {
             return;
         };
@@ -90,10 +171,10 @@ impl ChangeLog {
     /// Records a committing write set whose versions are about to be
     /// published; the returned window closes (dropped) once they are,
     /// also if publishing panics, so no checkpoint waits for it forever.
-    pub fn add_publishing(
+    pub fn add_publishing<'k>(
         &self,
         worker: usize,
-        versions: impl ExactSizeIterator<Item = (u32, Addr)>,
+        versions: impl ExactSizeIterator<Item = Committed<'k>>,
     ) -> PublishWindow<'_> {
         let counter = self.publishing.get(worker).map(|c| &**c);
         if let Some(counter) = counter {
@@ -126,9 +207,20 @@ impl ChangeLog {
         self.overflowed.store(true, Relaxed);
     }
 
-    /// Takes everything recorded so far, grouped by table id, in the order
-    /// each worker recorded it.
+    /// Takes everything recorded so far, grouped by table id: the lists in
+    /// the order each worker recorded them, or the head trees (after
+    /// `wait_for_publishing` no commit records into them any more).
     pub fn take(&self, tables: usize) -> Changes {
+        if self.capture() == Capture::HeadTrees {
+            let HeadTrees(frozen) = std::mem::replace(&mut *self.heads.write(), HeadTrees::new());
+            let by_table = frozen.into_vec().into_iter().take(tables);
+            let by_table = by_table.map(OnceLock::into_inner).collect();
+            // Read after the swap, as for the lists below.
+            return match self.overflowed.swap(false, Relaxed) {
+                true => Changes::Incomplete,
+                false => Changes::Trees(by_table),
+            };
+        }
         let mut by_table = vec![Vec::new(); tables];
         for list in self.workers.iter() {
             let taken = std::mem::take(&mut *list.lock());
@@ -144,5 +236,81 @@ impl ChangeLog {
             true => Changes::Incomplete,
             false => Changes::Complete(by_table),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed(table: u32, addr: u64, key: &[u8], deletes: bool) -> Committed<'_> {
+        Committed {
+            table,
+            addr: Addr(addr),
+            key,
+            deletes,
+        }
+    }
+
+    fn entries(tree: &BTree) -> Vec<(Vec<u8>, u64)> {
+        tree.to_vec()
+    }
+
+    #[test]
+    fn head_trees_hold_each_keys_last_record_in_key_order_until_taken() {
+        let log = ChangeLog::new(2);
+        log.record(Capture::HeadTrees);
+        log.add(
+            0,
+            [committed(1, 10, b"b", false), committed(1, 11, b"a", false)].into_iter(),
+        );
+        let window = log.add_publishing(
+            1,
+            [committed(1, 12, b"b", true), committed(0, 13, b"z", false)].into_iter(),
+        );
+        drop(window);
+        let Changes::Trees(trees) = log.take(3) else {
+            panic!("head trees were recording");
+        };
+        assert_eq!(trees.len(), 3);
+        let table = |id: usize| trees[id].as_ref().map(entries);
+        assert_eq!(table(0), Some(vec![(b"z".to_vec(), 13)]));
+        assert_eq!(
+            table(1),
+            Some(vec![(b"a".to_vec(), 11), (b"b".to_vec(), TOMBSTONE)])
+        );
+        assert_eq!(table(2), None, "a table nothing recorded for has no tree");
+        // The take started empty trees.
+        log.add(0, [committed(2, 14, b"c", false)].into_iter());
+        let Changes::Trees(trees) = log.take(3) else {
+            panic!("head trees were recording");
+        };
+        assert!(trees[1].is_none());
+        assert_eq!(
+            trees[2].as_ref().map(entries),
+            Some(vec![(b"c".to_vec(), 14)])
+        );
+    }
+
+    #[test]
+    fn the_log_keeps_addresses_by_table_in_record_order() {
+        let log = ChangeLog::new(2);
+        log.record(Capture::Log);
+        log.add(1, [committed(1, 20, b"x", false)].into_iter());
+        log.add(
+            0,
+            [committed(1, 21, b"x", true), committed(0, 22, b"y", false)].into_iter(),
+        );
+        let Changes::Complete(by_table) = log.take(2) else {
+            panic!("the log was recording");
+        };
+        assert_eq!(by_table[0], vec![Addr(22)]);
+        assert_eq!(by_table[1], vec![Addr(21), Addr(20)]);
+        log.record(Capture::Off);
+        log.add(0, [committed(0, 23, b"y", false)].into_iter());
+        let Changes::Complete(by_table) = log.take(2) else {
+            panic!("an empty log is complete");
+        };
+        assert!(by_table.iter().all(Vec::is_empty));
     }
 }

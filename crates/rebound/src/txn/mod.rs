@@ -50,7 +50,7 @@ mod relocate;
 mod sampler;
 mod secondary;
 
-pub use changes::{ChangeLog, Changes};
+pub use changes::{Capture, ChangeLog, Changes, Committed};
 pub use clock::Clock;
 pub use cursor::{prefix_end, Cursor, Order};
 pub use index_build::{Collected, EntryRun};
@@ -726,6 +726,9 @@ struct Write {
     /// transaction rewrote some slot (`WriteSet::rewrote`).
     bytes: u32,
     tombstone: bool,
+    /// Where its key is in `WriteSet::keys`.
+    key_at: u32,
+    key_len: u32,
 }
 
 /// The versions a worker's running transaction wrote, and where new ones go.
@@ -742,6 +745,9 @@ pub struct WriteSet {
     spare_buf: Vec<u8>,
     /// Bitmap words a commit set obsolete bits in, kept for their capacity.
     bitmap_words: Vec<u64>,
+    /// The written keys, back to back (MirrorIndex's head trees take them
+    /// at commit; the slots' copies may be out of cache by then).
+    keys: Vec<u8>,
 }
 
 impl WriteSet {
@@ -752,6 +758,13 @@ impl WriteSet {
             true => heap.slot_bytes(medium, write.new),
             false => write.bytes,
         }
+    }
+
+    fn key(&self, write: &Write) -> &[u8] {
+        let at = write.key_at as usize;
+        self.keys
+            .get(at..at + write.key_len as usize)
+            .unwrap_or_default()
     }
 
     /// Whether `write`'s version deletes its key (see `slot_bytes`).
@@ -770,6 +783,7 @@ impl WriteSet {
             rewrote: false,
             spare_buf: Vec::new(),
             bitmap_words: Vec::new(),
+            keys: Vec::new(),
         }
     }
 }
@@ -827,6 +841,7 @@ impl<'s> TxnState<'s> {
             set.ts = ts;
             set.region = worker;
             set.writes.clear();
+            set.keys.clear();
             set.rewrote = false;
             std::mem::take(&mut set.spare_buf)
         };
@@ -1249,24 +1264,31 @@ impl<'s> TxnState<'s> {
             self.discard(table, new)?;
             return Ok(false);
         }
-        set.writes.push(self.written(table, new, Some(head), value));
+        let write = self.written(table, new, Some(head), (key, value), set);
+        set.writes.push(write);
         Ok(true)
     }
 
-    /// The write-set entry of a version just encoded in `self.buf`.
+    /// The write-set entry of a version just encoded in `self.buf`; its
+    /// key goes into `set`.
     fn written(
         &self,
         table: &TableRt,
         new: Addr,
         prev: Option<Addr>,
-        value: Option<&[u8]>,
+        (key, value): (&[u8], Option<&[u8]>),
+        set: &mut WriteSet,
     ) -> Write {
+        let key_at = set.keys.len() as u32;
+        set.keys.extend_from_slice(key);
         Write {
             table: table.heap.def.id,
             new,
             prev,
             bytes: self.buf.len() as u32,
             tombstone: value.is_none(),
+            key_at,
+            key_len: key.len() as u32,
         }
     }
 
@@ -1322,7 +1344,8 @@ impl<'s> TxnState<'s> {
         header.begin.store(PENDING | self.ts, Release);
         match table.index.insert_if_absent(key, new.0, self.ts, self.ts) {
             Ok(()) => {
-                set.writes.push(self.written(table, new, None, value));
+                let write = self.written(table, new, None, (key, value), set);
+                set.writes.push(write);
                 Ok(true)
             }
             Err(e) => {
@@ -1431,7 +1454,7 @@ impl<'s> TxnState<'s> {
             // next checkpoint) knows the next delta has its successor.
             let publishing = store
                 .changes
-                .add_publishing(self.worker, set.writes.iter().map(|w| (w.table, w.new)));
+                .add_publishing(self.worker, self.committed(&set));
             self.publish(&mut set);
             if set.region != self.worker {
                 self.touch_written_keys(&set);
@@ -1487,6 +1510,20 @@ impl<'s> TxnState<'s> {
         // LCTT entry decides them.
         catalog::set_last_commit(&store.medium, set.region, self.ts);
         store.medium.fence()
+    }
+
+    /// What the change log records of a committing write set.
+    fn committed<'w>(
+        &self,
+        set: &'w WriteSet,
+    ) -> impl ExactSizeIterator<Item = Committed<'w>> + use<'w, 's> {
+        let store = self.store;
+        set.writes.iter().map(move |w| Committed {
+            table: w.table,
+            addr: w.new,
+            key: set.key(w),
+            deletes: set.deletes(w, &store.tables[w.table as usize].heap, &store.medium),
+        })
     }
 
     fn publish(&self, set: &mut WriteSet) {
