@@ -16,7 +16,8 @@
 //! live data (keys and values of the newest versions).
 //!
 //! `delta`: checkpoint time of FIR's leaf checkpoints (cost model) and of
-//! ChainIndex deltas after the same number of updates, at each size.
+//! ChainIndex and MirrorIndex deltas after the same number of updates, at
+//! each size (`REBOUND_DELTA_MODES=chain,mirror` picks modes).
 //!
 //! `kill`: a child loads ROWS rows, then runs YCSB-A (θ 0.9, 16 requests
 //! per transaction) with default options and is killed with SIGKILL while
@@ -25,7 +26,9 @@
 //! that ends with `close()`: its reopen should redo nothing.
 //! `REBOUND_DESIGN=wal` runs the same with `Durability::Wal` (FIR's
 //! Figure 11 side by side: its recovery loads everything before the first
-//! transaction; there is no full-scan copy to compare).
+//! transaction; there is no full-scan copy to compare);
+//! `REBOUND_DESIGN=mirror` with MirrorIndex checkpoints, `leaf` with FIR's
+//! leaf checkpoints (cost model, every 10 s or 2^20 versions).
 //!
 //! `scaling`: a child process loads ROWS rows (8-byte keys, 100-byte values,
 //! 1000 per transaction) and runs ROWS/4 single-key updates with the default
@@ -272,6 +275,8 @@ fn overhead(seconds: u64) {
         ),
         // The default: delta checkpoints every 50 ms by the background thread.
         ("chain-default", Options::default(), false),
+        // The same deltas recorded into head trees (MirrorIndex).
+        ("mirror-default", options(CheckpointMode::Mirror), false),
         // FIR's leaf checkpoints, taken back to back by a second thread.
         (
             "leaf-continuous",
@@ -464,6 +469,7 @@ fn delta(sizes: &[u64]) {
         let dir = scratch("delta");
         let modes = [
             ("chain", CheckpointMode::Chain),
+            ("mirror", CheckpointMode::Mirror),
             ("leaf-cost-model", CheckpointMode::CostModel),
         ];
         let only = std::env::var("REBOUND_DELTA_MODES").ok();
@@ -510,10 +516,16 @@ fn delta(sizes: &[u64]) {
 
 /// The child of `kill`: loads, then writes YCSB-A until killed (or, with
 /// `close`, for a while and then closes the database and exits).
-/// Default options, or the `wal` design's when `REBOUND_DESIGN=wal`.
+/// Default options, or those `REBOUND_DESIGN` names (`wal`, `mirror`, `leaf`).
 fn kill_options() -> Options {
     match std::env::var("REBOUND_DESIGN").as_deref() {
         Ok("wal") => Options::default().durability(rebound::Durability::Wal),
+        Ok("mirror") => Options::default().checkpoint(CheckpointMode::Mirror),
+        // FIR's leaf checkpoints at the tool's cadence for them.
+        Ok("leaf") => Options::default()
+            .checkpoint(CheckpointMode::CostModel)
+            .checkpoint_interval(Duration::from_secs(10))
+            .checkpoint_after_versions(1 << 20),
         _ => Options::default(),
     }
 }
