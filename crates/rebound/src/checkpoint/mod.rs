@@ -24,10 +24,12 @@
 //!   pointer switches to it, so a crash mid-checkpoint leaves the previous
 //!   checkpoint in force; its extent is freed only after the switch.
 //!
-//! # Chains (HiEngine's ChainIndex, `CheckpointMode::Chain`)
+//! # Chains (HiEngine's ChainIndex, `CheckpointMode::Chain`, and
+//! MirrorIndex, `CheckpointMode::Mirror`)
 //! A delta image holds only the keys committed since its predecessor,
-//! found from a change log filled at commit (`txn::ChangeLog`), not from a
-//! walk of the index: a checkpoint costs what changed. The chain's view of
+//! found from a change log filled at commit (`txn::ChangeLog`: a list of
+//! addresses per worker, or with MirrorIndex a head tree of keys per
+//! table), not from a walk of the index: a checkpoint costs what changed. The chain's view of
 //! a key is its newest image's entry; `chain` reads chains, `fold` keeps
 //! them short. Horizons and block lists are the newest image's.
 //!
@@ -119,7 +121,7 @@ pub enum CheckpointMode {
 impl CheckpointMode {
     /// Whether checkpoints are deltas linked into a chain.
     pub fn chains(self) -> bool {
-        matches!(self, CheckpointMode::Chain | CheckpointMode::Mirror)
+        self.capture() != Capture::Off
     }
 
     /// How commits record their versions for the next delta.

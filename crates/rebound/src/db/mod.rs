@@ -93,7 +93,7 @@ pub struct Options {
     pub checkpoint_interval: Duration,
     /// ...or when this many versions were written since the last one.
     pub checkpoint_after_versions: u64,
-    /// With [`CheckpointMode::Chain`]: once the chain in force holds this
+    /// With [`CheckpointMode::Chain`] or `Mirror`: once the chain in force holds this
     /// many images, its deltas are merged into one (3 to 63).
     pub checkpoint_chain_depth: usize,
     /// After a restart, move the checkpoint runs into the DRAM indexes in a
@@ -181,7 +181,7 @@ setters!(Options {
     /// Versions written since the last checkpoint after which one is taken
     /// (default: 65536).
     checkpoint_after_versions: u64,
-    /// With [`CheckpointMode::Chain`]: images in force after which the
+    /// With [`CheckpointMode::Chain`] or `Mirror`: images in force after which the
     /// deltas are merged into one (default: 16; 3 to 63).
     checkpoint_chain_depth: usize,
     /// Load the checkpoint runs into the DRAM indexes in a background
@@ -451,7 +451,9 @@ impl Database {
             cold,
             redone,
         } = recovered;
-        if options.checkpoint.chains() {
+        // Only the log-free design takes index checkpoints; elsewhere the
+        // records would pile up untaken.
+        if options.checkpoint.chains() && options.durability == Durability::LogFree {
             // Before any commit: the first delta after a restart must hold
             // the redone versions and everything committed from now on.
             store.changes.record(options.checkpoint.capture());
@@ -1402,35 +1404,40 @@ const BLOCK_THREAD_IDLE: Duration = Duration::from_millis(100);
 /// holds ready.
 const RESERVE_IDLE_AFTER: Duration = Duration::from_secs(5);
 
-/// The block thread: whenever a table takes a ready block, makes the
-/// next ones (see `heap/reserve.rs`).
 /// Records the versions recovery redid in the change log, as their
-/// commits would have; head trees need their keys, read from the slots.
+/// commits would have; head trees need their keys, read from the slots
+/// (a slot without a key makes the next take incomplete).
 fn record_redone(store: &Store, redone: &[(u32, Addr)], mode: CheckpointMode) {
-    let needs_keys = mode.capture() == Capture::HeadTrees;
+    let as_logged = |&(table, addr): &(u32, Addr)| Committed {
+        table,
+        addr,
+        key: &[],
+        deletes: false,
+    };
+    if mode.capture() != Capture::HeadTrees {
+        store.changes.add(0, redone.iter().map(as_logged));
+        return;
+    }
     let mut keys = Vec::new();
     let mut found = Vec::with_capacity(redone.len());
     for &(table, addr) in redone {
         let heap = &store.tables[table as usize].heap;
         let at = keys.len();
-        let len = match needs_keys {
-            true => heap.read_key_into(&store.medium, addr, &mut keys),
-            false => 0,
-        };
-        let deletes = needs_keys && heap.tombstone(&store.medium, addr) != Some(false);
-        found.push((table, addr, at, len, deletes));
+        let len = heap.read_key_into(&store.medium, addr, &mut keys);
+        let deletes = heap.tombstone(&store.medium, addr) != Some(false);
+        found.push((table, addr, at..at + len, deletes));
     }
-    let versions = found
-        .iter()
-        .map(|&(table, addr, at, len, deletes)| Committed {
-            table,
-            addr,
-            key: keys.get(at..at + len).unwrap_or_default(),
-            deletes,
-        });
+    let versions = found.iter().map(|(table, addr, key, deletes)| Committed {
+        table: *table,
+        addr: *addr,
+        key: keys.get(key.clone()).unwrap_or_default(),
+        deletes: *deletes,
+    });
     store.changes.add(0, versions);
 }
 
+/// The block thread: whenever a table takes a ready block, makes the
+/// next ones (see `heap/reserve.rs`).
 fn block_loop(db: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, parking_lot::Condvar)>) {
     loop {
         let Some(inner) = db.upgrade() else { return };

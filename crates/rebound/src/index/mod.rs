@@ -412,12 +412,11 @@ impl BTree {
         })
     }
 
-    /// Unconditional upsert (for recovery and tests); ignores gap marks.
-    /// Returns the previous value.
+    /// Unconditional upsert (MirrorIndex's head trees, tests); ignores gap
+    /// marks. Returns the previous value.
     ///
     /// # Panics
     /// If the key is empty or longer than [`MAX_KEY_LEN`].
-    #[allow(dead_code)] // part of the index's interface; used by its tests
     pub fn upsert(&self, key: &[u8], value: u64, ut: u64) -> Option<u64> {
         let key = probe_to_store(key);
         self.modify_leaf(&key, ut, |leaf| {

@@ -16,20 +16,26 @@
 //! live index plays the Mirror tree, which serves every read. A take
 //! swaps in empty head trees and hands over the frozen ones, whose entries
 //! are a delta in key order already. Commits of one key are ordered (a
-//! writer of a key waits for the previous one to publish), so the last
-//! record of a key is its newest version. A commit records under a read
-//! lock of the trees and the swap takes the write lock, so a frozen tree
-//! gets no record after the swap.
+//! writer meeting an unpublished version of its key conflicts, and
+//! commits record before they publish), so the last record of a key is
+//! its newest version. Each worker reaches the trees through its own
+//! handle, locked while it records (one uncontended lock per commit, as
+//! for the lists); a take replaces every handle under its lock, so a
+//! frozen tree gets no record after the take. Past `MAX_HEAD_KEYS` keys
+//! the trees stop growing and the log counts as overflowed, as the lists
+//! do.
 
 use crate::checkpoint::TOMBSTONE;
 use crate::heap::Addr;
 use crate::index::BTree;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// Entries a worker records before the log gives up (16 B each).
 const MAX_PER_WORKER: usize = 1 << 22;
+/// Keys the head trees hold together before the log gives up.
+const MAX_HEAD_KEYS: u64 = 1 << 22;
 
 /// Committed versions of one worker as (table id, address).
 type WorkerChanges = parking_lot::Mutex<Vec<(u32, Addr)>>;
@@ -47,7 +53,8 @@ pub enum Capture {
 }
 
 /// A version a commit records: its table, address and key, and whether it
-/// deletes the key.
+/// deletes the key (key and flag matter only to head trees; the log's
+/// callers may leave them empty and false).
 pub struct Committed<'k> {
     pub table: u32,
     pub addr: Addr,
@@ -59,20 +66,22 @@ pub struct Committed<'k> {
 struct HeadTrees(Box<[OnceLock<BTree>]>);
 
 impl HeadTrees {
-    fn new() -> HeadTrees {
-        HeadTrees(
-            (0..crate::catalog::MAX_TABLES)
-                .map(|_| OnceLock::new())
-                .collect(),
-        )
+    fn new() -> Arc<HeadTrees> {
+        let trees = (0..crate::catalog::MAX_TABLES)
+            .map(|_| OnceLock::new())
+            .collect();
+        Arc::new(HeadTrees(trees))
     }
 }
 
-/// Committed versions, per worker.
+/// Committed versions since the last take.
 pub struct ChangeLog {
     capture: AtomicU8,
-    /// The head trees commits record into ([`Capture::HeadTrees`]).
-    heads: parking_lot::RwLock<HeadTrees>,
+    /// Per worker, its handle on the head trees commits record into
+    /// ([`Capture::HeadTrees`]); all handles share one set of trees.
+    heads: Box<[CachePadded<parking_lot::Mutex<Arc<HeadTrees>>>]>,
+    /// Keys in the head trees (see `MAX_HEAD_KEYS`).
+    head_keys: AtomicU64,
     overflowed: AtomicBool,
     /// Each on its own cache line: workers append on every commit.
     workers: Box<[CachePadded<WorkerChanges>]>,
@@ -105,9 +114,13 @@ pub enum Changes {
 
 impl ChangeLog {
     pub fn new(workers: usize) -> ChangeLog {
+        let trees = HeadTrees::new();
         ChangeLog {
             capture: AtomicU8::new(Capture::Off as u8),
-            heads: parking_lot::RwLock::new(HeadTrees::new()),
+            heads: (0..workers)
+                .map(|_| CachePadded::new(parking_lot::Mutex::new(trees.clone())))
+                .collect(),
+            head_keys: AtomicU64::new(0),
             overflowed: AtomicBool::new(false),
             workers: (0..workers)
                 .map(|_| CachePadded::new(parking_lot::Mutex::new(Vec::new())))
@@ -118,12 +131,18 @@ impl ChangeLog {
         }
     }
 
-    /// Starts, stops or switches recording (delta checkpoints on or off).
+    /// Starts or stops recording (delta checkpoints on or off). A switch
+    /// between the log and head trees makes the next take incomplete:
+    /// what the other kind recorded is not taken.
     pub fn record(&self, capture: Capture) {
-        self.capture.store(capture as u8, Relaxed);
+        let before = self.capture.swap(capture as u8, Relaxed);
+        let off = Capture::Off as u8;
+        if before != capture as u8 && before != off && capture as u8 != off {
+            self.overflowed.store(true, Relaxed);
+        }
     }
 
-    fn capture(&self) -> Capture {
+    pub fn capture(&self) -> Capture {
         match self.capture.load(Relaxed) {
             c if c == Capture::Log as u8 => Capture::Log,
             c if c == Capture::HeadTrees as u8 => Capture::HeadTrees,
@@ -137,22 +156,37 @@ impl ChangeLog {
         match self.capture() {
             Capture::Off => {}
             Capture::Log => self.append(worker, versions.map(|v| (v.table, v.addr))),
-            Capture::HeadTrees => self.upsert(versions),
+            Capture::HeadTrees => self.upsert(worker, versions),
         }
     }
 
     /// Upserts each version into its table's head tree.
-    fn upsert<'k>(&self, versions: impl Iterator<Item = Committed<'k>>) {
-        let heads = self.heads.read();
+    fn upsert<'k>(&self, worker: usize, versions: impl Iterator<Item = Committed<'k>>) {
+        let Some(handle) = self.heads.get(worker) else {
+            return;
+        };
+        let trees = handle.lock();
         for version in versions {
-            let Some(tree) = heads.0.get(version.table as usize) else {
+            let Some(tree) = trees.0.get(version.table as usize) else {
                 continue;
             };
+            if self.head_keys.load(Relaxed) >= MAX_HEAD_KEYS || version.key.is_empty() {
+                self.overflowed.store(true, Relaxed);
+                return;
+            }
             let value = match version.deletes {
                 true => TOMBSTONE,
                 false => version.addr.0,
             };
-            tree.get_or_init(BTree::new).upsert(version.key, value, 0);
+            // Head trees are never checkpointed by walks, so their leaves'
+            // update times mean nothing: 0.
+            if tree
+                .get_or_init(BTree::new)
+                .upsert(version.key, value, 0)
+                .is_none()
+            {
+                self.head_keys.fetch_add(1, Relaxed);
+            }
         }
     }
 
@@ -212,13 +246,24 @@ impl ChangeLog {
     /// `wait_for_publishing` no commit records into them any more).
     pub fn take(&self, tables: usize) -> Changes {
         if self.capture() == Capture::HeadTrees {
-            let HeadTrees(frozen) = std::mem::replace(&mut *self.heads.write(), HeadTrees::new());
-            let by_table = frozen.into_vec().into_iter().take(tables);
-            let by_table = by_table.map(OnceLock::into_inner).collect();
+            let fresh = HeadTrees::new();
+            let mut frozen = None;
+            for handle in self.heads.iter() {
+                frozen = Some(std::mem::replace(&mut *handle.lock(), fresh.clone()));
+            }
+            self.head_keys.store(0, Relaxed);
+            // Every handle held a clone of the same trees, and no commit
+            // holds one outside its handle's lock: this is the last one.
+            let trees = frozen.and_then(|f| Arc::try_unwrap(f).ok());
             // Read after the swap, as for the lists below.
-            return match self.overflowed.swap(false, Relaxed) {
-                true => Changes::Incomplete,
-                false => Changes::Trees(by_table),
+            let overflowed = self.overflowed.swap(false, Relaxed);
+            return match trees {
+                Some(HeadTrees(trees)) if !overflowed => Changes::Trees(
+                    (trees.into_vec().into_iter().take(tables))
+                        .map(OnceLock::into_inner)
+                        .collect(),
+                ),
+                _ => Changes::Incomplete,
             };
         }
         let mut by_table = vec![Vec::new(); tables];
@@ -252,10 +297,6 @@ mod tests {
         }
     }
 
-    fn entries(tree: &BTree) -> Vec<(Vec<u8>, u64)> {
-        tree.to_vec()
-    }
-
     #[test]
     fn head_trees_hold_each_keys_last_record_in_key_order_until_taken() {
         let log = ChangeLog::new(2);
@@ -273,7 +314,7 @@ mod tests {
             panic!("head trees were recording");
         };
         assert_eq!(trees.len(), 3);
-        let table = |id: usize| trees[id].as_ref().map(entries);
+        let table = |id: usize| trees[id].as_ref().map(BTree::to_vec);
         assert_eq!(table(0), Some(vec![(b"z".to_vec(), 13)]));
         assert_eq!(
             table(1),
@@ -287,9 +328,21 @@ mod tests {
         };
         assert!(trees[1].is_none());
         assert_eq!(
-            trees[2].as_ref().map(entries),
+            trees[2].as_ref().map(BTree::to_vec),
             Some(vec![(b"c".to_vec(), 14)])
         );
+    }
+
+    #[test]
+    fn a_record_head_trees_cannot_hold_or_a_switch_of_kind_makes_the_take_incomplete() {
+        let log = ChangeLog::new(1);
+        log.record(Capture::HeadTrees);
+        log.add(0, [committed(0, 1, b"", false)].into_iter());
+        assert!(matches!(log.take(1), Changes::Incomplete));
+        assert!(matches!(log.take(1), Changes::Trees(_)), "only one take");
+        log.add(0, [committed(0, 2, b"k", false)].into_iter());
+        log.record(Capture::Log);
+        assert!(matches!(log.take(1), Changes::Incomplete));
     }
 
     #[test]

@@ -726,9 +726,9 @@ struct Write {
     /// transaction rewrote some slot (`WriteSet::rewrote`).
     bytes: u32,
     tombstone: bool,
-    /// Where its key is in `WriteSet::keys`.
-    key_at: u32,
-    key_len: u32,
+    /// Where its key is in `WriteSet::keys` (kept only for head trees).
+    key_at: usize,
+    key_len: usize,
 }
 
 /// The versions a worker's running transaction wrote, and where new ones go.
@@ -761,10 +761,8 @@ impl WriteSet {
     }
 
     fn key(&self, write: &Write) -> &[u8] {
-        let at = write.key_at as usize;
-        self.keys
-            .get(at..at + write.key_len as usize)
-            .unwrap_or_default()
+        let at = write.key_at;
+        self.keys.get(at..at + write.key_len).unwrap_or_default()
     }
 
     /// Whether `write`'s version deletes its key (see `slot_bytes`).
@@ -1279,8 +1277,13 @@ impl<'s> TxnState<'s> {
         (key, value): (&[u8], Option<&[u8]>),
         set: &mut WriteSet,
     ) -> Write {
-        let key_at = set.keys.len() as u32;
-        set.keys.extend_from_slice(key);
+        let key_at = set.keys.len();
+        let key_len = match self.store.changes.capture() {
+            Capture::HeadTrees => key.len(),
+            _ => 0,
+        };
+        set.keys
+            .extend_from_slice(key.get(..key_len).unwrap_or_default());
         Write {
             table: table.heap.def.id,
             new,
@@ -1288,7 +1291,7 @@ impl<'s> TxnState<'s> {
             bytes: self.buf.len() as u32,
             tombstone: value.is_none(),
             key_at,
-            key_len: key.len() as u32,
+            key_len,
         }
     }
 
@@ -1463,6 +1466,7 @@ impl<'s> TxnState<'s> {
             }
             drop(publishing);
             set.writes.clear();
+            set.keys.clear();
         }
         drop(set);
         self.entered.clear();
@@ -1518,11 +1522,13 @@ impl<'s> TxnState<'s> {
         set: &'w WriteSet,
     ) -> impl ExactSizeIterator<Item = Committed<'w>> + use<'w, 's> {
         let store = self.store;
+        let keys = store.changes.capture() == Capture::HeadTrees;
         set.writes.iter().map(move |w| Committed {
             table: w.table,
             addr: w.new,
             key: set.key(w),
-            deletes: set.deletes(w, &store.tables[w.table as usize].heap, &store.medium),
+            // Read from the slot after a rewrite: worth it only to head trees.
+            deletes: keys && set.deletes(w, &store.tables[w.table as usize].heap, &store.medium),
         })
     }
 
