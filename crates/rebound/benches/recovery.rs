@@ -7,6 +7,7 @@
 //! cargo bench -p rebound --bench recovery -- delta [ROWS...]      # checkpoint time vs changes, per mode
 //! cargo bench -p rebound --bench recovery -- kill [ROWS...]       # restart under continuous writes, defaults
 //! cargo bench -p rebound --bench recovery -- space [SECONDS [ROWS]] # file size vs live data under YCSB-A
+//! cargo bench -p rebound --bench recovery -- reopen DIR ROWS     # one recovery of a crashed directory
 //! ```
 //!
 //! `space`: loads ROWS rows (default 100 000) and runs YCSB-A (θ 0.99, the
@@ -69,6 +70,13 @@ fn main() {
             skew(n[0], n.get(1).copied().unwrap_or(n[0] / 10))
         }
         Some("load-child") => load_child(Path::new(&args[1]), args[2].parse().unwrap()),
+        // Reopens a directory a killed child left, with the options
+        // `REBOUND_DESIGN` names: for profiling one recovery, or comparing
+        // builds on copies of one crashed file.
+        Some("reopen") => {
+            let (dir, rows) = (Path::new(&args[1]), args[2].parse().unwrap());
+            reopen_with(dir, rows, kill_options(), "reopen");
+        }
         Some("delta") => delta(&numbers(&args[1..], &[1_000_000, 16_000_000])),
         Some("space") => {
             let n = numbers(&args[1..], &[60, 100_000]);
@@ -83,7 +91,7 @@ fn main() {
         ),
         Some(other) => {
             eprintln!(
-                "unknown experiment {other}; use scaling, overhead, skew, delta, kill, cold or space"
+                "unknown experiment {other}; use scaling, overhead, skew, delta, kill, cold, reopen or space"
             )
         }
     }

@@ -34,7 +34,7 @@ impl Chain {
         let mut link = newest.previous;
         images.push(newest);
         while link != 0 {
-            let image = CheckpointImage::open(medium, link)?;
+            let image = CheckpointImage::open_predecessor(medium, link)?;
             let newer = images.last().ok_or_else(bad_link)?;
             if image.depth + 1 != newer.depth || image.sequence >= newer.sequence {
                 return Err(bad_link());

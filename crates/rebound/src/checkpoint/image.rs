@@ -73,6 +73,7 @@ pub struct TableSection {
     pub table: u32,
     pub entry_count: u64,
     /// Each region's blocks as (sequence number, medium offset), ascending.
+    /// Empty in an image opened as a predecessor (`open_predecessor`).
     pub block_lists: Vec<Vec<(u64, u64)>>,
     /// Medium offset and length of the entries.
     entries_at: u64,
@@ -92,6 +93,18 @@ fn corrupt(why: &str) -> Error {
 impl CheckpointImage {
     /// Reads and validates the header and section structure.
     pub fn open(medium: &Medium, offset: u64) -> Result<CheckpointImage> {
+        Self::open_with(medium, offset, Lists::Parse)
+    }
+
+    /// Opens an image below the newest one of a chain: its block lists are
+    /// checked against their checksum but not parsed, as only the newest
+    /// image's lists describe the heap (a restart of a table with 16 M
+    /// rows reads 16 images' lists).
+    pub fn open_predecessor(medium: &Medium, offset: u64) -> Result<CheckpointImage> {
+        Self::open_with(medium, offset, Lists::ChecksumOnly)
+    }
+
+    fn open_with(medium: &Medium, offset: u64, lists: Lists) -> Result<CheckpointImage> {
         if !medium.contains(offset, HEADER) || !offset.is_multiple_of(8) {
             return Err(corrupt("root points outside the medium"));
         }
@@ -108,7 +121,7 @@ impl CheckpointImage {
         if !(1..=MAX_CHAIN).contains(&depth) || (depth == 1) != (previous == 0) {
             return Err(corrupt("bad chain link"));
         }
-        let sections = read_sections(medium, offset, len, u32_at(&header, 32))?;
+        let sections = read_sections(medium, (offset, len), u32_at(&header, 32), lists)?;
         Ok(CheckpointImage {
             offset,
             sequence: u64_at(&header, 8),
@@ -143,12 +156,24 @@ impl CheckpointImage {
     }
 }
 
-fn read_sections(medium: &Medium, offset: u64, len: u64, count: u32) -> Result<Vec<TableSection>> {
+/// Whether opening an image parses its block lists.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lists {
+    Parse,
+    ChecksumOnly,
+}
+
+fn read_sections(
+    medium: &Medium,
+    (offset, len): (u64, u64),
+    count: u32,
+    lists: Lists,
+) -> Result<Vec<TableSection>> {
     let end = offset + len;
     let mut at = offset + HEADER;
     let mut sections = Vec::new();
     for _ in 0..count {
-        let (section, section_end) = read_section(medium, at, end)?;
+        let (section, section_end) = read_section(medium, at, end, lists)?;
         sections.push(section);
         at = section_end;
     }
@@ -163,7 +188,7 @@ fn read_sections(medium: &Medium, offset: u64, len: u64, count: u32) -> Result<V
 /// are checked against the (verified) image length, and the head, lists
 /// and fences against the meta checksum, before anything is allocated
 /// for or parsed from them.
-fn read_section(medium: &Medium, at: u64, end: u64) -> Result<(TableSection, u64)> {
+fn read_section(medium: &Medium, at: u64, end: u64, lists: Lists) -> Result<(TableSection, u64)> {
     if at + SECTION_HEAD > end {
         return Err(corrupt("truncated table section"));
     }
@@ -194,12 +219,18 @@ fn read_section(medium: &Medium, at: u64, end: u64) -> Result<(TableSection, u64
         .ok_or_else(|| corrupt("fences beyond the image"))?;
     let stored = u32_at(&head, 4);
     put_zero(&mut head, 4..8);
-    let crc = crc32c::crc32c(&head);
-    let crc = crc_of_range(medium, lists_at, 16 * blocks, crc);
+    // Read once for the checksum and the parse; within the image's
+    // (verified) length, so within the medium.
+    let mut list_bytes = vec![0u8; 16 * blocks as usize];
+    medium.read_at(lists_at, &mut list_bytes);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&head), &list_bytes);
     if crc != stored {
         return Err(corrupt("section head or block lists fail their checksum"));
     }
-    let block_lists = read_lists(medium, lists_at, &counts)?;
+    let block_lists = match lists {
+        Lists::Parse => parse_lists(&list_bytes, &counts)?,
+        Lists::ChecksumOnly => Vec::new(),
+    };
     let fence_count =
         usize::try_from(fence_count).map_err(|_| corrupt("fences beyond the image"))?;
     let section = TableSection {
@@ -230,14 +261,21 @@ fn crc_of_range(medium: &Medium, mut at: u64, len: u64, mut crc: u32) -> u32 {
     crc
 }
 
-/// Reads the (seq, offset) block lists; sequence numbers must ascend.
-fn read_lists(medium: &Medium, mut at: u64, counts: &[u64]) -> Result<Vec<Vec<(u64, u64)>>> {
+/// Parses the (seq, offset) block lists, region by region; sequence
+/// numbers must ascend.
+fn parse_lists(bytes: &[u8], counts: &[u64]) -> Result<Vec<Vec<(u64, u64)>>> {
+    let mut rest = bytes;
     counts
         .iter()
         .map(|&count| {
-            let words = read_words(medium, at, 2 * count as usize);
-            at += 16 * count;
-            let list = pairs(&words);
+            let (region, after) = rest
+                .split_at_checked(16 * count as usize)
+                .ok_or_else(|| corrupt("block lists beyond their section"))?;
+            rest = after;
+            let list: Vec<(u64, u64)> = region
+                .chunks_exact(16)
+                .map(|pair| (u64_at(pair, 0), u64_at(pair, 8)))
+                .collect();
             if list.windows(2).any(|w| matches!(w, [a, b] if a.0 >= b.0))
                 || list.last().is_some_and(|l| l.0 >= u32::MAX as u64)
             {
@@ -245,15 +283,6 @@ fn read_lists(medium: &Medium, mut at: u64, counts: &[u64]) -> Result<Vec<Vec<(u
             }
             Ok(list)
         })
-        .collect()
-}
-
-fn read_words(medium: &Medium, at: u64, count: usize) -> Vec<u64> {
-    let mut bytes = vec![0u8; count * 8];
-    medium.read_at(at, &mut bytes);
-    bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
         .collect()
 }
 
@@ -696,15 +725,4 @@ fn put_zero(b: &mut [u8], range: std::ops::Range<usize>) {
     if let Some(field) = b.get_mut(range) {
         field.fill(0);
     }
-}
-
-/// Consecutive words as pairs.
-fn pairs(words: &[u64]) -> Vec<(u64, u64)> {
-    words
-        .chunks_exact(2)
-        .filter_map(|p| match p {
-            [a, b] => Some((*a, *b)),
-            _ => None,
-        })
-        .collect()
 }
