@@ -55,9 +55,10 @@ impl BTree {
             next += merged.consumed;
             inserted += merged.added;
             if merged.consumed < batch.len() {
-                let bias = match merged.appending {
+                // The following entries sort after the ones it took.
+                let bias = match merged.near_end {
                     true => SplitBias::Append,
-                    false => SplitBias::Middle,
+                    false => SplitBias::Before(merged.insert_at),
                 };
                 self.split(&path, path.depth - 1, leaf, (0, bias));
             }

@@ -202,6 +202,10 @@ trait SlotView {
     fn entry_words(&self, slot: usize) -> usize {
         SLOT_WORDS + tail_words(self.slot_layout(slot).0)
     }
+
+    fn words_before(&self, slot: usize) -> usize {
+        (0..slot).map(|s| self.entry_words(s)).sum()
+    }
 }
 
 /// A plain, thread-private image of a node's contents, used to build nodes
@@ -680,7 +684,7 @@ impl<'a> WriteGuard<'a> {
     /// shift the slot array once per key. Keys the leaf has are skipped.
     /// Takes keys from the front while they fit; returns how many it
     /// consumed, how many of those went in, and whether the first key it
-    /// could not take sorts after every key of the leaf (a split should
+    /// could not take sorts after nine tenths of the leaf (a split should
     /// then leave room at the end: `SplitBias::Append`).
     pub(crate) fn merge_sorted<K: KeyWords>(&mut self, keys: &[(K, u64)]) -> Merged {
         self.assert_leaf();
@@ -712,7 +716,13 @@ impl<'a> WriteGuard<'a> {
                 }
             }
         }
-        let appending = slot == count;
+        // The keys still to come sort after what is left of the leaf's own
+        // keys: few of those (a tenth of the leaf) means a split should keep
+        // the left leaf nine tenths full, as for appends. Sorted loads into
+        // a tree holding scattered keys (the redone ones) otherwise leave
+        // every leaf half full.
+        let near_end = 10 * old_left <= fresh.used_words() + old_left;
+        let insert_at = fresh.header.count;
         if added > 0 {
             for slot in slot..count {
                 fresh.push_copy(&old, slot);
@@ -722,7 +732,8 @@ impl<'a> WriteGuard<'a> {
         Merged {
             consumed,
             added,
-            appending,
+            near_end,
+            insert_at,
         }
     }
 
@@ -896,7 +907,9 @@ struct SplitPlan {
 pub(crate) struct Merged {
     pub consumed: usize,
     pub added: usize,
-    pub appending: bool,
+    pub near_end: bool,
+    /// The slot the first key it could not take sorts before.
+    pub insert_at: usize,
 }
 
 /// Where a full node is cut.
@@ -908,6 +921,10 @@ pub(crate) enum SplitBias {
     /// leaf stays nine tenths full instead of half, and the following keys
     /// fill the right one (sorted loads).
     Append,
+    /// Before slot `n` of a leaf a sorted load goes on filling: its next key
+    /// sorts between slots `n - 1` and `n`, so the left leaf keeps what is
+    /// below it, full, when that is at least half the leaf (else `Middle`).
+    Before(usize),
 }
 
 impl SplitPlan {
@@ -928,7 +945,10 @@ impl SplitPlan {
             .unwrap_or(0);
         if is_leaf {
             assert!(count >= 2, "a full leaf has several entries");
-            let left_len = (middle + 1).clamp(1, count - 1);
+            let left_len = match bias {
+                SplitBias::Before(at) if at < count && 2 * page.words_before(at) >= total => at,
+                _ => (middle + 1).clamp(1, count - 1),
+            };
             let separator = shortest_separator(&page.key_at(left_len - 1), &page.key_at(left_len));
             Self {
                 left_len,
