@@ -12,7 +12,8 @@
 //! range read before it trusts an entry); the body checksum is verified by
 //! whoever reads the image sequentially. Fences themselves are read on
 //! demand and only steer searches, so opening an image reads no entry
-//! and no fence: its cost does not grow with the table.
+//! and no fence; its block lists (16 bytes per block) are parsed only for
+//! the newest image of a chain (`open_predecessor`).
 
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
@@ -73,7 +74,8 @@ pub struct TableSection {
     pub table: u32,
     pub entry_count: u64,
     /// Each region's blocks as (sequence number, medium offset), ascending.
-    /// Empty in an image opened as a predecessor (`open_predecessor`).
+    /// Empty in an image opened as a predecessor (`open_predecessor`):
+    /// only a chain's newest image describes the heap, so read its lists.
     pub block_lists: Vec<Vec<(u64, u64)>>,
     /// Medium offset and length of the entries.
     entries_at: u64,
@@ -219,16 +221,18 @@ fn read_section(medium: &Medium, at: u64, end: u64, lists: Lists) -> Result<(Tab
         .ok_or_else(|| corrupt("fences beyond the image"))?;
     let stored = u32_at(&head, 4);
     put_zero(&mut head, 4..8);
-    // Read once for the checksum and the parse; within the image's
-    // (verified) length, so within the medium.
-    let mut list_bytes = vec![0u8; 16 * blocks as usize];
-    medium.read_at(lists_at, &mut list_bytes);
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&head), &list_bytes);
+    let lists_len = 16 * blocks;
+    let crc = crc_of_range(medium, lists_at, lists_len, crc32c::crc32c(&head));
     if crc != stored {
         return Err(corrupt("section head or block lists fail their checksum"));
     }
     let block_lists = match lists {
-        Lists::Parse => parse_lists(&list_bytes, &counts)?,
+        Lists::Parse => {
+            let len = usize::try_from(lists_len).map_err(|_| corrupt("block counts"))?;
+            let mut bytes = vec![0u8; len];
+            medium.read_at(lists_at, &mut bytes);
+            parse_lists(&bytes, &counts)?
+        }
         Lists::ChecksumOnly => Vec::new(),
     };
     let fence_count =

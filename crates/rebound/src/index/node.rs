@@ -917,13 +917,14 @@ pub(crate) struct Merged {
 pub(crate) enum SplitBias {
     /// In the middle: room on both sides for keys arriving anywhere.
     Middle,
-    /// Near the end of a leaf that ascending keys are appended to: the left
-    /// leaf stays nine tenths full instead of half, and the following keys
-    /// fill the right one (sorted loads).
+    /// Near the end of a leaf that ascending keys are appended to, or that a
+    /// sorted load fills up to its last tenth: the left leaf stays nine
+    /// tenths full instead of half, and the following keys fill the right.
     Append,
     /// Before slot `n` of a leaf a sorted load goes on filling: its next key
     /// sorts between slots `n - 1` and `n`, so the left leaf keeps what is
-    /// below it, full, when that is at least half the leaf (else `Middle`).
+    /// below it when that is at least half the leaf (else `Middle`); the
+    /// load then fills it and splits it near its end.
     Before(usize),
 }
 
