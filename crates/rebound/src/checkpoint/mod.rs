@@ -29,9 +29,10 @@
 //! A delta image holds only the keys committed since its predecessor,
 //! found from a change log filled at commit (`txn::ChangeLog`: a list of
 //! addresses per worker, or with MirrorIndex a head tree of keys per
-//! table), not from a walk of the index: a checkpoint costs what changed. The chain's view of
-//! a key is its newest image's entry; `chain` reads chains, `fold` keeps
-//! them short. Horizons and block lists are the newest image's.
+//! table), not from a walk of the index: a checkpoint costs what changed.
+//! The chain's view of a key is its newest image's entry; `chain` reads
+//! chains, `fold` keeps them short. Horizons and block lists are the
+//! newest image's.
 //!
 //! # Image layout (little-endian, at a 4096-aligned extent)
 //! ```text

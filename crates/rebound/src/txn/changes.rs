@@ -242,8 +242,8 @@ impl ChangeLog {
     }
 
     /// Takes everything recorded so far, grouped by table id: the lists in
-    /// the order each worker recorded them, or the head trees (after
-    /// `wait_for_publishing` no commit records into them any more).
+    /// the order each worker recorded them, or the head trees (replaced in
+    /// every worker's handle, so no commit records into them any more).
     pub fn take(&self, tables: usize) -> Changes {
         if self.capture() == Capture::HeadTrees {
             let fresh = HeadTrees::new();

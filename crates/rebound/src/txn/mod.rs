@@ -1279,11 +1279,12 @@ impl<'s> TxnState<'s> {
     ) -> Write {
         let key_at = set.keys.len();
         let key_len = match self.store.changes.capture() {
-            Capture::HeadTrees => key.len(),
+            Capture::HeadTrees => {
+                set.keys.extend_from_slice(key);
+                key.len()
+            }
             _ => 0,
         };
-        set.keys
-            .extend_from_slice(key.get(..key_len).unwrap_or_default());
         Write {
             table: table.heap.def.id,
             new,
