@@ -186,6 +186,9 @@ impl TimelineArgs {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ChildReport {
     pub indexes: Vec<IndexStats>,
+    /// When the primary indexes were fully in DRAM, from the call of open.
+    #[serde(default)]
+    pub primary_loaded: Option<Duration>,
     pub recovery: RecoveryReport,
     /// Per-kind counts and latencies (no series: the timeline has it).
     pub run: RunStats,
@@ -195,6 +198,7 @@ impl ChildReport {
     fn new(db: &Database, run: RunStats) -> ChildReport {
         ChildReport {
             indexes: db.index_stats(),
+            primary_loaded: db.indexes_loaded_after(),
             recovery: db.recovery_report().clone(),
             run,
         }
@@ -214,6 +218,10 @@ pub struct StrategyRun {
     pub recovered_ms: Option<f64>,
     /// Every secondary index was ready (`None`: not within the window).
     pub all_built_ms: Option<f64>,
+    /// The primary indexes were fully in DRAM (`None`: not within the
+    /// window, or nothing to load).
+    #[serde(default)]
+    pub primary_loaded_ms: Option<f64>,
     pub txns_in_window: u64,
     /// The machine's 1-minute load average when the restart began (other
     /// processes may share the cores).
@@ -436,6 +444,7 @@ fn run_after_crash(
         first_txn_ms,
         recovered_ms,
         all_built_ms: within(all_built(&report.indexes)),
+        primary_loaded_ms: within(report.primary_loaded.map(|d| d.as_secs_f64() * 1e3)),
         txns_in_window: metrics::done_by(&log.samples, window_ms),
         load_average,
         indexes: report.indexes,
@@ -509,12 +518,13 @@ fn time(t: Option<f64>) -> String {
 
 fn print_restart(r: &StrategyRun) {
     println!(
-        "  {:<12} open {:>6.0} ms, first txn {:>9}, recovered {:>9}, all indexes built {:>9}, {} txns in the window (load average {})",
+        "  {:<12} open {:>6.0} ms, first txn {:>9}, recovered {:>9}, all indexes built {:>9}, primary indexes in DRAM {:>9}, {} txns in the window (load average {})",
         r.strategy,
         r.open_ms,
         time(r.first_txn_ms),
         time(r.recovered_ms),
         time(r.all_built_ms),
+        time(r.primary_loaded_ms),
         r.txns_in_window,
         r.load_average.map_or("?".into(), |l| format!("{l:.2}"))
     );

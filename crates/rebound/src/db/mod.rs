@@ -564,6 +564,13 @@ impl Database {
         *self.inner.index_loaded_after.lock()
     }
 
+    /// When every primary index was fully in DRAM after a restart, from
+    /// the start of `open`, without waiting for it: `None` while the
+    /// background load runs (or when nothing was loaded).
+    pub fn indexes_loaded_after(&self) -> Option<Duration> {
+        *self.inner.index_loaded_after.lock()
+    }
+
     /// Takes an index checkpoint now (the background thread also takes them).
     /// With [`Durability::Wal`] this writes a snapshot and recycles the
     /// log it covers (`entries` are its rows).
