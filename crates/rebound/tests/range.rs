@@ -11,7 +11,7 @@ use rebound::{
     Transaction,
 };
 use std::collections::BTreeMap;
-use std::ops::{Bound, RangeBounds};
+use std::ops::{Bound, ControlFlow, RangeBounds};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
@@ -119,8 +119,25 @@ fn check_ranges(
             "two-ended {ctx}"
         );
         let limit = rng.gen_range(0..want.len() + 2);
-        let scanned = tx.scan(t, range, limit).unwrap();
+        let scanned = tx.scan(t, range.clone(), limit).unwrap();
         assert_eq!(scanned, want[..limit.min(want.len())], "scan {ctx}");
+        let stop_after = rng.gen_range(1..want.len() + 2);
+        let mut lent = Vec::new();
+        let visited = tx
+            .scan_with(t, range, limit, |key, value| {
+                lent.push((key.to_vec(), value.to_vec()));
+                match lent.len() == stop_after {
+                    true => ControlFlow::Break(()),
+                    false => ControlFlow::Continue(()),
+                }
+            })
+            .unwrap();
+        let seen = limit.min(want.len()).min(stop_after);
+        assert_eq!(
+            (visited, &lent[..]),
+            (seen, &want[..seen]),
+            "scan_with {ctx}"
+        );
 
         let prefix = random_key(rng, 0);
         let want: Entries = expected(model, &(Bound::Unbounded, Bound::Unbounded))
@@ -137,9 +154,14 @@ fn two_ended(tx: &mut Transaction<'_>, t: &Table, range: Range, rng: &mut impl R
     let mut cursor = tx.range(t, range).unwrap();
     let (mut front, mut back) = (Vec::new(), Vec::new());
     loop {
-        let entry = match rng.gen_bool(0.5) {
-            true => cursor.next().map(|e| front.push(e.unwrap())),
-            false => cursor.next_back().map(|e| back.push(e.unwrap())),
+        // Lent and owned entries interleave, so lent key buffers are
+        // reused for entries returned owned later.
+        let lend = |k: &[u8], v: &[u8]| (k.to_vec(), v.to_vec());
+        let entry = match rng.gen_range(0..4) {
+            0 => cursor.next().map(|e| front.push(e.unwrap())),
+            1 => cursor.next_back().map(|e| back.push(e.unwrap())),
+            2 => cursor.next_with(lend).map(|e| front.push(e.unwrap())),
+            _ => cursor.next_back_with(lend).map(|e| back.push(e.unwrap())),
         };
         if entry.is_none() {
             break;

@@ -22,7 +22,7 @@ pub mod sqlite;
 use clap::{Args, ValueEnum};
 pub use index::{Index, IndexMode, IndexRow, IndexSpec};
 use serde::{Deserialize, Serialize};
-use std::ops::RangeBounds;
+use std::ops::{ControlFlow, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -317,6 +317,9 @@ pub trait Session {
 }
 
 /// A read-write transaction; dropping it without `commit` aborts it.
+/// What `Tx::scan_with` calls with each row (key, value).
+pub type VisitRow<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
+
 pub trait Tx {
     type Table;
 
@@ -351,6 +354,26 @@ pub trait Tx {
         range: impl RangeBounds<K>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// Calls `visit` with each of up to `limit` rows of `range`, in
+    /// ascending key order, until it returns `Break`; returns how many rows
+    /// it saw. Engines that can lend rows from reused buffers avoid an
+    /// allocation per row; the default collects them with `scan`.
+    fn scan_with<K: AsRef<[u8]>>(
+        &mut self,
+        table: &Self::Table,
+        range: impl RangeBounds<K>,
+        limit: usize,
+        visit: &mut VisitRow<'_>,
+    ) -> Result<usize> {
+        let mut seen = 0;
+        for (key, value) in self.scan(table, range, limit)? {
+            seen += 1;
+            if visit(&key, &value).is_break() {
+                break;
+            }
+        }
+        Ok(seen)
+    }
     /// Tells `index` that the row `key` → `value` was just inserted into
     /// its table: a lookup table gets its entry; an engine's own index
     /// has it already.

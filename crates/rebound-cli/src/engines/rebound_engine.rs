@@ -5,7 +5,7 @@
 use super::index::{self, Part};
 use super::{
     Ack, Engine, EngineKind, Error, Guarantee, Index, IndexMode, IndexRow, IndexSpec, Result,
-    Session, Settings, Tx,
+    Session, Settings, Tx, VisitRow,
 };
 use crate::common::design_options;
 use rebound::{Database, IndexOptions, Table, TableOptions, Transaction};
@@ -144,6 +144,16 @@ impl Tx for Transaction<'_> {
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         Ok(Transaction::scan(self, table, range, limit)?)
+    }
+
+    fn scan_with<K: AsRef<[u8]>>(
+        &mut self,
+        table: &Table,
+        range: impl RangeBounds<K>,
+        limit: usize,
+        visit: &mut VisitRow<'_>,
+    ) -> Result<usize> {
+        Ok(Transaction::scan_with(self, table, range, limit, visit)?)
     }
 
     fn index_insert(&mut self, index: &Index<Table>, key: &[u8], value: &[u8]) -> Result<()> {

@@ -10,6 +10,7 @@ use crate::gen::{nurand, pick_kind};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -345,13 +346,13 @@ impl<T: Clone> TpccWorker<T> {
                     Some(order) => order,
                     None => get_row(tx, &t.order, &newest.key)?,
                 };
-                let lines = tx.scan(
+                // What the terminal shows of each line is in the rows read.
+                let _lines = tx.scan_with(
                     &t.order_line,
                     k_order(w, d, o)..k_order(w, d, o + 1),
                     usize::MAX,
+                    &mut |_, _| ControlFlow::Continue(()),
                 )?;
-                // What the terminal shows of each line is in the rows read.
-                let _lines = lines.len();
             }
             Ok(Flow::Commit(Outcome::ReadOnly))
         })
@@ -429,12 +430,16 @@ impl<T: Clone> TpccWorker<T> {
         let t = &self.t;
         run_txn(session, |tx| {
             let next = District::NEXT_O_ID.u32(&get_row(tx, &t.district, &k_district(w, d))?);
-            let lines = tx.scan(
+            let mut items = BTreeSet::new();
+            tx.scan_with(
                 &t.order_line,
                 k_order(w, d, next.saturating_sub(20))..k_order(w, d, next),
                 usize::MAX,
+                &mut |_, line| {
+                    items.insert(OrderLine::I_ID.u32(line));
+                    ControlFlow::Continue(())
+                },
             )?;
-            let items: BTreeSet<u32> = lines.iter().map(|(_, v)| OrderLine::I_ID.u32(v)).collect();
             let (mut low, mut stock) = (0, Vec::new());
             for i in items {
                 if !tx.get_into(&t.stock, &k_stock(w, i), &mut stock)? {

@@ -23,7 +23,7 @@ use crate::txn::{
 };
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
-use std::ops::{Bound, RangeBounds};
+use std::ops::{Bound, ControlFlow, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -915,6 +915,45 @@ impl<'s> Transaction<'s> {
             .range(table.rt.clone(), owned_range(range), limit)?
             .take(limit)
             .collect()
+    }
+
+    /// Calls `visit` with each of up to `limit` live entries with keys in
+    /// `range`, ascending, until it returns [`ControlFlow::Break`]; returns
+    /// how many entries it was called with. The same reads as
+    /// [`scan`](Self::scan), but the key and value are lent from buffers
+    /// the scan reuses, so it allocates nothing per entry.
+    ///
+    /// ```no_run
+    /// # use std::ops::ControlFlow;
+    /// # fn demo(tx: &mut rebound::Transaction<'_>, t: &rebound::Table) -> rebound::Result<()> {
+    /// let mut total = 0u64;
+    /// tx.scan_with(t, b"a".as_slice()..b"m".as_slice(), usize::MAX, |_key, value| {
+    ///     total += value.len() as u64;
+    ///     ControlFlow::Continue(())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scan_with<K: AsRef<[u8]>>(
+        &mut self,
+        table: &Table,
+        range: impl RangeBounds<K>,
+        limit: usize,
+        mut visit: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<usize> {
+        let mut cursor = self
+            .state
+            .range(table.rt.clone(), owned_range(range), limit)?;
+        let mut visited = 0;
+        while visited < limit {
+            let Some(flow) = cursor.next_with(&mut visit) else {
+                break;
+            };
+            visited += 1;
+            if flow?.is_break() {
+                break;
+            }
+        }
+        Ok(visited)
     }
 
     /// A cursor over the live entries with keys in `range`, in key order;

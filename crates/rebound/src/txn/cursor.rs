@@ -61,6 +61,10 @@ pub struct Cursor<'t, 's> {
     /// Entries the next fetch asks for.
     batch: usize,
     failed: bool,
+    /// Key buffers of entries lent out by `step_with`, for the next fetch.
+    spare_keys: Vec<Vec<u8>>,
+    /// The value lent out by `step_with`.
+    value: Vec<u8>,
 }
 
 impl<'t, 's> Cursor<'t, 's> {
@@ -82,24 +86,53 @@ impl<'t, 's> Cursor<'t, 's> {
             exhausted: false,
             batch: first_batch.clamp(MIN_BATCH, MAX_BATCH),
             failed: false,
+            spare_keys: Vec::new(),
+            value: Vec::new(),
         }
     }
 
-    /// The next live entry at the `order` end.
-    fn step(&mut self, order: Order) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
+    /// The next entry in ascending order, lent to `read`: no allocation
+    /// once the cursor's buffers have grown, where [`next`](Iterator::next)
+    /// returns a new key and value per entry. The same reads as `next`.
+    pub fn next_with<R>(&mut self, read: impl FnOnce(&[u8], &[u8]) -> R) -> Option<Result<R>> {
+        self.step_with(Order::Ascending, read)
+    }
+
+    /// As [`next_with`](Self::next_with), in descending order.
+    pub fn next_back_with<R>(&mut self, read: impl FnOnce(&[u8], &[u8]) -> R) -> Option<Result<R>> {
+        self.step_with(Order::Descending, read)
+    }
+
+    fn step_with<R>(
+        &mut self,
+        order: Order,
+        read: impl FnOnce(&[u8], &[u8]) -> R,
+    ) -> Option<Result<R>> {
         while !self.failed {
             let (key, head) = match self.take(order) {
                 Ok(Some(entry)) => entry,
                 Ok(None) => return None,
                 Err(e) => return Some(self.fail(e)),
             };
-            match self.txn.read_chain(&self.table, &key, Addr(head)) {
-                Ok(Some(value)) => return Some(Ok((key, value))),
-                Ok(None) => continue,
+            let found = self
+                .txn
+                .read_chain_into(&self.table, &key, Addr(head), &mut self.value);
+            match found {
+                Ok(true) => {
+                    let result = read(&key, &self.value);
+                    self.spare_keys.push(key);
+                    return Some(Ok(result));
+                }
+                Ok(false) => self.spare_keys.push(key),
                 Err(e) => return Some(self.fail(e)),
             }
         }
         None
+    }
+
+    /// The next live entry at the `order` end, owned.
+    fn step(&mut self, order: Order) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
+        self.step_with(order, |key, value| (key.to_vec(), value.to_vec()))
     }
 
     /// The next index entry at the `order` end, fetching when needed.
@@ -123,9 +156,13 @@ impl<'t, 's> Cursor<'t, 's> {
     fn fetch(&mut self, order: Order) -> Result<()> {
         let want = self.batch;
         self.batch = (want * 2).min(MAX_BATCH);
-        let batch = self
-            .txn
-            .index_batch(&self.table, (&self.lower, &self.upper), want, order)?;
+        let batch = self.txn.index_batch(
+            &self.table,
+            (&self.lower, &self.upper),
+            want,
+            order,
+            &mut self.spare_keys,
+        )?;
         self.exhausted = batch.len() < want;
         if let Some((key, _)) = batch.last() {
             let position = Bound::Excluded(key.clone());
@@ -142,7 +179,7 @@ impl<'t, 's> Cursor<'t, 's> {
     }
 
     /// Ends the iteration; a conflict also poisons the transaction.
-    fn fail(&mut self, error: Error) -> Result<(Vec<u8>, Vec<u8>)> {
+    fn fail<T>(&mut self, error: Error) -> Result<T> {
         self.failed = true;
         self.txn.guard(Err(error))
     }
@@ -188,11 +225,15 @@ impl<'s> TxnState<'s> {
         (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
         want: usize,
         order: Order,
+        spare_keys: &mut Vec<Vec<u8>>,
     ) -> Result<Vec<Entry>> {
         table.warm_range(&self.store.medium, (lower, upper), want, order)?;
         let mut batch = Vec::with_capacity(want);
         let visit = |key: &[u8], head| {
-            batch.push((key.to_vec(), head));
+            let mut owned = spare_keys.pop().unwrap_or_default();
+            owned.clear();
+            owned.extend_from_slice(key);
+            batch.push((owned, head));
             batch.len() < want
         };
         let (lower, upper) = (as_slice_bound(lower), as_slice_bound(upper));

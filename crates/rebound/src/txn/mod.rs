@@ -946,11 +946,6 @@ impl<'s> TxnState<'s> {
         answer
     }
 
-    fn read_key(&self, table: &TableRt, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let mut value = Vec::new();
-        Ok(self.read_key_into(table, key, &mut value)?.then_some(value))
-    }
-
     fn read_key_into(&self, table: &TableRt, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         loop {
             let Some(head) = table.lookup_marking_gap(&self.store.medium, key, self.ts)? else {
@@ -963,13 +958,6 @@ impl<'s> TxnState<'s> {
                 Visible::Version(addr) => return self.live_value_into(table, addr, out),
             }
         }
-    }
-
-    fn live_value(&self, table: &TableRt, addr: Addr) -> Result<Option<Vec<u8>>> {
-        let mut value = Vec::new();
-        Ok(self
-            .live_value_into(table, addr, &mut value)?
-            .then_some(value))
     }
 
     fn live_value_into(&self, table: &TableRt, addr: Addr, out: &mut Vec<u8>) -> Result<bool> {
@@ -1403,11 +1391,20 @@ impl<'s> TxnState<'s> {
         self.store.medium.fence()
     }
 
-    fn read_chain(&self, table: &TableRt, key: &[u8], head: Addr) -> Result<Option<Vec<u8>>> {
+    /// Reads the version of the chain at `head` visible to this transaction
+    /// into `out` (looking `key` up again if the chain moved); false when
+    /// none is.
+    fn read_chain_into(
+        &self,
+        table: &TableRt,
+        key: &[u8],
+        head: Addr,
+        out: &mut Vec<u8>,
+    ) -> Result<bool> {
         match self.visible(table, head)? {
-            Visible::Version(addr) => self.live_value(table, addr),
-            Visible::Absent => Ok(None),
-            Visible::Retry => self.read_key(table, key),
+            Visible::Version(addr) => self.live_value_into(table, addr, out),
+            Visible::Absent => Ok(false),
+            Visible::Retry => self.read_key_into(table, key, out),
         }
     }
 
