@@ -316,10 +316,10 @@ pub trait Session {
     fn begin(&mut self) -> Result<Self::Tx<'_>>;
 }
 
-/// A read-write transaction; dropping it without `commit` aborts it.
 /// What `Tx::scan_with` calls with each row (key, value).
 pub type VisitRow<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
 
+/// A read-write transaction; dropping it without `commit` aborts it.
 pub trait Tx {
     type Table;
 

@@ -565,8 +565,10 @@ impl Database {
     }
 
     /// When every primary index was fully in DRAM after a restart, from
-    /// the start of `open`, without waiting for it: `None` while the
-    /// background load runs (or when nothing was loaded).
+    /// the start of `open`, without waiting for it. `None` while the load
+    /// runs, when there was no checkpoint to load, when the load failed
+    /// (the table is then damaged), or, with background loading off,
+    /// until [`wait_for_indexes`](Self::wait_for_indexes) has loaded them.
     pub fn indexes_loaded_after(&self) -> Option<Duration> {
         *self.inner.index_loaded_after.lock()
     }
@@ -921,7 +923,11 @@ impl<'s> Transaction<'s> {
     /// `range`, ascending, until it returns [`ControlFlow::Break`]; returns
     /// how many entries it was called with. The same reads as
     /// [`scan`](Self::scan), but the key and value are lent from buffers
-    /// the scan reuses, so it allocates nothing per entry.
+    /// that the session keeps between transactions, so once they have
+    /// grown a scan allocates once per index batch, not per entry. The
+    /// first batch asks for `limit` entries (at most 1024) and gap-marks
+    /// what it reads, so a caller that stops early should pass a tight
+    /// `limit`.
     ///
     /// ```no_run
     /// # use std::ops::ControlFlow;

@@ -61,9 +61,8 @@ pub struct Cursor<'t, 's> {
     /// Entries the next fetch asks for.
     batch: usize,
     failed: bool,
-    /// Key buffers of entries lent out by `step_with`, for the next fetch.
-    spare_keys: Vec<Vec<u8>>,
-    /// The value lent out by `step_with`.
+    /// One buffer for every value lent, so that lending allocates nothing
+    /// once it has grown.
     value: Vec<u8>,
 }
 
@@ -86,7 +85,6 @@ impl<'t, 's> Cursor<'t, 's> {
             exhausted: false,
             batch: first_batch.clamp(MIN_BATCH, MAX_BATCH),
             failed: false,
-            spare_keys: Vec::new(),
             value: Vec::new(),
         }
     }
@@ -108,31 +106,45 @@ impl<'t, 's> Cursor<'t, 's> {
         order: Order,
         read: impl FnOnce(&[u8], &[u8]) -> R,
     ) -> Option<Result<R>> {
+        let mut value = std::mem::take(&mut self.value);
+        let found = self.next_visible(order, &mut value);
+        let answer = found.map(|key| {
+            key.map(|key| {
+                let result = read(&key, &value);
+                self.txn.recycle_key(key);
+                result
+            })
+        });
+        self.value = value;
+        answer
+    }
+
+    /// The next live entry at the `order` end, owned.
+    fn step(&mut self, order: Order) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
+        let mut value = Vec::new();
+        let key = self.next_visible(order, &mut value)?;
+        Some(key.map(|key| (key, value)))
+    }
+
+    /// The key of the next entry at the `order` end with a version visible
+    /// to the transaction, whose value is read into `value`.
+    fn next_visible(&mut self, order: Order, value: &mut Vec<u8>) -> Option<Result<Vec<u8>>> {
         while !self.failed {
             let (key, head) = match self.take(order) {
                 Ok(Some(entry)) => entry,
                 Ok(None) => return None,
                 Err(e) => return Some(self.fail(e)),
             };
-            let found = self
+            match self
                 .txn
-                .read_chain_into(&self.table, &key, Addr(head), &mut self.value);
-            match found {
-                Ok(true) => {
-                    let result = read(&key, &self.value);
-                    self.spare_keys.push(key);
-                    return Some(Ok(result));
-                }
-                Ok(false) => self.spare_keys.push(key),
+                .read_chain_into(&self.table, &key, Addr(head), value)
+            {
+                Ok(true) => return Some(Ok(key)),
+                Ok(false) => self.txn.recycle_key(key),
                 Err(e) => return Some(self.fail(e)),
             }
         }
         None
-    }
-
-    /// The next live entry at the `order` end, owned.
-    fn step(&mut self, order: Order) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
-        self.step_with(order, |key, value| (key.to_vec(), value.to_vec()))
     }
 
     /// The next index entry at the `order` end, fetching when needed.
@@ -156,13 +168,9 @@ impl<'t, 's> Cursor<'t, 's> {
     fn fetch(&mut self, order: Order) -> Result<()> {
         let want = self.batch;
         self.batch = (want * 2).min(MAX_BATCH);
-        let batch = self.txn.index_batch(
-            &self.table,
-            (&self.lower, &self.upper),
-            want,
-            order,
-            &mut self.spare_keys,
-        )?;
+        let batch = self
+            .txn
+            .index_batch(&self.table, (&self.lower, &self.upper), want, order)?;
         self.exhausted = batch.len() < want;
         if let Some((key, _)) = batch.last() {
             let position = Bound::Excluded(key.clone());
@@ -202,6 +210,14 @@ impl DoubleEndedIterator for Cursor<'_, '_> {
 impl FusedIterator for Cursor<'_, '_> {}
 
 impl<'s> TxnState<'s> {
+    /// Keeps a returned or skipped entry's key buffer for the next index
+    /// batch, up to one full batch of them.
+    fn recycle_key(&mut self, key: Vec<u8>) {
+        if self.spare_keys.len() < MAX_BATCH {
+            self.spare_keys.push(key);
+        }
+    }
+
     /// A cursor over the live entries of `range` (see [`Cursor`]).
     pub fn range(
         &mut self,
@@ -220,15 +236,15 @@ impl<'s> TxnState<'s> {
     /// Up to `want` index entries of the range from its `order` end,
     /// marking every leaf read (phantom protection).
     fn index_batch(
-        &self,
+        &mut self,
         table: &TableRt,
         (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
         want: usize,
         order: Order,
-        spare_keys: &mut Vec<Vec<u8>>,
     ) -> Result<Vec<Entry>> {
         table.warm_range(&self.store.medium, (lower, upper), want, order)?;
         let mut batch = Vec::with_capacity(want);
+        let (ts, spare_keys) = (self.ts, &mut self.spare_keys);
         let visit = |key: &[u8], head| {
             let mut owned = spare_keys.pop().unwrap_or_default();
             owned.clear();
@@ -238,8 +254,8 @@ impl<'s> TxnState<'s> {
         };
         let (lower, upper) = (as_slice_bound(lower), as_slice_bound(upper));
         match order {
-            Order::Ascending => table.index.scan(lower, upper, Some(self.ts), visit),
-            Order::Descending => table.index.scan_rev(lower, upper, Some(self.ts), visit),
+            Order::Ascending => table.index.scan(lower, upper, Some(ts), visit),
+            Order::Descending => table.index.scan_rev(lower, upper, Some(ts), visit),
         }
         Ok(batch)
     }

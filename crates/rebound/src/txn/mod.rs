@@ -743,6 +743,9 @@ pub struct WriteSet {
     /// The slot-encoding buffer, kept between transactions so that writes
     /// do not allocate once it has grown.
     spare_buf: Vec<u8>,
+    /// Key buffers of entries scans have returned or skipped, kept between
+    /// transactions so that a scan does not allocate a key per entry.
+    spare_keys: Vec<Vec<u8>>,
     /// Bitmap words a commit set obsolete bits in, kept for their capacity.
     bitmap_words: Vec<u64>,
     /// The written keys, back to back (MirrorIndex's head trees take them
@@ -780,6 +783,7 @@ impl WriteSet {
             writes: Vec::new(),
             rewrote: false,
             spare_buf: Vec::new(),
+            spare_keys: Vec::new(),
             bitmap_words: Vec::new(),
             keys: Vec::new(),
         }
@@ -815,6 +819,8 @@ pub struct TxnState<'s> {
     worker: usize,
     ts: u64,
     buf: Vec<u8>,
+    /// The worker's key buffers for scans (see `WriteSet::spare_keys`).
+    spare_keys: Vec<Vec<u8>>,
     poisoned: Option<Error>,
     /// Secondary index entries this transaction entered: (table, index, entry).
     entered: Vec<(u32, Arc<SecondaryRt>, Vec<u8>)>,
@@ -834,20 +840,22 @@ impl<'s> TxnState<'s> {
             Err(e) => (0, Some(e)),
         };
         // Reset in place: the vectors keep their capacity between transactions.
-        let buf = {
+        let (buf, spare_keys) = {
             let mut set = store.write_sets[worker].lock();
             set.ts = ts;
             set.region = worker;
             set.writes.clear();
             set.keys.clear();
             set.rewrote = false;
-            std::mem::take(&mut set.spare_buf)
+            let keys = std::mem::take(&mut set.spare_keys);
+            (std::mem::take(&mut set.spare_buf), keys)
         };
         TxnState {
             store,
             worker,
             ts,
             buf,
+            spare_keys,
             poisoned,
             entered: Vec::new(),
             newest_read: std::cell::Cell::new(0),
@@ -1392,8 +1400,8 @@ impl<'s> TxnState<'s> {
     }
 
     /// Reads the version of the chain at `head` visible to this transaction
-    /// into `out` (looking `key` up again if the chain moved); false when
-    /// none is.
+    /// into `out`, looking `key` up again if that head was superseded or
+    /// reaped since the index returned it; false when none is visible.
     fn read_chain_into(
         &self,
         table: &TableRt,
@@ -1575,6 +1583,9 @@ impl<'s> TxnState<'s> {
         let mut set = store.write_sets[self.worker].lock();
         if set.spare_buf.capacity() < self.buf.capacity() {
             set.spare_buf = std::mem::take(&mut self.buf);
+        }
+        if set.spare_keys.len() < self.spare_keys.len() {
+            set.spare_keys = std::mem::take(&mut self.spare_keys);
         }
         if set.writes.is_empty() {
             return;
