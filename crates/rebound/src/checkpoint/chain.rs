@@ -247,15 +247,19 @@ fn bad_link() -> Error {
 /// Most entries usually come from the oldest image (the base), so it is
 /// kept apart: the newer images' next keys sit in a heap, and a base entry
 /// costs one comparison with the heap's top; an entry from a newer image
-/// costs O(log images).
+/// costs O(log images). Older entries of a key come right after its newest
+/// one (ties go to the newest image), so they are recognised by equality
+/// with the key last returned or dropped, and skipped one by one.
 pub struct ChainReader<'a> {
     /// Newest first; the last one is the oldest image.
     readers: Vec<Reader<'a>>,
     /// The next key of every newer reader that has one, with its rank
     /// (index in `readers`): the smallest key, newest on a tie, on top.
     heap: BinaryHeap<Reverse<HeapKey>>,
-    /// A newer reader whose next key is not in the heap yet.
-    unheaped: Option<usize>,
+    /// The key last returned or dropped as a tombstone (`last_head` is its
+    /// `key_prefix`), if any: entries of it that follow are older.
+    last: Option<Vec<u8>>,
+    last_head: u64,
     /// The heap's top names an entry `next_entry` returned: its reader's
     /// next key replaces it at the next call.
     stale_top: bool,
@@ -301,7 +305,8 @@ impl<'a> ChainReader<'a> {
                 })
                 .collect(),
             heap: BinaryHeap::new(),
-            unheaped: None,
+            last: None,
+            last_head: 0,
             stale_top: false,
             spare: Vec::new(),
             keep_tombstones,
@@ -353,20 +358,38 @@ impl<'a> ChainReader<'a> {
     }
 
     /// Consumes reader `i`'s next entry and loads the one after it; a newer
-    /// reader's entry must be the heap's top (or not yet in it).
+    /// reader's entry must be the heap's top.
     fn step(&mut self, medium: &Medium, i: usize) {
-        let on_top = i != self.oldest() && self.unheaped != Some(i);
         if let Some(reader) = self.readers.get_mut(i) {
             reader.entries.advance(medium);
             reader.read += 1;
             reader.entries.peek_entry(medium);
         }
         if i != self.oldest() {
-            self.unheaped = None;
-            match on_top {
-                true => self.refresh_top(),
-                false => self.heap_push(i),
-            }
+            self.refresh_top();
+        }
+    }
+
+    /// Notes reader `i`'s next key as the one whose older entries follow
+    /// (none do the oldest image's).
+    fn remember(&mut self, i: usize) {
+        if i == self.oldest() {
+            return;
+        }
+        let Some((key, _)) = self.readers.get(i).and_then(|r| r.entries.peeked()) else {
+            return;
+        };
+        let last = self.last.get_or_insert_with(Vec::new);
+        last.clear();
+        last.extend_from_slice(key);
+        self.last_head = key_prefix(key);
+    }
+
+    /// Whether reader `i`'s next key is the one last returned or dropped.
+    fn repeats_last(&self, i: usize) -> bool {
+        match (&self.last, self.key_of(i)) {
+            (Some(last), Some(key)) => key_prefix(key) == self.last_head && key == last.as_slice(),
+            _ => false,
         }
     }
 
@@ -404,12 +427,6 @@ impl<'a> ChainReader<'a> {
             }
             self.refresh_top();
         }
-        if let Some(rank) = self.unheaped.take() {
-            if let Some(reader) = self.readers.get_mut(rank) {
-                reader.entries.peek_entry(medium);
-            }
-            self.heap_push(rank);
-        }
     }
 
     /// The reader holding the smallest next key (the newest on a tie).
@@ -436,42 +453,19 @@ impl<'a> ChainReader<'a> {
         }
     }
 
-    /// Moves every reader but `keep` (the heap's top) past its key. When
-    /// `keep` is the oldest reader, every newer one is past it already.
-    fn skip_others(&mut self, medium: &Medium, keep: usize) {
-        let oldest = self.oldest();
-        if keep == oldest {
-            return;
-        }
-        let Some(Reverse(top)) = self.heap.pop() else {
-            return;
-        };
-        while self
-            .heap
-            .peek()
-            .is_some_and(|Reverse(k)| (k.head, &k.key) == (top.head, &top.key))
-        {
-            if let Some(Reverse(same)) = self.heap.pop() {
-                self.spare.push(same.key);
-                self.unheaped = Some(same.rank);
-                self.step(medium, same.rank);
-            }
-        }
-        if self.key_of(oldest) == Some(top.key.as_slice()) {
-            self.step(medium, oldest);
-        }
-        self.heap.push(Reverse(HeapKey { rank: keep, ..top }));
-    }
-
     /// Positions at the next live entry; returns its reader.
     fn next_live(&mut self, medium: &Medium) -> Option<usize> {
         loop {
             let i = self.smallest(medium)?;
-            self.skip_others(medium, i);
+            if self.repeats_last(i) {
+                self.step(medium, i);
+                continue;
+            }
             let (_, addr) = self.readers.get(i)?.entries.peeked()?;
             if addr != TOMBSTONE || self.keep_tombstones {
                 return Some(i);
             }
+            self.remember(i);
             self.step(medium, i);
         }
     }
@@ -483,6 +477,7 @@ impl<'a> ChainReader<'a> {
 
     pub fn advance(&mut self, medium: &Medium) {
         if let Some(i) = self.next_live(medium) {
+            self.remember(i);
             self.step(medium, i);
         }
     }
@@ -490,6 +485,7 @@ impl<'a> ChainReader<'a> {
     /// The next live entry, or `None` at the end of the chain.
     pub fn next_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
         let i = self.next_live(medium)?;
+        self.remember(i);
         if i != self.oldest() {
             // Its next key replaces it at the next call, once the entry
             // returned here is no longer borrowed.
@@ -520,6 +516,7 @@ impl<'a> ChainReader<'a> {
                 break;
             }
             copied += run.push(key, addr) as u64;
+            self.remember(i);
             self.step(medium, i);
         }
         copied

@@ -9,6 +9,7 @@
 
 use super::Chain;
 use crate::error::{Error, Result};
+use crate::heap::{Addr, BlockSet};
 use crate::index::key_prefix;
 use crate::medium::Medium;
 use crate::txn::{ColdEntries, Store, TableRt};
@@ -154,6 +155,9 @@ struct TableLoad {
     ranges: Vec<KeyRange>,
     /// Entries each image's section holds, newest first.
     counts: Vec<u64>,
+    /// The blocks the run's addresses may name: every block that exists
+    /// at open (GC waits for the load, and later blocks are not in runs).
+    blocks: BlockSet,
     state: Mutex<LoadState>,
 }
 
@@ -185,6 +189,7 @@ impl TableLoad {
         ranges.push((lower, None));
         TableLoad {
             counts: chain.sections(id).iter().map(|s| s.entry_count).collect(),
+            blocks: table.heap.block_set(),
             table,
             ranges,
             state: Mutex::new(LoadState::default()),
@@ -275,7 +280,7 @@ fn load_range(
         if !in_order || !(1..=table.heap.def.max_key_len as usize).contains(&key.len()) {
             return Err(load.bad("keys out of order or of a bad length"));
         }
-        if !table.addr_exists(addr) {
+        if !load.blocks.contains(Addr(addr)) {
             return Err(load.bad("address of a slot that does not exist"));
         }
         chunk.push(key, addr);
@@ -302,6 +307,8 @@ const CHUNK_ENTRIES: usize = 4096;
 struct Chunk {
     keys: Vec<u8>,
     spans: Vec<(usize, usize, u64)>,
+    /// The last key of the batch before the last clear (keys are never
+    /// empty, so empty means none).
     last: Vec<u8>,
 }
 
@@ -310,12 +317,13 @@ impl Chunk {
         let at = self.keys.len();
         self.keys.extend_from_slice(key);
         self.spans.push((at, key.len(), addr));
-        self.last.clear();
-        self.last.extend_from_slice(key);
     }
 
     fn last_key(&self) -> Option<&[u8]> {
-        (!self.last.is_empty()).then_some(self.last.as_slice())
+        match self.spans.last() {
+            Some(&(at, len, _)) => self.keys.get(at..at + len),
+            None => (!self.last.is_empty()).then_some(self.last.as_slice()),
+        }
     }
 
     fn len(&self) -> usize {
@@ -331,6 +339,11 @@ impl Chunk {
 
     /// Empties the batch; the last key stays for the order check.
     fn clear_keeping_last(&mut self) {
+        if let Some(&(at, len, _)) = self.spans.last() {
+            self.last.clear();
+            self.last
+                .extend_from_slice(self.keys.get(at..at + len).unwrap_or_default());
+        }
         self.keys.clear();
         self.spans.clear();
     }

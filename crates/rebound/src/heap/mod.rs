@@ -410,6 +410,30 @@ pub struct SlotContent {
     pub value: Vec<u8>,
 }
 
+/// The blocks of a table that existed when `TableHeap::block_set` ran.
+pub struct BlockSet {
+    slots_per_block: u32,
+    /// Per region: the sequence number of the first bit, and the bits.
+    regions: Vec<(usize, Vec<u64>)>,
+}
+
+impl BlockSet {
+    /// Whether `addr` names a slot of a block in the set (what
+    /// `TableHeap::block(addr).is_some()` said when the set was taken).
+    pub fn contains(&self, addr: Addr) -> bool {
+        let Some((base, bits)) = self.regions.get(addr.region()) else {
+            return false;
+        };
+        let Some(index) = (addr.block() as usize).checked_sub(*base) else {
+            return false;
+        };
+        let present = bits
+            .get(index / 64)
+            .is_some_and(|word| word >> (index % 64) & 1 == 1);
+        present && addr.slot() < self.slots_per_block
+    }
+}
+
 /// The storage of one table: its definition, its regions and their tiles.
 pub struct TableHeap {
     pub def: TableDef,
@@ -425,6 +449,30 @@ impl TableHeap {
             def,
             regions: (0..MAX_WORKERS).map(|_| Region::default()).collect(),
             reserve: reserve::Reserve::default(),
+        }
+    }
+
+    /// Which blocks exist now, as a bit per sequence number: checking
+    /// that the millions of addresses of a checkpoint run name slots that
+    /// exist then costs a bit test each rather than a block lookup.
+    pub fn block_set(&self) -> BlockSet {
+        let regions = self
+            .regions
+            .iter()
+            .map(|region| {
+                let base = region.base.load(Acquire) as usize;
+                let mut bits = vec![0u64; region.blocks.count().div_ceil(64)];
+                for (index, block) in region.blocks.iter() {
+                    if let (false, Some(word)) = (block.is_vacant(), bits.get_mut(index / 64)) {
+                        *word |= 1 << (index % 64);
+                    }
+                }
+                (base, bits)
+            })
+            .collect();
+        BlockSet {
+            slots_per_block: self.def.slots_per_block,
+            regions,
         }
     }
 

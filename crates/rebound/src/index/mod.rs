@@ -148,10 +148,15 @@
 /// The first 8 bytes of `key`, big-endian, zero padded: orders keys as
 /// their bytes do, up to ties that only the full keys settle.
 pub fn key_prefix(key: &[u8]) -> u64 {
-    let mut word = [0u8; 8];
-    let n = key.len().min(8);
-    word[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(word)
+    // Most keys have 8 bytes or more: one load, no copy of a variable length.
+    if let Some(head) = key.first_chunk::<8>() {
+        return u64::from_be_bytes(*head);
+    }
+    let shift = 8 * (8 - key.len() as u32);
+    key.iter()
+        .fold(0u64, |word, &byte| word << 8 | u64::from(byte))
+        .checked_shl(shift)
+        .unwrap_or(0)
 }
 
 mod build;

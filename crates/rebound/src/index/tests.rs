@@ -1384,3 +1384,15 @@ fn sorted_loads_among_scattered_keys_fill_leaves_nearly_like_a_bulk_load() {
         per_node(&bulk)
     );
 }
+
+#[test]
+fn key_prefix_is_the_first_eight_bytes_zero_padded_big_endian() {
+    let bytes: Vec<u8> = (1..=10).map(|b| b * 17).collect();
+    for len in 0..=bytes.len() {
+        let key = &bytes[..len];
+        let mut padded = [0u8; 8];
+        let n = len.min(8);
+        padded[..n].copy_from_slice(&key[..n]);
+        assert_eq!(key_prefix(key), u64::from_be_bytes(padded), "length {len}");
+    }
+}
