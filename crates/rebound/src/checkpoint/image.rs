@@ -605,6 +605,9 @@ pub struct EntryReader<'a> {
     buf: Vec<u8>,
     /// Position of the next entry, relative to the run.
     pos: u64,
+    /// `current`'s answer for `pos` once found: a merge asks for the same
+    /// entry several times before it moves on.
+    found: Option<(u64, usize, usize)>,
 }
 
 impl<'a> EntryReader<'a> {
@@ -614,6 +617,7 @@ impl<'a> EntryReader<'a> {
             buf_at: pos,
             buf: Vec::new(),
             pos,
+            found: None,
         }
     }
 
@@ -634,6 +638,17 @@ impl<'a> EntryReader<'a> {
 
     /// Where the next entry starts in `buf`, and its key length.
     fn current(&mut self, medium: &Medium) -> Option<(usize, usize)> {
+        if let Some((pos, at, key_len)) = self.found {
+            if pos == self.pos {
+                return Some((at, key_len));
+            }
+        }
+        let found = self.locate(medium)?;
+        self.found = Some((self.pos, found.0, found.1));
+        Some(found)
+    }
+
+    fn locate(&mut self, medium: &Medium) -> Option<(usize, usize)> {
         if !self.ensure(medium, 2) {
             return None;
         }
@@ -665,6 +680,11 @@ impl<'a> EntryReader<'a> {
 
     /// The entry the last `peek_entry` returned, from the buffer alone.
     pub fn peeked(&self) -> Option<(&[u8], u64)> {
+        if let Some((pos, at, key_len)) = self.found {
+            if pos == self.pos {
+                return self.decoded(at, key_len);
+            }
+        }
         let at = usize::try_from(self.pos.checked_sub(self.buf_at)?).ok()?;
         let len = self.buf.get(at..at + 2)?;
         let key_len = u16::from_le_bytes([*len.first()?, *len.get(1)?]) as usize;
