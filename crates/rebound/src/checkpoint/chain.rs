@@ -260,6 +260,10 @@ pub struct ChainReader<'a> {
     /// `key_prefix`), if any: entries of it that follow are older.
     last: Option<Vec<u8>>,
     last_head: u64,
+    /// The image `last` came from: only older images' entries of it are
+    /// skipped, so a key repeated inside one image still reaches the
+    /// caller's order check.
+    last_rank: usize,
     /// The heap's top names an entry `next_entry` returned: its reader's
     /// next key replaces it at the next call.
     stale_top: bool,
@@ -307,6 +311,7 @@ impl<'a> ChainReader<'a> {
             heap: BinaryHeap::new(),
             last: None,
             last_head: 0,
+            last_rank: 0,
             stale_top: false,
             spare: Vec::new(),
             keep_tombstones,
@@ -383,10 +388,14 @@ impl<'a> ChainReader<'a> {
         last.clear();
         last.extend_from_slice(key);
         self.last_head = key_prefix(key);
+        self.last_rank = i;
     }
 
     /// Whether reader `i`'s next key is the one last returned or dropped.
     fn repeats_last(&self, i: usize) -> bool {
+        if i <= self.last_rank {
+            return false;
+        }
         match (&self.last, self.key_of(i)) {
             (Some(last), Some(key)) => key_prefix(key) == self.last_head && key == last.as_slice(),
             _ => false,
@@ -418,7 +427,8 @@ impl<'a> ChainReader<'a> {
         }
     }
 
-    /// Brings the readers whose entries left since the last call back in.
+    /// Replaces the heap's top by its reader's next key after `next_entry`
+    /// returned the top's entry (it could not while the entry was lent).
     fn settle(&mut self, medium: &Medium) {
         if std::mem::take(&mut self.stale_top) {
             let rank = self.heap.peek().map(|Reverse(top)| top.rank);
@@ -522,12 +532,15 @@ impl<'a> ChainReader<'a> {
         copied
     }
 
-    /// How many entries were read from each image, newest first.
+    /// How many entries were read from each image, newest first. Older
+    /// entries of the last key returned are consumed by the next call, so
+    /// the counts are whole once the reader has returned `None`.
     pub fn reads(&self) -> Vec<u64> {
         self.readers.iter().map(|r| r.read).collect()
     }
 
-    /// True when every image's entries were read to their end.
+    /// True when every image's entries were read to their end (see
+    /// `reads` for when that can be known).
     pub fn at_end(&self) -> bool {
         self.readers.iter().all(|r| r.entries.at_end())
     }

@@ -156,7 +156,8 @@ struct TableLoad {
     /// Entries each image's section holds, newest first.
     counts: Vec<u64>,
     /// The blocks the run's addresses may name: every block that exists
-    /// at open (GC waits for the load, and later blocks are not in runs).
+    /// when the load starts (GC leaves loading tables alone, and blocks
+    /// made later are in no run).
     blocks: BlockSet,
     state: Mutex<LoadState>,
 }

@@ -606,7 +606,8 @@ pub struct EntryReader<'a> {
     /// Position of the next entry, relative to the run.
     pos: u64,
     /// `current`'s answer for `pos` once found: a merge asks for the same
-    /// entry several times before it moves on.
+    /// entry several times before it moves on. Its offset into `buf` stays
+    /// valid because only `locate` refills `buf`, and `pos` only grows.
     found: Option<(u64, usize, usize)>,
 }
 

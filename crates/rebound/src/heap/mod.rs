@@ -460,14 +460,15 @@ impl TableHeap {
             .regions
             .iter()
             .map(|region| {
-                let base = region.base.load(Acquire) as usize;
                 let mut bits = vec![0u64; region.blocks.count().div_ceil(64)];
                 for (index, block) in region.blocks.iter() {
                     if let (false, Some(word)) = (block.is_vacant(), bits.get_mut(index / 64)) {
                         *word |= 1 << (index % 64);
                     }
                 }
-                (base, bits)
+                // After the blocks: a first block's push stores the base
+                // before the block, so a base read first could miss it.
+                (region.base.load(Acquire) as usize, bits)
             })
             .collect();
         BlockSet {
@@ -1101,6 +1102,44 @@ mod tests {
         assert_eq!(tiles.get(17)[2].begin.load(Relaxed), 0);
         assert_eq!(tiles.allocated(), 40);
         assert!(tiles.header(39, 3).is_none() && tiles.header(64, 0).is_none());
+    }
+
+    #[test]
+    fn a_block_set_answers_as_block_lookups_did_when_it_was_taken() {
+        let def = TableDef {
+            id: 0,
+            name: "t".into(),
+            max_key_len: 8,
+            max_value_len: 8,
+            slot_size: 48,
+            slots_per_block: 10,
+            block_size: 4096,
+        };
+        let heap = TableHeap::new(def);
+        // Region 0 starts at sequence number 5 (earlier blocks were
+        // collected before the restart) and has a gap at 7.
+        for seq in [5, 6, 8, 9] {
+            heap.regions[0]
+                .push(Block::new(BLOCK_ALIGN * (seq as u64 + 1), seq))
+                .unwrap();
+        }
+        heap.regions[1]
+            .push(Block::new(BLOCK_ALIGN * 20, 0))
+            .unwrap();
+        heap.vacate(0, 8);
+        let set = heap.block_set();
+        heap.regions[1]
+            .push(Block::new(BLOCK_ALIGN * 21, 1))
+            .unwrap();
+        for region in 0..3 {
+            for block in 0..12 {
+                for slot in [0, 9, 10] {
+                    let addr = Addr::new(region, block, slot);
+                    let then = (region, block) != (1, 1) && heap.block(addr).is_some();
+                    assert_eq!(set.contains(addr), then, "{region}/{block}/{slot}");
+                }
+            }
+        }
     }
 
     #[test]
