@@ -688,6 +688,9 @@ impl<'a> WriteGuard<'a> {
     /// then leave room at the end: `SplitBias::Append`).
     pub(crate) fn merge_sorted<K: KeyWords>(&mut self, keys: &[(K, u64)]) -> Merged {
         self.assert_leaf();
+        if let Some(appended) = self.append_sorted(keys) {
+            return appended;
+        }
         let old = self.snapshot();
         let count = old.header.count;
         let mut old_left: usize = (0..count).map(|slot| old.entry_words(slot)).sum();
@@ -735,6 +738,64 @@ impl<'a> WriteGuard<'a> {
             near_end,
             insert_at,
         }
+    }
+
+    /// `merge_sorted` where every key sorts after the leaf's own and no
+    /// removal left dead words, the usual case of a sorted load: the keys
+    /// are written after the leaf's slots in place, where a merge copies
+    /// the leaf out and back. `None` when that does not apply.
+    fn append_sorted<K: KeyWords>(&mut self, keys: &[(K, u64)]) -> Option<Merged> {
+        let header = self.node.header();
+        let (first, _) = keys.first()?;
+        let after_all = match header.count.checked_sub(1) {
+            None => true,
+            Some(last) => self.node.compare_slot(last, first) == Ordering::Less,
+        };
+        if header.dead != 0 || !after_all {
+            return None;
+        }
+        let fits = |count: usize, heap_start: usize, key: &K| {
+            heap_start.saturating_sub(count * SLOT_WORDS) >= SLOT_WORDS + tail_words(key.len())
+        };
+        let (mut count, mut heap_start) = (header.count, header.heap_start);
+        if !fits(count, heap_start, first) {
+            return Some(Merged {
+                consumed: 0,
+                added: 0,
+                near_end: true,
+                insert_at: count,
+            });
+        }
+        let node = self.begin_write();
+        for (key, payload) in keys {
+            if !fits(count, heap_start, key) {
+                break;
+            }
+            let tail_offset = heap_start - tail_words(key.len());
+            for (index, word) in key.tail().enumerate() {
+                node.body[tail_offset + index].store(word, Relaxed);
+            }
+            let at = count * SLOT_WORDS;
+            node.body[at].store(key.word(0), Relaxed);
+            node.body[at + 1].store(encode_meta(key.len(), tail_offset), Relaxed);
+            node.body[at + 2].store(*payload, Relaxed);
+            count += 1;
+            heap_start = tail_offset;
+        }
+        let added = count - header.count;
+        let header = Header {
+            count,
+            heap_start,
+            ..header
+        };
+        node.header.store(header.encode(), Relaxed);
+        self.refresh_hints();
+        Some(Merged {
+            consumed: added,
+            added,
+            near_end: true,
+            insert_at: count,
+        })
     }
 
     pub(crate) fn remove_entry(&mut self, slot: usize) -> u64 {
