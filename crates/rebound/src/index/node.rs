@@ -743,7 +743,11 @@ impl<'a> WriteGuard<'a> {
     /// `merge_sorted` where every key sorts after the leaf's own and no
     /// removal left dead words, the usual case of a sorted load: the keys
     /// are written after the leaf's slots in place, where a merge copies
-    /// the leaf out and back. `None` when that does not apply.
+    /// the leaf out and back. `None` when that does not apply. Checking the
+    /// first key suffices, the batch being strictly ascending. Dead words
+    /// would make this call the leaf full where a merge compacts them away,
+    /// and the caller would split a leaf that may hold fewer than the two
+    /// entries a split needs.
     fn append_sorted<K: KeyWords>(&mut self, keys: &[(K, u64)]) -> Option<Merged> {
         let header = self.node.header();
         let (first, _) = keys.first()?;
@@ -759,6 +763,8 @@ impl<'a> WriteGuard<'a> {
         };
         let (mut count, mut heap_start) = (header.count, header.heap_start);
         if !fits(count, heap_start, first) {
+            // Before `begin_write`: a leaf left as it was keeps its version,
+            // so its optimistic readers need not restart.
             return Some(Merged {
                 consumed: 0,
                 added: 0,

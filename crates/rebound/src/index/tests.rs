@@ -1307,6 +1307,7 @@ fn hinted_compare_and_set_survives_splits_of_its_leaf() {
 }
 
 proptest! {
+    #![proptest_config(proptest_config(256))]
     /// Merging a sorted run into leaves that hold keys of every length,
     /// with holes left by removals, gives exactly the union, existing
     /// values winning, and a tree whose length agrees.
