@@ -530,7 +530,10 @@ fn since_ms(unix: f64) -> Duration {
 fn first_txn<E: Engine>(db: &E, bench: &Bench) -> BoxResult<()> {
     let (table, key) = match bench {
         Bench::Ycsb(c) => (ycsb::TABLE, ycsb::key(0, c.key_size)),
-        Bench::Tpcc(_) => (tpcc::schema::WAREHOUSE.name, tpcc::schema::k_warehouse(1)),
+        Bench::Tpcc(_) => (
+            tpcc::schema::WAREHOUSE.name,
+            tpcc::schema::k_warehouse(1).to_vec(),
+        ),
     };
     let t = db
         .find_table(table)?

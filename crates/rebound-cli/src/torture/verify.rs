@@ -246,7 +246,7 @@ impl TpccOracle {
         for (dk, dv) in tx.scan::<&[u8]>(&t.district, .., usize::MAX)? {
             let (w, d) = (u16::from_be_bytes(dk[..2].try_into()?), dk[2]);
             let dist = District::decode(&dv);
-            let range = || k_order(w, d, 0)..k_district(w, d + 1);
+            let range = || k_order(w, d, 0)..k_order(w, d + 1, 0);
             let mut orders = BTreeMap::new();
             for (k, v) in tx.scan(&t.order, range(), usize::MAX)? {
                 let (_, _, o) = parse_order_key(&k).ok_or("bad ORDER key")?;

@@ -73,7 +73,7 @@ pub fn check<E: Engine>(db: &E) -> BoxResult<CheckReport> {
             r.districts += 1;
             sum_d_ytd += dist.ytd;
             r.next_order_ids += dist.next_o_id as u64 - 1;
-            let range = || k_order(w, d, 0)..k_district(w, d + 1);
+            let range = || k_order(w, d, 0)..k_order(w, d + 1, 0);
             let orders = tx.scan(&t.order, range(), usize::MAX)?;
             let customers = tx.scan(&t.customer, range(), usize::MAX)?;
             // Both indexes start with the district: (w, d) is a prefix.

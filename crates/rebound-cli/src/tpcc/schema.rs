@@ -110,24 +110,28 @@ pub const ORDER_BY_CUSTOMER: IndexSpec = IndexSpec {
 
 // ---- keys ----
 
-/// A key of the given parts, allocated once at its final length.
-fn key(parts: &[&[u8]]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+/// A key of the given parts in an array of its exact length: the
+/// transactions make a dozen keys each, and none of them allocates.
+fn key<const N: usize>(parts: &[&[u8]]) -> [u8; N] {
+    let mut k = [0u8; N];
+    let mut at = 0;
     for part in parts {
-        k.extend_from_slice(part);
+        k[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
     }
+    debug_assert_eq!(at, N, "key parts must fill the key");
     k
 }
 
-pub fn k_warehouse(w: u16) -> Vec<u8> {
-    w.to_be_bytes().to_vec()
+pub fn k_warehouse(w: u16) -> [u8; 2] {
+    w.to_be_bytes()
 }
 
-pub fn k_district(w: u16, d: u8) -> Vec<u8> {
+pub fn k_district(w: u16, d: u8) -> [u8; 3] {
     key(&[&w.to_be_bytes(), &[d]])
 }
 
-pub fn k_customer(w: u16, d: u8, c: u32) -> Vec<u8> {
+pub fn k_customer(w: u16, d: u8, c: u32) -> [u8; 7] {
     key(&[&w.to_be_bytes(), &[d], &c.to_be_bytes()])
 }
 
@@ -140,16 +144,16 @@ fn padded(s: &str) -> [u8; NAME_LEN] {
 
 /// Prefix of the `CUSTOMER_BY_NAME` keys of customers called `last` in
 /// (w, d).
-pub fn customer_name_prefix(w: u16, d: u8, last: &str) -> Vec<u8> {
+pub fn customer_name_prefix(w: u16, d: u8, last: &str) -> [u8; 3 + NAME_LEN] {
     key(&[&w.to_be_bytes(), &[d], &padded(last)])
 }
 
 /// The `ORDER_BY_CUSTOMER` key of customer `c`'s orders in (w, d).
-pub fn order_customer_key(w: u16, d: u8, c: u32) -> Vec<u8> {
+pub fn order_customer_key(w: u16, d: u8, c: u32) -> [u8; 7] {
     key(&[&w.to_be_bytes(), &[d], &c.to_le_bytes()])
 }
 
-pub fn k_history(w: u16, d: u8, txn: u64, seq: u32) -> Vec<u8> {
+pub fn k_history(w: u16, d: u8, txn: u64, seq: u32) -> [u8; 15] {
     key(&[
         &w.to_be_bytes(),
         &[d],
@@ -159,19 +163,19 @@ pub fn k_history(w: u16, d: u8, txn: u64, seq: u32) -> Vec<u8> {
 }
 
 /// Key of ORDER and NEW-ORDER rows.
-pub fn k_order(w: u16, d: u8, o: u32) -> Vec<u8> {
+pub fn k_order(w: u16, d: u8, o: u32) -> [u8; 7] {
     k_customer(w, d, o)
 }
 
-pub fn k_order_line(w: u16, d: u8, o: u32, ol: u8) -> Vec<u8> {
+pub fn k_order_line(w: u16, d: u8, o: u32, ol: u8) -> [u8; 8] {
     key(&[&w.to_be_bytes(), &[d], &o.to_be_bytes(), &[ol]])
 }
 
-pub fn k_item(i: u32) -> Vec<u8> {
-    i.to_be_bytes().to_vec()
+pub fn k_item(i: u32) -> [u8; 4] {
+    i.to_be_bytes()
 }
 
-pub fn k_stock(w: u16, i: u32) -> Vec<u8> {
+pub fn k_stock(w: u16, i: u32) -> [u8; 6] {
     key(&[&w.to_be_bytes(), &i.to_be_bytes()])
 }
 
@@ -222,12 +226,21 @@ impl Enc {
         self
     }
     /// A string in exactly `width` bytes, zero-padded (truncated if longer).
-    pub fn str(mut self, s: &str, width: usize) -> Self {
-        let b = s.as_bytes();
+    pub fn str(self, s: &str, width: usize) -> Self {
+        self.bytes(s.as_bytes(), width)
+    }
+    /// Bytes in exactly `width` bytes, zero-padded (truncated if longer).
+    pub fn bytes(mut self, b: &[u8], width: usize) -> Self {
         let n = b.len().min(width);
         self.0.extend_from_slice(&b[..n]);
         self.0.resize(self.0.len() + width - n, 0);
         self
+    }
+    /// Encodes into `row`, reusing its capacity.
+    pub fn into(row: &mut Vec<u8>, encode: impl FnOnce(Enc) -> Enc) {
+        row.clear();
+        let taken = Enc(std::mem::take(row));
+        *row = encode(taken).0;
     }
 }
 
@@ -529,16 +542,19 @@ pub struct History {
 impl History {
     pub const LEN: usize = 4 + 1 + 2 + 1 + 2 + 8 + 8 + 24;
     pub fn encode(&self) -> Vec<u8> {
-        Enc::new(Self::LEN)
-            .u32(self.c_id)
-            .u8(self.c_d_id)
-            .u16(self.c_w_id)
-            .u8(self.d_id)
-            .u16(self.w_id)
-            .u64(self.date)
-            .i64(self.amount)
-            .str(&self.data, 24)
-            .0
+        let mut row = Vec::with_capacity(Self::LEN);
+        HistoryRef {
+            c_id: self.c_id,
+            c_d_id: self.c_d_id,
+            c_w_id: self.c_w_id,
+            d_id: self.d_id,
+            w_id: self.w_id,
+            date: self.date,
+            amount: self.amount,
+            data: self.data.as_bytes(),
+        }
+        .encode_into(&mut row);
+        row
     }
     pub fn decode(b: &[u8]) -> History {
         let mut d = Dec::new(b);
@@ -552,6 +568,34 @@ impl History {
             amount: d.i64(),
             data: d.str(24),
         }
+    }
+}
+
+/// A HISTORY row with its data borrowed: Payment writes one each, with
+/// no allocation.
+pub struct HistoryRef<'a> {
+    pub c_id: u32,
+    pub c_d_id: u8,
+    pub c_w_id: u16,
+    pub d_id: u8,
+    pub w_id: u16,
+    pub date: u64,
+    pub amount: i64,
+    pub data: &'a [u8],
+}
+
+impl HistoryRef<'_> {
+    pub fn encode_into(&self, row: &mut Vec<u8>) {
+        Enc::into(row, |e| {
+            e.u32(self.c_id)
+                .u8(self.c_d_id)
+                .u16(self.c_w_id)
+                .u8(self.d_id)
+                .u16(self.w_id)
+                .u64(self.date)
+                .i64(self.amount)
+                .bytes(self.data, 24)
+        })
     }
 }
 
@@ -570,13 +614,18 @@ impl Order {
     pub const C_ID: At = At(0);
     pub const CARRIER_ID: At = At(12);
     pub fn encode(&self) -> Vec<u8> {
-        Enc::new(Self::LEN)
-            .u32(self.c_id)
-            .u64(self.entry_d)
-            .u8(self.carrier_id)
-            .u8(self.ol_cnt)
-            .u8(self.all_local)
-            .0
+        let mut row = Vec::with_capacity(Self::LEN);
+        self.encode_into(&mut row);
+        row
+    }
+    pub fn encode_into(&self, row: &mut Vec<u8>) {
+        Enc::into(row, |e| {
+            e.u32(self.c_id)
+                .u64(self.entry_d)
+                .u8(self.carrier_id)
+                .u8(self.ol_cnt)
+                .u8(self.all_local)
+        })
     }
     pub fn decode(b: &[u8]) -> Order {
         let mut d = Dec::new(b);
@@ -607,14 +656,17 @@ impl OrderLine {
     pub const DELIVERY_D: At = At(6);
     pub const AMOUNT: At = At(15);
     pub fn encode(&self) -> Vec<u8> {
-        Enc::new(Self::LEN)
-            .u32(self.i_id)
-            .u16(self.supply_w_id)
-            .u64(self.delivery_d)
-            .u8(self.quantity)
-            .i64(self.amount)
-            .str(&self.dist_info, 24)
-            .0
+        let mut row = Vec::with_capacity(Self::LEN);
+        OrderLineRef {
+            i_id: self.i_id,
+            supply_w_id: self.supply_w_id,
+            delivery_d: self.delivery_d,
+            quantity: self.quantity,
+            amount: self.amount,
+            dist_info: self.dist_info.as_bytes(),
+        }
+        .encode_into(&mut row);
+        row
     }
     pub fn decode(b: &[u8]) -> OrderLine {
         let mut d = Dec::new(b);
@@ -626,6 +678,30 @@ impl OrderLine {
             amount: d.i64(),
             dist_info: d.str(24),
         }
+    }
+}
+
+/// An ORDER-LINE row with its district info borrowed from the STOCK row:
+/// New-Order writes 5 to 15 of them, with no allocation.
+pub struct OrderLineRef<'a> {
+    pub i_id: u32,
+    pub supply_w_id: u16,
+    pub delivery_d: u64,
+    pub quantity: u8,
+    pub amount: i64,
+    pub dist_info: &'a [u8],
+}
+
+impl OrderLineRef<'_> {
+    pub fn encode_into(&self, row: &mut Vec<u8>) {
+        Enc::into(row, |e| {
+            e.u32(self.i_id)
+                .u16(self.supply_w_id)
+                .u64(self.delivery_d)
+                .u8(self.quantity)
+                .i64(self.amount)
+                .bytes(self.dist_info, 24)
+        })
     }
 }
 

@@ -52,10 +52,37 @@ pub struct TpccWorker<T> {
     rng: SmallRng,
     home_w: u16,
     shared: Arc<Shared>,
+    rows: Rows,
+}
+
+/// Row buffers a worker keeps from one transaction to the next, so that
+/// the driver does not allocate per row it reads or writes.
+#[derive(Default)]
+struct Rows {
+    warehouse: Vec<u8>,
+    district: Vec<u8>,
+    customer: Vec<u8>,
+    item: Vec<u8>,
+    stock: Vec<u8>,
+    order: Vec<u8>,
+    written: Vec<u8>,
 }
 
 fn get_row<X: Tx>(tx: &mut X, table: &X::Table, key: &[u8]) -> engines::Result<Vec<u8>> {
     tx.get(table, key)?.ok_or(Error::KeyNotFound)
+}
+
+/// Reads the row of `key` into `row`; a missing row is `KeyNotFound`.
+fn read_row<X: Tx>(
+    tx: &mut X,
+    table: &X::Table,
+    key: &[u8],
+    row: &mut Vec<u8>,
+) -> engines::Result<()> {
+    match tx.get_into(table, key, row)? {
+        true => Ok(()),
+        false => Err(Error::KeyNotFound),
+    }
 }
 
 /// New-Order's change to a STOCK row (clause 2.4.2.2), in place.
@@ -95,11 +122,20 @@ struct Found {
 }
 
 impl Found {
-    /// The customer's row: the one the index gave, or read now.
-    fn row<X: Tx>(self, tx: &mut X, table: &X::Table, key: &[u8]) -> engines::Result<Vec<u8>> {
+    /// The customer's row into `row`: the one the index gave, or read now.
+    fn read_into<X: Tx>(
+        self,
+        tx: &mut X,
+        table: &X::Table,
+        key: &[u8],
+        row: &mut Vec<u8>,
+    ) -> engines::Result<()> {
         match self.row {
-            Some(row) => Ok(row),
-            None => get_row(tx, table, key),
+            Some(found) => {
+                *row = found;
+                Ok(())
+            }
+            None => read_row(tx, table, key, row),
         }
     }
 }
@@ -145,6 +181,7 @@ impl<T: Clone> TpccWorker<T> {
             ),
             home_w: (thread % cfg.warehouses as usize) as u16 + 1,
             shared,
+            rows: Rows::default(),
         }
     }
 
@@ -203,60 +240,64 @@ impl<T: Clone> TpccWorker<T> {
             })
             .collect();
         let all_local = lines.iter().all(|&(_, sw, _)| sw == w) as u8;
-        let t = &self.t;
+        let (t, rows) = (&self.t, &mut self.rows);
         let done = run_txn(session, |tx| {
-            let wh = get_row(tx, &t.warehouse, &k_warehouse(w))?;
+            let Rows {
+                warehouse: wh,
+                district: dist,
+                customer: cust,
+                item,
+                stock,
+                order,
+                written: line,
+            } = &mut *rows;
+            read_row(tx, &t.warehouse, &k_warehouse(w), wh)?;
             let dkey = k_district(w, d);
-            let mut dist = get_row(tx, &t.district, &dkey)?;
-            let o = District::NEXT_O_ID.u32(&dist);
-            District::NEXT_O_ID.set_u32(&mut dist, o + 1);
-            tx.update(&t.district, &dkey, &dist)?;
-            let cust = get_row(tx, &t.customer, &k_customer(w, d, c))?;
+            read_row(tx, &t.district, &dkey, dist)?;
+            let o = District::NEXT_O_ID.u32(dist);
+            District::NEXT_O_ID.set_u32(dist, o + 1);
+            tx.update(&t.district, &dkey, dist)?;
+            read_row(tx, &t.customer, &k_customer(w, d, c), cust)?;
             let now = now_us();
-            let order = Order {
+            let okey = k_order(w, d, o);
+            Order {
                 c_id: c,
                 entry_d: now,
                 carrier_id: 0,
                 ol_cnt,
                 all_local,
-            };
-            let (okey, order) = (k_order(w, d, o), order.encode());
-            tx.insert(&t.order, &okey, &order)?;
-            tx.index_insert(&t.order_by_customer, &okey, &order)?;
+            }
+            .encode_into(order);
+            tx.insert(&t.order, &okey, order)?;
+            tx.index_insert(&t.order_by_customer, &okey, order)?;
             tx.insert(&t.new_order, &okey, b"")?;
             let mut total = 0i64;
-            let (mut item, mut stock) = (Vec::new(), Vec::new());
             for (n, &(i, sw, q)) in lines.iter().enumerate() {
-                if !tx.get_into(&t.item, &k_item(i), &mut item)? {
+                if !tx.get_into(&t.item, &k_item(i), item)? {
                     return Ok(Flow::Rollback);
                 }
                 let skey = k_stock(sw, i);
-                if !tx.get_into(&t.stock, &skey, &mut stock)? {
-                    return Err(Error::KeyNotFound);
-                }
-                take_stock(&mut stock, q, sw != w);
-                tx.update(&t.stock, &skey, &stock)?;
-                let amount = q as i64 * Item::PRICE.i64(&item);
+                read_row(tx, &t.stock, &skey, stock)?;
+                take_stock(stock, q, sw != w);
+                tx.update(&t.stock, &skey, stock)?;
+                let amount = q as i64 * Item::PRICE.i64(item);
                 total += amount;
-                let line = OrderLine {
+                OrderLineRef {
                     i_id: i,
                     supply_w_id: sw,
                     delivery_d: 0,
                     quantity: q,
                     amount,
-                    dist_info: String::from_utf8_lossy(Stock::dist(d).str(&stock, 24)).into_owned(),
-                };
-                tx.insert(
-                    &t.order_line,
-                    &k_order_line(w, d, o, n as u8 + 1),
-                    &line.encode(),
-                )?;
+                    dist_info: Stock::dist(d).str(stock, 24),
+                }
+                .encode_into(line);
+                tx.insert(&t.order_line, &k_order_line(w, d, o, n as u8 + 1), line)?;
             }
             // The total the terminal would display (clause 2.4.2.2).
             let (discount, w_tax, d_tax) = (
-                Customer::DISCOUNT.u32(&cust) as i64,
-                Warehouse::TAX.u32(&wh) as i64,
-                District::TAX.u32(&dist) as i64,
+                Customer::DISCOUNT.u32(cust) as i64,
+                Warehouse::TAX.u32(wh) as i64,
+                District::TAX.u32(dist) as i64,
             );
             let _total = total * (10_000 - discount) / 10_000 * (10_000 + w_tax + d_tax) / 10_000;
             Ok(Flow::Commit(Outcome::NewOrder { w, d, o, ol_cnt }))
@@ -280,31 +321,49 @@ impl<T: Clone> TpccWorker<T> {
         };
         let sel = self.customer_sel();
         let amount: i64 = self.rng.gen_range(100..=500_000);
-        let t = &self.t;
+        let (t, rows) = (&self.t, &mut self.rows);
         run_txn(session, |tx| {
+            let Rows {
+                warehouse: wh,
+                district: dist,
+                customer: cust,
+                written: history,
+                ..
+            } = &mut *rows;
             let wkey = k_warehouse(w);
-            let mut wh = get_row(tx, &t.warehouse, &wkey)?;
-            let ytd = Warehouse::YTD.i64(&wh) + amount;
-            Warehouse::YTD.set_i64(&mut wh, ytd);
-            tx.update(&t.warehouse, &wkey, &wh)?;
+            read_row(tx, &t.warehouse, &wkey, wh)?;
+            let ytd = Warehouse::YTD.i64(wh) + amount;
+            Warehouse::YTD.set_i64(wh, ytd);
+            tx.update(&t.warehouse, &wkey, wh)?;
             let dkey = k_district(w, d);
-            let mut dist = get_row(tx, &t.district, &dkey)?;
-            let ytd = District::YTD.i64(&dist) + amount;
-            District::YTD.set_i64(&mut dist, ytd);
-            tx.update(&t.district, &dkey, &dist)?;
+            read_row(tx, &t.district, &dkey, dist)?;
+            let ytd = District::YTD.i64(dist) + amount;
+            District::YTD.set_i64(dist, ytd);
+            tx.update(&t.district, &dkey, dist)?;
             let Some(found) = find_customer(tx, t, cw, cd, &sel)? else {
                 return Err(Error::KeyNotFound);
             };
             let c = found.c;
             let ckey = k_customer(cw, cd, c);
-            let mut cust = found.row(tx, &t.customer, &ckey)?;
-            pay(&mut cust, amount, |data| {
+            found.read_into(tx, &t.customer, &ckey, cust)?;
+            pay(cust, amount, |data| {
                 let mut entry = format!("{c} {cd} {cw} {d} {w} {amount}|").into_bytes();
                 entry.extend_from_slice(data);
                 entry
             });
-            tx.update(&t.customer, &ckey, &cust)?;
-            let h = History {
+            tx.update(&t.customer, &ckey, cust)?;
+            let mut data = [0u8; 24];
+            let names = [
+                Warehouse::NAME.str(wh, 10),
+                b"    ",
+                District::NAME.str(dist, 10),
+            ];
+            let mut at = 0;
+            for part in names {
+                data[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
+            HistoryRef {
                 c_id: c,
                 c_d_id: cd,
                 c_w_id: cw,
@@ -312,14 +371,11 @@ impl<T: Clone> TpccWorker<T> {
                 w_id: w,
                 date: now_us(),
                 amount,
-                data: format!(
-                    "{}    {}",
-                    String::from_utf8_lossy(Warehouse::NAME.str(&wh, 10)),
-                    String::from_utf8_lossy(District::NAME.str(&dist, 10))
-                ),
-            };
+                data: &data[..at],
+            }
+            .encode_into(history);
             let txn = tx.id();
-            tx.insert(&t.history, &k_history(w, d, txn, 0), &h.encode())?;
+            tx.insert(&t.history, &k_history(w, d, txn, 0), history)?;
             Ok(Flow::Commit(Outcome::Payment { w, d, amount, txn }))
         })
     }
@@ -331,13 +387,13 @@ impl<T: Clone> TpccWorker<T> {
         let w = self.home_w;
         let d = self.rng.gen_range(1..=DISTRICTS);
         let sel = self.customer_sel();
-        let t = &self.t;
+        let (t, cust) = (&self.t, &mut self.rows.customer);
         run_txn(session, |tx| {
             let Some(found) = find_customer(tx, t, w, d, &sel)? else {
                 return Err(Error::KeyNotFound);
             };
             let c = found.c;
-            let _cust = found.row(tx, &t.customer, &k_customer(w, d, c))?;
+            found.read_into(tx, &t.customer, &k_customer(w, d, c), cust)?;
             let mut orders = tx.index_prefix(&t.order_by_customer, &order_customer_key(w, d, c))?;
             // Rows come in primary-key order: the newest order is the last.
             if let Some(newest) = orders.pop() {
@@ -368,7 +424,14 @@ impl<T: Clone> TpccWorker<T> {
         let shared = &self.shared;
         let no_hint = self.cfg.no_delivery_hint;
         let hint = |d: u8| (w as usize - 1) * DISTRICTS as usize + d as usize - 1;
+        let rows = &mut self.rows;
         let done = run_txn(session, |tx| {
+            let Rows {
+                customer: cust,
+                order,
+                written: lines,
+                ..
+            } = &mut *rows;
             let now = now_us();
             let mut delivered = Vec::new();
             for d in 1..=DISTRICTS {
@@ -377,34 +440,55 @@ impl<T: Clone> TpccWorker<T> {
                 } else {
                     shared.delivered_below[hint(d)].load(Ordering::Relaxed)
                 };
-                let rows = tx.scan(&t.new_order, k_order(w, d, from)..k_district(w, d + 1), 1)?;
+                let rows = tx.scan(&t.new_order, k_order(w, d, from)..k_order(w, d + 1, 0), 1)?;
                 let Some((nk, _)) = rows.into_iter().next() else {
                     continue;
                 };
                 let (_, _, o) = parse_order_key(&nk).ok_or(Error::KeyNotFound)?;
                 tx.delete(&t.new_order, &nk)?;
                 let okey = k_order(w, d, o);
-                let mut order = get_row(tx, &t.order, &okey)?;
-                Order::CARRIER_ID.set_u8(&mut order, carrier);
-                tx.update(&t.order, &okey, &order)?;
-                let lines = tx.scan(
+                read_row(tx, &t.order, &okey, order)?;
+                Order::CARRIER_ID.set_u8(order, carrier);
+                tx.update(&t.order, &okey, order)?;
+                // The lines' keys and rows, back to back in one buffer:
+                // they are updated once the scan that lends them is done.
+                lines.clear();
+                let key_len = ORDER_LINE.key_len as usize;
+                let mut malformed = false;
+                tx.scan_with(
                     &t.order_line,
                     k_order(w, d, o)..k_order(w, d, o + 1),
                     usize::MAX,
+                    &mut |key, row| {
+                        if key.len() != key_len || row.len() != OrderLine::LEN {
+                            malformed = true;
+                            return ControlFlow::Break(());
+                        }
+                        lines.extend_from_slice(key);
+                        lines.extend_from_slice(row);
+                        ControlFlow::Continue(())
+                    },
                 )?;
-                let mut sum = 0;
-                for (lk, mut line) in lines {
-                    OrderLine::DELIVERY_D.set_u64(&mut line, now);
-                    sum += OrderLine::AMOUNT.i64(&line);
-                    tx.update(&t.order_line, &lk, &line)?;
+                if malformed {
+                    return Err(Error::Backend {
+                        engine: "tpcc",
+                        message: "an ORDER-LINE row of the wrong size".into(),
+                    });
                 }
-                let ckey = k_customer(w, d, Order::C_ID.u32(&order));
-                let mut cust = get_row(tx, &t.customer, &ckey)?;
-                let balance = Customer::BALANCE.i64(&cust) + sum;
-                Customer::BALANCE.set_i64(&mut cust, balance);
-                let deliveries = Customer::DELIVERY_CNT.u32(&cust) + 1;
-                Customer::DELIVERY_CNT.set_u32(&mut cust, deliveries);
-                tx.update(&t.customer, &ckey, &cust)?;
+                let mut sum = 0;
+                for line in lines.chunks_exact_mut(key_len + OrderLine::LEN) {
+                    let (lk, row) = line.split_at_mut(key_len);
+                    OrderLine::DELIVERY_D.set_u64(row, now);
+                    sum += OrderLine::AMOUNT.i64(row);
+                    tx.update(&t.order_line, lk, row)?;
+                }
+                let ckey = k_customer(w, d, Order::C_ID.u32(order));
+                read_row(tx, &t.customer, &ckey, cust)?;
+                let balance = Customer::BALANCE.i64(cust) + sum;
+                Customer::BALANCE.set_i64(cust, balance);
+                let deliveries = Customer::DELIVERY_CNT.u32(cust) + 1;
+                Customer::DELIVERY_CNT.set_u32(cust, deliveries);
+                tx.update(&t.customer, &ckey, cust)?;
                 delivered.push((d, o));
             }
             Ok(Flow::Commit(delivered))
@@ -427,9 +511,13 @@ impl<T: Clone> TpccWorker<T> {
         let w = self.home_w;
         let d = self.rng.gen_range(1..=DISTRICTS);
         let threshold = self.rng.gen_range(10..=20);
-        let t = &self.t;
+        let (t, rows) = (&self.t, &mut self.rows);
         run_txn(session, |tx| {
-            let next = District::NEXT_O_ID.u32(&get_row(tx, &t.district, &k_district(w, d))?);
+            let Rows {
+                district, stock, ..
+            } = &mut *rows;
+            read_row(tx, &t.district, &k_district(w, d), district)?;
+            let next = District::NEXT_O_ID.u32(district);
             let mut items = BTreeSet::new();
             tx.scan_with(
                 &t.order_line,
@@ -440,12 +528,10 @@ impl<T: Clone> TpccWorker<T> {
                     ControlFlow::Continue(())
                 },
             )?;
-            let (mut low, mut stock) = (0, Vec::new());
+            let mut low = 0;
             for i in items {
-                if !tx.get_into(&t.stock, &k_stock(w, i), &mut stock)? {
-                    return Err(Error::KeyNotFound);
-                }
-                low += (Stock::QUANTITY.i32(&stock) < threshold) as u32;
+                read_row(tx, &t.stock, &k_stock(w, i), stock)?;
+                low += (Stock::QUANTITY.i32(stock) < threshold) as u32;
             }
             Ok(Flow::Commit(low))
         })
