@@ -197,7 +197,8 @@ pub enum Error {
     KeyNotFound,
     /// Any other error of Rebound.
     Rebound(::rebound::Error),
-    /// Any other error of another engine.
+    /// Any other error of another engine (or, with engine "tpcc", a row
+    /// the TPC-C driver cannot read as its layout says).
     Backend {
         engine: &'static str,
         message: String,

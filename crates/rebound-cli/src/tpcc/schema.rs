@@ -119,7 +119,7 @@ fn key<const N: usize>(parts: &[&[u8]]) -> [u8; N] {
         k[at..at + part.len()].copy_from_slice(part);
         at += part.len();
     }
-    debug_assert_eq!(at, N, "key parts must fill the key");
+    assert_eq!(at, N, "key parts must fill the key");
     k
 }
 
@@ -237,7 +237,7 @@ impl Enc {
         self
     }
     /// Encodes into `row`, reusing its capacity.
-    pub fn into(row: &mut Vec<u8>, encode: impl FnOnce(Enc) -> Enc) {
+    pub fn write_into(row: &mut Vec<u8>, encode: impl FnOnce(Enc) -> Enc) {
         row.clear();
         let taken = Enc(std::mem::take(row));
         *row = encode(taken).0;
@@ -586,7 +586,7 @@ pub struct HistoryRef<'a> {
 
 impl HistoryRef<'_> {
     pub fn encode_into(&self, row: &mut Vec<u8>) {
-        Enc::into(row, |e| {
+        Enc::write_into(row, |e| {
             e.u32(self.c_id)
                 .u8(self.c_d_id)
                 .u16(self.c_w_id)
@@ -619,7 +619,7 @@ impl Order {
         row
     }
     pub fn encode_into(&self, row: &mut Vec<u8>) {
-        Enc::into(row, |e| {
+        Enc::write_into(row, |e| {
             e.u32(self.c_id)
                 .u64(self.entry_d)
                 .u8(self.carrier_id)
@@ -694,7 +694,7 @@ pub struct OrderLineRef<'a> {
 
 impl OrderLineRef<'_> {
     pub fn encode_into(&self, row: &mut Vec<u8>) {
-        Enc::into(row, |e| {
+        Enc::write_into(row, |e| {
             e.u32(self.i_id)
                 .u16(self.supply_w_id)
                 .u64(self.delivery_d)

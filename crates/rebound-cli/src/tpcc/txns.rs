@@ -9,7 +9,6 @@ use crate::engines::{self, Error, Session, Tx};
 use crate::gen::{nurand, pick_kind};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -66,10 +65,8 @@ struct Rows {
     stock: Vec<u8>,
     order: Vec<u8>,
     written: Vec<u8>,
-}
-
-fn get_row<X: Tx>(tx: &mut X, table: &X::Table, key: &[u8]) -> engines::Result<Vec<u8>> {
-    tx.get(table, key)?.ok_or(Error::KeyNotFound)
+    /// Stock-Level's item numbers.
+    items: Vec<u32>,
 }
 
 /// Reads the row of `key` into `row`; a missing row is `KeyNotFound`.
@@ -79,9 +76,10 @@ fn read_row<X: Tx>(
     key: &[u8],
     row: &mut Vec<u8>,
 ) -> engines::Result<()> {
-    match tx.get_into(table, key, row)? {
-        true => Ok(()),
-        false => Err(Error::KeyNotFound),
+    if tx.get_into(table, key, row)? {
+        Ok(())
+    } else {
+        Err(Error::KeyNotFound)
     }
 }
 
@@ -250,6 +248,7 @@ impl<T: Clone> TpccWorker<T> {
                 stock,
                 order,
                 written: line,
+                ..
             } = &mut *rows;
             read_row(tx, &t.warehouse, &k_warehouse(w), wh)?;
             let dkey = k_district(w, d);
@@ -352,6 +351,8 @@ impl<T: Clone> TpccWorker<T> {
                 entry
             });
             tx.update(&t.customer, &ckey, cust)?;
+            // Two names of at most 10 bytes and 4 spaces fill at most the
+            // 24 bytes of H_DATA, so the copies below stay in the array.
             let mut data = [0u8; 24];
             let names = [
                 Warehouse::NAME.str(wh, 10),
@@ -387,8 +388,13 @@ impl<T: Clone> TpccWorker<T> {
         let w = self.home_w;
         let d = self.rng.gen_range(1..=DISTRICTS);
         let sel = self.customer_sel();
-        let (t, cust) = (&self.t, &mut self.rows.customer);
+        let (t, rows) = (&self.t, &mut self.rows);
         run_txn(session, |tx| {
+            let Rows {
+                customer: cust,
+                order,
+                ..
+            } = &mut *rows;
             let Some(found) = find_customer(tx, t, w, d, &sel)? else {
                 return Err(Error::KeyNotFound);
             };
@@ -398,10 +404,10 @@ impl<T: Clone> TpccWorker<T> {
             // Rows come in primary-key order: the newest order is the last.
             if let Some(newest) = orders.pop() {
                 let (_, _, o) = parse_order_key(&newest.key).ok_or(Error::KeyNotFound)?;
-                let _order = match newest.value {
-                    Some(order) => order,
-                    None => get_row(tx, &t.order, &newest.key)?,
-                };
+                // The index may have read the row along; else read it.
+                if newest.value.is_none() {
+                    read_row(tx, &t.order, &newest.key, order)?;
+                }
                 // What the terminal shows of each line is in the rows read.
                 let _lines = tx.scan_with(
                     &t.order_line,
@@ -440,12 +446,20 @@ impl<T: Clone> TpccWorker<T> {
                 } else {
                     shared.delivered_below[hint(d)].load(Ordering::Relaxed)
                 };
-                let rows = tx.scan(&t.new_order, k_order(w, d, from)..k_order(w, d + 1, 0), 1)?;
-                let Some((nk, _)) = rows.into_iter().next() else {
+                let mut oldest = None;
+                tx.scan_with(
+                    &t.new_order,
+                    k_order(w, d, from)..k_order(w, d + 1, 0),
+                    1,
+                    &mut |key, _| {
+                        oldest = parse_order_key(key);
+                        ControlFlow::Break(())
+                    },
+                )?;
+                let Some((_, _, o)) = oldest else {
                     continue;
                 };
-                let (_, _, o) = parse_order_key(&nk).ok_or(Error::KeyNotFound)?;
-                tx.delete(&t.new_order, &nk)?;
+                tx.delete(&t.new_order, &k_order(w, d, o))?;
                 let okey = k_order(w, d, o);
                 read_row(tx, &t.order, &okey, order)?;
                 Order::CARRIER_ID.set_u8(order, carrier);
@@ -514,22 +528,28 @@ impl<T: Clone> TpccWorker<T> {
         let (t, rows) = (&self.t, &mut self.rows);
         run_txn(session, |tx| {
             let Rows {
-                district, stock, ..
+                district,
+                stock,
+                items,
+                ..
             } = &mut *rows;
             read_row(tx, &t.district, &k_district(w, d), district)?;
             let next = District::NEXT_O_ID.u32(district);
-            let mut items = BTreeSet::new();
+            items.clear();
             tx.scan_with(
                 &t.order_line,
                 k_order(w, d, next.saturating_sub(20))..k_order(w, d, next),
                 usize::MAX,
                 &mut |_, line| {
-                    items.insert(OrderLine::I_ID.u32(line));
+                    items.push(OrderLine::I_ID.u32(line));
                     ControlFlow::Continue(())
                 },
             )?;
+            // Distinct items (clause 2.8.2.2), in the order a set would give.
+            items.sort_unstable();
+            items.dedup();
             let mut low = 0;
-            for i in items {
+            for &i in items.iter() {
                 read_row(tx, &t.stock, &k_stock(w, i), stock)?;
                 low += (Stock::QUANTITY.i32(stock) < threshold) as u32;
             }
