@@ -452,15 +452,16 @@ impl<T: Clone> TpccWorker<T> {
                     k_order(w, d, from)..k_order(w, d + 1, 0),
                     1,
                     &mut |key, _| {
-                        oldest = parse_order_key(key);
+                        oldest = Some(parse_order_key(key));
                         ControlFlow::Break(())
                     },
                 )?;
-                let Some((_, _, o)) = oldest else {
+                let Some(parsed) = oldest else {
                     continue;
                 };
-                tx.delete(&t.new_order, &k_order(w, d, o))?;
+                let (_, _, o) = parsed.ok_or(Error::KeyNotFound)?;
                 let okey = k_order(w, d, o);
+                tx.delete(&t.new_order, &okey)?;
                 read_row(tx, &t.order, &okey, order)?;
                 Order::CARRIER_ID.set_u8(order, carrier);
                 tx.update(&t.order, &okey, order)?;
