@@ -114,13 +114,19 @@ pub const ORDER_BY_CUSTOMER: IndexSpec = IndexSpec {
 /// transactions make a dozen keys each, and none of them allocates.
 fn key<const N: usize>(parts: &[&[u8]]) -> [u8; N] {
     let mut k = [0u8; N];
+    assert_eq!(concat(parts, &mut k), N, "key parts must fill the key");
+    k
+}
+
+/// Copies `parts` one after the other to the front of `out`; returns the
+/// length they fill. Panics if they do not fit.
+pub fn concat(parts: &[&[u8]], out: &mut [u8]) -> usize {
     let mut at = 0;
     for part in parts {
-        k[at..at + part.len()].copy_from_slice(part);
+        out[at..at + part.len()].copy_from_slice(part);
         at += part.len();
     }
-    assert_eq!(at, N, "key parts must fill the key");
-    k
+    at
 }
 
 pub fn k_warehouse(w: u16) -> [u8; 2] {
@@ -527,8 +533,10 @@ impl Customer {
     }
 }
 
+/// A HISTORY row. Payment writes one each with its data borrowed
+/// (`History<&[u8]>`), so that it allocates nothing.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct History {
+pub struct History<Text = String> {
     pub c_id: u32,
     pub c_d_id: u8,
     pub c_w_id: u16,
@@ -536,26 +544,11 @@ pub struct History {
     pub w_id: u16,
     pub date: u64,
     pub amount: i64,
-    pub data: String,
+    pub data: Text,
 }
 
 impl History {
     pub const LEN: usize = 4 + 1 + 2 + 1 + 2 + 8 + 8 + 24;
-    pub fn encode(&self) -> Vec<u8> {
-        let mut row = Vec::with_capacity(Self::LEN);
-        HistoryRef {
-            c_id: self.c_id,
-            c_d_id: self.c_d_id,
-            c_w_id: self.c_w_id,
-            d_id: self.d_id,
-            w_id: self.w_id,
-            date: self.date,
-            amount: self.amount,
-            data: self.data.as_bytes(),
-        }
-        .encode_into(&mut row);
-        row
-    }
     pub fn decode(b: &[u8]) -> History {
         let mut d = Dec::new(b);
         History {
@@ -571,20 +564,12 @@ impl History {
     }
 }
 
-/// A HISTORY row with its data borrowed: Payment writes one each, with
-/// no allocation.
-pub struct HistoryRef<'a> {
-    pub c_id: u32,
-    pub c_d_id: u8,
-    pub c_w_id: u16,
-    pub d_id: u8,
-    pub w_id: u16,
-    pub date: u64,
-    pub amount: i64,
-    pub data: &'a [u8],
-}
-
-impl HistoryRef<'_> {
+impl<Text: AsRef<[u8]>> History<Text> {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut row = Vec::with_capacity(History::LEN);
+        self.encode_into(&mut row);
+        row
+    }
     pub fn encode_into(&self, row: &mut Vec<u8>) {
         Enc::write_into(row, |e| {
             e.u32(self.c_id)
@@ -594,7 +579,7 @@ impl HistoryRef<'_> {
                 .u16(self.w_id)
                 .u64(self.date)
                 .i64(self.amount)
-                .bytes(self.data, 24)
+                .bytes(self.data.as_ref(), 24)
         })
     }
 }
@@ -639,15 +624,17 @@ impl Order {
     }
 }
 
+/// An ORDER-LINE row. New-Order writes 5 to 15 each with the district
+/// info borrowed from the STOCK row (`OrderLine<&[u8]>`), allocating nothing.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct OrderLine {
+pub struct OrderLine<Text = String> {
     pub i_id: u32,
     pub supply_w_id: u16,
     /// 0 = null (not delivered).
     pub delivery_d: u64,
     pub quantity: u8,
     pub amount: i64,
-    pub dist_info: String,
+    pub dist_info: Text,
 }
 
 impl OrderLine {
@@ -655,19 +642,6 @@ impl OrderLine {
     pub const I_ID: At = At(0);
     pub const DELIVERY_D: At = At(6);
     pub const AMOUNT: At = At(15);
-    pub fn encode(&self) -> Vec<u8> {
-        let mut row = Vec::with_capacity(Self::LEN);
-        OrderLineRef {
-            i_id: self.i_id,
-            supply_w_id: self.supply_w_id,
-            delivery_d: self.delivery_d,
-            quantity: self.quantity,
-            amount: self.amount,
-            dist_info: self.dist_info.as_bytes(),
-        }
-        .encode_into(&mut row);
-        row
-    }
     pub fn decode(b: &[u8]) -> OrderLine {
         let mut d = Dec::new(b);
         OrderLine {
@@ -681,18 +655,12 @@ impl OrderLine {
     }
 }
 
-/// An ORDER-LINE row with its district info borrowed from the STOCK row:
-/// New-Order writes 5 to 15 of them, with no allocation.
-pub struct OrderLineRef<'a> {
-    pub i_id: u32,
-    pub supply_w_id: u16,
-    pub delivery_d: u64,
-    pub quantity: u8,
-    pub amount: i64,
-    pub dist_info: &'a [u8],
-}
-
-impl OrderLineRef<'_> {
+impl<Text: AsRef<[u8]>> OrderLine<Text> {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut row = Vec::with_capacity(OrderLine::LEN);
+        self.encode_into(&mut row);
+        row
+    }
     pub fn encode_into(&self, row: &mut Vec<u8>) {
         Enc::write_into(row, |e| {
             e.u32(self.i_id)
@@ -700,7 +668,7 @@ impl OrderLineRef<'_> {
                 .u64(self.delivery_d)
                 .u8(self.quantity)
                 .i64(self.amount)
-                .bytes(self.dist_info, 24)
+                .bytes(self.dist_info.as_ref(), 24)
         })
     }
 }

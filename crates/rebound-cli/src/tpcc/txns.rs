@@ -281,7 +281,7 @@ impl<T: Clone> TpccWorker<T> {
                 tx.update(&t.stock, &skey, stock)?;
                 let amount = q as i64 * Item::PRICE.i64(item);
                 total += amount;
-                OrderLineRef {
+                OrderLine {
                     i_id: i,
                     supply_w_id: sw,
                     delivery_d: 0,
@@ -352,19 +352,15 @@ impl<T: Clone> TpccWorker<T> {
             });
             tx.update(&t.customer, &ckey, cust)?;
             // Two names of at most 10 bytes and 4 spaces fill at most the
-            // 24 bytes of H_DATA, so the copies below stay in the array.
+            // 24 bytes of H_DATA.
             let mut data = [0u8; 24];
             let names = [
                 Warehouse::NAME.str(wh, 10),
                 b"    ",
                 District::NAME.str(dist, 10),
             ];
-            let mut at = 0;
-            for part in names {
-                data[at..at + part.len()].copy_from_slice(part);
-                at += part.len();
-            }
-            HistoryRef {
+            let at = concat(&names, &mut data);
+            History {
                 c_id: c,
                 c_d_id: cd,
                 c_w_id: cw,
