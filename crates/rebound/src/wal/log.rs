@@ -9,8 +9,8 @@ use crate::error::{Error, Result};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Release, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,6 +22,13 @@ const SPIN: Duration = Duration::from_micros(30);
 /// takes a few hundred microseconds, and a sleeping committer's wake-up
 /// adds tens of microseconds to every commit of a thread.
 const YIELD: Duration = Duration::from_millis(1);
+/// Committers waiting at once per core up to which they spin and yield.
+/// Past it they sleep at once: a waiter that spins or yields holds a core
+/// that the other committers' transactions, the log writer and the file
+/// system's journal need (8 committers on 2 cores, YCSB-A on ext4: 24 K
+/// txn/s sleeping against 21.5 K yielding), while a single committer
+/// gains 15 % by not paying a wake-up per commit.
+const BUSY_WAITERS_PER_CORE: usize = 1;
 
 /// Settings of a log.
 #[derive(Debug, Clone)]
@@ -77,6 +84,10 @@ struct Shared {
     wake_writer: Condvar,
     /// Committers waiting for a frame sleep here.
     done_lock: Mutex<()>,
+    /// Committers in `wait_until`.
+    waiters: AtomicUsize,
+    /// Waiters beyond which a waiter sleeps at once.
+    busy_waiters: usize,
     done: Condvar,
     stop: AtomicBool,
     failed: Mutex<Option<String>>,
@@ -129,6 +140,9 @@ impl Log {
             signal: Mutex::new(()),
             wake_writer: Condvar::new(),
             done_lock: Mutex::new(()),
+            waiters: AtomicUsize::new(0),
+            busy_waiters: BUSY_WAITERS_PER_CORE
+                * std::thread::available_parallelism().map_or(1, |n| n.get()),
             done: Condvar::new(),
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
@@ -215,21 +229,47 @@ impl Log {
     }
 
     fn wait_until(&self, done: impl Fn() -> bool) -> Result<()> {
+        if done() {
+            return Ok(());
+        }
+        let shared = &self.shared;
+        shared.waiters.fetch_add(1, Relaxed);
+        let result = match self.busy_wait(&done) {
+            Some(result) => result,
+            None => self.sleep_until(&done),
+        };
+        shared.waiters.fetch_sub(1, Relaxed);
+        result
+    }
+
+    /// Spins, then yields, while few enough committers wait; `None` once
+    /// it should sleep instead.
+    fn busy_wait(&self, done: &impl Fn() -> bool) -> Option<Result<()>> {
+        let shared = &self.shared;
+        let few_waiters = || shared.waiters.load(Relaxed) <= shared.busy_waiters;
         let started = Instant::now();
-        while started.elapsed() < SPIN {
+        while started.elapsed() < SPIN && few_waiters() {
             if done() {
-                return Ok(());
+                return Some(Ok(()));
             }
-            self.check_failed()?;
+            if let Err(e) = self.check_failed() {
+                return Some(Err(e));
+            }
             std::hint::spin_loop();
         }
-        while started.elapsed() < YIELD {
+        while started.elapsed() < YIELD && few_waiters() {
             if done() {
-                return Ok(());
+                return Some(Ok(()));
             }
-            self.check_failed()?;
+            if let Err(e) = self.check_failed() {
+                return Some(Err(e));
+            }
             std::thread::yield_now();
         }
+        None
+    }
+
+    fn sleep_until(&self, done: &impl Fn() -> bool) -> Result<()> {
         let mut guard = self.shared.done_lock.lock();
         loop {
             if done() {
@@ -496,5 +536,63 @@ impl Writer {
         self.shared.segments.lock().push(next.segment());
         self.file = next;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn durable_bytes(dir: &Path) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            bytes.extend(std::fs::read(entry.unwrap().path()).unwrap());
+        }
+        bytes
+    }
+
+    /// With more committers than cores a waiter sleeps at once instead of
+    /// spinning: each still returns only once its record is in the log.
+    #[test]
+    fn committers_outnumbering_the_cores_return_only_once_their_record_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let committers = 4 * cores;
+        let resume = Resume {
+            segments: Vec::new(),
+            next_segment: 1,
+            next_round: 1,
+        };
+        let config = LogConfig {
+            segment_bytes: 1 << 20,
+            sync: true,
+        };
+        let log = Log::start(dir.path(), committers, resume, config).unwrap();
+        std::thread::scope(|scope| {
+            for ring in 0..committers {
+                let (log, dir) = (&log, dir.path());
+                scope.spawn(move || {
+                    for ts in 1..=20u64 {
+                        let record = [*b"rec:", (ring as u32).to_le_bytes()]
+                            .concat()
+                            .into_iter()
+                            .chain(ts.to_le_bytes())
+                            .collect::<Vec<u8>>();
+                        let ticket = log.append(ring, |buf| {
+                            buf.extend_from_slice(&record);
+                            ts
+                        });
+                        log.wait(ticket).unwrap();
+                        let written = durable_bytes(dir);
+                        assert!(
+                            written.windows(record.len()).any(|w| w == record),
+                            "committer {ring} returned before record {ts} was written"
+                        );
+                    }
+                });
+            }
+        });
+        assert_eq!(log.shared.waiters.load(Relaxed), 0);
+        log.shutdown().unwrap();
     }
 }
