@@ -1496,6 +1496,7 @@ fn block_loop(db: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, parking_lot:
         if *stop.0.lock() {
             return;
         }
+        let mut tiles_pending = false;
         for (_, table) in inner.store.tables.iter() {
             // A full medium fails here first: the table keeps no reserve
             // then, and the writer that needs a block meets (and reports)
@@ -1508,8 +1509,15 @@ fn block_loop(db: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, parking_lot:
             {
                 table.heap.release_reserve(medium, space);
             }
+            // One chunk per table and round, so blocks stay first; not
+            // while the primary index loads, which needs the cores more.
+            if !table.is_loading() {
+                tiles_pending |= table.heap.prepare_tiles_ahead();
+            }
         }
-        inner.store.space.wait_for_taken_blocks(BLOCK_THREAD_IDLE);
+        if !tiles_pending {
+            inner.store.space.wait_for_taken_blocks(BLOCK_THREAD_IDLE);
+        }
     }
 }
 

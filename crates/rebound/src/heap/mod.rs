@@ -236,6 +236,14 @@ fn tile_place(index: u32, full_chunk: u32) -> (usize, u32, u32) {
     (chunk as usize, past % full_tiles, full_tiles)
 }
 
+/// The index of the first tile of chunk `chunk` (see `tile_place`).
+fn first_tile_of(chunk: u32, full_chunk: u32) -> u32 {
+    match chunk < full_chunk {
+        true => (1 << chunk) - 1,
+        false => ((1 << full_chunk) - 1) + (chunk - full_chunk) * (1 << full_chunk),
+    }
+}
+
 impl Tiles {
     fn new(capacity: u32) -> Tiles {
         let tile_bytes = (capacity as usize * std::mem::size_of::<VersionHeader>()).max(1);
@@ -287,6 +295,23 @@ impl Tiles {
         if needed(&state) == Some(tiles) {
             self.chunks.push(slice);
         }
+    }
+
+    /// Allocates the next chunk if the chunks so far hold fewer than
+    /// `wanted` tiles; returns whether it did.
+    fn prepare_ahead(&self, wanted: u32) -> bool {
+        let next = self.chunks.count();
+        let first = first_tile_of(next as u32, self.full_chunk);
+        if first >= wanted {
+            return false;
+        }
+        let (_, _, tiles) = tile_place(first, self.full_chunk);
+        let slice = HugeSlice::zeroed(tiles as usize * self.capacity as usize);
+        let _state = self.state.lock();
+        if self.chunks.count() == next {
+            self.chunks.push(slice);
+        }
+        true
     }
 
     fn give_back(&self, index: u32) {
@@ -967,6 +992,17 @@ impl TableHeap {
         Ok(missing)
     }
 
+    /// Gives the tile pool one more chunk if it holds fewer tiles than the
+    /// table has blocks; returns whether it did. After a restart no block
+    /// from the medium has a tile until it is first read, and the workload
+    /// would otherwise fault in (and zero) that memory under its first
+    /// transactions: the block thread prepares it meanwhile.
+    pub fn prepare_tiles_ahead(&self) -> bool {
+        let blocks: usize = self.regions.iter().map(|r| r.present().count()).sum();
+        self.tiles
+            .prepare_ahead(blocks.min(u32::MAX as usize) as u32)
+    }
+
     /// Frees the extents held ready for this table; returns how many.
     pub fn release_reserve(&self, medium: &Medium, space: &Space) -> usize {
         let extents = self.reserve.drain();
@@ -1074,6 +1110,38 @@ mod tests {
                 };
             }
         }
+    }
+
+    #[test]
+    fn tiles_prepared_ahead_cover_what_is_wanted_and_are_taken_in_order() {
+        let tiles = Tiles::new(3);
+        for chunk in 0..12 {
+            let first = first_tile_of(chunk, tiles.full_chunk);
+            assert_eq!(tile_place(first, tiles.full_chunk).0, chunk as usize);
+            assert_eq!(tile_place(first, tiles.full_chunk).1, 0);
+        }
+        let wanted = 100;
+        let mut prepared = 0;
+        while tiles.prepare_ahead(wanted) {
+            prepared += 1;
+        }
+        let (last_chunk, _, _) = tile_place(wanted - 1, tiles.full_chunk);
+        assert_eq!(
+            prepared,
+            last_chunk + 1,
+            "one chunk per call, up to the wanted tile"
+        );
+        assert_eq!(tiles.chunks.count(), last_chunk + 1);
+        let taken: Vec<u32> = (0..wanted + 5).map(|_| tiles.take()).collect();
+        assert_eq!(taken, (0..wanted + 5).collect::<Vec<u32>>());
+        for &index in &taken {
+            assert!(tiles.get(index).iter().all(|h| h.begin.load(Relaxed) == 0));
+            tiles.get(index)[1].end.store(index as u64 + 1, Relaxed);
+        }
+        for &index in &taken {
+            assert_eq!(tiles.get(index)[1].end.load(Relaxed), index as u64 + 1);
+        }
+        assert!(!tiles.prepare_ahead(wanted), "nothing more is wanted");
     }
 
     #[test]
