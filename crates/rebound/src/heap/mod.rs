@@ -83,7 +83,7 @@ use crate::error::{Error, Result};
 use crate::medium::{HugeSlice, Medium, HUGE_PAGE_BYTES};
 use parking_lot::Mutex;
 use reserve::SPARE_ROOM_BLOCKS;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 
 pub const BITMAP_OFFSET: u64 = 64;
@@ -465,6 +465,9 @@ pub struct TableHeap {
     pub regions: Box<[Region]>,
     pub tiles: Tiles,
     reserve: reserve::Reserve,
+    /// Tiles `prepare_tiles_ahead` works towards: the blocks present when
+    /// it first ran (0 once it is done).
+    tiles_ahead: std::sync::OnceLock<AtomicU32>,
 }
 
 impl TableHeap {
@@ -474,6 +477,7 @@ impl TableHeap {
             def,
             regions: (0..MAX_WORKERS).map(|_| Region::default()).collect(),
             reserve: reserve::Reserve::default(),
+            tiles_ahead: std::sync::OnceLock::new(),
         }
     }
 
@@ -993,14 +997,26 @@ impl TableHeap {
     }
 
     /// Gives the tile pool one more chunk if it holds fewer tiles than the
-    /// table has blocks; returns whether it did. After a restart no block
-    /// from the medium has a tile until it is first read, and the workload
-    /// would otherwise fault in (and zero) that memory under its first
-    /// transactions: the block thread prepares it meanwhile.
+    /// table had blocks at the first call; returns whether it did. After a
+    /// restart no block from the medium has a tile until it is first read,
+    /// and the workload would otherwise fault in (and zero) that memory
+    /// under its first transactions: the block thread prepares it
+    /// meanwhile. Blocks made later get theirs as before (`take`), so the
+    /// blocks are counted once, not on every call.
     pub fn prepare_tiles_ahead(&self) -> bool {
-        let blocks: usize = self.regions.iter().map(|r| r.present().count()).sum();
-        self.tiles
-            .prepare_ahead(blocks.min(u32::MAX as usize) as u32)
+        let wanted = self.tiles_ahead.get_or_init(|| {
+            let blocks: usize = self.regions.iter().map(|r| r.present().count()).sum();
+            AtomicU32::new(blocks.min(u32::MAX as usize) as u32)
+        });
+        let target = wanted.load(Relaxed);
+        if target == 0 {
+            return false;
+        }
+        let prepared = self.tiles.prepare_ahead(target);
+        if !prepared {
+            wanted.store(0, Relaxed);
+        }
+        prepared
     }
 
     /// Frees the extents held ready for this table; returns how many.
@@ -1114,34 +1130,39 @@ mod tests {
 
     #[test]
     fn tiles_prepared_ahead_cover_what_is_wanted_and_are_taken_in_order() {
-        let tiles = Tiles::new(3);
-        for chunk in 0..12 {
-            let first = first_tile_of(chunk, tiles.full_chunk);
-            assert_eq!(tile_place(first, tiles.full_chunk).0, chunk as usize);
-            assert_eq!(tile_place(first, tiles.full_chunk).1, 0);
+        // Capacity 3 stays in growing chunks; 2048 reaches full ones (of
+        // 32 tiles, a huge page each).
+        for (capacity, wanted) in [(3, 100), (2048, 100)] {
+            let tiles = Tiles::new(capacity);
+            let size_of = |chunk: usize| {
+                let first = first_tile_of(chunk as u32, tiles.full_chunk);
+                tile_place(first, tiles.full_chunk)
+            };
+            for chunk in 0..12 {
+                assert_eq!((size_of(chunk).0, size_of(chunk).1), (chunk, 0));
+            }
+            let mut prepared = 0;
+            while tiles.prepare_ahead(wanted) {
+                prepared += 1;
+            }
+            let (last_chunk, _, _) = tile_place(wanted - 1, tiles.full_chunk);
+            assert_eq!(prepared, last_chunk + 1, "one chunk per call");
+            assert_eq!(tiles.chunks.count(), last_chunk + 1);
+            for (chunk, slice) in tiles.chunks.iter() {
+                let tiles_in_chunk = size_of(chunk).2 as usize;
+                assert_eq!(slice.len(), tiles_in_chunk * capacity as usize);
+            }
+            let taken: Vec<u32> = (0..wanted + 5).map(|_| tiles.take()).collect();
+            assert_eq!(taken, (0..wanted + 5).collect::<Vec<u32>>());
+            for &index in &taken {
+                assert!(tiles.get(index).iter().all(|h| h.begin.load(Relaxed) == 0));
+                tiles.get(index)[1].end.store(index as u64 + 1, Relaxed);
+            }
+            for &index in &taken {
+                assert_eq!(tiles.get(index)[1].end.load(Relaxed), index as u64 + 1);
+            }
+            assert!(!tiles.prepare_ahead(wanted), "nothing more is wanted");
         }
-        let wanted = 100;
-        let mut prepared = 0;
-        while tiles.prepare_ahead(wanted) {
-            prepared += 1;
-        }
-        let (last_chunk, _, _) = tile_place(wanted - 1, tiles.full_chunk);
-        assert_eq!(
-            prepared,
-            last_chunk + 1,
-            "one chunk per call, up to the wanted tile"
-        );
-        assert_eq!(tiles.chunks.count(), last_chunk + 1);
-        let taken: Vec<u32> = (0..wanted + 5).map(|_| tiles.take()).collect();
-        assert_eq!(taken, (0..wanted + 5).collect::<Vec<u32>>());
-        for &index in &taken {
-            assert!(tiles.get(index).iter().all(|h| h.begin.load(Relaxed) == 0));
-            tiles.get(index)[1].end.store(index as u64 + 1, Relaxed);
-        }
-        for &index in &taken {
-            assert_eq!(tiles.get(index)[1].end.load(Relaxed), index as u64 + 1);
-        }
-        assert!(!tiles.prepare_ahead(wanted), "nothing more is wanted");
     }
 
     #[test]

@@ -116,7 +116,11 @@ impl<T: bytemuck::Zeroable> HugeSlice<T> {
             handle_alloc_error(layout);
         }
         let start = start.cast::<u8>();
-        let aligned = start.wrapping_add(start.align_offset(HUGE_PAGE_BYTES));
+        // A page-aligned start is less than a huge page from the next
+        // huge page boundary, so the slice ends inside the mapping.
+        let offset = start.align_offset(HUGE_PAGE_BYTES);
+        debug_assert!(offset < HUGE_PAGE_BYTES);
+        let aligned = start.wrapping_add(offset);
         advise_huge_pages(aligned, bytes - bytes % HUGE_PAGE_BYTES);
         // Written once per page here, so that the kernel zeroes the memory
         // now, on the allocating thread (tile chunks are made ahead on the
