@@ -283,18 +283,14 @@ impl Tiles {
     /// will come from, if it is not there yet; made off the writers' path
     /// by the block thread, like the blocks themselves.
     fn prepare_chunk(&self) {
-        let needed = |state: &TileState| {
-            let (chunk, _, tiles) = tile_place(state.allocated, self.full_chunk);
-            (state.free.is_empty() && chunk == self.chunks.count()).then_some(tiles)
+        let next_new_tile = {
+            let state = self.state.lock();
+            if !state.free.is_empty() {
+                return;
+            }
+            state.allocated
         };
-        let Some(tiles) = needed(&self.state.lock()) else {
-            return;
-        };
-        let slice = HugeSlice::zeroed(tiles as usize * self.capacity as usize);
-        let state = self.state.lock();
-        if needed(&state) == Some(tiles) {
-            self.chunks.push(slice);
-        }
+        self.prepare_ahead(next_new_tile + 1);
     }
 
     /// Allocates the next chunk if the chunks so far hold fewer than
