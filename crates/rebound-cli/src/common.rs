@@ -33,6 +33,9 @@ pub fn designs() -> Vec<(&'static str, Options)> {
         // The same deltas recorded as HiEngine's MirrorIndex does: every
         // commit also upserts its keys into a per-table head tree.
         ("log-free-mirror", d().checkpoint(CheckpointMode::Mirror)),
+        // Images of the index nodes changed since the previous checkpoint,
+        // kept by epoch-based copy-on-write (HiEngine's IACoW).
+        ("log-free-iacow", d().checkpoint(CheckpointMode::IaCow)),
         // Zen-style: log-free storage, no index checkpoint (full-scan recovery).
         ("log-free-nockpt", d().checkpoint(CheckpointMode::Off)),
         // FIR's leaf checkpoints at their own cadence (every 10 s or 1 Mi

@@ -102,12 +102,13 @@ fn parse_checkpoint(name: &str) -> PyResult<CheckpointMode> {
     match name {
         "chain" => Ok(CheckpointMode::Chain),
         "mirror" => Ok(CheckpointMode::Mirror),
+        "iacow" => Ok(CheckpointMode::IaCow),
         "cost-model" => Ok(CheckpointMode::CostModel),
         "full" => Ok(CheckpointMode::Full),
         "incremental" => Ok(CheckpointMode::Incremental),
         "off" => Ok(CheckpointMode::Off),
         _ => Err(errors::invalid(format!(
-            "checkpoint must be 'chain', 'mirror', 'cost-model', 'full', 'incremental' or 'off', not {name:?}"
+            "checkpoint must be 'chain', 'mirror', 'iacow', 'cost-model', 'full', 'incremental' or 'off', not {name:?}"
         ))),
     }
 }

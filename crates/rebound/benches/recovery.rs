@@ -285,6 +285,8 @@ fn overhead(seconds: u64) {
         ("chain-default", Options::default(), false),
         // The same deltas recorded into head trees (MirrorIndex).
         ("mirror-default", options(CheckpointMode::Mirror), false),
+        // Node images of what changed (IACoW).
+        ("iacow-default", options(CheckpointMode::IaCow), false),
         // FIR's leaf checkpoints, taken back to back by a second thread.
         (
             "leaf-continuous",
@@ -478,6 +480,7 @@ fn delta(sizes: &[u64]) {
         let modes = [
             ("chain", CheckpointMode::Chain),
             ("mirror", CheckpointMode::Mirror),
+            ("iacow", CheckpointMode::IaCow),
             ("leaf-cost-model", CheckpointMode::CostModel),
         ];
         let only = std::env::var("REBOUND_DELTA_MODES").ok();
@@ -524,11 +527,12 @@ fn delta(sizes: &[u64]) {
 
 /// The child of `kill`: loads, then writes YCSB-A until killed (or, with
 /// `close`, for a while and then closes the database and exits).
-/// Default options, or those `REBOUND_DESIGN` names (`wal`, `mirror`, `leaf`).
+/// Default options, or those `REBOUND_DESIGN` names (`wal`, `mirror`, `iacow`, `leaf`).
 fn kill_options() -> Options {
     match std::env::var("REBOUND_DESIGN").as_deref() {
         Ok("wal") => Options::default().durability(rebound::Durability::Wal),
         Ok("mirror") => Options::default().checkpoint(CheckpointMode::Mirror),
+        Ok("iacow") => Options::default().checkpoint(CheckpointMode::IaCow),
         // FIR's leaf checkpoints at the tool's cadence for them.
         Ok("leaf") => Options::default()
             .checkpoint(CheckpointMode::CostModel)

@@ -442,13 +442,14 @@ fn fences_of(seed: u64, txns: usize, key_space: u32, mode: CheckpointMode) -> u6
     device.fences()
 }
 
-const MODES: [CheckpointMode; 6] = [
+const MODES: [CheckpointMode; 7] = [
     CheckpointMode::Off,
     CheckpointMode::Full,
     CheckpointMode::Incremental,
     CheckpointMode::CostModel,
     CheckpointMode::Chain,
     CheckpointMode::Mirror,
+    CheckpointMode::IaCow,
 ];
 
 /// A seed and its fence count give the same crash point on every run.
@@ -480,6 +481,7 @@ fn crash_at_every_fence_of_small_workloads() {
             CheckpointMode::CostModel,
             CheckpointMode::Chain,
             CheckpointMode::Mirror,
+            CheckpointMode::IaCow,
         ]
         .into_iter()
         .enumerate()
@@ -504,11 +506,11 @@ fn crash_at_random_fences_of_larger_workloads() {
     common::each_seed(|base| {
         let mut rng = StdRng::seed_from_u64(base);
         let mut checked = 0;
-        for i in 0..12 {
+        for i in 0..14 {
             let seed = common::derive(base, 1000 + i);
             let mode = MODES[i as usize % MODES.len()];
             let fences = fences_of(seed, 300, 200, mode);
-            for _ in 0..84 {
+            for _ in 0..72 {
                 checked += crash_case(seed, 300, 200, rng.gen_range(1..=fences), mode) as u32;
             }
         }
@@ -524,7 +526,7 @@ fn crash_at_random_fences_of_larger_workloads() {
 #[ignore = "replays one case given by REBOUND_SEED and REBOUND_CRASH_AT"]
 fn replay() {
     let usage = "usage: REBOUND_SEED=<seed> REBOUND_CRASH_AT=<fence> [REBOUND_TXNS=300] \
-                 [REBOUND_KEYS=200] [REBOUND_MODE=Off|Full|Incremental|CostModel|Chain|Mirror] \
+                 [REBOUND_KEYS=200] [REBOUND_MODE=Off|Full|Incremental|CostModel|Chain|Mirror|IaCow] \
                  cargo test -p rebound --test crash_oracle replay -- --ignored";
     let var = |name: &str| std::env::var(name).ok();
     let number = |name: &str| -> Option<u64> {
@@ -545,6 +547,7 @@ fn replay() {
         Some("CostModel") | None => CheckpointMode::CostModel,
         Some("Chain") => CheckpointMode::Chain,
         Some("Mirror") => CheckpointMode::Mirror,
+        Some("IaCow") => CheckpointMode::IaCow,
         Some(other) => panic!("REBOUND_MODE={other:?} is not a mode\n{usage}"),
     };
     assert!(

@@ -24,6 +24,13 @@ use crate::medium::Medium;
 use std::ops::Bound;
 
 pub(super) const MAGIC: [u8; 8] = *b"RBCKPT05";
+/// An image whose table sections hold node images (IACoW) instead of
+/// entries; see [`NodePart`].
+pub(super) const NODES_MAGIC: [u8; 8] = *b"RBCKPN05";
+/// Bytes before a section's node images: root id, id limit, node count.
+pub(super) const NODE_PART_HEAD: u64 = 24;
+/// Bytes of one node image.
+pub(super) const NODE_IMAGE: u64 = crate::index::NODE_IMAGE_BYTES as u64;
 /// The address a delta image records for a key deleted since its
 /// predecessor (no slot has it: addresses are below the medium's length).
 pub const TOMBSTONE: u64 = u64::MAX;
@@ -65,6 +72,8 @@ pub struct CheckpointImage {
     pub previous: u64,
     /// Images in the chain this one ends (1 for a base image).
     pub depth: u32,
+    /// Its sections hold node images (IACoW), not entries.
+    pub nodes: bool,
     body_crc: u32,
     sections: Vec<TableSection>,
 }
@@ -112,7 +121,8 @@ impl CheckpointImage {
         }
         let mut header = [0u8; HEADER as usize];
         medium.read_bytes(offset, &mut header);
-        if header[0..8] != MAGIC || header_crc(&header) != u32_at(&header, 40) {
+        let nodes = header[0..8] == NODES_MAGIC;
+        if (header[0..8] != MAGIC && !nodes) || header_crc(&header) != u32_at(&header, 40) {
             return Err(corrupt("bad header"));
         }
         let len = u64_at(&header, 24);
@@ -135,6 +145,7 @@ impl CheckpointImage {
             len,
             previous,
             depth,
+            nodes,
             body_crc: u32_at(&header, 36),
             sections,
         })
@@ -247,6 +258,58 @@ fn read_section(medium: &Medium, at: u64, end: u64, lists: Lists) -> Result<(Tab
         fence_count,
     };
     Ok((section, section_end))
+}
+
+/// The node images of a table section in a node image (IACoW), found in
+/// the place of its entries (whose count is then 0, so it has no fences).
+pub struct NodePart {
+    pub root_id: u64,
+    pub id_limit: u64,
+    pub count: u64,
+    images_at: u64,
+}
+
+impl TableSection {
+    /// Reads the node part's head; its size must fill the entries' place.
+    pub fn node_part(&self, medium: &Medium) -> Result<NodePart> {
+        if self.entry_count != 0 || self.entries_len < NODE_PART_HEAD {
+            return Err(corrupt("node part too short"));
+        }
+        let mut head = [0u8; NODE_PART_HEAD as usize];
+        medium.read_at(self.entries_at, &mut head);
+        let count = u64_at(&head, 16);
+        let fits = count
+            .checked_mul(NODE_IMAGE)
+            .and_then(|b| b.checked_add(NODE_PART_HEAD))
+            == Some(self.entries_len);
+        if !fits {
+            return Err(corrupt("node count does not fill the node part"));
+        }
+        Ok(NodePart {
+            root_id: u64_at(&head, 0),
+            id_limit: u64_at(&head, 8),
+            count,
+            images_at: self.entries_at + NODE_PART_HEAD,
+        })
+    }
+}
+
+impl NodePart {
+    /// Reads node image `i` into `image`; false if its checksum (word 0:
+    /// crc32c of the other 4088 bytes) fails.
+    pub fn read(&self, medium: &Medium, i: u64, image: &mut [u8]) -> bool {
+        if i >= self.count || image.len() as u64 != NODE_IMAGE {
+            return false;
+        }
+        medium.read_at(self.images_at + i * NODE_IMAGE, image);
+        let stored = image.get(..8).map_or(0, |b| u64_at(b, 0));
+        let body = image.get(8..).unwrap_or_default();
+        if u64::from(crc32c::crc32c(body)) != stored {
+            return false;
+        }
+        put_zero(image, 0..8);
+        true
+    }
 }
 
 /// Continues `crc` over `len` medium bytes from `at`, a chunk at a time.

@@ -34,6 +34,11 @@
 //! chains, `fold` keeps them short. Horizons and block lists are the
 //! newest image's.
 //!
+//! # Node images (HiEngine's IACoW, `CheckpointMode::IaCow`)
+//! The same images with magic `RBCKPN05` hold, per table, the images of
+//! the index nodes changed since the predecessor instead of entries: see
+//! `nodes` for the protocol and the node part's layout.
+//!
 //! # Image layout (little-endian, at a 4096-aligned extent)
 //! ```text
 //! 0   [u8; 8]  magic "RBCKPT05"
@@ -70,6 +75,7 @@ mod cold;
 mod cost;
 mod fold;
 mod image;
+mod nodes;
 mod writer;
 
 pub use chain::Chain;
@@ -117,6 +123,12 @@ pub enum CheckpointMode {
     /// tree (a second B+-tree), which a checkpoint freezes and writes in
     /// key order. The live index is the Mirror tree that serves reads.
     Mirror,
+    /// HiEngine's IACoW: primary indexes keep node ids and versions, and a
+    /// checkpoint writes the images of the nodes changed since the previous
+    /// one (epoch-based copy-on-write keeps them as they were when it
+    /// began); recovery loads the newest image of every node, with no
+    /// index build. See `checkpoint::nodes`.
+    IaCow,
 }
 
 impl CheckpointMode {
@@ -187,6 +199,8 @@ pub struct Durable {
     pub tables: Vec<u32>,
     /// What the next checkpoint may build on this chain.
     pub extend: Extend,
+    /// The chain's images hold node images (IACoW), not entries.
+    pub nodes: bool,
 }
 
 /// What a checkpoint may build on the chain in force.
@@ -225,6 +239,9 @@ pub struct Checkpointer {
     pinned: Option<(Weak<Chain>, Vec<u64>)>,
     /// Extents of the pinned chain that are free once it is unpinned.
     deferred: Vec<(u64, u64)>,
+    /// Per table (IACoW): node ids the next checkpoint writes although
+    /// they may not change (`nodes`).
+    revisit: Vec<Vec<u64>>,
 }
 
 impl Checkpointer {
@@ -244,6 +261,7 @@ impl Checkpointer {
             cost: CostModel::default(),
             pinned: None,
             deferred: Vec::new(),
+            revisit: Vec::new(),
         }
     }
 
@@ -303,11 +321,17 @@ impl Checkpointer {
     }
 
     fn take_once(&mut self, store: &Store) -> Result<CheckpointStats> {
+        if self.mode == CheckpointMode::IaCow {
+            return self.take_nodes(store);
+        }
         let started = Instant::now();
         self.release_deferred(store);
         self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
-        let mut base = self.current.clone().filter(|c| c.extend != Extend::Nothing);
+        let mut base = self
+            .current
+            .clone()
+            .filter(|c| c.extend != Extend::Nothing && !c.nodes);
         let samples: Vec<_> = store
             .tables
             .iter()
@@ -446,7 +470,7 @@ impl Checkpointer {
         stats: &mut CheckpointStats,
     ) -> Kind {
         match self.mode {
-            CheckpointMode::Full | CheckpointMode::Off => Kind::Full,
+            CheckpointMode::Full | CheckpointMode::Off | CheckpointMode::IaCow => Kind::Full,
             CheckpointMode::Incremental => Kind::Incremental,
             CheckpointMode::Chain | CheckpointMode::Mirror => Kind::Delta,
             CheckpointMode::CostModel => {
@@ -484,6 +508,7 @@ impl Checkpointer {
             extend: delta_of
                 .as_ref()
                 .map_or(Extend::Anything, |chain| chain.extend),
+            nodes: false,
         };
         match delta_of {
             Some(chain) => {

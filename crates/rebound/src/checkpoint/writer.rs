@@ -2,7 +2,7 @@
 //! built in DRAM, sealed with its checksums, then written to a fresh
 //! extent by the checkpointer.
 
-use super::image::{header_crc, FENCE_EVERY, HEADER, LONG_PUBLISHED_AT, MAGIC};
+use super::image::{header_crc, FENCE_EVERY, HEADER, LONG_PUBLISHED_AT, MAGIC, NODES_MAGIC};
 use crate::txn::TableRt;
 
 /// What an image records about the store's redo horizons.
@@ -55,6 +55,33 @@ impl Builder {
             bytes[at..at + 8].copy_from_slice(&published.to_le_bytes());
         }
         Builder { bytes, tables: 0 }
+    }
+
+    /// Makes this an image of node images (IACoW): every table section
+    /// holds a node part instead of entries.
+    pub fn of_nodes(mut self) -> Builder {
+        self.bytes[0..8].copy_from_slice(&NODES_MAGIC);
+        self
+    }
+
+    /// Starts a table section of node images (see `image::NodePart`);
+    /// images follow through the returned writer.
+    pub fn begin_node_table(
+        &mut self,
+        table: &TableRt,
+        root_id: u64,
+        id_limit: u64,
+    ) -> NodeWriter<'_> {
+        let run = self.begin_table(table);
+        let count_at = run.bytes.len() + 16;
+        run.bytes.extend_from_slice(&root_id.to_le_bytes());
+        run.bytes.extend_from_slice(&id_limit.to_le_bytes());
+        run.bytes.extend_from_slice(&0u64.to_le_bytes());
+        NodeWriter {
+            run,
+            count_at,
+            count: 0,
+        }
     }
 
     /// Starts a table section: its header and the table's block lists;
@@ -188,5 +215,37 @@ impl RunWriter<'_> {
         }
         let meta = crc32c::crc32c(&self.bytes[at..self.entries_at]);
         self.bytes[at + 4..at + 8].copy_from_slice(&meta.to_le_bytes());
+    }
+}
+
+/// Appends one table's node images to an image under construction.
+pub struct NodeWriter<'a> {
+    run: RunWriter<'a>,
+    count_at: usize,
+    count: u64,
+}
+
+impl NodeWriter<'_> {
+    /// The buffer a node image is appended to; `seal_node` then checks
+    /// that one whole image was and stamps its checksum.
+    pub fn buffer(&mut self) -> &mut Vec<u8> {
+        self.run.bytes
+    }
+
+    /// Seals the node image that ends the buffer: word 0 becomes crc32c
+    /// of the other 4088 bytes.
+    pub fn seal_node(&mut self) {
+        let at = self.run.bytes.len() - crate::index::NODE_IMAGE_BYTES;
+        let crc = u64::from(crc32c::crc32c(&self.run.bytes[at + 8..]));
+        self.run.bytes[at..at + 8].copy_from_slice(&crc.to_le_bytes());
+        self.count += 1;
+    }
+
+    /// Writes the node count and seals the section (no entries, so no
+    /// fences: the node part stands where entries would).
+    pub fn finish(self) {
+        let at = self.count_at;
+        self.run.bytes[at..at + 8].copy_from_slice(&self.count.to_le_bytes());
+        self.run.finish();
     }
 }

@@ -432,7 +432,8 @@ impl Database {
         let (medium, lock, existing) = open_medium(path.as_ref(), &options)?;
         let use_checkpoint = options.checkpoint != CheckpointMode::Off;
         let recovered = if existing {
-            recovery::recover(medium, instance, started, use_checkpoint)?
+            let node_versions = options.checkpoint == CheckpointMode::IaCow;
+            recovery::recover(medium, instance, started, (use_checkpoint, node_versions))?
         } else {
             let first_ts = wal_found.as_ref().map_or(1, |f| f.next_ts());
             let (store, report) = recovery::fresh(medium, instance, first_ts)?;
@@ -469,6 +470,8 @@ impl Database {
             n => n,
         };
         let indexes = IndexManager::new(options.index_recovery, threads, started, &store.medium);
+        // Recovered from node images (IACoW), the indexes are whole already.
+        let whole_from_nodes = report.from_checkpoint && durable.as_ref().is_some_and(|d| d.nodes);
         let inner = DbInner {
             store,
             checkpointer: Mutex::new({
@@ -488,7 +491,7 @@ impl Database {
             checkpointed_at: Mutex::new((Instant::now(), 0)),
             checkpoints: AtomicU64::new(0),
             open_started: started,
-            index_loaded_after: Mutex::new(None),
+            index_loaded_after: Mutex::new(whole_from_nodes.then(|| started.elapsed())),
             handles: std::sync::atomic::AtomicUsize::new(1),
             cancel_load: AtomicBool::new(false),
             last_checkpoint: Mutex::new(None),
@@ -615,7 +618,15 @@ impl Database {
 
     /// Creates a table; durable when this returns.
     pub fn create_table(&self, name: &str, options: TableOptions) -> Result<Table> {
-        self.create_table_with(name, options, |def| Ok((TableHeap::new(def), BTree::new())))
+        let node_versions = self.inner.checkpointer.lock().mode() == CheckpointMode::IaCow;
+        self.create_table_with(name, options, |def| {
+            let index = BTree::new();
+            let index = match node_versions {
+                true => index.with_node_versions(),
+                false => index,
+            };
+            Ok((TableHeap::new(def), index))
+        })
     }
 
     /// Creates a table whose heap and index `build` makes from its

@@ -330,7 +330,7 @@ impl BTree {
         while !guard.node().is_leaf() {
             let child = end.slot_after(guard.node());
             fences.narrow(guard.node(), child);
-            guard = step_down(&guard, child)?;
+            guard = step_down(&self.root, &guard, child)?;
         }
         let node = guard.node();
         // An optimistic read may be torn; validation below catches that,
@@ -466,7 +466,7 @@ impl Walker {
             }
             let child = node.child_index(self.position.as_ref());
             fences.narrow(node, child);
-            guard = step_down(&guard, child)?;
+            guard = step_down(&tree.root, &guard, child)?;
         }
     }
 

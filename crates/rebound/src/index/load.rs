@@ -26,6 +26,7 @@ impl BTree {
     /// If a key is empty or longer than [`super::MAX_KEY_LEN`].
     pub fn insert_sorted_absent<K: AsRef<[u8]>>(&self, entries: &[(K, u64)]) -> usize {
         let backoff = Backoff::new();
+        let epoch = self.writer_epoch();
         let (mut next, mut inserted) = (0, 0);
         let mut batch = Vec::new();
         while next < entries.len() {
@@ -34,7 +35,7 @@ impl BTree {
                 backoff.snooze();
                 continue;
             };
-            let Some(mut leaf) = path.leaf().upgrade() else {
+            let Some(mut leaf) = self.lock(&path.leaf(), epoch.as_ref()) else {
                 backoff.snooze();
                 continue;
             };
@@ -60,7 +61,7 @@ impl BTree {
                     true => SplitBias::Append,
                     false => SplitBias::Before(merged.insert_at),
                 };
-                self.split(&path, path.depth - 1, leaf, (0, bias));
+                self.split(&path, path.depth - 1, leaf, (0, bias, epoch.as_ref()));
             }
         }
         inserted
@@ -79,7 +80,7 @@ impl BTree {
             let child = guard.node().child_index(Some(key));
             fences.narrow_upper(guard.node(), child);
             path.push(guard);
-            guard = step_down(&guard, child)?;
+            guard = step_down(&self.root, &guard, child)?;
         }
         path.push(guard);
         Ok((path, fences.upper))

@@ -20,7 +20,7 @@
 //! | 0..8        | 0         | `version`: bit 0 obsolete, bit 1 locked, bits 2.. counter     |
 //! | 8..16       | 1         | header: bits 0..16 slot count, 16..32 `heap_start` (body word index), 32..48 dead heap words, 48..64 zero |
 //! | 16..24      | 2         | inner: address of the leftmost child (keys below the first separator); leaf: 0 |
-//! | 24..32      | 3         | level: 0 for leaves, parent = child + 1; immutable            |
+//! | 24..32      | 3         | bits 0..8 level: 0 for leaves, parent = child + 1; bits 8..64 node id (trees with node versions, else 0) |
 //! | 32..160     | 4..20     | 16 search hints: hint `i` is the head word of slot `(i + 1) * count / 17` (meaningless while count < 34) |
 //! | 160..4080   | 20..510   | body: 490 words, slots from the front, key-tail heap from the back |
 //! | 4080..4088  | 510       | `update_time` (max `ut` of writes routed through the node)    |
@@ -30,8 +30,10 @@
 //! * head: the first 8 key bytes as a big-endian word, zero-padded, so most
 //!   comparisons (all of them for keys up to 8 bytes) are one `u64` compare;
 //! * meta: bits 0..16 key length, bits 16..32 body word index of the tail;
-//! * payload: the value (leaf) or the child's address (inner: child for keys
-//!   >= this slot's key and below the next slot's key).
+//! * payload: the value (leaf) or the child word (inner: the child for
+//!   keys from this slot's key up to the next slot's key): the child's
+//!   address, or in a tree with node versions its id shifted left by one
+//!   with bit 0 set.
 //!
 //! A search first bisects the hints without branching on the data (they
 //! share the header's cache lines), which narrows the slots that can hold
@@ -108,9 +110,19 @@
 //! that completed before the walk started. (Writes concurrent with the walk
 //! may or may not be seen; the checkpoint protocol must cover them.)
 //!
+//! # Node versions (HiEngine's IACoW)
+//!
+//! A tree made with [`BTree::with_node_versions`] reaches its nodes through
+//! an indirection array of node ids and copies a node before changing it
+//! while a checkpoint's freeze still needs it (`versions.rs`; frozen states
+//! and node images in `snapshot.rs`). The copy replaces the node under its
+//! id, so no ancestor changes; the original is marked obsolete, which
+//! restarts its optimistic readers, and is recycled once the freeze ends.
+//! Everything below about nodes holds for node ids in such a tree.
+//!
 //! # Reclamation
 //!
-//! Nodes are never replaced or unlinked: splits happen in place (the node
+//! Nodes are never replaced or unlinked (but see node versions above): splits happen in place (the node
 //! keeps its lower half and a new node takes the upper half), the old root
 //! stays as the new root's leftmost child, and removal never merges or frees
 //! nodes (leaves may become underfull or empty; scans simply find nothing in
@@ -165,8 +177,14 @@ mod key;
 mod load;
 mod node;
 mod node_memory;
+mod snapshot;
 #[cfg(test)]
 mod tests;
+mod versions;
+
+pub use node::rewrite_leaf_image;
+pub use node::IMAGE_BYTES as NODE_IMAGE_BYTES;
+pub use snapshot::{NodeSnapshot, TreeLoader};
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
@@ -176,6 +194,7 @@ use crossbeam_utils::Backoff;
 use key::{InlineKey, KeyWords, ProbeKey};
 use node::{NoRoom, Node, ReadGuard, Restart, RootCell, SplitBias, WriteGuard};
 use node_memory::OwnedNode;
+use versions::{NodeVersions, WriterEpoch};
 
 pub const MAX_KEY_LEN: usize = 512;
 
@@ -226,8 +245,12 @@ impl BTree {
     }
 
     fn from_root(root: OwnedNode, len: usize, nodes: usize) -> Self {
+        Self::from_cell(RootCell::new(root), len, nodes)
+    }
+
+    fn from_cell(root: RootCell, len: usize, nodes: usize) -> Self {
         Self {
-            root: RootCell::new(root),
+            root,
             len: AtomicUsize::new(len),
             nodes: AtomicUsize::new(nodes),
         }
@@ -310,7 +333,9 @@ impl BTree {
         new: u64,
         ut: u64,
     ) -> Result<(), Option<u64>> {
-        let Some(mut leaf) = hint.leaf.upgrade() else {
+        let epoch = self.writer_epoch();
+        let Some(mut leaf) = self.lock(&hint.leaf, epoch.as_ref()) else {
+            drop(epoch);
             return self.compare_and_set(key, expected, new, ut);
         };
         let (slot, found) = leaf.search(&probe_to_store(key));
@@ -494,19 +519,56 @@ impl BTree {
         mut apply: impl FnMut(&mut WriteGuard<'_>) -> LeafOutcome<T>,
     ) -> T {
         let backoff = Backoff::new();
+        let epoch = self.writer_epoch();
         loop {
             let Ok(path) = self.descend_for_write(key, ut) else {
                 backoff.snooze();
                 continue;
             };
-            let Some(mut leaf) = path.leaf().upgrade() else {
+            let Some(mut leaf) = self.lock(&path.leaf(), epoch.as_ref()) else {
                 backoff.snooze();
                 continue;
             };
             match apply(&mut leaf) {
                 Done(result) => return result,
-                Full => self.split(&path, path.depth - 1, leaf, (ut, SplitBias::Middle)),
+                Full => self.split(
+                    &path,
+                    path.depth - 1,
+                    leaf,
+                    (ut, SplitBias::Middle, epoch.as_ref()),
+                ),
             }
+        }
+    }
+
+    /// Turns this tree (held exclusively) into one whose nodes have ids and
+    /// versions, for HiEngine's IACoW checkpoints; see `versions`.
+    pub fn with_node_versions(mut self) -> Self {
+        self.root.adopt_versions();
+        self
+    }
+
+    pub fn has_node_versions(&self) -> bool {
+        self.root.versions().is_some()
+    }
+
+    /// The epoch membership a write to a tree with node versions runs in.
+    fn writer_epoch(&self) -> Option<WriterEpoch<'_>> {
+        self.root.versions().map(NodeVersions::enter)
+    }
+
+    /// Write-locks a node read optimistically, copying it first if a
+    /// checkpoint's freeze still needs it as it is.
+    #[inline]
+    fn lock<'a>(
+        &'a self,
+        read: &ReadGuard<'a>,
+        epoch: Option<&WriterEpoch<'_>>,
+    ) -> Option<WriteGuard<'a>> {
+        let guard = read.upgrade()?;
+        match (self.root.versions(), epoch) {
+            (Some(versions), Some(epoch)) => guard.with_versions(versions, epoch.epoch),
+            _ => Some(guard),
         }
     }
 
@@ -518,7 +580,7 @@ impl BTree {
         path: &WritePath<'_>,
         depth: usize,
         mut node: WriteGuard<'_>,
-        (ut, bias): (u64, SplitBias),
+        (ut, bias, epoch): (u64, SplitBias, Option<&WriterEpoch<'_>>),
     ) {
         if depth == 0 {
             if self.root.grow(node, ut) {
@@ -527,7 +589,7 @@ impl BTree {
             return;
         }
         let parent_read = path.at(depth - 1);
-        let Some(mut parent) = parent_read.upgrade() else {
+        let Some(mut parent) = self.lock(&parent_read, epoch) else {
             return;
         };
         match node.split_if(ut, bias, |separator| parent.has_room_for(separator)) {
@@ -540,8 +602,8 @@ impl BTree {
                 // is still valid for splitting the parent.
                 drop(node);
                 drop(parent);
-                if let Some(parent) = parent_read.upgrade() {
-                    self.split(path, depth - 1, parent, (ut, SplitBias::Middle));
+                if let Some(parent) = self.lock(&parent_read, epoch) {
+                    self.split(path, depth - 1, parent, (ut, SplitBias::Middle, epoch));
                 }
             }
         }
@@ -569,15 +631,19 @@ impl BTree {
         while !guard.node().is_leaf() {
             let child = guard.node().child_index(key);
             visit(&guard, Some(child));
-            guard = step_down(&guard, child)?;
+            guard = step_down(&self.root, &guard, child)?;
         }
         visit(&guard, None);
         Ok(guard)
     }
 }
 
-fn step_down<'a>(parent: &ReadGuard<'a>, child: usize) -> Result<ReadGuard<'a>, Restart> {
-    let child = parent.child(child)?.read_lock()?;
+fn step_down<'a>(
+    cell: &'a RootCell,
+    parent: &ReadGuard<'a>,
+    child: usize,
+) -> Result<ReadGuard<'a>, Restart> {
+    let child = parent.child(child, cell)?.read_lock()?;
     // The child's version must be one it had while still linked where we found it.
     parent.validate()?;
     Ok(child)

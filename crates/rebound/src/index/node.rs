@@ -17,12 +17,13 @@ use std::array;
 use std::cmp::Ordering;
 use std::ptr;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{fence, AtomicPtr, AtomicU64};
+use std::sync::atomic::{fence, AtomicU64};
 
 use crossbeam_utils::Backoff;
 
 use super::key::{compare_stored, shortest_separator, tail_words, InlineKey, KeyWords};
 use super::node_memory::OwnedNode;
+use super::versions::{Entry, NodeVersions, Prepared};
 use super::MAX_KEY_LEN;
 
 pub(crate) const NODE_BYTES: usize = 4096;
@@ -54,6 +55,12 @@ const _: () = assert!(
 );
 const _: () = assert!(std::mem::size_of::<Node>() == NODE_BYTES);
 
+const LEVEL_BITS: u32 = 8;
+const LEVEL_MASK: u64 = (1 << LEVEL_BITS) - 1;
+/// Set in a child word (or the root word) that holds a node id, shifted
+/// left by one, instead of an address: node addresses are 4096-aligned.
+pub(crate) const ID_TAG: u64 = 1;
+
 const OBSOLETE: u64 = 0b01;
 const LOCKED: u64 = 0b10;
 const VERSION_STEP: u64 = 0b100;
@@ -72,8 +79,11 @@ pub(crate) struct Node {
     header: AtomicU64,
     /// Inner nodes: the child for keys below the first separator.
     leftmost: AtomicU64,
-    /// 0 for leaves. Never changes after construction, so it needs no atomic.
-    level: u64,
+    /// Bits 0..8: the level, 0 for leaves, never changed. Bits 8..: the
+    /// node id in a tree with node versions (`versions`), else 0. Atomic
+    /// because a recycled node version is rewritten while stale optimistic
+    /// readers may still load it.
+    ident: AtomicU64,
     /// `hints[i]` = head of slot `hint_slot(i, count)` while count >= HINTED_FROM.
     hints: [AtomicU64; HINTS],
     body: [AtomicU64; BODY_WORDS],
@@ -377,12 +387,45 @@ impl Node {
             version: AtomicU64::new(0),
             header: AtomicU64::new(page.header.encode()),
             leftmost: AtomicU64::new(page.leftmost),
-            level,
+            ident: AtomicU64::new(level),
             hints: array::from_fn(|i| AtomicU64::new(page.hint(i))),
             body: array::from_fn(|index| AtomicU64::new(page.body[index])),
             update_time: AtomicU64::new(update_time),
             gap_read_ts: AtomicU64::new(gap_read_ts),
         })
+    }
+
+    /// A copy of a node the caller holds locked, with version word `version`.
+    fn copy_of(source: &Node, version: u64) -> Node {
+        Node {
+            version: AtomicU64::new(version),
+            header: AtomicU64::new(source.header.load(Relaxed)),
+            leftmost: AtomicU64::new(source.leftmost.load(Relaxed)),
+            ident: AtomicU64::new(source.ident.load(Relaxed)),
+            hints: array::from_fn(|i| AtomicU64::new(source.hints[i].load(Relaxed))),
+            body: array::from_fn(|i| AtomicU64::new(source.body[i].load(Relaxed))),
+            update_time: AtomicU64::new(source.update_time.load(Relaxed)),
+            // After the lock, as an inserter loads it (`mark_gap_and_validate`).
+            gap_read_ts: AtomicU64::new(source.gap_read_ts.load(SeqCst)),
+        }
+    }
+
+    /// Overwrites every word but the version with those of a node the
+    /// caller holds locked; only atomic stores, as stale readers may look.
+    fn copy_words_from(&self, source: &Node) {
+        self.header.store(source.header.load(Relaxed), Relaxed);
+        self.leftmost.store(source.leftmost.load(Relaxed), Relaxed);
+        self.ident.store(source.ident.load(Relaxed), Relaxed);
+        for (to, from) in self.hints.iter().zip(&source.hints) {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+        for (to, from) in self.body.iter().zip(&source.body) {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+        self.update_time
+            .store(source.update_time.load(Relaxed), Relaxed);
+        self.gap_read_ts
+            .store(source.gap_read_ts.load(SeqCst), SeqCst);
     }
 
     pub(crate) fn empty_leaf() -> OwnedNode {
@@ -396,11 +439,22 @@ impl Node {
 
     #[inline]
     pub(crate) fn is_leaf(&self) -> bool {
-        self.level == 0
+        self.level() == 0
     }
 
+    #[inline]
     pub(crate) fn level(&self) -> usize {
-        self.level as usize
+        (self.ident.load(Relaxed) & LEVEL_MASK) as usize
+    }
+
+    /// The id a tree with node versions knows this node by (0: none).
+    pub(crate) fn node_id(&self) -> u64 {
+        self.ident.load(Relaxed) >> LEVEL_BITS
+    }
+
+    pub(crate) fn set_node_id(&self, id: u64) {
+        self.ident
+            .store(id << LEVEL_BITS | self.level() as u64, Relaxed);
     }
 
     #[inline]
@@ -543,7 +597,6 @@ impl<'a> ReadGuard<'a> {
     /// inserter sees our mark, or the inserter's lock precedes our version
     /// load, so validation fails and we redo the read.
     pub(crate) fn mark_gap_and_validate(&self, reader_ts: u64) -> Result<(), Restart> {
-        debug_assert!(self.node.is_leaf());
         self.node.gap_read_ts.fetch_max(reader_ts, SeqCst);
         fence(Acquire);
         if self.node.version.load(SeqCst) == self.version {
@@ -553,12 +606,14 @@ impl<'a> ReadGuard<'a> {
         }
     }
 
-    /// Follows child `index` (see [`Node::child_index`]) of this inner node.
+    /// Follows child `index` (see [`Node::child_index`]) of this inner node
+    /// of the tree `cell` owns.
     #[inline]
-    pub(crate) fn child(&self, index: usize) -> Result<&'a Node, Restart> {
-        assert!(!self.node.is_leaf(), "leaves have no children");
-        // A stale index could name a slot past the end, whose word holds no child.
-        if index > self.node.count() {
+    pub(crate) fn child(&self, index: usize, cell: &'a RootCell) -> Result<&'a Node, Restart> {
+        // A stale index could name a slot past the end, whose word holds no
+        // child; and a recycled node version (`versions`) may have become a
+        // leaf since the caller saw an inner node.
+        if index > self.node.count() || self.node.is_leaf() {
             return Err(Restart);
         }
         let raw = match index {
@@ -566,11 +621,15 @@ impl<'a> ReadGuard<'a> {
             _ => self.node.slot_payload(index - 1),
         };
         // Before validating: the child's first lines (version, header,
-        // hints) start loading while the parent is checked; a prefetch of a
-        // torn address is harmless.
-        prefetch_head(ptr::with_exposed_provenance::<Node>(raw as usize));
+        // hints) start loading while the parent is checked; locating a torn
+        // word loads atomics only, and a prefetch of a torn address is
+        // harmless.
+        let child = cell.locate(raw);
+        prefetch_head(child);
         self.validate()?;
-        let child: *const Node = ptr::with_exposed_provenance(raw as usize);
+        if child.is_null() {
+            return Err(Restart);
+        }
         // SAFETY: `raw` was read between observing `version` unlocked (Acquire
         // load in `read_lock`) and observing it unchanged after an Acquire
         // fence (`validate`). Writers set the lock bit and issue a Release
@@ -580,11 +639,15 @@ impl<'a> ReadGuard<'a> {
         // node as a completed writer left it. Those words only ever hold
         // addresses exposed from `OwnedNode::into_raw` of a fully built node
         // (`into_child_word`, or moves of such words between nodes by splits,
-        // which never duplicate or drop them). The Acquire version load
-        // synchronized with the Release unlock of the writer that published
-        // the word, so the child's initialization is visible. Nodes are freed
-        // only by `RootCell::drop`, which needs exclusive access, while `'a`
-        // borrows the tree shared.
+        // which never duplicate or drop them), or in a tree with node
+        // versions the tagged id of a node whose entry (loaded with Acquire,
+        // published with Release after the node was built) holds a version
+        // the tree owns. The Acquire version load synchronized with the
+        // Release unlock of the writer that published the word, so the
+        // child's initialization is visible. Nodes are freed only by
+        // `RootCell::drop`, which needs exclusive access, while `'a` borrows
+        // the tree shared; a recycled version is rewritten only through
+        // atomics (`versions`).
         Ok(unsafe { &*child })
     }
 
@@ -603,6 +666,8 @@ impl<'a> ReadGuard<'a> {
             node: self.node,
             version: self.version,
             dirty: false,
+            link: None,
+            replaces: None,
         })
     }
 }
@@ -614,16 +679,33 @@ pub(crate) struct WriteGuard<'a> {
     node: &'a Node,
     version: u64,
     dirty: bool,
+    /// In a tree with node versions: where new nodes get ids, and the
+    /// writer's epoch.
+    link: Option<(&'a NodeVersions, u64)>,
+    /// The version `node`, a copy, replaces when the guard drops.
+    replaces: Option<Replaced<'a>>,
+}
+
+struct Replaced<'a> {
+    original: &'a Node,
+    version: u64,
+    entry: &'a Entry,
 }
 
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
-        let next = if self.dirty {
+        let next = if self.dirty || self.replaces.is_some() {
             self.version.wrapping_add(VERSION_STEP)
         } else {
             self.version
         };
         self.node.version.store(next, Release);
+        if let (Some(replaced), Some((versions, epoch))) = (self.replaces.take(), self.link) {
+            versions.publish(replaced.entry, ptr::from_ref(self.node).cast_mut(), epoch);
+            // Readers of the original restart, and find the copy by its id.
+            let retired = replaced.version.wrapping_add(VERSION_STEP) | OBSOLETE;
+            replaced.original.version.store(retired, Release);
+        }
     }
 }
 
@@ -634,6 +716,53 @@ pub(crate) struct SplitOff {
 }
 
 impl<'a> WriteGuard<'a> {
+    /// Joins the locked node to its tree's node versions for a writer of
+    /// `epoch`: if a freeze needs the node as it is, the guard moves to a
+    /// copy that replaces it when the guard drops. `None` (unlocked
+    /// untouched): retry, the freeze still waits for older writers.
+    pub(crate) fn with_versions(mut self, versions: &'a NodeVersions, epoch: u64) -> Option<Self> {
+        self.link = Some((versions, epoch));
+        let entry = match versions.prepare_write(self.node, epoch) {
+            Prepared::InPlace => return Some(self),
+            Prepared::NotYet => return None,
+            Prepared::Copy(entry) => entry,
+        };
+        let (copy, version) = match versions.recycled() {
+            Some(recycled) => {
+                let version = recycled.version.load(Relaxed) & !(OBSOLETE | LOCKED);
+                let version = version.wrapping_add(VERSION_STEP);
+                recycled.version.store(version | LOCKED, Relaxed);
+                // Stale readers of the recycled node see the lock first.
+                fence(Release);
+                recycled.copy_words_from(self.node);
+                (recycled, version)
+            }
+            None => {
+                let fresh = OwnedNode::new(Node::copy_of(self.node, LOCKED)).into_raw();
+                // SAFETY: just built; ownership passes to the node versions
+                // when the guard publishes it, and its memory lives as long
+                // as the tree that `'a` borrows.
+                (unsafe { &*fresh }, 0)
+            }
+        };
+        self.replaces = Some(Replaced {
+            original: self.node,
+            version: self.version,
+            entry,
+        });
+        self.node = copy;
+        self.version = version;
+        Some(self)
+    }
+
+    /// Turns a new node into the word a parent (or the root cell) stores.
+    fn link_node(&self, node: OwnedNode) -> u64 {
+        match self.link {
+            Some((versions, epoch)) => versions.register(node, epoch),
+            None => into_child_word(node),
+        }
+    }
+
     fn begin_write(&mut self) -> &'a Node {
         self.dirty = true;
         self.node
@@ -933,7 +1062,7 @@ impl<'a> WriteGuard<'a> {
         let (left, right) = plan.halves(&page, self.node.is_leaf());
         self.node.mark_update_time(ut);
         let right = Node::from_page(
-            self.node.level,
+            self.node.level() as u64,
             &right,
             self.node.update_time(),
             self.gap_read_ts(),
@@ -948,14 +1077,14 @@ impl<'a> WriteGuard<'a> {
     /// Links the right half of a split child into this inner node.
     pub(crate) fn insert_child(&mut self, half: SplitOff) {
         assert_eq!(
-            half.right.level + 1,
-            self.node.level,
+            half.right.level() + 1,
+            self.node.level(),
             "child one level down"
         );
         assert!(self.has_room_for(&half.separator), "caller checked room");
         let (slot, found) = self.node.find(&half.separator);
         assert!(!found, "separators are unique");
-        let right = into_child_word(half.right);
+        let right = self.link_node(half.right);
         self.insert_slot(slot, &half.separator, right)
             .expect("room was checked");
     }
@@ -1052,6 +1181,120 @@ impl SplitPlan {
     }
 }
 
+/// Node images (IACoW checkpoints): the node's 512 words, little-endian,
+/// with the version word and the gap mark zero (both mean nothing after a
+/// restart) unless the caller puts something of its own in word 0.
+pub const IMAGE_BYTES: usize = NODE_BYTES;
+const IMAGE_HEADER_WORD: usize = 1;
+const IMAGE_LEFTMOST_WORD: usize = 2;
+const IMAGE_IDENT_WORD: usize = 3;
+const IMAGE_HINTS: usize = HEADER_WORDS;
+const IMAGE_BODY: usize = HEADER_WORDS + HINTS;
+const IMAGE_UPDATE_TIME_WORD: usize = NODE_WORDS - 2;
+
+impl Node {
+    /// Appends this node's image; the caller makes sure nobody changes it.
+    pub(crate) fn write_image(&self, out: &mut Vec<u8>) {
+        let mut words = [0u64; NODE_WORDS];
+        words[IMAGE_HEADER_WORD] = self.header.load(Relaxed);
+        words[IMAGE_LEFTMOST_WORD] = self.leftmost.load(Relaxed);
+        words[IMAGE_IDENT_WORD] = self.ident.load(Relaxed);
+        for (to, from) in words[IMAGE_HINTS..].iter_mut().zip(&self.hints) {
+            *to = from.load(Relaxed);
+        }
+        for (to, from) in words[IMAGE_BODY..].iter_mut().zip(&self.body) {
+            *to = from.load(Relaxed);
+        }
+        words[IMAGE_UPDATE_TIME_WORD] = self.update_time.load(Relaxed);
+        out.reserve(IMAGE_BYTES);
+        for word in words {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+    }
+
+    /// A node from an image; any bytes decode to a node that reads without
+    /// panicking (every field is clamped on use), so the caller only checks
+    /// the structure. `None` if `image` is not one node long.
+    pub(crate) fn from_image(image: &[u8]) -> Option<OwnedNode> {
+        let words = image_words(image)?;
+        Some(OwnedNode::new(Node {
+            version: AtomicU64::new(0),
+            header: AtomicU64::new(words[IMAGE_HEADER_WORD]),
+            leftmost: AtomicU64::new(words[IMAGE_LEFTMOST_WORD]),
+            ident: AtomicU64::new(words[IMAGE_IDENT_WORD]),
+            hints: array::from_fn(|i| AtomicU64::new(words[IMAGE_HINTS + i])),
+            body: array::from_fn(|i| AtomicU64::new(words[IMAGE_BODY + i])),
+            update_time: AtomicU64::new(words[IMAGE_UPDATE_TIME_WORD]),
+            gap_read_ts: AtomicU64::new(0),
+        }))
+    }
+
+    /// Child words of an inner node (leftmost first); empty for a leaf.
+    pub(crate) fn child_words(&self) -> Vec<u64> {
+        if self.is_leaf() {
+            return Vec::new();
+        }
+        std::iter::once(self.leftmost.load(Relaxed))
+            .chain((0..self.count()).map(|slot| self.slot_payload(slot)))
+            .collect()
+    }
+}
+
+fn image_words(image: &[u8]) -> Option<[u64; NODE_WORDS]> {
+    if image.len() != IMAGE_BYTES {
+        return None;
+    }
+    let mut words = [0u64; NODE_WORDS];
+    for (word, bytes) in words.iter_mut().zip(image.chunks_exact(8)) {
+        *word = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+    }
+    Some(words)
+}
+
+/// The node id and level an image carries.
+pub(crate) fn image_ident(image: &[u8]) -> Option<(u64, usize)> {
+    let ident = image_words(image)?[IMAGE_IDENT_WORD];
+    Some((ident >> LEVEL_BITS, (ident & LEVEL_MASK) as usize))
+}
+
+/// Rewrites a leaf image's values: `value(key, v)` gives the value to keep,
+/// or `None` to drop the entry. False (image unchanged) for an inner node.
+pub fn rewrite_leaf_image(
+    image: &mut [u8],
+    mut value: impl FnMut(&[u8], u64) -> Option<u64>,
+) -> bool {
+    let Some(words) = image_words(image) else {
+        return false;
+    };
+    if words[IMAGE_IDENT_WORD] & LEVEL_MASK != 0 {
+        return false;
+    }
+    let old = Page {
+        header: Header::decode(words[IMAGE_HEADER_WORD]),
+        leftmost: 0,
+        body: array::from_fn(|i| words[IMAGE_BODY + i]),
+    };
+    let mut fresh = Page::empty(0);
+    for slot in 0..old.header.count {
+        let key = old.key_at(slot);
+        if let Some(kept) = value(key.as_bytes(), old.slot_payload(slot)) {
+            let (len, tail_offset) = old.slot_layout(slot);
+            let tail = old.body[tail_offset..tail_offset + tail_words(len)].iter();
+            fresh.push(len, old.slot_head(slot), tail.copied(), kept);
+        }
+    }
+    let mut out = words;
+    out[IMAGE_HEADER_WORD] = fresh.header.encode();
+    for i in 0..HINTS {
+        out[IMAGE_HINTS + i] = fresh.hint(i);
+    }
+    out[IMAGE_BODY..IMAGE_BODY + BODY_WORDS].copy_from_slice(&fresh.body);
+    for (bytes, word) in image.chunks_exact_mut(8).zip(out) {
+        bytes.copy_from_slice(&word.to_le_bytes());
+    }
+    true
+}
+
 /// Fills one leaf for bulk loading; entries must come in ascending order.
 pub(crate) struct LeafBuilder {
     page: Page,
@@ -1090,7 +1333,7 @@ pub(crate) struct InnerBuilder {
 impl InnerBuilder {
     pub(crate) fn new(leftmost: OwnedNode) -> Self {
         Self {
-            level: leftmost.level + 1,
+            level: leftmost.level() as u64 + 1,
             leftmost,
             children: Vec::new(),
             used_words: 0,
@@ -1103,7 +1346,11 @@ impl InnerBuilder {
 
     /// `separator` must exceed every key under the children pushed so far.
     pub(crate) fn push(&mut self, separator: InlineKey, child: OwnedNode) {
-        assert_eq!(child.level + 1, self.level, "children share a level");
+        assert_eq!(
+            child.level() as u64 + 1,
+            self.level,
+            "children share a level"
+        );
         self.used_words += SLOT_WORDS + tail_words(separator.len());
         self.children.push((separator, child));
     }
@@ -1117,26 +1364,58 @@ impl InnerBuilder {
     }
 }
 
-/// Owner of the whole node graph: the root pointer, and through it every node.
+/// Owner of the whole node graph: the root word, and through it every node
+/// (or, in a tree with node versions, through their indirection array).
 pub(crate) struct RootCell {
-    root: AtomicPtr<Node>,
+    /// The root's address, or its tagged id in a tree with node versions.
+    root: AtomicU64,
+    versions: Option<Box<NodeVersions>>,
 }
 
 impl RootCell {
     pub(crate) fn new(root: OwnedNode) -> Self {
         Self {
-            root: AtomicPtr::new(root.into_raw()),
+            root: AtomicU64::new(into_child_word(root)),
+            versions: None,
+        }
+    }
+
+    /// A cell over nodes already placed in `versions`, rooted at `word`.
+    pub(crate) fn with_versions(versions: NodeVersions, word: u64) -> Self {
+        versions.record_root(0, word);
+        Self {
+            root: AtomicU64::new(word),
+            versions: Some(Box::new(versions)),
+        }
+    }
+
+    pub(crate) fn versions(&self) -> Option<&NodeVersions> {
+        self.versions.as_deref()
+    }
+
+    /// The node a child or root word names, or null; loads atomics only, so
+    /// it may be called on a word that is not validated yet.
+    #[inline]
+    pub(crate) fn locate(&self, word: u64) -> *const Node {
+        if word & ID_TAG == 0 {
+            return ptr::with_exposed_provenance(word as usize);
+        }
+        match &self.versions {
+            Some(versions) => versions.resolve(word),
+            None => ptr::null(),
         }
     }
 
     #[inline]
-    fn load(&self) -> (*mut Node, &Node) {
-        let root = self.root.load(Acquire);
-        // SAFETY: the cell always holds a pointer from `OwnedNode::into_raw` of a
-        // fully built node (`new`, `grow`), published with a Release store that
-        // this Acquire load synchronizes with. A replaced root stays linked as
-        // the new root's leftmost child, and nodes are freed only by `drop`,
-        // which needs `&mut self`, while the result borrows `&self`.
+    fn load(&self) -> (*const Node, &Node) {
+        let root = self.locate(self.root.load(Acquire));
+        // SAFETY: the cell always holds the word of a fully built node
+        // (`new`, `grow`, `adopt_versions`, `with_versions`), published with a
+        // Release store that this Acquire load synchronizes with, and a
+        // versioned root's entry always holds a version (entries are never
+        // emptied). A replaced root stays linked as the new root's leftmost
+        // child, and nodes are freed only by `drop`, which needs `&mut self`,
+        // while the result borrows `&self`.
         (root, unsafe { &*root })
     }
 
@@ -1146,8 +1425,9 @@ impl RootCell {
         let (root, node) = self.load();
         let guard = node.read_lock()?;
         // A root that split after we loaded it covers only the lower half of
-        // the key space; its version says nothing about that, the pointer does.
-        if self.root.load(Acquire) != root {
+        // the key space; its version says nothing about that, the word does
+        // (and with node versions, which version the root's id names).
+        if self.locate(self.root.load(Acquire)) != root {
             return Err(Restart);
         }
         Ok(guard)
@@ -1157,30 +1437,81 @@ impl RootCell {
         self.load().1.level() + 1
     }
 
+    /// Whether the locked `node` (or the original its copy replaces) is the root.
+    fn holds_root(&self, node: &WriteGuard<'_>) -> bool {
+        let word = self.root.load(Acquire);
+        match &node.replaces {
+            _ if word & ID_TAG != 0 => word >> 1 == node.node.node_id(),
+            Some(replaced) => ptr::eq(self.locate(word), replaced.original),
+            None => ptr::eq(self.locate(word), node.node),
+        }
+    }
+
     /// Splits the locked root and puts a new root above both halves. Returns
     /// false if `old_root` is no longer the root.
     pub(crate) fn grow(&self, mut old_root: WriteGuard<'_>, ut: u64) -> bool {
-        let current = self.root.load(Acquire);
-        if !ptr::eq(current.cast_const(), old_root.node) {
+        if !self.holds_root(&old_root) {
             return false;
         }
+        let current = self.root.load(Acquire);
         let Some(half) = old_root.split_if(ut, SplitBias::Middle, |_| true) else {
             return false;
         };
-        let mut page = Page::empty(current.expose_provenance() as u64);
-        page.push_key(&half.separator, into_child_word(half.right));
+        let mut page = Page::empty(current);
+        page.push_key(&half.separator, old_root.link_node(half.right));
         let update_time = old_root.node.update_time();
-        let new_root = Node::from_page(old_root.node.level + 1, &page, update_time, 0);
+        let level = old_root.node.level() as u64 + 1;
+        let new_root = old_root.link_node(Node::from_page(level, &page, update_time, 0));
         // Published before `old_root` unlocks, so a reader that sees the
         // shrunken old root also sees that it is no longer the root.
-        self.root.store(new_root.into_raw(), Release);
+        self.root.store(new_root, Release);
+        if let Some((versions, epoch)) = old_root.link {
+            versions.record_root(epoch, new_root);
+        }
         true
     }
+
+    /// Gives every node of this (exclusively held) tree an id and rewrites
+    /// child words and the root word to ids; see `versions`.
+    pub(crate) fn adopt_versions(&mut self) {
+        if self.versions.is_some() {
+            return;
+        }
+        let versions = NodeVersions::new();
+        let root = adopt(&versions, *self.root.get_mut());
+        versions.record_root(0, root);
+        *self.root.get_mut() = root;
+        self.versions = Some(Box::new(versions));
+    }
+}
+
+/// Registers the subtree at the address `word`, children first; returns
+/// its root's tagged id.
+fn adopt(versions: &NodeVersions, word: u64) -> u64 {
+    // SAFETY: `word` is the address of a node that `adopt_versions`' caller
+    // owns exclusively (reached through the root word or one parent slot
+    // of a tree without versions); ownership moves into `versions`.
+    let node = unsafe { OwnedNode::from_raw(ptr::with_exposed_provenance_mut(word as usize)) };
+    if !node.is_leaf() {
+        let leftmost = adopt(versions, node.leftmost.load(Relaxed));
+        node.leftmost.store(leftmost, Relaxed);
+        for slot in 0..node.count() {
+            let child = adopt(versions, node.slot_payload(slot));
+            node.body[slot * SLOT_WORDS + 2].store(child, Relaxed);
+        }
+    }
+    versions.register(node, 0)
 }
 
 impl Drop for RootCell {
     fn drop(&mut self) {
-        let mut pending = vec![*self.root.get_mut()];
+        if self.versions.is_some() {
+            // The node versions own every node and free them.
+            return;
+        }
+        let mut pending = vec![ptr::with_exposed_provenance_mut(
+            *self.root.get_mut() as usize
+        )];
         while let Some(raw) = pending.pop() {
             // SAFETY: every pointer in `pending` came from `OwnedNode::into_raw` and
             // is referenced exactly once in the tree (the root cell or a single

@@ -14,6 +14,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
+use super::snapshot::NodeImageError;
 use super::*;
 
 type Model = BTreeMap<Vec<u8>, u64>;
@@ -49,13 +50,14 @@ pub(super) fn proptest_config(cases: u32) -> ProptestConfig {
 /// of entries found.
 fn check_invariants(tree: &BTree) -> usize {
     let root = tree.root.read().expect("quiescent tree");
-    let entries = check_subtree(root, None, None, tree.height() - 1);
+    let entries = check_subtree(&tree.root, root, None, None, tree.height() - 1);
     assert_eq!(entries, tree.len(), "len() matches the entries");
     entries
 }
 
-fn check_subtree(
-    guard: ReadGuard<'_>,
+fn check_subtree<'a>(
+    cell: &'a RootCell,
+    guard: ReadGuard<'a>,
     lower: Option<&InlineKey>,
     upper: Option<&InlineKey>,
     level: usize,
@@ -84,8 +86,8 @@ fn check_subtree(
                 Some(&keys[child - 1])
             };
             let child_upper = keys.get(child).or(upper);
-            let child_guard = guard.child(child).unwrap().read_lock().unwrap();
-            check_subtree(child_guard, child_lower, child_upper, level - 1)
+            let child_guard = guard.child(child, cell).unwrap().read_lock().unwrap();
+            check_subtree(cell, child_guard, child_lower, child_upper, level - 1)
         })
         .sum()
 }
@@ -636,8 +638,16 @@ fn overlapping_upserts_and_removes_with_consistent_scans() {
 /// while readers check that scans, walks and gets never show a torn pair:
 /// every value carries the id of the key it was written under.
 fn churn(writers: u64, ops_per_writer: u64, keys_per_writer: u64) {
-    let tree = BTree::new();
+    churn_tree(BTree::new(), writers, ops_per_writer, keys_per_writer);
+}
+
+/// [`churn`] on `tree`; with node versions, a further thread freezes the
+/// tree over and over, and each chain of node images must load as a tree
+/// whose pairs are whole, and the last one (taken once writers stopped)
+/// must be the tree.
+fn churn_tree(tree: BTree, writers: u64, ops_per_writer: u64, keys_per_writer: u64) {
     let done = AtomicBool::new(false);
+    let chain = RefCell::new(ImageChain::default());
     let key_id = |key: &[u8]| u64::from_be_bytes(key[..8].try_into().unwrap());
     let check_pair = |key: &[u8], value: u64| assert_eq!(value >> 24, key_id(key), "torn pair");
     let models: Vec<Model> = thread::scope(|scope| {
@@ -689,16 +699,44 @@ fn churn(writers: u64, ops_per_writer: u64, keys_per_writer: u64) {
                 }
             }
         });
+        let freezer = tree.has_node_versions().then(|| {
+            scope.spawn(move || {
+                let mut chain = ImageChain::default();
+                let mut freezes = 0;
+                while !done.load(SeqCst) || freezes < 2 {
+                    chain.take(tree, freezes % 8 == 0);
+                    for (key, value) in chain.load().to_vec() {
+                        check_pair(&key, value);
+                    }
+                    freezes += 1;
+                }
+                chain
+            })
+        });
         let models = workers
             .into_iter()
             .map(|worker| worker.join().unwrap())
             .collect();
         done.store(true, SeqCst);
+        if let Some(freezer) = freezer {
+            *chain.borrow_mut() = freezer.join().unwrap();
+        }
         models
     });
     let expected: Model = models.into_iter().flatten().collect();
     assert_eq!(tree.to_vec(), model_vec(&expected));
     assert_eq!(check_invariants(&tree), expected.len());
+    if tree.has_node_versions() {
+        let mut chain = chain.into_inner();
+        chain.take(&tree, false);
+        let loaded = chain.load();
+        assert_eq!(
+            loaded.to_vec(),
+            model_vec(&expected),
+            "the images are the tree"
+        );
+        assert_eq!(check_invariants(&loaded), expected.len());
+    }
 }
 
 fn churn_step(
@@ -736,6 +774,157 @@ fn churn_step(
 #[test]
 fn concurrent_churn_on_owned_keys_ends_exact() {
     churn(4, 8000, 600);
+}
+
+#[test]
+fn concurrent_churn_under_repeated_freezes_keeps_every_image_chain_whole() {
+    churn_tree(BTree::new().with_node_versions(), 3, 40_000, 2000);
+}
+
+// ------------------------------------------------------------ node versions
+
+/// The newest node image per id over a chain of freezes (a full one first).
+#[derive(Default)]
+struct ImageChain {
+    images: BTreeMap<u64, Vec<u8>>,
+    root: u64,
+}
+
+impl ImageChain {
+    fn take(&mut self, tree: &BTree, full: bool) {
+        let snapshot = tree.freeze().expect("a tree with node versions");
+        let full = full || self.images.is_empty();
+        for id in 1..snapshot.id_limit() {
+            let mut image = Vec::new();
+            let dirty = snapshot.write_image(id, &mut image).expect("ids are dense");
+            if full || dirty == snapshot.epoch() {
+                assert_eq!(node::image_ident(&image).map(|(id, _)| id), Some(id));
+                self.images.insert(id, image);
+            }
+        }
+        self.root = snapshot.root_id();
+    }
+
+    fn load(&self) -> BTree {
+        BTree::from_node_images(self.root, self.images.values().map(Vec::as_slice))
+            .expect("a chain of freezes is one tree")
+    }
+}
+
+proptest! {
+    #![proptest_config(proptest_config(32))]
+
+    /// Freezes between operations: each chain of images (a full one, then
+    /// only the nodes changed since) loads as the tree at that moment.
+    #[test]
+    fn freezes_between_writes_capture_the_tree_exactly(
+        keys in prop::collection::vec(key_strategy(), 1..400),
+        ops in prop::collection::vec(op_strategy(), 1..1200),
+        every in 20usize..300,
+    ) {
+        let tree = BTree::new().with_node_versions();
+        let mut model = Model::new();
+        let mut chain = ImageChain::default();
+        for (ut, op) in (1..).zip(&ops) {
+            apply_to_both(&tree, &mut model, &keys, op, ut);
+            if (ut as usize).is_multiple_of(every) {
+                chain.take(&tree, false);
+                let loaded = chain.load();
+                prop_assert_eq!(loaded.to_vec(), model_vec(&model));
+                prop_assert_eq!(check_invariants(&loaded), model.len());
+            }
+        }
+        prop_assert_eq!(tree.to_vec(), model_vec(&model));
+        prop_assert_eq!(check_invariants(&tree), model.len());
+    }
+}
+
+#[test]
+fn a_loaded_tree_takes_writes_and_freezes_like_any_other() {
+    let entries: Vec<(Vec<u8>, u64)> = (0..50_000u64)
+        .map(|i| (format!("key{i:08}").into_bytes(), i))
+        .collect();
+    let tree =
+        BTree::bulk_load(entries.iter().map(|(k, v)| (k.as_slice(), *v))).with_node_versions();
+    let mut chain = ImageChain::default();
+    chain.take(&tree, true);
+    let loaded = chain.load();
+    assert_eq!(loaded.to_vec(), entries);
+    for i in 0..20_000u64 {
+        loaded.upsert(format!("key{:08}", i * 7).as_bytes(), i, 1);
+        loaded.remove(format!("key{:08}", i * 5 + 1).as_bytes(), 1);
+    }
+    let expected = loaded.to_vec();
+    let mut chain = ImageChain::default();
+    chain.take(&loaded, true);
+    chain.take(&loaded, false);
+    assert_eq!(chain.load().to_vec(), expected);
+    check_invariants(&loaded);
+}
+
+#[test]
+fn rewriting_a_leaf_image_keeps_drops_and_changes_values() {
+    let tree = BTree::bulk_load((0..300u64).map(|i| (i.to_be_bytes(), i))).with_node_versions();
+    let mut chain = ImageChain::default();
+    chain.take(&tree, true);
+    for image in chain.images.values_mut() {
+        let is_leaf = rewrite_leaf_image(image, |key, value| {
+            assert_eq!(u64::from_be_bytes(key.try_into().unwrap()), value);
+            (value % 3 != 0).then_some(value * 10)
+        });
+        assert_eq!(is_leaf, image[24] == 0, "only leaves are rewritten");
+    }
+    let expected: Vec<(Vec<u8>, u64)> = (0..300u64)
+        .filter(|i| i % 3 != 0)
+        .map(|i| (i.to_be_bytes().to_vec(), i * 10))
+        .collect();
+    let loaded = chain.load();
+    assert_eq!(loaded.to_vec(), expected);
+    assert_eq!(check_invariants(&loaded), expected.len());
+}
+
+#[test]
+fn node_images_that_do_not_form_one_tree_are_refused() {
+    let tree = BTree::bulk_load((0..5000u64).map(|i| (i.to_be_bytes(), i))).with_node_versions();
+    let mut chain = ImageChain::default();
+    chain.take(&tree, true);
+    let images = |skip: u64| chain.images.iter().filter(move |(id, _)| **id != skip);
+    let root = chain.root;
+    let leaf = *chain.images.keys().find(|id| **id != root).unwrap();
+    let result = |r: Result<BTree, NodeImageError>| r.err();
+    assert_eq!(
+        result(BTree::from_node_images(
+            root,
+            images(leaf).map(|(_, i)| i.as_slice())
+        )),
+        Some(NodeImageError::BadLink(leaf))
+    );
+    assert_eq!(
+        result(BTree::from_node_images(
+            root + 1000,
+            images(0).map(|(_, i)| i.as_slice())
+        )),
+        Some(NodeImageError::MissingRoot(root + 1000))
+    );
+    let twice = images(0)
+        .chain(images(0).take(1))
+        .map(|(_, i)| i.as_slice());
+    assert!(matches!(
+        result(BTree::from_node_images(root, twice)),
+        Some(NodeImageError::Duplicate(_))
+    ));
+    assert_eq!(
+        result(BTree::from_node_images(
+            root,
+            images(root).map(|(_, i)| i.as_slice())
+        )),
+        Some(NodeImageError::MissingRoot(root))
+    );
+    let short = [&chain.images[&root][..100]];
+    assert_eq!(
+        result(BTree::from_node_images(root, short)),
+        Some(NodeImageError::Malformed)
+    );
 }
 
 /// `cargo test --release -- --ignored soak`

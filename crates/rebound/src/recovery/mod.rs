@@ -19,7 +19,7 @@ use crate::catalog::{self, TableDef, MAX_TXN_ID, MAX_WORKERS};
 use crate::checkpoint::{Chain, CheckpointImage, Durable, Extend, TableSection};
 use crate::error::{Error, Result};
 use crate::heap::{Addr, Block, Cursor, SlotWord, Space, TableHeap};
-use crate::index::{key_prefix, BTree, MAX_KEY_LEN};
+use crate::index::{key_prefix, BTree, TreeLoader, MAX_KEY_LEN, NODE_IMAGE_BYTES};
 use crate::medium::Medium;
 use crate::txn::{Clock, SecondaryRt, Store, TableRt};
 use std::sync::Arc;
@@ -130,7 +130,7 @@ pub fn recover(
     medium: Medium,
     instance: u64,
     started: Instant,
-    use_checkpoint: bool,
+    (use_checkpoint, node_versions): (bool, bool),
 ) -> Result<Recovered> {
     let mut report = RecoveryReport::default();
     let phase = Instant::now();
@@ -158,13 +158,28 @@ pub fn recover(
         root => Some(Chain::open(&medium, root)?),
     };
     let base = chain.as_ref().filter(|_| use_checkpoint).map(Chain::newest);
+    let node_chain = chain
+        .as_ref()
+        .filter(|c| use_checkpoint && c.newest().nodes);
+    if chain
+        .as_ref()
+        .is_some_and(|c| c.images().iter().any(|i| i.nodes != c.newest().nodes))
+    {
+        return Err(Error::Corrupt(
+            "checkpoint: a chain mixes node images and entries".into(),
+        ));
+    }
     report.from_checkpoint = base.is_some();
     report.checkpoint_sequence = base.map_or(0, |i| i.sequence);
     report.redo_from_txn = base.map_or(0, |i| i.t_low);
     report.metadata = phase.elapsed();
     report.tables = defs.len();
 
-    let results = recover_tables(&medium, defs, &lctt, base, instance)?;
+    let indexes = IndexSource {
+        node_chain,
+        node_versions: node_versions || node_chain.is_some(),
+    };
+    let results = recover_tables(&medium, defs, &lctt, base, (instance, indexes))?;
     let mut extents = Vec::new();
     let tables = boxcar::Vec::new();
     let mut redone = Vec::new();
@@ -196,11 +211,14 @@ pub fn recover(
     let table_ids: Vec<u32> = tables.iter().map(|(_, t)| t.heap.def.id).collect();
     let durable = chain
         .as_ref()
-        .map(|chain| recovered_chain(chain, &table_ids, use_checkpoint));
+        .map(|chain| recovered_chain(&medium, chain, &table_ids, use_checkpoint));
     for (offset, len) in durable.iter().flat_map(|d| d.extents.iter()) {
         extents.push((*offset, *len));
     }
-    let cold = chain.filter(|_| use_checkpoint).map(Arc::new);
+    // Node images are in the DRAM indexes already: nothing is cold.
+    let cold = chain
+        .filter(|c| use_checkpoint && !c.newest().nodes)
+        .map(Arc::new);
     medium.fence()?;
     let clock = Clock::recover(&medium, lease)?;
     let space = Space::new(catalog::DATA_START, extents, medium.len());
@@ -220,7 +238,12 @@ pub fn recover(
 /// it, the DRAM index is the chain plus the redone versions, so deltas
 /// that start from those versions may extend it; recovered by a full
 /// scan, the next checkpoint replaces it.
-fn recovered_chain(chain: &Chain, table_ids: &[u32], recovered_from_it: bool) -> Durable {
+fn recovered_chain(
+    medium: &Medium,
+    chain: &Chain,
+    table_ids: &[u32],
+    recovered_from_it: bool,
+) -> Durable {
     let newest = chain.newest();
     let extents: Vec<(u64, u64)> = chain
         .images()
@@ -232,7 +255,18 @@ fn recovered_chain(chain: &Chain, table_ids: &[u32], recovered_from_it: bool) ->
             )
         })
         .collect();
-    let sizes = chain.sizes();
+    let nodes = chain.newest().nodes;
+    let sizes: Vec<u64> = match nodes {
+        true => chain
+            .images()
+            .iter()
+            .map(|image| {
+                let parts = image.sections().iter().map(|s| s.node_part(medium));
+                parts.map(|p| p.map_or(0, |p| p.count)).sum()
+            })
+            .collect(),
+        false => chain.sizes(),
+    };
     let (base_entries, delta_entries) = match sizes.split_last() {
         Some((base, deltas)) => (*base, deltas.iter().sum()),
         None => (0, 0),
@@ -249,11 +283,45 @@ fn recovered_chain(chain: &Chain, table_ids: &[u32], recovered_from_it: bool) ->
             .copied()
             .filter(|&id| chain.has_table(id))
             .collect(),
-        extend: match recovered_from_it {
-            true => Extend::DeltasOnly,
-            false => Extend::Nothing,
+        extend: match (recovered_from_it, nodes) {
+            // The loaded nodes carry their ids: deltas of them extend it.
+            (true, true) => Extend::Anything,
+            (true, false) => Extend::DeltasOnly,
+            (false, _) => Extend::Nothing,
         },
+        nodes,
     }
+}
+
+/// Where a recovered table's primary index comes from, besides redo.
+#[derive(Clone, Copy)]
+struct IndexSource<'c> {
+    /// A chain of node images (IACoW) to load the index from.
+    node_chain: Option<&'c Chain>,
+    /// The index keeps node ids and versions (IACoW).
+    node_versions: bool,
+}
+
+/// The index the newest node images of `table` in `chain` form.
+fn load_node_tree(medium: &Medium, chain: &Chain, table: u32) -> Result<BTree> {
+    let bad = |why: String| Error::Corrupt(format!("checkpoint: table {table}'s nodes: {why}"));
+    let mut loader = TreeLoader::new();
+    let mut root = None;
+    let mut image = vec![0u8; NODE_IMAGE_BYTES];
+    for section in chain.sections(table) {
+        let part = section.node_part(medium)?;
+        root.get_or_insert((part.root_id, part.id_limit));
+        for i in 0..part.count {
+            if !part.read(medium, i, &mut image) {
+                return Err(bad("a node image fails its checksum".into()));
+            }
+            loader.add(&image).map_err(|e| bad(format!("{e:?}")))?;
+        }
+    }
+    let (root, id_limit) = root.ok_or_else(|| bad("no section".into()))?;
+    loader
+        .finish(root, id_limit)
+        .map_err(|e| bad(format!("{e:?}")))
 }
 
 /// A recovered table, its scan counts, its phase times and checkpoint
@@ -271,7 +339,7 @@ fn recover_tables(
     defs: Vec<TableDef>,
     lctt: &[u64],
     base: Option<&CheckpointImage>,
-    instance: u64,
+    (instance, indexes): (u64, IndexSource<'_>),
 ) -> Result<Vec<TableResult>> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = defs
@@ -279,7 +347,9 @@ fn recover_tables(
             .map(|def| {
                 let section = base.and_then(|img| img.table(def.id));
                 let horizons = base.map_or(Horizons::default(), Horizons::of);
-                scope.spawn(move || recover_table(medium, def, lctt, section, horizons, instance))
+                scope.spawn(move || {
+                    recover_table(medium, def, lctt, section, horizons, (instance, indexes))
+                })
             })
             .collect();
         handles
@@ -356,7 +426,7 @@ fn recover_table(
     lctt: &[u64],
     section: Option<&TableSection>,
     horizons: Horizons,
-    instance: u64,
+    (instance, indexes): (u64, IndexSource<'_>),
 ) -> Result<TableResult> {
     let t_low = horizons.t_low;
     let phase = Instant::now();
@@ -390,7 +460,20 @@ fn recover_table(
         heap.clear_obsolete(medium, addr);
     }
     let redone = newest.iter().map(|&(_, addr)| Addr(addr)).collect();
-    let index = BTree::bulk_load(newest);
+    let id = heap.def.id;
+    let index = match indexes.node_chain.filter(|chain| chain.has_table(id)) {
+        Some(chain) => {
+            let index = load_node_tree(medium, chain, id)?;
+            // Redone versions are newer than the images' (which hold only
+            // versions committed by the checkpoint's end).
+            for &(key, addr) in &newest {
+                index.upsert(key, addr, t_low);
+            }
+            index
+        }
+        None if indexes.node_versions => BTree::bulk_load(newest).with_node_versions(),
+        None => BTree::bulk_load(newest),
+    };
     let table = Arc::new(TableRt::new(heap, index, instance));
     Ok((
         table,

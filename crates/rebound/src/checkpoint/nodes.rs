@@ -1,0 +1,222 @@
+//! HiEngine's IACoW checkpoints (papers/003 §4.3, `CheckpointMode::IaCow`):
+//! images of the index nodes changed since the previous checkpoint.
+//!
+//! Every table's primary index keeps node ids and versions
+//! (`index::versions`). A checkpoint freezes each index, which advances
+//! its epoch and waits only for index writes already running, then writes
+//! the frozen image of every node changed in the frozen epoch (all of
+//! them for a base image). Writers go on meanwhile: a node they change
+//! while the checkpoint still needs it is copied first.
+//!
+//! # Why it is correct although not transaction-consistent
+//! * The horizons (`t_low`) are taken before the freeze, so, as for the
+//!   other modes, every version the images miss belongs to a transaction
+//!   that redo from `t_low` finds.
+//! * A leaf's values are written resolved, as a full leaf checkpoint
+//!   resolves them (FIR 4.3.2): each to its newest committed version;
+//!   keys with none (uncommitted inserts, committed deletions) are left
+//!   out. A leaf written with any value resolved otherwise than the live
+//!   one is written again by the next checkpoint even if nothing changes
+//!   it, so its value settles once its writer ends (this is what lets GC
+//!   free a replaced version's block after the next checkpoint).
+//! * An image of node images is a delta of its predecessor: the chain's
+//!   view of a node is its newest image. Recovery loads the newest image
+//!   of every node id, checks they form one tree, and redoes from `t_low`
+//!   on top. The index is whole when recovery returns: no cold reads.
+//! * A chain of deltas is replaced by a base image once it is
+//!   `checkpoint_chain_depth` images long or its deltas hold more nodes
+//!   than half its base (HiEngine's periodic full checkpoint).
+//!
+//! # Layout of a table section's node part (in place of its entries)
+//! ```text
+//! 0   u64  root node id
+//! 8   u64  node id limit: the tree's ids are below it
+//! 16  u64  node count n
+//! 24  n × 4096 bytes: node images (`index::node`'s word layout, little-
+//!     endian) with word 0 = crc32c of the other 4088 bytes
+//! ```
+//! The section's entry count is 0 (no fences), its entry bytes the node
+//! part's length; the image's magic is `RBCKPN05`.
+
+use super::writer::{self, Builder};
+use super::{install, reap, CheckpointStats, Checkpointer, DeletedKeys, Durable, Extend};
+use crate::error::{Error, Result};
+use crate::heap::Addr;
+use crate::index::{rewrite_leaf_image, NodeSnapshot};
+use crate::txn::{Store, TableRt};
+use std::time::Instant;
+
+impl Checkpointer {
+    /// One IACoW checkpoint of every table: a delta of the node chain in
+    /// force, or a base that replaces whatever chain is in force.
+    pub(super) fn take_nodes(&mut self, store: &Store) -> Result<CheckpointStats> {
+        let started = Instant::now();
+        self.release_deferred(store);
+        let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
+        let base = self.current.clone().filter(|c| {
+            c.nodes
+                && c.extend == Extend::Anything
+                && c.extents.len() + 1 < self.compact_depth
+                && !c.wants_fold()
+        });
+        let mut stats = CheckpointStats {
+            t_low,
+            delta: base.is_some(),
+            ..Default::default()
+        };
+        let horizons = writer::Horizons {
+            sequence: self.current.as_ref().map_or(1, |c| c.sequence + 1),
+            t_low,
+            long_t_low,
+            long_published,
+        };
+        let link = match &base {
+            Some(b) => writer::Link {
+                previous: b.offset,
+                depth: b.extents.len() as u32 + 1,
+            },
+            None => writer::Link::BASE,
+        };
+        let collect_start = Instant::now();
+        let mut image = Builder::new(&horizons, link).of_nodes();
+        let mut deleted: DeletedKeys = Vec::new();
+        let mut tables = Vec::new();
+        for (_, table) in store.tables.iter() {
+            let id = table.heap.def.id;
+            tables.push(id);
+            let snapshot = table.index.freeze().ok_or_else(|| {
+                Error::InvalidOption(format!("table {id}'s index has no node versions"))
+            })?;
+            let revisit = self.revisit_of(id);
+            let whole = base.as_ref().is_none_or(|b| !b.tables.contains(&id));
+            let outcome = write_nodes(store, table, &snapshot, &mut image, (whole, &revisit));
+            stats.entries += outcome.nodes;
+            self.set_revisit(id, outcome.revisit);
+            deleted.push((table.clone(), outcome.deleted));
+        }
+        stats.collect_time = collect_start.elapsed();
+        let bytes = image.finish();
+        stats.bytes = bytes.len() as u64;
+        stats.sequence = horizons.sequence;
+        let written = self.write_nodes_image(store, &bytes, &horizons, base)?;
+        self.current = Some(Durable {
+            tables,
+            ..written.counting(stats.entries)
+        });
+        stats.tombstones_removed = reap(store, deleted);
+        stats.chain_length = self.current.as_ref().map_or(0, |c| c.extents.len() as u32);
+        stats.duration = started.elapsed();
+        Ok(stats)
+    }
+
+    /// Installs a node image: a delta extends `delta_of`'s chain, a base
+    /// replaces the chain in force, whose extents are freed.
+    fn write_nodes_image(
+        &mut self,
+        store: &Store,
+        bytes: &[u8],
+        horizons: &writer::Horizons,
+        delta_of: Option<Durable>,
+    ) -> Result<Durable> {
+        let (offset, len) = install(store, bytes)?;
+        let mut written = Durable {
+            offset,
+            sequence: horizons.sequence,
+            t_low: horizons.t_low,
+            extents: vec![(offset, len)],
+            base_entries: 0,
+            delta_entries: 0,
+            tables: Vec::new(),
+            extend: Extend::Anything,
+            nodes: true,
+        };
+        match delta_of {
+            Some(chain) => {
+                written.extents.extend_from_slice(&chain.extents);
+                written.base_entries = chain.base_entries;
+                written.delta_entries = chain.delta_entries;
+            }
+            None => {
+                let old: Vec<(u64, u64)> = self
+                    .current
+                    .iter()
+                    .flat_map(|c| c.extents.clone())
+                    .collect();
+                old.into_iter()
+                    .for_each(|extent| self.release(store, extent));
+            }
+        }
+        Ok(written)
+    }
+
+    fn revisit_of(&mut self, table: u32) -> Vec<u64> {
+        self.revisit
+            .get_mut(table as usize)
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn set_revisit(&mut self, table: u32, ids: Vec<u64>) {
+        let at = table as usize;
+        if self.revisit.len() <= at {
+            self.revisit.resize_with(at + 1, Vec::new);
+        }
+        self.revisit[at] = ids;
+    }
+}
+
+/// What writing one table's nodes found.
+struct Written {
+    nodes: u64,
+    /// Leaves whose image differs from the live leaf (some value resolved
+    /// to an older version or left out): the next checkpoint writes them.
+    revisit: Vec<u64>,
+    deleted: Vec<(Vec<u8>, Addr)>,
+}
+
+/// Appends the table's node part: every node of the frozen tree when
+/// `whole`, else those changed in the frozen epoch or listed in `revisit`
+/// (ascending).
+fn write_nodes(
+    store: &Store,
+    table: &TableRt,
+    snapshot: &NodeSnapshot<'_>,
+    image: &mut Builder,
+    (whole, revisit): (bool, &[u64]),
+) -> Written {
+    let mut out = image.begin_node_table(table, snapshot.root_id(), snapshot.id_limit());
+    let mut written = Written {
+        nodes: 0,
+        revisit: Vec::new(),
+        deleted: Vec::new(),
+    };
+    let mut revisit = revisit.iter().peekable();
+    for id in 1..snapshot.id_limit() {
+        let listed = revisit.next_if(|&&listed| listed == id).is_some();
+        let Some(changed) = snapshot.changed_in(id) else {
+            continue;
+        };
+        if !(whole || listed || changed == snapshot.epoch()) {
+            continue;
+        }
+        let buffer = out.buffer();
+        let at = buffer.len();
+        snapshot.write_image(id, buffer);
+        let mut settled = true;
+        rewrite_leaf_image(&mut buffer[at..], |key, head| {
+            let committed = table.committed_version(&store.medium, Addr(head));
+            settled &= committed == Some(Addr(head));
+            if committed.is_none() {
+                written.deleted.push((key.to_vec(), Addr(head)));
+            }
+            committed.map(|addr| addr.0)
+        });
+        if !settled {
+            written.revisit.push(id);
+        }
+        out.seal_node();
+        written.nodes += 1;
+    }
+    out.finish();
+    written
+}

@@ -1,0 +1,188 @@
+//! Frozen states of a tree with node versions, and trees loaded back from
+//! node images: the index side of HiEngine's IACoW checkpoints (see
+//! `versions` for the epochs, `checkpoint::iacow` for the medium side).
+
+use super::node::{image_ident, Node, RootCell, ID_TAG};
+use super::versions::{FreezeState, NodeVersions};
+use super::BTree;
+
+/// The tree as the index writers of epochs up to [`epoch`](Self::epoch)
+/// left it, readable while writers go on; the freeze ends on drop.
+pub struct NodeSnapshot<'t> {
+    versions: &'t NodeVersions,
+    state: FreezeState<'t>,
+}
+
+/// Why node images do not make a tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeImageError {
+    /// An image is not one node long, or its id is 0 or out of range.
+    Malformed,
+    /// Two images carry the same node id (`BTree::from_node_images`).
+    Duplicate(u64),
+    /// The root id names no image.
+    MissingRoot(u64),
+    /// A child word names no image, or a node is reached twice, or its
+    /// level is not its parent's minus one.
+    BadLink(u64),
+    /// Images that no path from the root reaches.
+    Unreachable(usize),
+}
+
+impl BTree {
+    /// Freezes the tree for a checkpoint (`None` without node versions).
+    /// Waits only for index writes already running; one freeze at a time.
+    pub fn freeze(&self) -> Option<NodeSnapshot<'_>> {
+        let versions = self.root.versions()?;
+        Some(NodeSnapshot {
+            versions,
+            state: versions.freeze(),
+        })
+    }
+
+    /// A tree with node versions made of `images` (each `NODE_BYTES`
+    /// long, one per node id) rooted at `root_id`; see [`TreeLoader`].
+    pub fn from_node_images<'i>(
+        root_id: u64,
+        images: impl IntoIterator<Item = &'i [u8]>,
+    ) -> Result<Self, NodeImageError> {
+        let mut loader = TreeLoader::new();
+        for image in images {
+            if !loader.add(image)? {
+                let id = image_ident(image).map_or(0, |(id, _)| id);
+                return Err(NodeImageError::Duplicate(id));
+            }
+        }
+        loader.finish(root_id, u64::MAX)
+    }
+}
+
+/// Builds a tree with node versions from node images, newest first: an
+/// image of an id already added is an older version and is skipped.
+pub struct TreeLoader {
+    versions: NodeVersions,
+    placed: usize,
+}
+
+impl Default for TreeLoader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TreeLoader {
+    pub fn new() -> Self {
+        Self {
+            versions: NodeVersions::new(),
+            placed: 0,
+        }
+    }
+
+    /// Adds one image; false if its id was added before.
+    pub fn add(&mut self, image: &[u8]) -> Result<bool, NodeImageError> {
+        let (id, _) = image_ident(image).ok_or(NodeImageError::Malformed)?;
+        if id == 0 {
+            return Err(NodeImageError::Malformed);
+        }
+        if self.versions.is_placed(id) {
+            return Ok(false);
+        }
+        let node = Node::from_image(image).ok_or(NodeImageError::Malformed)?;
+        if !self.versions.place_loaded(id, node) {
+            return Err(NodeImageError::Malformed);
+        }
+        self.placed += 1;
+        Ok(true)
+    }
+
+    /// The tree rooted at `root_id`, once the images are checked to form
+    /// one: every id below `id_limit`, every node reached once from the
+    /// root, one level below its parent, and no image left over.
+    pub fn finish(self, root_id: u64, id_limit: u64) -> Result<BTree, NodeImageError> {
+        if self.versions.id_limit() > id_limit {
+            return Err(NodeImageError::Malformed);
+        }
+        let root_word = root_id << 1 | ID_TAG;
+        let (len, reached) = check_tree(&self.versions, root_word)?;
+        if reached != self.placed {
+            return Err(NodeImageError::Unreachable(self.placed - reached));
+        }
+        let root = RootCell::with_versions(self.versions, root_word);
+        Ok(BTree::from_cell(root, len, self.placed))
+    }
+}
+
+/// Walks the loaded nodes from the root; returns (entries, nodes reached).
+fn check_tree(versions: &NodeVersions, root: u64) -> Result<(usize, usize), NodeImageError> {
+    let limit = versions.id_limit();
+    let mut seen = vec![false; limit as usize];
+    let mut pending = vec![(root, None::<usize>)];
+    let (mut entries, mut reached) = (0, 0);
+    while let Some((word, parent_level)) = pending.pop() {
+        let id = word >> 1;
+        let node = versions
+            .loaded(word)
+            .ok_or(NodeImageError::BadLink(id))
+            .map_err(|e| match parent_level {
+                None => NodeImageError::MissingRoot(id),
+                Some(_) => e,
+            })?;
+        if seen[id as usize] || parent_level.is_some_and(|level| node.level() + 1 != level) {
+            return Err(NodeImageError::BadLink(id));
+        }
+        seen[id as usize] = true;
+        reached += 1;
+        if node.is_leaf() {
+            entries += node.count();
+        }
+        let children = node.child_words();
+        if children.iter().any(|&child| child & ID_TAG == 0) {
+            return Err(NodeImageError::BadLink(id));
+        }
+        pending.extend(
+            children
+                .into_iter()
+                .map(|child| (child, Some(node.level()))),
+        );
+    }
+    Ok((entries, reached))
+}
+
+impl NodeSnapshot<'_> {
+    /// The epoch frozen: nodes changed in it are what an incremental
+    /// checkpoint writes.
+    pub fn epoch(&self) -> u64 {
+        self.state.epoch
+    }
+
+    pub fn root_id(&self) -> u64 {
+        self.state.root
+    }
+
+    /// Node ids of the frozen state are below this.
+    pub fn id_limit(&self) -> u64 {
+        self.state.id_limit
+    }
+
+    /// The epoch of the last change of node `id` in the frozen state;
+    /// `None` if it did not exist then.
+    pub fn changed_in(&self, id: u64) -> Option<u64> {
+        if id == 0 || id >= self.state.id_limit {
+            return None;
+        }
+        self.versions
+            .frozen_version(id, self.state.epoch)
+            .map(|(_, dirty)| dirty)
+    }
+
+    /// Appends the frozen image of node `id` to `out` and returns the epoch
+    /// of its last change; `None` (nothing appended) if it did not exist.
+    pub fn write_image(&self, id: u64, out: &mut Vec<u8>) -> Option<u64> {
+        if id == 0 || id >= self.state.id_limit {
+            return None;
+        }
+        let (node, dirty) = self.versions.frozen_version(id, self.state.epoch)?;
+        node.write_image(out);
+        Some(dirty)
+    }
+}
