@@ -152,7 +152,9 @@ impl Checkpointer {
     /// wants one and none is running; it is then marked running.
     pub fn fold_job(&mut self) -> Option<FoldJob> {
         let current = self.current.as_ref()?;
-        if self.folding.is_some() || self.folded.is_some() || !current.wants_fold() {
+        // A chain of node images is rebased by its own checkpoints.
+        if self.folding.is_some() || self.folded.is_some() || !current.wants_fold() || current.nodes
+        {
             return None;
         }
         self.folding = Some(current.offset);

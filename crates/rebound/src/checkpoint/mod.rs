@@ -242,6 +242,10 @@ pub struct Checkpointer {
     /// Per table (IACoW): node ids the next checkpoint writes although
     /// they may not change (`nodes`).
     revisit: Vec<Vec<u64>>,
+    /// The next IACoW checkpoint writes a base: one failed after its
+    /// freezes had moved the epochs on, so changes of theirs may be in no
+    /// image.
+    rebase: bool,
 }
 
 impl Checkpointer {
@@ -262,6 +266,7 @@ impl Checkpointer {
             pinned: None,
             deferred: Vec::new(),
             revisit: Vec::new(),
+            rebase: false,
         }
     }
 
@@ -316,6 +321,7 @@ impl Checkpointer {
         if taken.is_err() {
             // The changes it took may not be in any image.
             store.changes.lose();
+            self.rebase = true;
         }
         taken
     }

@@ -41,9 +41,11 @@
 use super::writer::{self, Builder};
 use super::{install, reap, CheckpointStats, Checkpointer, DeletedKeys, Durable, Extend};
 use crate::error::{Error, Result};
+use crate::heap::tile::PENDING;
 use crate::heap::Addr;
 use crate::index::{rewrite_leaf_image, NodeSnapshot};
 use crate::txn::{Store, TableRt};
+use std::sync::atomic::Ordering::Acquire;
 use std::time::Instant;
 
 impl Checkpointer {
@@ -52,9 +54,13 @@ impl Checkpointer {
     pub(super) fn take_nodes(&mut self, store: &Store) -> Result<CheckpointStats> {
         let started = Instant::now();
         self.release_deferred(store);
+        // A fold of the entries chain this mode took over, started before.
+        self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
+        let rebase = std::mem::take(&mut self.rebase);
         let base = self.current.clone().filter(|c| {
-            c.nodes
+            !rebase
+                && c.nodes
                 && c.extend == Extend::Anything
                 && c.extents.len() + 1 < self.compact_depth
                 && !c.wants_fold()
@@ -64,6 +70,10 @@ impl Checkpointer {
             delta: base.is_some(),
             ..Default::default()
         };
+        // Values committed before the previous checkpoint's horizon were
+        // resolved by it already (or, if tombstones, are harmless as they
+        // are: see `write_nodes`).
+        let settled_below = self.current.as_ref().map_or(0, |c| c.t_low);
         let horizons = writer::Horizons {
             sequence: self.current.as_ref().map_or(1, |c| c.sequence + 1),
             t_low,
@@ -89,7 +99,12 @@ impl Checkpointer {
             })?;
             let revisit = self.revisit_of(id);
             let whole = base.as_ref().is_none_or(|b| !b.tables.contains(&id));
-            let outcome = write_nodes(store, table, &snapshot, &mut image, (whole, &revisit));
+            let nodes = Nodes {
+                whole,
+                revisit: &revisit,
+                settled_below,
+            };
+            let outcome = write_nodes(store, table, &snapshot, &mut image, nodes);
             stats.entries += outcome.nodes;
             self.set_revisit(id, outcome.revisit);
             deleted.push((table.clone(), outcome.deleted));
@@ -174,17 +189,42 @@ struct Written {
     deleted: Vec<(Vec<u8>, Addr)>,
 }
 
-/// Appends the table's node part: every node of the frozen tree when
-/// `whole`, else those changed in the frozen epoch or listed in `revisit`
-/// (ascending).
+/// Which nodes of a table a checkpoint writes, and how it resolves them.
+struct Nodes<'r> {
+    /// Every node of the frozen tree, not only those changed in its epoch.
+    whole: bool,
+    /// Ids written although unchanged, ascending.
+    revisit: &'r [u64],
+    /// Values committed before this are written as they are.
+    settled_below: u64,
+}
+
+/// Appends the table's node part (see [`Nodes`]).
+///
+/// A value committed before `settled_below` is written without reading its
+/// slot: it is the newest committed version of its key, and if it is a
+/// tombstone, an entry for it is what the live index holds until the
+/// reaper removes it, which it reads as absent (the full resolution leaves
+/// such keys out, and reads only what is newer).
 fn write_nodes(
     store: &Store,
     table: &TableRt,
     snapshot: &NodeSnapshot<'_>,
     image: &mut Builder,
-    (whole, revisit): (bool, &[u64]),
+    nodes: Nodes<'_>,
 ) -> Written {
+    let Nodes {
+        whole,
+        revisit,
+        settled_below,
+    } = nodes;
     let mut out = image.begin_node_table(table, snapshot.root_id(), snapshot.id_limit());
+    let expected = match whole {
+        true => snapshot.id_limit(),
+        false => snapshot.id_limit() / 8 + revisit.len() as u64,
+    };
+    out.buffer()
+        .reserve(expected as usize * crate::index::NODE_IMAGE_BYTES);
     let mut written = Written {
         nodes: 0,
         revisit: Vec::new(),
@@ -202,16 +242,23 @@ fn write_nodes(
         let buffer = out.buffer();
         let at = buffer.len();
         snapshot.write_image(id, buffer);
-        let mut settled = true;
-        rewrite_leaf_image(&mut buffer[at..], |key, head| {
-            let committed = table.committed_version(&store.medium, Addr(head));
-            settled &= committed == Some(Addr(head));
-            if committed.is_none() {
-                written.deleted.push((key.to_vec(), Addr(head)));
+        let mut as_live = true;
+        let ahead = |head| table.heap.prefetch_header(Addr(head));
+        let dropped = rewrite_leaf_image(&mut buffer[at..], ahead, |head| {
+            if settled(table, head, settled_below) {
+                return Some(head);
             }
+            let committed = table.committed_version(&store.medium, Addr(head));
+            as_live &= committed == Some(Addr(head));
             committed.map(|addr| addr.0)
         });
-        if !settled {
+        written.deleted.extend(
+            dropped
+                .into_iter()
+                .flatten()
+                .map(|(key, head)| (key, Addr(head))),
+        );
+        if !as_live {
             written.revisit.push(id);
         }
         out.seal_node();
@@ -219,4 +266,12 @@ fn write_nodes(
     }
     out.finish();
     written
+}
+
+/// Whether the version at `head` committed before `below`.
+fn settled(table: &TableRt, head: u64, below: u64) -> bool {
+    table.heap.header(Addr(head)).is_some_and(|header| {
+        let begin = header.begin.load(Acquire);
+        begin & PENDING == 0 && begin < below
+    })
 }

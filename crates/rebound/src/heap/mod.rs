@@ -518,6 +518,20 @@ impl TableHeap {
         Some(&self.tile(block)[addr.slot() as usize])
     }
 
+    /// Starts loading a version's header, if its tile exists.
+    #[inline]
+    pub fn prefetch_header(&self, addr: Addr) {
+        let Some(block) = self.block(addr) else {
+            return;
+        };
+        let tile = block.tile.load(Acquire);
+        if tile != 0 {
+            if let Some(header) = self.tiles.header(tile - 1, addr.slot()) {
+                crate::medium::prefetch(header);
+            }
+        }
+    }
+
     /// Starts loading a version's header (if its tile exists) and its slot,
     /// so that the two misses of reading a version overlap.
     #[inline]

@@ -643,7 +643,7 @@ fn step_down<'a>(
     parent: &ReadGuard<'a>,
     child: usize,
 ) -> Result<ReadGuard<'a>, Restart> {
-    let child = parent.child(child, cell)?.read_lock()?;
+    let child = parent.read_child(child, cell)?;
     // The child's version must be one it had while still linked where we found it.
     parent.validate()?;
     Ok(child)

@@ -56,6 +56,8 @@ const _: () = assert!(
 const _: () = assert!(std::mem::size_of::<Node>() == NODE_BYTES);
 
 const LEVEL_BITS: u32 = 8;
+/// Levels a loaded node may claim: a path is at most `MAX_HEIGHT` deep.
+const MAX_LEVEL: usize = super::MAX_HEIGHT;
 const LEVEL_MASK: u64 = (1 << LEVEL_BITS) - 1;
 /// Set in a child word (or the root word) that holds a node id, shifted
 /// left by one, instead of an address: node addresses are 4096-aligned.
@@ -607,9 +609,13 @@ impl<'a> ReadGuard<'a> {
     }
 
     /// Follows child `index` (see [`Node::child_index`]) of this inner node
-    /// of the tree `cell` owns.
+    /// of the tree `cell` owns and starts an optimistic read of it.
     #[inline]
-    pub(crate) fn child(&self, index: usize, cell: &'a RootCell) -> Result<&'a Node, Restart> {
+    pub(crate) fn read_child(
+        &self,
+        index: usize,
+        cell: &'a RootCell,
+    ) -> Result<ReadGuard<'a>, Restart> {
         // A stale index could name a slot past the end, whose word holds no
         // child; and a recycled node version (`versions`) may have become a
         // leaf since the caller saw an inner node.
@@ -648,7 +654,14 @@ impl<'a> ReadGuard<'a> {
         // `RootCell::drop`, which needs exclusive access, while `'a` borrows
         // the tree shared; a recycled version is rewritten only through
         // atomics (`versions`).
-        Ok(unsafe { &*child })
+        let child = unsafe { &*child }.read_lock()?;
+        // The entry named a version of the child when it was loaded, but
+        // that version may since have been replaced, recycled and reused
+        // for another node whose version this read saw first: its id tells.
+        if raw & ID_TAG != 0 && child.node.node_id() != raw >> 1 {
+            return Err(Restart);
+        }
+        Ok(child)
     }
 
     /// Takes the write lock if the node is still at the version this read saw.
@@ -1191,25 +1204,21 @@ const IMAGE_IDENT_WORD: usize = 3;
 const IMAGE_HINTS: usize = HEADER_WORDS;
 const IMAGE_BODY: usize = HEADER_WORDS + HINTS;
 const IMAGE_UPDATE_TIME_WORD: usize = NODE_WORDS - 2;
+const _: () = assert!(IMAGE_BODY + BODY_WORDS == IMAGE_UPDATE_TIME_WORD);
 
 impl Node {
     /// Appends this node's image; the caller makes sure nobody changes it.
     pub(crate) fn write_image(&self, out: &mut Vec<u8>) {
-        let mut words = [0u64; NODE_WORDS];
-        words[IMAGE_HEADER_WORD] = self.header.load(Relaxed);
-        words[IMAGE_LEFTMOST_WORD] = self.leftmost.load(Relaxed);
-        words[IMAGE_IDENT_WORD] = self.ident.load(Relaxed);
-        for (to, from) in words[IMAGE_HINTS..].iter_mut().zip(&self.hints) {
-            *to = from.load(Relaxed);
-        }
-        for (to, from) in words[IMAGE_BODY..].iter_mut().zip(&self.body) {
-            *to = from.load(Relaxed);
-        }
-        words[IMAGE_UPDATE_TIME_WORD] = self.update_time.load(Relaxed);
         out.reserve(IMAGE_BYTES);
-        for word in words {
-            out.extend_from_slice(&word.to_le_bytes());
-        }
+        let mut put = |word: u64| out.extend_from_slice(&word.to_le_bytes());
+        put(0);
+        put(self.header.load(Relaxed));
+        put(self.leftmost.load(Relaxed));
+        put(self.ident.load(Relaxed));
+        self.hints.iter().for_each(|hint| put(hint.load(Relaxed)));
+        self.body.iter().for_each(|word| put(word.load(Relaxed)));
+        put(self.update_time.load(Relaxed));
+        put(0);
     }
 
     /// A node from an image; any bytes decode to a node that reads without
@@ -1227,6 +1236,74 @@ impl Node {
             update_time: AtomicU64::new(words[IMAGE_UPDATE_TIME_WORD]),
             gap_read_ts: AtomicU64::new(0),
         }))
+    }
+
+    /// Checks a node loaded from an image (nobody else sees it yet) as
+    /// writers would have left it: header and slot fields in range without
+    /// clamping, key tails inside the heap and disjoint, dead words
+    /// counted exactly, keys strictly ascending within `[lower, upper)`, a
+    /// leaf's leftmost word zero; then rewrites its hints from its slots.
+    /// Garbage that passed the image's checksum thus never reaches a
+    /// writer's assertions.
+    pub(crate) fn check_loaded(
+        &self,
+        lower: Option<&InlineKey>,
+        upper: Option<&InlineKey>,
+    ) -> bool {
+        let raw = self.header.load(Relaxed);
+        let header = Header::decode(raw);
+        if header.encode() != raw || header.count * SLOT_WORDS > header.heap_start {
+            return false;
+        }
+        if self.is_leaf() && self.leftmost.load(Relaxed) != 0 || self.level() > MAX_LEVEL {
+            return false;
+        }
+        let mut tails = Vec::with_capacity(header.count);
+        for slot in 0..header.count {
+            let meta = self.slot_word(slot, 1);
+            let (len, tail_offset) = decode_meta(meta);
+            if len == 0 || encode_meta(len, tail_offset) != meta {
+                return false;
+            }
+            let words = tail_words(len);
+            if words > 0 && tail_offset < header.heap_start {
+                return false;
+            }
+            tails.push((tail_offset, words));
+        }
+        tails.retain(|&(_, words)| words > 0);
+        tails.sort_unstable();
+        let disjoint = tails.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0);
+        let live: usize = tails.iter().map(|&(_, words)| words).sum();
+        if !disjoint || live + header.dead != BODY_WORDS - header.heap_start {
+            return false;
+        }
+        // Heads settle every comparison of keys that differ in their first
+        // 8 bytes without building a key.
+        let ascending = (1..header.count).all(|slot| {
+            let (before, head) = (self.slot_head(slot - 1), self.slot_head(slot));
+            before < head
+                || before == head && self.compare_slot(slot - 1, &self.key_at(slot)).is_lt()
+        });
+        let last = header.count.checked_sub(1);
+        let within = lower.is_none_or(|l| header.count == 0 || !self.compare_slot(0, l).is_lt())
+            && upper.is_none_or(|u| last.is_none_or(|s| self.compare_slot(s, u).is_lt()));
+        if !ascending || !within {
+            return false;
+        }
+        for (i, hint) in self.hints.iter().enumerate() {
+            let value = match header.count >= HINTED_FROM {
+                true => self.slot_head(hint_slot(i, header.count)),
+                false => 0,
+            };
+            hint.store(value, Relaxed);
+        }
+        true
+    }
+
+    /// The separator of inner slot `slot`, for bounding its child.
+    pub(crate) fn separator(&self, slot: usize) -> InlineKey {
+        self.key_at(slot)
     }
 
     /// Child words of an inner node (leftmost first); empty for a leaf.
@@ -1257,31 +1334,48 @@ pub(crate) fn image_ident(image: &[u8]) -> Option<(u64, usize)> {
     Some((ident >> LEVEL_BITS, (ident & LEVEL_MASK) as usize))
 }
 
-/// Rewrites a leaf image's values: `value(key, v)` gives the value to keep,
-/// or `None` to drop the entry. False (image unchanged) for an inner node.
+/// Rewrites a leaf image's values: `value(v)` gives the value to keep, or
+/// `None` to drop the entry; `ahead(v)` first sees every value, so that
+/// what `value` will read can be prefetched. Returns the dropped entries
+/// as (key, value), or `None` (image unchanged) for an inner node. Values
+/// are replaced in place; only a dropped entry rebuilds the node.
 pub fn rewrite_leaf_image(
     image: &mut [u8],
-    mut value: impl FnMut(&[u8], u64) -> Option<u64>,
-) -> bool {
-    let Some(words) = image_words(image) else {
-        return false;
-    };
+    mut ahead: impl FnMut(u64),
+    mut value: impl FnMut(u64) -> Option<u64>,
+) -> Option<Vec<(Vec<u8>, u64)>> {
+    let words = image_words(image)?;
     if words[IMAGE_IDENT_WORD] & LEVEL_MASK != 0 {
-        return false;
+        return None;
+    }
+    let count = Header::decode(words[IMAGE_HEADER_WORD]).count;
+    let payload_word = |slot: usize| IMAGE_BODY + slot * SLOT_WORDS + 2;
+    (0..count).for_each(|slot| ahead(words[payload_word(slot)]));
+    let kept: Vec<Option<u64>> = (0..count)
+        .map(|slot| value(words[payload_word(slot)]))
+        .collect();
+    if kept.iter().all(Option::is_some) {
+        for (slot, kept) in kept.into_iter().enumerate() {
+            let at = payload_word(slot) * 8;
+            image[at..at + 8].copy_from_slice(&kept.unwrap_or_default().to_le_bytes());
+        }
+        return Some(Vec::new());
     }
     let old = Page {
         header: Header::decode(words[IMAGE_HEADER_WORD]),
         leftmost: 0,
         body: array::from_fn(|i| words[IMAGE_BODY + i]),
     };
+    let mut dropped = Vec::new();
     let mut fresh = Page::empty(0);
-    for slot in 0..old.header.count {
-        let key = old.key_at(slot);
-        if let Some(kept) = value(key.as_bytes(), old.slot_payload(slot)) {
-            let (len, tail_offset) = old.slot_layout(slot);
-            let tail = old.body[tail_offset..tail_offset + tail_words(len)].iter();
-            fresh.push(len, old.slot_head(slot), tail.copied(), kept);
-        }
+    for (slot, kept) in kept.into_iter().enumerate() {
+        let Some(kept) = kept else {
+            dropped.push((old.key_at(slot).as_bytes().to_vec(), old.slot_payload(slot)));
+            continue;
+        };
+        let (len, tail_offset) = old.slot_layout(slot);
+        let tail = old.body[tail_offset..tail_offset + tail_words(len)].iter();
+        fresh.push(len, old.slot_head(slot), tail.copied(), kept);
     }
     let mut out = words;
     out[IMAGE_HEADER_WORD] = fresh.header.encode();
@@ -1292,7 +1386,7 @@ pub fn rewrite_leaf_image(
     for (bytes, word) in image.chunks_exact_mut(8).zip(out) {
         bytes.copy_from_slice(&word.to_le_bytes());
     }
-    true
+    Some(dropped)
 }
 
 /// Fills one leaf for bulk loading; entries must come in ascending order.

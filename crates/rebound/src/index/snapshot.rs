@@ -1,7 +1,8 @@
 //! Frozen states of a tree with node versions, and trees loaded back from
 //! node images: the index side of HiEngine's IACoW checkpoints (see
-//! `versions` for the epochs, `checkpoint::iacow` for the medium side).
+//! `versions` for the epochs, `checkpoint::nodes` for the medium side).
 
+use super::key::InlineKey;
 use super::node::{image_ident, Node, RootCell, ID_TAG};
 use super::versions::{FreezeState, NodeVersions};
 use super::BTree;
@@ -27,6 +28,9 @@ pub enum NodeImageError {
     BadLink(u64),
     /// Images that no path from the root reaches.
     Unreachable(usize),
+    /// A node's fields are out of range, its key tails overlap, or its
+    /// keys are not ascending within its parent's bounds.
+    BadNode(u64),
 }
 
 impl BTree {
@@ -46,14 +50,16 @@ impl BTree {
         root_id: u64,
         images: impl IntoIterator<Item = &'i [u8]>,
     ) -> Result<Self, NodeImageError> {
-        let mut loader = TreeLoader::new();
+        let images: Vec<&[u8]> = images.into_iter().collect();
+        let ids = images.iter().filter_map(|image| image_ident(image));
+        let mut loader = TreeLoader::new(ids.map(|(id, _)| id + 1).max().unwrap_or(1));
         for image in images {
             if !loader.add(image)? {
                 let id = image_ident(image).map_or(0, |(id, _)| id);
                 return Err(NodeImageError::Duplicate(id));
             }
         }
-        loader.finish(root_id, u64::MAX)
+        loader.finish(root_id)
     }
 }
 
@@ -62,26 +68,24 @@ impl BTree {
 pub struct TreeLoader {
     versions: NodeVersions,
     placed: usize,
-}
-
-impl Default for TreeLoader {
-    fn default() -> Self {
-        Self::new()
-    }
+    id_limit: u64,
 }
 
 impl TreeLoader {
-    pub fn new() -> Self {
+    /// A loader of node ids below `id_limit`; the caller bounds it by the
+    /// images it has (ids are dense), so damage cannot size allocations.
+    pub fn new(id_limit: u64) -> Self {
         Self {
             versions: NodeVersions::new(),
             placed: 0,
+            id_limit,
         }
     }
 
     /// Adds one image; false if its id was added before.
     pub fn add(&mut self, image: &[u8]) -> Result<bool, NodeImageError> {
         let (id, _) = image_ident(image).ok_or(NodeImageError::Malformed)?;
-        if id == 0 {
+        if id == 0 || id >= self.id_limit {
             return Err(NodeImageError::Malformed);
         }
         if self.versions.is_placed(id) {
@@ -96,12 +100,10 @@ impl TreeLoader {
     }
 
     /// The tree rooted at `root_id`, once the images are checked to form
-    /// one: every id below `id_limit`, every node reached once from the
-    /// root, one level below its parent, and no image left over.
-    pub fn finish(self, root_id: u64, id_limit: u64) -> Result<BTree, NodeImageError> {
-        if self.versions.id_limit() > id_limit {
-            return Err(NodeImageError::Malformed);
-        }
+    /// one: every node reached once from the root, one level below its
+    /// parent, well formed within its parent's key bounds
+    /// (`Node::check_loaded`), and no image left over.
+    pub fn finish(self, root_id: u64) -> Result<BTree, NodeImageError> {
         let root_word = root_id << 1 | ID_TAG;
         let (len, reached) = check_tree(&self.versions, root_word)?;
         if reached != self.placed {
@@ -112,38 +114,52 @@ impl TreeLoader {
     }
 }
 
-/// Walks the loaded nodes from the root; returns (entries, nodes reached).
+/// A node to check: its word, its parent's level, and its key bounds.
+type Pending = (u64, Option<usize>, Option<InlineKey>, Option<InlineKey>);
+
+/// Walks the loaded nodes from the root, checking each (`check_loaded`);
+/// returns (entries, nodes reached).
 fn check_tree(versions: &NodeVersions, root: u64) -> Result<(usize, usize), NodeImageError> {
     let limit = versions.id_limit();
     let mut seen = vec![false; limit as usize];
-    let mut pending = vec![(root, None::<usize>)];
+    let mut pending: Vec<Pending> = vec![(root, None, None, None)];
     let (mut entries, mut reached) = (0, 0);
-    while let Some((word, parent_level)) = pending.pop() {
+    while let Some((word, parent_level, lower, upper)) = pending.pop() {
         let id = word >> 1;
-        let node = versions
-            .loaded(word)
-            .ok_or(NodeImageError::BadLink(id))
-            .map_err(|e| match parent_level {
-                None => NodeImageError::MissingRoot(id),
-                Some(_) => e,
-            })?;
-        if seen[id as usize] || parent_level.is_some_and(|level| node.level() + 1 != level) {
+        let node = versions.loaded(word).ok_or(match parent_level {
+            None => NodeImageError::MissingRoot(id),
+            Some(_) => NodeImageError::BadLink(id),
+        })?;
+        let seen = seen
+            .get_mut(id as usize)
+            .ok_or(NodeImageError::BadLink(id))?;
+        if *seen || parent_level.is_some_and(|level| node.level() + 1 != level) {
             return Err(NodeImageError::BadLink(id));
         }
-        seen[id as usize] = true;
+        if !node.check_loaded(lower.as_ref(), upper.as_ref()) {
+            return Err(NodeImageError::BadNode(id));
+        }
+        *seen = true;
         reached += 1;
         if node.is_leaf() {
             entries += node.count();
+            continue;
         }
         let children = node.child_words();
         if children.iter().any(|&child| child & ID_TAG == 0) {
             return Err(NodeImageError::BadLink(id));
         }
-        pending.extend(
-            children
-                .into_iter()
-                .map(|child| (child, Some(node.level()))),
-        );
+        for (i, child) in children.into_iter().enumerate() {
+            let child_lower = match i {
+                0 => lower.clone(),
+                _ => Some(node.separator(i - 1)),
+            };
+            let child_upper = match i < node.count() {
+                true => Some(node.separator(i)),
+                false => upper.clone(),
+            };
+            pending.push((child, Some(node.level()), child_lower, child_upper));
+        }
     }
     Ok((entries, reached))
 }

@@ -86,7 +86,7 @@ fn check_subtree<'a>(
                 Some(&keys[child - 1])
             };
             let child_upper = keys.get(child).or(upper);
-            let child_guard = guard.child(child, cell).unwrap().read_lock().unwrap();
+            let child_guard = guard.read_child(child, cell).unwrap();
             check_subtree(cell, child_guard, child_lower, child_upper, level - 1)
         })
         .sum()
@@ -867,13 +867,23 @@ fn rewriting_a_leaf_image_keeps_drops_and_changes_values() {
     let tree = BTree::bulk_load((0..300u64).map(|i| (i.to_be_bytes(), i))).with_node_versions();
     let mut chain = ImageChain::default();
     chain.take(&tree, true);
+    let mut dropped = Vec::new();
     for image in chain.images.values_mut() {
-        let is_leaf = rewrite_leaf_image(image, |key, value| {
-            assert_eq!(u64::from_be_bytes(key.try_into().unwrap()), value);
-            (value % 3 != 0).then_some(value * 10)
-        });
-        assert_eq!(is_leaf, image[24] == 0, "only leaves are rewritten");
+        let is_leaf = image[24] == 0;
+        let outcome = rewrite_leaf_image(
+            image,
+            |_| (),
+            |value| (value % 3 != 0).then_some(value * 10),
+        );
+        assert_eq!(outcome.is_some(), is_leaf, "only leaves are rewritten");
+        dropped.extend(outcome.unwrap_or_default());
     }
+    dropped.sort();
+    let expected_dropped: Vec<(Vec<u8>, u64)> = (0..300u64)
+        .filter(|i| i % 3 == 0)
+        .map(|i| (i.to_be_bytes().to_vec(), i))
+        .collect();
+    assert_eq!(dropped, expected_dropped);
     let expected: Vec<(Vec<u8>, u64)> = (0..300u64)
         .filter(|i| i % 3 != 0)
         .map(|i| (i.to_be_bytes().to_vec(), i * 10))
@@ -920,6 +930,30 @@ fn node_images_that_do_not_form_one_tree_are_refused() {
         )),
         Some(NodeImageError::MissingRoot(root))
     );
+    // Images that pass their checksum (none here) but hold garbage.
+    let leaf_ids: Vec<u64> = (chain.images.iter())
+        .filter(|(_, image)| image[24] == 0)
+        .map(|(id, _)| *id)
+        .collect();
+    let crafted = |change: &dyn Fn(&mut Vec<u8>)| {
+        let mut images = chain.images.clone();
+        change(images.get_mut(&leaf_ids[1]).unwrap());
+        BTree::from_node_images(root, images.values().map(Vec::as_slice)).err()
+    };
+    let swap_first_keys = |image: &mut Vec<u8>| {
+        let (first, second) = (image[160..168].to_vec(), image[184..192].to_vec());
+        image[160..168].copy_from_slice(&second);
+        image[184..192].copy_from_slice(&first);
+    };
+    let below_its_fence = |image: &mut Vec<u8>| image[160..168].fill(0);
+    let too_many_slots = |image: &mut Vec<u8>| image[8..10].copy_from_slice(&400u16.to_le_bytes());
+    for change in [
+        &swap_first_keys as &dyn Fn(&mut Vec<u8>),
+        &below_its_fence,
+        &too_many_slots,
+    ] {
+        assert_eq!(crafted(change), Some(NodeImageError::BadNode(leaf_ids[1])));
+    }
     let short = [&chain.images[&root][..100]];
     assert_eq!(
         result(BTree::from_node_images(root, short)),

@@ -17,14 +17,17 @@
 //! * A writer of epoch `> E` that locks a node whose newest change is from
 //!   an epoch `<= E` copies it first (waiting for the freeze to settle, so
 //!   no writer of epoch `E` can still be changing the original), changes
-//!   the copy, and publishes it under the same id; the original goes to the
-//!   frozen list. The checkpoint reads the original, which nobody changes.
+//!   the copy, and publishes it under the same id; the original is kept in
+//!   the entry for the freeze (and listed for recycling). The checkpoint reads the original, which nobody changes.
 //! * Outside a freeze a node is changed in place and its entry's `dirty`
 //!   raised to the writer's epoch: copies cost only while a checkpoint runs.
 //! * When the freeze ends, the originals it kept are recycled for later
 //!   copies. Stale optimistic readers may still load them: a recycled node is
 //!   rewritten with atomic stores only and its version word keeps counting
-//!   up, so such a reader fails validation and restarts. Node memory is
+//!   up, so a reader that read it before fails validation and restarts; and
+//!   a reader that resolved an id to it before it was recycled, but reads
+//!   its version only after it was reused for another node, sees that
+//!   node's id in it and restarts (`ReadGuard::read_child`). Node memory is
 //!   freed only with the tree.
 //!
 //! # Invariants
@@ -34,7 +37,7 @@
 //!   version; an id created in epoch `e` starts with `dirty = e`.
 //! * For a freeze of epoch `E`: a node with `dirty <= E` in its entry is in
 //!   the frozen state as it is; a node with `dirty > E` that existed at the
-//!   freeze has its frozen version in the frozen list, tagged `E`.
+//!   freeze has its frozen version in its entry's `frozen`, tagged `E`.
 #![allow(unsafe_code)]
 
 use std::ptr;
@@ -56,14 +59,16 @@ const SEGMENTS: usize = 1 << 14;
 pub(crate) struct Entry {
     node: AtomicPtr<Node>,
     dirty: AtomicU64,
+    /// The version the freeze of `frozen_for` keeps, and its `dirty`: set
+    /// when a writer replaces it, before the copy is published.
+    frozen: AtomicPtr<Node>,
+    frozen_dirty: AtomicU64,
+    frozen_for: AtomicU64,
 }
 
-/// A node version a freeze still needs (`for_epoch`), kept after a writer
-/// replaced it.
+/// A node version a freeze kept, recycled once that freeze ended.
 struct Frozen {
-    id: u64,
     node: usize,
-    dirty: u64,
     for_epoch: u64,
 }
 
@@ -274,10 +279,11 @@ impl NodeVersions {
             if self.settled.load(SeqCst) < freezing {
                 return Prepared::NotYet;
             }
+            entry.frozen.store(ptr::from_ref(node).cast_mut(), SeqCst);
+            entry.frozen_dirty.store(dirty, SeqCst);
+            entry.frozen_for.store(freezing, SeqCst);
             self.frozen.lock().push(Frozen {
-                id: node.node_id(),
                 node: ptr::from_ref(node).addr(),
-                dirty,
                 for_epoch: freezing,
             });
             return Prepared::Copy(entry);
@@ -300,7 +306,7 @@ impl NodeVersions {
     /// Makes `copy` the newest version of `entry`'s node, changed in `epoch`.
     pub(crate) fn publish(&self, entry: &Entry, copy: *mut Node, epoch: u64) {
         // `dirty` first: a freeze that reads the new node then reads a
-        // `dirty` above its epoch, and looks in the frozen list instead.
+        // `dirty` above its epoch, and takes the entry's frozen version.
         entry.dirty.store(epoch, SeqCst);
         entry.node.store(copy, SeqCst);
     }
@@ -341,26 +347,22 @@ impl NodeVersions {
         let entry = self.entry(id)?;
         let node = entry.node.load(SeqCst);
         let dirty = entry.dirty.load(SeqCst);
-        let (address, dirty) = if dirty <= epoch {
-            (node.addr(), dirty)
+        let (node, dirty) = if dirty <= epoch {
+            (node, dirty)
+        } else if entry.frozen_for.load(SeqCst) == epoch {
+            // Written before the copy was published, so before `dirty`.
+            (entry.frozen.load(SeqCst), entry.frozen_dirty.load(SeqCst))
         } else {
-            let frozen = self.frozen.lock();
-            let kept = frozen
-                .iter()
-                .rev()
-                .find(|f| f.id == id && f.for_epoch == epoch)?;
-            (kept.node, kept.dirty)
+            // Made after the freeze.
+            return None;
         };
-        if address == 0 {
+        if node.is_null() {
             return None;
         }
-        // SAFETY: the address is a version this structure owns; a frozen
+        // SAFETY: the pointer is a version this structure owns; a frozen
         // one is recycled only when its freeze ends, which needs the
         // `FreezeState` the caller borrows.
-        Some((
-            unsafe { &*ptr::with_exposed_provenance::<Node>(address) },
-            dirty,
-        ))
+        Some((unsafe { &*node }, dirty))
     }
 
     fn end_freeze(&self, epoch: u64) {

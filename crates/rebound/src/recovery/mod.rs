@@ -305,12 +305,20 @@ struct IndexSource<'c> {
 /// The index the newest node images of `table` in `chain` form.
 fn load_node_tree(medium: &Medium, chain: &Chain, table: u32) -> Result<BTree> {
     let bad = |why: String| Error::Corrupt(format!("checkpoint: table {table}'s nodes: {why}"));
-    let mut loader = TreeLoader::new();
-    let mut root = None;
+    let parts = chain
+        .sections(table)
+        .into_iter()
+        .map(|section| section.node_part(medium))
+        .collect::<Result<Vec<_>>>()?;
+    let newest = parts.first().ok_or_else(|| bad("no section".into()))?;
+    // Ids are dense below the newest limit, each in some image of the chain.
+    let images: u64 = parts.iter().map(|p| p.count).sum();
+    if newest.id_limit > images.saturating_add(1) {
+        return Err(bad("the id limit exceeds the images".into()));
+    }
+    let mut loader = TreeLoader::new(newest.id_limit);
     let mut image = vec![0u8; NODE_IMAGE_BYTES];
-    for section in chain.sections(table) {
-        let part = section.node_part(medium)?;
-        root.get_or_insert((part.root_id, part.id_limit));
+    for part in &parts {
         for i in 0..part.count {
             if !part.read(medium, i, &mut image) {
                 return Err(bad("a node image fails its checksum".into()));
@@ -318,9 +326,8 @@ fn load_node_tree(medium: &Medium, chain: &Chain, table: u32) -> Result<BTree> {
             loader.add(&image).map_err(|e| bad(format!("{e:?}")))?;
         }
     }
-    let (root, id_limit) = root.ok_or_else(|| bad("no section".into()))?;
     loader
-        .finish(root, id_limit)
+        .finish(newest.root_id)
         .map_err(|e| bad(format!("{e:?}")))
 }
 
