@@ -25,6 +25,21 @@ impl BTree {
     /// # Panics
     /// If a key is empty or longer than [`super::MAX_KEY_LEN`].
     pub fn insert_sorted_absent<K: AsRef<[u8]>>(&self, entries: &[(K, u64)]) -> usize {
+        self.merge_sorted_entries(entries, false)
+    }
+
+    /// Upserts entries sorted strictly ascending, leaf by leaf (redo on
+    /// top of a tree loaded from node images); ignores gap marks. Returns
+    /// how many keys were new.
+    ///
+    /// # Panics
+    /// If a key is empty or longer than [`super::MAX_KEY_LEN`].
+    pub fn upsert_sorted<K: AsRef<[u8]>>(&self, entries: &[(K, u64)]) -> usize {
+        self.merge_sorted_entries(entries, true)
+    }
+
+    fn merge_sorted_entries<K: AsRef<[u8]>>(&self, entries: &[(K, u64)], overwrite: bool) -> usize {
+        debug_assert!(entries.is_sorted_by(|a, b| a.0.as_ref() < b.0.as_ref()));
         let backoff = Backoff::new();
         let epoch = self.writer_epoch();
         let (mut next, mut inserted) = (0, 0);
@@ -50,7 +65,7 @@ impl BTree {
                 }
                 batch.push((key, *value));
             }
-            let merged = leaf.merge_sorted(&batch);
+            let merged = leaf.merge_sorted(&batch, overwrite);
             // Under the leaf lock, so a removal of these keys cannot decrement first.
             self.len.fetch_add(merged.added, Relaxed);
             next += merged.consumed;

@@ -828,16 +828,26 @@ impl<'a> WriteGuard<'a> {
     /// consumed, how many of those went in, and whether the first key it
     /// could not take sorts after nine tenths of the leaf (a split should
     /// then leave room at the end: `SplitBias::Append`).
-    pub(crate) fn merge_sorted<K: KeyWords>(&mut self, keys: &[(K, u64)]) -> Merged {
+    /// With `overwrite`, keys the leaf has take the batch's values instead.
+    pub(crate) fn merge_sorted<K: KeyWords>(
+        &mut self,
+        keys: &[(K, u64)],
+        overwrite: bool,
+    ) -> Merged {
         self.assert_leaf();
         if let Some(appended) = self.append_sorted(keys) {
             return appended;
+        }
+        if overwrite {
+            if let Some(replaced) = self.replace_sorted(keys) {
+                return replaced;
+            }
         }
         let old = self.snapshot();
         let count = old.header.count;
         let mut old_left: usize = (0..count).map(|slot| old.entry_words(slot)).sum();
         let mut fresh = Page::empty(old.leftmost);
-        let (mut slot, mut consumed, mut added) = (0, 0, 0);
+        let (mut slot, mut consumed, mut added, mut replaced) = (0, 0, 0, 0);
         while let Some((key, payload)) = keys.get(consumed) {
             let order = match slot < count {
                 true => old.compare_slot(slot, key),
@@ -848,6 +858,15 @@ impl<'a> WriteGuard<'a> {
                     old_left -= old.entry_words(slot);
                     fresh.push_copy(&old, slot);
                     slot += 1;
+                }
+                Ordering::Equal if overwrite => {
+                    old_left -= old.entry_words(slot);
+                    let (len, tail_offset) = old.slot_layout(slot);
+                    let tail = old.body[tail_offset..tail_offset + tail_words(len)].iter();
+                    fresh.push(len, old.slot_head(slot), tail.copied(), *payload);
+                    slot += 1;
+                    consumed += 1;
+                    replaced += 1;
                 }
                 Ordering::Equal => consumed += 1,
                 Ordering::Greater => {
@@ -868,7 +887,7 @@ impl<'a> WriteGuard<'a> {
         // every leaf half full.
         let near_end = 10 * old_left <= fresh.used_words() + old_left;
         let insert_at = fresh.header.count;
-        if added > 0 {
+        if added > 0 || replaced > 0 {
             for slot in slot..count {
                 fresh.push_copy(&old, slot);
             }
@@ -880,6 +899,28 @@ impl<'a> WriteGuard<'a> {
             near_end,
             insert_at,
         }
+    }
+
+    /// `merge_sorted` with `overwrite` where the leaf has every key: their
+    /// values are set in place, where a merge rewrites the leaf. `None`
+    /// when a key is missing (nothing changed then).
+    fn replace_sorted<K: KeyWords>(&mut self, keys: &[(K, u64)]) -> Option<Merged> {
+        let mut slots = Vec::with_capacity(keys.len());
+        for (key, _) in keys {
+            match self.node.find(key) {
+                (slot, true) => slots.push(slot),
+                (_, false) => return None,
+            }
+        }
+        for (slot, (_, value)) in slots.into_iter().zip(keys) {
+            self.set_value(slot, *value);
+        }
+        Some(Merged {
+            consumed: keys.len(),
+            added: 0,
+            near_end: false,
+            insert_at: 0,
+        })
     }
 
     /// `merge_sorted` where every key sorts after the leaf's own and no
@@ -1205,6 +1246,14 @@ const IMAGE_HINTS: usize = HEADER_WORDS;
 const IMAGE_BODY: usize = HEADER_WORDS + HINTS;
 const IMAGE_UPDATE_TIME_WORD: usize = NODE_WORDS - 2;
 const _: () = assert!(IMAGE_BODY + BODY_WORDS == IMAGE_UPDATE_TIME_WORD);
+// An image is the node's memory: the fields in this order, no padding.
+const _: () = assert!(
+    std::mem::offset_of!(Node, leftmost) == 8 * IMAGE_LEFTMOST_WORD
+        && std::mem::offset_of!(Node, ident) == 8 * IMAGE_IDENT_WORD
+        && std::mem::offset_of!(Node, hints) == 8 * IMAGE_HINTS
+        && std::mem::offset_of!(Node, body) == 8 * IMAGE_BODY
+        && std::mem::offset_of!(Node, update_time) == 8 * IMAGE_UPDATE_TIME_WORD
+);
 
 impl Node {
     /// Appends this node's image; the caller makes sure nobody changes it.
@@ -1221,21 +1270,34 @@ impl Node {
         put(0);
     }
 
-    /// A node from an image; any bytes decode to a node that reads without
-    /// panicking (every field is clamped on use), so the caller only checks
-    /// the structure. `None` if `image` is not one node long.
+    /// A node from the image `read` writes into its memory (returning
+    /// false if it cannot); any bytes make a node that reads without
+    /// panicking (every field is clamped on use), and `check_loaded` then
+    /// judges it. The version word and the gap mark start at zero.
+    pub(crate) fn from_image_with(read: impl FnOnce(&mut [u8]) -> bool) -> Option<OwnedNode> {
+        OwnedNode::from_bytes(|bytes| {
+            if !read(bytes) {
+                return false;
+            }
+            // Images are little-endian; node words are native.
+            #[cfg(target_endian = "big")]
+            bytes.chunks_exact_mut(8).for_each(<[u8]>::reverse);
+            bytes[..8].fill(0);
+            bytes[IMAGE_BYTES - 8..].fill(0);
+            true
+        })
+    }
+
+    /// [`from_image_with`](Self::from_image_with) of an image in memory;
+    /// `None` if it is not one node long.
     pub(crate) fn from_image(image: &[u8]) -> Option<OwnedNode> {
-        let words = image_words(image)?;
-        Some(OwnedNode::new(Node {
-            version: AtomicU64::new(0),
-            header: AtomicU64::new(words[IMAGE_HEADER_WORD]),
-            leftmost: AtomicU64::new(words[IMAGE_LEFTMOST_WORD]),
-            ident: AtomicU64::new(words[IMAGE_IDENT_WORD]),
-            hints: array::from_fn(|i| AtomicU64::new(words[IMAGE_HINTS + i])),
-            body: array::from_fn(|i| AtomicU64::new(words[IMAGE_BODY + i])),
-            update_time: AtomicU64::new(words[IMAGE_UPDATE_TIME_WORD]),
-            gap_read_ts: AtomicU64::new(0),
-        }))
+        Self::from_image_with(|bytes| match image.len() == bytes.len() {
+            true => {
+                bytes.copy_from_slice(image);
+                true
+            }
+            false => false,
+        })
     }
 
     /// Checks a node loaded from an image (nobody else sees it yet) as

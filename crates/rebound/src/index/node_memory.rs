@@ -97,6 +97,27 @@ impl OwnedNode {
         OwnedNode(memory)
     }
 
+    /// A node whose bytes `fill` writes (native-endian words in the node's
+    /// field order); `None`, the memory back in the pool, if `fill`
+    /// refuses. Spares a node image the copies through a `Node` value.
+    pub(crate) fn from_bytes(fill: impl FnOnce(&mut [u8; NODE_BYTES]) -> bool) -> Option<Self> {
+        let memory = allocate();
+        let bytes = memory.as_ptr().cast::<[u8; NODE_BYTES]>();
+        // SAFETY: `memory` is valid for writes of NODE_BYTES and owned by
+        // nobody else; it is zeroed before a reference to it is made, so the
+        // reference is to initialised bytes.
+        let bytes = unsafe {
+            bytes.write_bytes(0, 1);
+            &mut *bytes
+        };
+        // Owned from here, so that a refusal returns the memory.
+        let node = OwnedNode(memory);
+        // `Node` is `repr(C)`, NODE_BYTES long (asserted in `node`), and made
+        // of `u64`s and `AtomicU64`s only, which share layout and accept
+        // every bit pattern: whatever `fill` writes is a valid `Node`.
+        fill(bytes).then_some(node)
+    }
+
     /// Gives up ownership; the tree now owns the node (see `from_raw`).
     pub(crate) fn into_raw(self) -> *mut Node {
         let raw = self.0.as_ptr();

@@ -4,8 +4,11 @@
 
 use super::key::InlineKey;
 use super::node::{image_ident, Node, RootCell, ID_TAG};
-use super::versions::{FreezeState, NodeVersions};
+use super::node_memory::OwnedNode;
+use super::versions::{FreezeState, NodeVersions, MAX_IDS};
 use super::BTree;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// The tree as the index writers of epochs up to [`epoch`](Self::epoch)
 /// left it, readable while writers go on; the freeze ends on drop.
@@ -52,7 +55,7 @@ impl BTree {
     ) -> Result<Self, NodeImageError> {
         let images: Vec<&[u8]> = images.into_iter().collect();
         let ids = images.iter().filter_map(|image| image_ident(image));
-        let mut loader = TreeLoader::new(ids.map(|(id, _)| id + 1).max().unwrap_or(1));
+        let loader = TreeLoader::new(ids.map(|(id, _)| id + 1).max().unwrap_or(1));
         for image in images {
             if !loader.add(image)? {
                 let id = image_ident(image).map_or(0, |(id, _)| id);
@@ -67,7 +70,7 @@ impl BTree {
 /// image of an id already added is an older version and is skipped.
 pub struct TreeLoader {
     versions: NodeVersions,
-    placed: usize,
+    placed: AtomicUsize,
     id_limit: u64,
 }
 
@@ -77,25 +80,41 @@ impl TreeLoader {
     pub fn new(id_limit: u64) -> Self {
         Self {
             versions: NodeVersions::new(),
-            placed: 0,
-            id_limit,
+            placed: AtomicUsize::new(0),
+            id_limit: id_limit.min(MAX_IDS),
         }
     }
 
-    /// Adds one image; false if its id was added before.
-    pub fn add(&mut self, image: &[u8]) -> Result<bool, NodeImageError> {
-        let (id, _) = image_ident(image).ok_or(NodeImageError::Malformed)?;
+    /// Adds one image; false if its id was added before. Threads may add
+    /// images at once; of two with one id added at once (damage: one
+    /// image of a chain has distinct ids), either may win, and the tree
+    /// check in `finish` judges the result.
+    pub fn add(&self, image: &[u8]) -> Result<bool, NodeImageError> {
+        let node = Node::from_image(image).ok_or(NodeImageError::Malformed)?;
+        self.place(node)
+    }
+
+    /// [`add`](Self::add) of the image `read` writes straight into a
+    /// node's memory; `Ok(None)` if `read` refused (a checksum failed).
+    pub fn add_read(
+        &self,
+        read: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<Option<bool>, NodeImageError> {
+        match Node::from_image_with(read) {
+            Some(node) => self.place(node).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn place(&self, node: OwnedNode) -> Result<bool, NodeImageError> {
+        let id = node.node_id();
         if id == 0 || id >= self.id_limit {
             return Err(NodeImageError::Malformed);
         }
-        if self.versions.is_placed(id) {
+        if self.versions.is_placed(id) || !self.versions.place_loaded(id, node) {
             return Ok(false);
         }
-        let node = Node::from_image(image).ok_or(NodeImageError::Malformed)?;
-        if !self.versions.place_loaded(id, node) {
-            return Err(NodeImageError::Malformed);
-        }
-        self.placed += 1;
+        self.placed.fetch_add(1, Relaxed);
         Ok(true)
     }
 
@@ -105,12 +124,13 @@ impl TreeLoader {
     /// (`Node::check_loaded`), and no image left over.
     pub fn finish(self, root_id: u64) -> Result<BTree, NodeImageError> {
         let root_word = root_id << 1 | ID_TAG;
+        let placed = self.placed.into_inner();
         let (len, reached) = check_tree(&self.versions, root_word)?;
-        if reached != self.placed {
-            return Err(NodeImageError::Unreachable(self.placed - reached));
+        if reached != placed {
+            return Err(NodeImageError::Unreachable(placed - reached));
         }
         let root = RootCell::with_versions(self.versions, root_word);
-        Ok(BTree::from_cell(root, len, self.placed))
+        Ok(BTree::from_cell(root, len, placed))
     }
 }
 

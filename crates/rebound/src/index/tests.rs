@@ -863,6 +863,28 @@ fn a_loaded_tree_takes_writes_and_freezes_like_any_other() {
 }
 
 #[test]
+fn sorted_upserts_replace_present_keys_and_insert_absent_ones() {
+    let tree =
+        BTree::bulk_load((0..20_000u64).map(|i| ((2 * i).to_be_bytes(), i))).with_node_versions();
+    let mut model: Model = (0..20_000u64)
+        .map(|i| ((2 * i).to_be_bytes().to_vec(), i))
+        .collect();
+    // Runs of present keys only (replaced in place) and mixed runs.
+    let batch: Vec<([u8; 8], u64)> = (0..30_000u64)
+        .filter(|k| k % 6 == 0 || k < &6000)
+        .map(|k| (k.to_be_bytes(), k + 1_000_000))
+        .collect();
+    let new = batch
+        .iter()
+        .filter(|(k, _)| !model.contains_key(&k[..]))
+        .count();
+    assert_eq!(tree.upsert_sorted(&batch), new);
+    model.extend(batch.iter().map(|(k, v)| (k.to_vec(), *v)));
+    assert_eq!(tree.to_vec(), model_vec(&model));
+    assert_eq!(check_invariants(&tree), model.len());
+}
+
+#[test]
 fn rewriting_a_leaf_image_keeps_drops_and_changes_values() {
     let tree = BTree::bulk_load((0..300u64).map(|i| (i.to_be_bytes(), i))).with_node_versions();
     let mut chain = ImageChain::default();

@@ -41,7 +41,7 @@
 #![allow(unsafe_code)]
 
 use std::ptr;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicPtr, AtomicU64};
 
 use crossbeam_utils::{Backoff, CachePadded};
@@ -54,6 +54,8 @@ const SEGMENT_BITS: u32 = 14;
 const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
 /// 2^28 ids: a terabyte of 4 KiB nodes.
 const SEGMENTS: usize = 1 << 14;
+/// Ids are below this.
+pub(crate) const MAX_IDS: u64 = (SEGMENTS * SEGMENT_LEN) as u64;
 
 #[derive(Default)]
 pub(crate) struct Entry {
@@ -236,15 +238,24 @@ impl NodeVersions {
     }
 
     /// Puts `node` at a known id (loading a checkpoint); false if taken.
+    /// Loaders may place concurrently; the first of two with one id wins.
     pub(crate) fn place_loaded(&self, id: u64, node: OwnedNode) -> bool {
         if id == 0 || id >= (SEGMENTS * SEGMENT_LEN) as u64 {
             return false;
         }
-        if !self.entry_or_grow(id).node.load(Relaxed).is_null() {
+        node.set_node_id(id);
+        let entry = self.entry_or_grow(id);
+        let raw = node.into_raw();
+        if let Err(_taken) = entry
+            .node
+            .compare_exchange(ptr::null_mut(), raw, AcqRel, Acquire)
+        {
+            // SAFETY: `raw` came from `into_raw` just above and was not
+            // published, so ownership comes straight back.
+            drop(unsafe { OwnedNode::from_raw(raw) });
             return false;
         }
         self.next_id.fetch_max(id + 1, Relaxed);
-        self.place(id, node, 0);
         true
     }
 

@@ -19,7 +19,7 @@ use crate::catalog::{self, TableDef, MAX_TXN_ID, MAX_WORKERS};
 use crate::checkpoint::{Chain, CheckpointImage, Durable, Extend, TableSection};
 use crate::error::{Error, Result};
 use crate::heap::{Addr, Block, Cursor, SlotWord, Space, TableHeap};
-use crate::index::{key_prefix, BTree, TreeLoader, MAX_KEY_LEN, NODE_IMAGE_BYTES};
+use crate::index::{key_prefix, BTree, TreeLoader, MAX_KEY_LEN};
 use crate::medium::Medium;
 use crate::txn::{Clock, SecondaryRt, Store, TableRt};
 use std::sync::Arc;
@@ -316,15 +316,37 @@ fn load_node_tree(medium: &Medium, chain: &Chain, table: u32) -> Result<BTree> {
     if newest.id_limit > images.saturating_add(1) {
         return Err(bad("the id limit exceeds the images".into()));
     }
-    let mut loader = TreeLoader::new(newest.id_limit);
-    let mut image = vec![0u8; NODE_IMAGE_BYTES];
+    let loader = TreeLoader::new(newest.id_limit);
+    // Newest image first (an id's older images are then skipped); the
+    // images of one part have distinct ids and load on all cores.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     for part in &parts {
-        for i in 0..part.count {
-            if !part.read(medium, i, &mut image) {
-                return Err(bad("a node image fails its checksum".into()));
-            }
-            loader.add(&image).map_err(|e| bad(format!("{e:?}")))?;
-        }
+        // A thread is worth it for 64 images, not for one.
+        let per_thread = part.count.div_ceil(threads as u64).max(64);
+        std::thread::scope(|scope| {
+            let loads: Vec<_> = (0..part.count)
+                .step_by(per_thread as usize)
+                .map(|first| {
+                    let (loader, bad) = (&loader, &bad);
+                    scope.spawn(move || {
+                        for i in first..(first + per_thread).min(part.count) {
+                            let read = |node: &mut [u8]| part.read(medium, i, node);
+                            match loader.add_read(read) {
+                                Ok(Some(_)) => {}
+                                Ok(None) => {
+                                    return Err(bad("a node image fails its checksum".into()))
+                                }
+                                Err(e) => return Err(bad(format!("{e:?}"))),
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            loads
+                .into_iter()
+                .try_for_each(|load| load.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        })?;
     }
     loader
         .finish(newest.root_id)
@@ -472,10 +494,23 @@ fn recover_table(
         Some(chain) => {
             let index = load_node_tree(medium, chain, id)?;
             // Redone versions are newer than the images' (which hold only
-            // versions committed by the checkpoint's end).
-            for &(key, addr) in &newest {
-                index.upsert(key, addr, t_low);
-            }
+            // versions committed by the checkpoint's end); key ranges go
+            // in on all cores.
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let per_thread = newest.len().div_ceil(threads).max(1024);
+            std::thread::scope(|scope| {
+                let redos: Vec<_> = newest
+                    .chunks(per_thread)
+                    .map(|range| {
+                        let index = &index;
+                        scope.spawn(move || index.upsert_sorted(range))
+                    })
+                    .collect();
+                // A panic is a bug, never a verdict on the file: raise it.
+                for redo in redos {
+                    redo.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                }
+            });
             index
         }
         None if indexes.node_versions => BTree::bulk_load(newest).with_node_versions(),
