@@ -703,6 +703,8 @@ struct Replaced<'a> {
     original: &'a Node,
     version: u64,
     entry: &'a Entry,
+    /// The freeze that keeps the original.
+    for_epoch: u64,
 }
 
 impl Drop for WriteGuard<'_> {
@@ -718,6 +720,7 @@ impl Drop for WriteGuard<'_> {
             // Readers of the original restart, and find the copy by its id.
             let retired = replaced.version.wrapping_add(VERSION_STEP) | OBSOLETE;
             replaced.original.version.store(retired, Release);
+            versions.retire(replaced.original, replaced.for_epoch);
         }
     }
 }
@@ -735,10 +738,10 @@ impl<'a> WriteGuard<'a> {
     /// untouched): retry, the freeze still waits for older writers.
     pub(crate) fn with_versions(mut self, versions: &'a NodeVersions, epoch: u64) -> Option<Self> {
         self.link = Some((versions, epoch));
-        let entry = match versions.prepare_write(self.node, epoch) {
+        let (entry, for_epoch) = match versions.prepare_write(self.node, epoch) {
             Prepared::InPlace => return Some(self),
             Prepared::NotYet => return None,
-            Prepared::Copy(entry) => entry,
+            Prepared::Copy(entry, for_epoch) => (entry, for_epoch),
         };
         let (copy, version) = match versions.recycled() {
             Some(recycled) => {
@@ -762,6 +765,7 @@ impl<'a> WriteGuard<'a> {
             original: self.node,
             version: self.version,
             entry,
+            for_epoch,
         });
         self.node = copy;
         self.version = version;

@@ -18,7 +18,8 @@
 //!   an epoch `<= E` copies it first (waiting for the freeze to settle, so
 //!   no writer of epoch `E` can still be changing the original), changes
 //!   the copy, and publishes it under the same id; the original is kept in
-//!   the entry for the freeze (and listed for recycling). The checkpoint reads the original, which nobody changes.
+//!   the entry for the freeze (and, once replaced, listed for recycling).
+//!   The checkpoint reads the original, which nobody changes.
 //! * Outside a freeze a node is changed in place and its entry's `dirty`
 //!   raised to the writer's epoch: copies cost only while a checkpoint runs.
 //! * When the freeze ends, the originals it kept are recycled for later
@@ -107,8 +108,9 @@ impl std::panic::UnwindSafe for NodeVersions {}
 /// What a writer that locked a node must do; see [`NodeVersions::prepare_write`].
 pub(crate) enum Prepared<'a> {
     InPlace,
-    /// Change a copy, which replaces the node in this entry.
-    Copy(&'a Entry),
+    /// Change a copy, which replaces the node in this entry; the original
+    /// is kept for the freeze of this epoch.
+    Copy(&'a Entry, u64),
     /// Unlock and retry: the freeze still waits for writers of its epoch.
     NotYet,
 }
@@ -293,11 +295,7 @@ impl NodeVersions {
             entry.frozen.store(ptr::from_ref(node).cast_mut(), SeqCst);
             entry.frozen_dirty.store(dirty, SeqCst);
             entry.frozen_for.store(freezing, SeqCst);
-            self.frozen.lock().push(Frozen {
-                node: ptr::from_ref(node).addr(),
-                for_epoch: freezing,
-            });
-            return Prepared::Copy(entry);
+            return Prepared::Copy(entry, freezing);
         }
         if dirty < epoch {
             entry.dirty.store(epoch, SeqCst);
@@ -320,6 +318,17 @@ impl NodeVersions {
         // `dirty` above its epoch, and takes the entry's frozen version.
         entry.dirty.store(epoch, SeqCst);
         entry.node.store(copy, SeqCst);
+    }
+
+    /// Lists `original`, replaced (published and marked obsolete) by a
+    /// writer's copy, for recycling once the freeze of `for_epoch` ended.
+    /// Only now: listed before it was replaced, a freeze ending meanwhile
+    /// would recycle a node still in use.
+    pub(crate) fn retire(&self, original: &Node, for_epoch: u64) {
+        self.frozen.lock().push(Frozen {
+            node: ptr::from_ref(original).addr(),
+            for_epoch,
+        });
     }
 
     /// Advances the epoch and waits for the writers of the old one.
