@@ -18,14 +18,19 @@
 //!   out. A leaf written with any value resolved otherwise than the live
 //!   one is written again by the next checkpoint even if nothing changes
 //!   it, so its value settles once its writer ends (this is what lets GC
-//!   free a replaced version's block after the next checkpoint).
+//!   free a replaced version's block after the next checkpoint). Values
+//!   committed before the previous checkpoint's horizon are written as
+//!   they are, without reading their slot: a tombstone among them reads as
+//!   absent, as it does in the live index until the reaper removes it.
 //! * An image of node images is a delta of its predecessor: the chain's
 //!   view of a node is its newest image. Recovery loads the newest image
 //!   of every node id, checks they form one tree, and redoes from `t_low`
 //!   on top. The index is whole when recovery returns: no cold reads.
 //! * A chain of deltas is replaced by a base image once it is
 //!   `checkpoint_chain_depth` images long or its deltas hold more nodes
-//!   than half its base (HiEngine's periodic full checkpoint).
+//!   than half its base (HiEngine's periodic full checkpoint), and after a
+//!   checkpoint failed once its freezes had moved the epochs on (changes
+//!   of the frozen epochs may then be in no image).
 //!
 //! # Layout of a table section's node part (in place of its entries)
 //! ```text
