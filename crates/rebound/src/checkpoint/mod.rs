@@ -439,7 +439,8 @@ impl Checkpointer {
         stats.bytes = bytes.len() as u64;
         stats.sequence = horizons.sequence;
         stats.entries = stats.entries_resolved + stats.entries_copied;
-        let written = self.write(store, bytes, &horizons, base.filter(|_| stats.delta))?;
+        let delta_of = base.filter(|_| stats.delta);
+        let written = self.write(store, (&bytes, false), &horizons, delta_of)?;
         let written = Durable {
             tables,
             ..written.counting(stats.entries)
@@ -492,17 +493,17 @@ impl Checkpointer {
         }
     }
 
-    /// Writes the image to a new extent and switches the root to it. A
-    /// delta extends `delta_of`'s chain; any other image replaces the
-    /// chain in force, whose extents are freed.
+    /// Writes the image (of node images, if `nodes`) to a new extent and
+    /// switches the root to it. A delta extends `delta_of`'s chain; any
+    /// other image replaces the chain in force, whose extents are freed.
     fn write(
         &mut self,
         store: &Store,
-        bytes: Vec<u8>,
+        (bytes, nodes): (&[u8], bool),
         horizons: &writer::Horizons,
         delta_of: Option<Durable>,
     ) -> Result<Durable> {
-        let (offset, len) = install(store, &bytes)?;
+        let (offset, len) = install(store, bytes)?;
         let mut written = Durable {
             offset,
             sequence: horizons.sequence,
@@ -514,7 +515,7 @@ impl Checkpointer {
             extend: delta_of
                 .as_ref()
                 .map_or(Extend::Anything, |chain| chain.extend),
-            nodes: false,
+            nodes,
         };
         match delta_of {
             Some(chain) => {

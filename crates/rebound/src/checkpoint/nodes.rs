@@ -44,7 +44,7 @@
 //! part's length; the image's magic is `RBCKPN05`.
 
 use super::writer::{self, Builder};
-use super::{install, reap, CheckpointStats, Checkpointer, DeletedKeys, Durable, Extend};
+use super::{reap, CheckpointStats, Checkpointer, DeletedKeys, Durable, Extend};
 use crate::error::{Error, Result};
 use crate::heap::tile::PENDING;
 use crate::heap::Addr;
@@ -118,7 +118,7 @@ impl Checkpointer {
         let bytes = image.finish();
         stats.bytes = bytes.len() as u64;
         stats.sequence = horizons.sequence;
-        let written = self.write_nodes_image(store, &bytes, &horizons, base)?;
+        let written = self.write(store, (&bytes, true), &horizons, base)?;
         self.current = Some(Durable {
             tables,
             ..written.counting(stats.entries)
@@ -127,46 +127,6 @@ impl Checkpointer {
         stats.chain_length = self.current.as_ref().map_or(0, |c| c.extents.len() as u32);
         stats.duration = started.elapsed();
         Ok(stats)
-    }
-
-    /// Installs a node image: a delta extends `delta_of`'s chain, a base
-    /// replaces the chain in force, whose extents are freed.
-    fn write_nodes_image(
-        &mut self,
-        store: &Store,
-        bytes: &[u8],
-        horizons: &writer::Horizons,
-        delta_of: Option<Durable>,
-    ) -> Result<Durable> {
-        let (offset, len) = install(store, bytes)?;
-        let mut written = Durable {
-            offset,
-            sequence: horizons.sequence,
-            t_low: horizons.t_low,
-            extents: vec![(offset, len)],
-            base_entries: 0,
-            delta_entries: 0,
-            tables: Vec::new(),
-            extend: Extend::Anything,
-            nodes: true,
-        };
-        match delta_of {
-            Some(chain) => {
-                written.extents.extend_from_slice(&chain.extents);
-                written.base_entries = chain.base_entries;
-                written.delta_entries = chain.delta_entries;
-            }
-            None => {
-                let old: Vec<(u64, u64)> = self
-                    .current
-                    .iter()
-                    .flat_map(|c| c.extents.clone())
-                    .collect();
-                old.into_iter()
-                    .for_each(|extent| self.release(store, extent));
-            }
-        }
-        Ok(written)
     }
 
     fn revisit_of(&mut self, table: u32) -> Vec<u64> {

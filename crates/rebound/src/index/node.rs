@@ -545,13 +545,8 @@ impl Node {
 
     /// Child addresses of an inner node that nobody else can see any more.
     fn owned_children(&mut self) -> Vec<*mut Node> {
-        if self.is_leaf() {
-            return Vec::new();
-        }
-        let count = self.count();
-        let leftmost = *self.leftmost.get_mut();
-        std::iter::once(leftmost)
-            .chain((0..count).map(|slot| self.slot_payload(slot)))
+        self.child_words()
+            .into_iter()
             .map(|raw| ptr::with_exposed_provenance_mut(raw as usize))
             .collect()
     }
@@ -1365,11 +1360,6 @@ impl Node {
             hint.store(value, Relaxed);
         }
         true
-    }
-
-    /// The separator of inner slot `slot`, for bounding its child.
-    pub(crate) fn separator(&self, slot: usize) -> InlineKey {
-        self.key_at(slot)
     }
 
     /// Child words of an inner node (leftmost first); empty for a leaf.

@@ -172,10 +172,10 @@ fn check_tree(versions: &NodeVersions, root: u64) -> Result<(usize, usize), Node
         for (i, child) in children.into_iter().enumerate() {
             let child_lower = match i {
                 0 => lower.clone(),
-                _ => Some(node.separator(i - 1)),
+                _ => Some(node.key(i - 1)),
             };
             let child_upper = match i < node.count() {
-                true => Some(node.separator(i)),
+                true => Some(node.key(i)),
                 false => upper.clone(),
             };
             pending.push((child, Some(node.level()), child_lower, child_upper));
