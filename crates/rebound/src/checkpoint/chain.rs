@@ -10,6 +10,8 @@
 
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
+#[cfg(test)]
+use super::image::FENCE_EVERY;
 use super::image::{CheckpointImage, EntryReader, TableSection, MAX_CHAIN, TOMBSTONE};
 use super::writer::RunWriter;
 use crate::error::{Error, Result};
@@ -18,6 +20,8 @@ use crate::medium::Medium;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Bound;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// The images of a chain, newest first; the last one is the base.
 pub struct Chain {
@@ -64,6 +68,62 @@ impl Chain {
         self.verify_newest(medium, self.images.len())
     }
 
+    /// `verify` on up to `threads` threads: every body is cut into pieces
+    /// whose checksums are combined, so that a large base is read on all
+    /// of them.
+    pub fn verify_parallel(&self, medium: &Medium, threads: usize) -> Result<()> {
+        self.verify_in_pieces(medium, threads, VERIFY_PIECE)
+    }
+
+    fn verify_in_pieces(&self, medium: &Medium, threads: usize, piece: u64) -> Result<()> {
+        let pieces: Vec<(usize, (u64, u64))> = self
+            .images
+            .iter()
+            .enumerate()
+            .flat_map(|(i, image)| image.body_pieces(piece).map(move |p| (i, p)))
+            .collect();
+        let next = AtomicUsize::new(0);
+        let work = || {
+            let mut done = Vec::new();
+            loop {
+                let at = next.fetch_add(1, Relaxed);
+                let Some(&(_, piece)) = pieces.get(at) else {
+                    return done;
+                };
+                done.push((at, CheckpointImage::piece_crc(medium, piece)));
+            }
+        };
+        let mut crcs = vec![0u32; pieces.len()];
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..threads.clamp(1, pieces.len().max(1)))
+                .map(|_| scope.spawn(work))
+                .collect();
+            let mut done = work();
+            for helper in helpers {
+                done.extend(
+                    helper
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                );
+            }
+            for (at, crc) in done {
+                if let Some(slot) = crcs.get_mut(at) {
+                    *slot = crc;
+                }
+            }
+        });
+        let mut combined = vec![0u32; self.images.len()];
+        for (&(image, (_, len)), crc) in pieces.iter().zip(crcs) {
+            if let Some(sum) = combined.get_mut(image) {
+                *sum = crc32c::crc32c_combine(*sum, crc, len as usize);
+            }
+        }
+        self.images
+            .iter()
+            .zip(combined)
+            .try_for_each(|(image, crc)| image.check_body(crc))
+    }
+
     /// Checks the body checksums of the `newest` images.
     pub fn verify_newest(&self, medium: &Medium, newest: usize) -> Result<()> {
         self.images
@@ -98,13 +158,32 @@ impl Chain {
         self.sections(table).iter().map(|s| s.entry_count).sum()
     }
 
-    /// Keys that cut the table's entries into about `parts` parts of
-    /// similar size (unverified: only for splitting work). The base image
-    /// holds most keys; deltas only what changed since.
+    /// Keys that cut the table's entries across the chain into about
+    /// `parts` parts of similar size (unverified: only for splitting
+    /// work). Every image is sampled, each sample weighing the entries it
+    /// stands for: keys only newer images hold, such as rows appended
+    /// after the base, would otherwise all fall in the last part.
     pub fn split_keys(&self, medium: &Medium, table: u32, parts: usize) -> Vec<Vec<u8>> {
-        self.sections(table)
-            .last()
-            .map_or_else(Vec::new, |base| base.split_keys(medium, parts))
+        if parts < 2 {
+            return Vec::new();
+        }
+        let mut samples: Vec<(Vec<u8>, u64)> = self
+            .sections(table)
+            .iter()
+            .flat_map(|s| s.key_samples(medium, parts * SAMPLES_PER_PART))
+            .collect();
+        samples.sort_unstable();
+        let total: u64 = samples.iter().map(|(_, entries)| entries).sum();
+        let mut cuts = Vec::with_capacity(parts - 1);
+        let mut before = 0;
+        for (key, entries) in samples {
+            let boundary = (cuts.len() as u128 + 1) * total as u128 / parts as u128;
+            if cuts.len() + 1 < parts && before as u128 >= boundary {
+                cuts.push(key);
+            }
+            before += entries;
+        }
+        cuts
     }
 
     /// Sequential reader of the table's entries as the chain sees them.
@@ -137,7 +216,7 @@ impl Chain {
                 reader.entries = section.reader_from(medium, lower);
             }
         }
-        reader.upper = upper.map(<[u8]>::to_vec);
+        reader.upper = upper.map(|u| (key_prefix(u), u.to_vec()));
         // Copying a lone base wholesale would not stop at `upper`.
         reader.copy_encoded = false;
         reader
@@ -237,6 +316,13 @@ fn as_ref(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     bound.as_ref().map(Vec::as_slice)
 }
 
+/// Key samples per part and image when cutting a chain into parts: more
+/// than one, so that a part boundary falls within a few groups of where
+/// it should.
+const SAMPLES_PER_PART: usize = 8;
+/// Bytes of an image body checksummed as one piece by `verify_parallel`.
+const VERIFY_PIECE: u64 = 8 << 20;
+
 fn bad_link() -> Error {
     Error::Corrupt("checkpoint: chain links out of order".into())
 }
@@ -274,8 +360,9 @@ pub struct ChainReader<'a> {
     copy_encoded: bool,
     /// The heap holds the newer readers' first keys.
     filled: bool,
-    /// Keys from here on are left unread (`None`: read to the end).
-    upper: Option<Vec<u8>>,
+    /// Keys from here on are left unread (`None`: read to the end), with
+    /// its head, which settles the check for all but the last few keys.
+    upper: Option<(u64, Vec<u8>)>,
 }
 
 /// A newer reader's next key in the heap. Fields compare in order: the
@@ -458,7 +545,7 @@ impl<'a> ChainReader<'a> {
             }
         };
         match &self.upper {
-            Some(upper) if key >= upper.as_slice() => None,
+            Some((head, upper)) if (key_prefix(key), key) >= (*head, upper.as_slice()) => None,
             _ => Some(reader),
         }
     }
@@ -775,6 +862,74 @@ mod tests {
             let (read, reads) = read_in_ranges(&medium, &chain, &cuts)?;
             prop_assert_eq!(read, want);
             prop_assert_eq!(reads, section_counts(&chain));
+        }
+
+        /// Checksums taken in pieces on several threads and combined agree
+        /// with the whole-body check, and still find a damaged byte.
+        #[test]
+        fn checksums_in_pieces_agree_with_the_whole_body(
+            images in wide_chain_strategy(),
+            piece in 1u64..5000,
+            threads in 1usize..4,
+            damage in any::<prop::sample::Index>(),
+        ) {
+            let (medium, root) = write_chain(&images);
+            let chain = Chain::open(&medium, root).unwrap();
+            chain.verify(&medium).unwrap();
+            chain.verify_in_pieces(&medium, threads, piece).unwrap();
+            let bodies: Vec<(u64, u64)> = chain
+                .images()
+                .iter()
+                .flat_map(|image| image.body_pieces(u64::MAX))
+                .filter(|&(_, len)| len > 0)
+                .collect();
+            let (at, len) = bodies[damage.index(bodies.len())];
+            // Whole words: the medium writes nothing smaller.
+            let byte = at + damage.index(len as usize) as u64;
+            let word = byte / 8 * 8;
+            let mut bytes = [0u8; 8];
+            medium.read_at(word, &mut bytes);
+            bytes[(byte - word) as usize] ^= 0x10;
+            medium.write_bytes(word, &bytes);
+            prop_assert!(chain.verify(&medium).is_err());
+            prop_assert!(chain.verify_in_pieces(&medium, threads, piece).is_err());
+        }
+
+        /// Split keys partition the chain, and into parts of similar size
+        /// when newer images hold keys the base does not reach (rows
+        /// appended after it).
+        #[test]
+        fn split_keys_balance_keys_only_newer_images_hold(
+            base_rows in 1000u16..3000,
+            appended in 1000u16..3000,
+            parts in 2usize..6,
+        ) {
+            let base: BTreeMap<Vec<u8>, Option<u64>> =
+                (0..base_rows).map(|k| (k.to_be_bytes().to_vec(), Some(1))).collect();
+            let delta: BTreeMap<Vec<u8>, Option<u64>> = (base_rows..base_rows + appended)
+                .map(|k| (k.to_be_bytes().to_vec(), Some(2)))
+                .collect();
+            let images = [base, delta];
+            let (medium, root) = write_chain(&images);
+            let chain = Chain::open(&medium, root).unwrap();
+            let cuts = chain.split_keys(&medium, TABLE, parts);
+            prop_assert!(cuts.is_sorted() && cuts.len() < parts);
+            let (read, _) = read_in_ranges(&medium, &chain, &cuts)?;
+            prop_assert_eq!(read, view(&images).into_iter().collect::<Vec<_>>());
+            let total = u64::from(base_rows + appended);
+            let mut bounds = vec![None];
+            bounds.extend(cuts.iter().map(|c| Some(c.as_slice())));
+            bounds.push(None);
+            for pair in bounds.windows(2) {
+                let mut reader = chain.range_reader(&medium, TABLE, (pair[0], pair[1]));
+                let mut n = 0u64;
+                while reader.next_entry(&medium).is_some() {
+                    n += 1;
+                }
+                // One part may be off by the entries of one sample on
+                // each side (a fence group per image here).
+                prop_assert!(n <= total / parts as u64 + 4 * FENCE_EVERY, "{n} of {total} in one of {parts} parts");
+            }
         }
 
         /// Merging the newest images keeps their tombstones: laid on what

@@ -76,8 +76,8 @@ pub fn load_cold(
     chain: &Chain,
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<()> {
-    let verified = chain.verify(&store.medium);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
+    let verified = chain.verify_parallel(&store.medium, threads);
     let mut loads: Vec<TableLoad> = store
         .tables
         .iter()

@@ -153,7 +153,29 @@ impl CheckpointImage {
 
     /// Reads the whole body once and checks its checksum.
     pub fn verify(&self, medium: &Medium) -> Result<()> {
-        let crc = crc_of_range(medium, self.offset + HEADER, self.len - HEADER, 0);
+        self.check_body(crc_of_range(
+            medium,
+            self.offset + HEADER,
+            self.len - HEADER,
+            0,
+        ))
+    }
+
+    /// The body cut into pieces of `piece` bytes (the last one shorter),
+    /// as (offset, length), for checksumming on several threads.
+    pub fn body_pieces(&self, piece: u64) -> impl Iterator<Item = (u64, u64)> + use<> {
+        let (start, len) = (self.offset + HEADER, self.len - HEADER);
+        let piece = piece.max(1);
+        (0..len.div_ceil(piece)).map(move |i| (start + i * piece, piece.min(len - i * piece)))
+    }
+
+    /// The checksum of one piece of the body.
+    pub fn piece_crc(medium: &Medium, (at, len): (u64, u64)) -> u32 {
+        crc_of_range(medium, at, len, 0)
+    }
+
+    /// Checks the body against `crc`, its checksum as read.
+    pub fn check_body(&self, crc: u32) -> Result<()> {
         if crc != self.body_crc {
             return Err(corrupt("body checksum mismatch"));
         }
@@ -388,14 +410,21 @@ impl TableSection {
         true
     }
 
-    /// First keys of `parts - 1` groups spread evenly over the run, which
-    /// cut it into parts of similar size (unverified: only for splitting
-    /// work, never for answers).
-    pub fn split_keys(&self, medium: &Medium, parts: usize) -> Vec<Vec<u8>> {
+    /// First keys of about `samples` groups spread evenly over the run,
+    /// each with the number of entries from it to the next sample
+    /// (unverified: only for splitting work, never for answers).
+    pub fn key_samples(&self, medium: &Medium, samples: usize) -> Vec<(Vec<u8>, u64)> {
         let groups = self.fence_count;
-        (1..parts)
-            .filter_map(|i| self.fence(medium, i * groups / parts))
-            .filter_map(|f| self.key_at(medium, f.0))
+        let step = groups.div_ceil(samples.max(1)).max(1);
+        (0..groups)
+            .step_by(step)
+            .filter_map(|g| {
+                let key = self
+                    .fence(medium, g)
+                    .and_then(|f| self.key_at(medium, f.0))?;
+                let entries = (g + step).min(groups) as u64 * FENCE_EVERY;
+                Some((key, entries.min(self.entry_count) - g as u64 * FENCE_EVERY))
+            })
             .collect()
     }
 

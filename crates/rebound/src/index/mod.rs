@@ -55,7 +55,9 @@
 //! by bytes, not entry count, so both halves always fit. Leaf splits push up
 //! the shortest prefix of the right half's first key that still exceeds the
 //! left half's last key (suffix truncation); inner splits push up their middle
-//! separator.
+//! separator. A split leaf keeps its lower slots where they are (its count
+//! drops, and the tails of the slots that moved become dead words); only the
+//! upper part is copied, into the new node.
 //!
 //! # Version lock protocol
 //!

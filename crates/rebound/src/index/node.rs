@@ -1087,6 +1087,19 @@ impl<'a> WriteGuard<'a> {
         self.refresh_hints();
     }
 
+    /// Drops the slots from `len` on (`page` is this node's snapshot);
+    /// their key tails stay behind as dead heap words.
+    fn truncate(&mut self, page: &Page, len: usize) {
+        let mut header = page.header;
+        let dropped: usize = (len..header.count)
+            .map(|slot| tail_words(page.slot_layout(slot).0))
+            .sum();
+        header.dead += dropped;
+        header.count = len;
+        self.begin_write().header.store(header.encode(), Relaxed);
+        self.refresh_hints();
+    }
+
     /// Squeezes out the heap holes that removals left.
     fn compact(&mut self) {
         let old = self.snapshot();
@@ -1112,7 +1125,8 @@ impl<'a> WriteGuard<'a> {
         if !accept(&plan.separator) {
             return None;
         }
-        let (left, right) = plan.halves(&page, self.node.is_leaf());
+        let is_leaf = self.node.is_leaf();
+        let right = plan.right_half(&page, is_leaf);
         self.node.mark_update_time(ut);
         let right = Node::from_page(
             self.node.level() as u64,
@@ -1120,7 +1134,13 @@ impl<'a> WriteGuard<'a> {
             self.node.update_time(),
             self.gap_read_ts(),
         );
-        self.store_page(&left);
+        match is_leaf {
+            // A leaf's lower part is a prefix of its slots: it stays where
+            // it is (a sorted load splits every leaf it fills, keeping nine
+            // tenths, and rewriting those cost as much as filling them).
+            true => self.truncate(&page, plan.left_len),
+            false => self.store_page(&plan.left_half(&page)),
+        }
         Some(SplitOff {
             separator: plan.separator,
             right,
@@ -1216,11 +1236,15 @@ impl SplitPlan {
         }
     }
 
-    fn halves(&self, page: &Page, is_leaf: bool) -> (Page, Page) {
+    fn left_half(&self, page: &Page) -> Page {
         let mut left = Page::empty(page.leftmost);
         for slot in 0..self.left_len {
             left.push_copy(page, slot);
         }
+        left
+    }
+
+    fn right_half(&self, page: &Page, is_leaf: bool) -> Page {
         let right_leftmost = if is_leaf {
             0
         } else {
@@ -1230,7 +1254,7 @@ impl SplitPlan {
         for slot in self.right_start..page.header.count {
             right.push_copy(page, slot);
         }
-        (left, right)
+        right
     }
 }
 
