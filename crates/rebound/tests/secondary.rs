@@ -610,3 +610,58 @@ fn builds_split_across_threads_while_the_primary_index_loads() {
         tx.commit().unwrap();
     }
 }
+
+/// Synchronous recovery beside the background loader, which takes the
+/// smaller tables first: the build waits for its table's load without
+/// blocking it, and enters every row.
+#[test]
+fn synchronous_builds_beside_the_background_load_enter_every_row() {
+    const PEOPLE: u32 = 30_000;
+    const FILLERS: usize = 6;
+    let device = SimDevice::new(1 << 29);
+    let crashed = {
+        let db =
+            Database::open("unused", sim_options(&device, IndexRecovery::Synchronous)).unwrap();
+        let t = people(&db);
+        db.create_index(&t, "by_age", IndexOptions::default().value_bytes(4..8))
+            .unwrap();
+        let fillers: Vec<Table> = (0..FILLERS)
+            .map(|i| {
+                let options = TableOptions::default().max_key_len(16);
+                db.create_table(&format!("filler{i}"), options).unwrap()
+            })
+            .collect();
+        let mut s = db.session().unwrap();
+        for batch in 0..PEOPLE / 1000 {
+            let mut tx = s.begin();
+            for i in 0..1000 {
+                let n = batch * 1000 + i;
+                tx.insert(&t, format!("p{n:06}").as_bytes(), &row("oslo", n % 97))
+                    .unwrap();
+                // Each filler a little smaller than the people table.
+                for filler in fillers.iter().filter(|_| n % 100 != 0) {
+                    tx.insert(filler, format!("f{n:06}").as_bytes(), b"x")
+                        .unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+        db.checkpoint().unwrap();
+        device.crash(5)
+    };
+    let db = Database::open(
+        "unused",
+        sim_options(&crashed, IndexRecovery::Synchronous).load_indexes_in_background(true),
+    )
+    .unwrap();
+    let stats = db.stats();
+    let people = stats.tables.iter().find(|t| t.name == "people").unwrap();
+    assert_eq!(people.index_entries, u64::from(PEOPLE));
+    let t = db.table("people").unwrap().unwrap();
+    let by_age = db.index(&t, "by_age").unwrap().unwrap();
+    let mut s = db.session().unwrap();
+    let mut tx = s.begin();
+    let got = tx.index_range::<&[u8]>(&by_age, ..).unwrap();
+    assert_eq!(got.len(), PEOPLE as usize);
+    tx.commit().unwrap();
+}

@@ -7,7 +7,7 @@
 //! and no two threads fill the same leaves. Rounds bound the memory the
 //! collected entries take (`ROUND_ROWS` keys per thread).
 
-use super::{IndexManager, Priority, IDLE_POLL};
+use super::{IndexManager, Priority, IDLE_POLL, LOAD_POLL};
 use crate::error::{Error, Result};
 use crate::txn::{Collected, EntryRun, SecondaryRt, Store, TableRt};
 use std::ops::Bound;
@@ -52,6 +52,7 @@ impl IndexManager {
             // Every session slot is taken: no reader slot to announce in.
             return Err(Error::TooManySessions(crate::catalog::MAX_SESSIONS));
         }
+        self.wait_for_primary(table);
         let started = Instant::now();
         index.build_progress.store(0, Relaxed);
         *index.build_started.lock() = Some(started);
@@ -71,6 +72,19 @@ impl IndexManager {
         self.build_ns_per_row.store(per_row.max(1), Relaxed);
         self.publish(index);
         Ok(())
+    }
+
+    /// Waits while the background loader moves the table's checkpoint run
+    /// into its primary index (SOFORT rebuilds secondary indexes once the
+    /// primary ones are back). Read from the run instead, every row costs
+    /// a search of the chain's images, and the build takes the cores the
+    /// load needs; the loader takes the smallest tables first, and a
+    /// build that waits is one the workload is waiting for anyway.
+    fn wait_for_primary(&self, table: &TableRt) {
+        while table.is_loading() && self.primary_loading.load(Acquire) && !self.cancel.load(Acquire)
+        {
+            std::thread::sleep(LOAD_POLL);
+        }
     }
 
     /// Between batches of a build: true if it must stop. A build the

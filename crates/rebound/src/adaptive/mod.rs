@@ -67,6 +67,8 @@ const BUILD_ROW_NS: u64 = 1_000;
 const IDLE_AFTER: Duration = Duration::from_millis(50);
 /// How often a paused build looks whether it may go on.
 const IDLE_POLL: Duration = Duration::from_millis(10);
+/// How often a build waiting for its table's primary index looks again.
+const LOAD_POLL: Duration = Duration::from_millis(1);
 /// Decay of the restart workload's weight per statement: α(n) = ALPHAⁿ.
 const ALPHA: f64 = 0.99;
 /// Half-life of the workload statistics kept for the next restart.
@@ -121,6 +123,9 @@ pub struct IndexManager {
     clock_seen: AtomicU64,
     clock_moved_at: AtomicU64,
     pub cancel: AtomicBool,
+    /// A background thread is moving checkpoint runs into the primary
+    /// indexes: a table that is loading will be warm soon.
+    pub primary_loading: AtomicBool,
     /// Someone waits for every index: builds no longer wait for idleness.
     hurry: AtomicBool,
     ring: Mutex<Ring>,
@@ -170,6 +175,7 @@ impl IndexManager {
             clock_seen: AtomicU64::new(0),
             clock_moved_at: AtomicU64::new(0),
             cancel: AtomicBool::new(false),
+            primary_loading: AtomicBool::new(false),
             hurry: AtomicBool::new(false),
             ring: Mutex::new(Ring {
                 next_seq: top + 1,

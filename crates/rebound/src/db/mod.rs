@@ -546,12 +546,20 @@ impl Database {
             return;
         }
         let inner = self.inner.clone();
+        self.inner
+            .indexes
+            .primary_loading
+            .store(true, Ordering::Release);
         let handle = std::thread::Builder::new()
             .name("rebound-index-load".into())
             .spawn(move || {
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     inner.finish_index_load()
                 }));
+                inner
+                    .indexes
+                    .primary_loading
+                    .store(false, Ordering::Release);
                 if let Err(panic) = outcome {
                     inner.poison("rebound-index-load", panic.as_ref());
                 }
