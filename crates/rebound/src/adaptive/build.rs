@@ -76,13 +76,13 @@ impl IndexManager {
 
     /// Waits while the background loader moves the table's checkpoint run
     /// into its primary index (SOFORT rebuilds secondary indexes once the
-    /// primary ones are back). Read from the run instead, every row costs
-    /// a search of the chain's images, and the build takes the cores the
-    /// load needs; the loader takes the smallest tables first, and a
-    /// build that waits is one the workload is waiting for anyway.
+    /// primary ones are back). Read from the run instead, every batch of
+    /// rows costs a search of the chain's images and their checksums, and
+    /// the build takes the cores the load needs. Recovery picks indexes on
+    /// warm tables first (`next_to_rebuild`), so this waits only when no
+    /// other index is worth building.
     fn wait_for_primary(&self, table: &TableRt) {
-        while table.is_loading() && self.primary_loading.load(Acquire) && !self.cancel.load(Acquire)
-        {
+        while self.waits_for_load(table) && !self.cancel.load(Acquire) {
             std::thread::sleep(LOAD_POLL);
         }
     }

@@ -375,24 +375,36 @@ impl IndexManager {
     }
 
     /// The not-yet-built index of highest rank nobody is building, with
-    /// its rank (Alg. 2).
+    /// its rank (Alg. 2). An index worth building whose table the loader
+    /// has not warmed yet comes after those whose table it has: its build
+    /// would wait for the load (`wait_for_primary`), and theirs can run
+    /// meanwhile.
     pub fn next_to_rebuild(
         &self,
         tables: &[Arc<TableRt>],
     ) -> Option<(Arc<TableRt>, Arc<SecondaryRt>, f64)> {
         let mut best: Option<(Arc<TableRt>, Arc<SecondaryRt>, f64)> = None;
+        let mut best_order = (false, f64::NEG_INFINITY);
         for table in tables {
+            let warm = !self.waits_for_load(table);
             for (_, index) in table.secondaries.iter() {
                 if index.is_ready() || index.is_dropped() || index.build_lock.is_locked() {
                     continue;
                 }
                 let rank = self.rank(table, index);
-                if best.as_ref().is_none_or(|b| rank > b.2) {
+                let order = (rank > 0.0 && warm, rank);
+                if best.is_none() || order > best_order {
                     best = Some((table.clone(), index.clone(), rank));
+                    best_order = order;
                 }
             }
         }
         best
+    }
+
+    /// Whether a build on `table` would wait for the background load.
+    fn waits_for_load(&self, table: &TableRt) -> bool {
+        table.is_loading() && self.primary_loading.load(Acquire)
     }
 
     /// The adaptive recovery procedure (Alg. 1) on recovery workers
@@ -447,7 +459,9 @@ impl IndexManager {
     /// (synchronous recovery, and `wait_for_secondary_indexes`).
     pub fn build_all(&self, store: &Store, workers: &[Option<usize>]) -> Result<()> {
         self.hurry.store(true, Release);
-        let tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
+        let mut tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
+        // Tables the loader has warmed first: builds on the others wait.
+        tables.sort_by_key(|table| self.waits_for_load(table));
         for table in &tables {
             for (_, index) in table.secondaries.iter() {
                 if index.is_ready() || index.is_dropped() {

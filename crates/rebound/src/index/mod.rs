@@ -56,7 +56,8 @@
 //! the shortest prefix of the right half's first key that still exceeds the
 //! left half's last key (suffix truncation); inner splits push up their middle
 //! separator. A split leaf keeps its lower slots where they are (its count
-//! drops, and the tails of the slots that moved become dead words); only the
+//! drops; the tails of the slots that moved go back to the free space when
+//! they are the heap's low end, else they become dead words); only the
 //! upper part is copied, into the new node.
 //!
 //! # Version lock protocol

@@ -99,7 +99,8 @@ struct Header {
     count: usize,
     /// Body word where the key-tail heap starts; it grows down from the end.
     heap_start: usize,
-    /// Heap words left behind by removed entries, reclaimed by compaction.
+    /// Heap words left behind by removed entries (and by split-off slots
+    /// whose tails were not at the heap's low end), reclaimed by compaction.
     dead: usize,
 }
 
@@ -221,7 +222,7 @@ trait SlotView {
 }
 
 /// A plain, thread-private image of a node's contents, used to build nodes
-/// and to rewrite them wholesale (splits, compaction).
+/// and to rewrite them wholesale (merges, inner-node splits, compaction).
 #[derive(Clone)]
 struct Page {
     header: Header,
@@ -923,7 +924,7 @@ impl<'a> WriteGuard<'a> {
     }
 
     /// `merge_sorted` where every key sorts after the leaf's own and no
-    /// removal left dead words, the usual case of a sorted load: the keys
+    /// removal or split left dead words, the usual case of a sorted load: the keys
     /// are written after the leaf's slots in place, where a merge copies
     /// the leaf out and back. `None` when that does not apply. Checking the
     /// first key suffices, the batch being strictly ascending. Dead words
@@ -1087,14 +1088,28 @@ impl<'a> WriteGuard<'a> {
         self.refresh_hints();
     }
 
-    /// Drops the slots from `len` on (`page` is this node's snapshot);
-    /// their key tails stay behind as dead heap words.
+    /// Drops the slots from `len` on (`page` is this node's snapshot).
+    /// Their key tails go back to the free space when they are the heap's
+    /// low end, as in a leaf filled in slot order (tails are disjoint, so
+    /// spanning exactly their total from `heap_start` means covering it);
+    /// otherwise they stay behind as dead words, which would keep
+    /// `append_sorted` from the leaf until a compaction.
     fn truncate(&mut self, page: &Page, len: usize) {
         let mut header = page.header;
-        let dropped: usize = (len..header.count)
-            .map(|slot| tail_words(page.slot_layout(slot).0))
-            .sum();
-        header.dead += dropped;
+        let (mut dropped, mut lowest, mut end) = (0, BODY_WORDS, 0);
+        for slot in len..header.count {
+            let (key_len, offset) = page.slot_layout(slot);
+            let words = tail_words(key_len);
+            if words > 0 {
+                dropped += words;
+                lowest = lowest.min(offset);
+                end = end.max(offset + words);
+            }
+        }
+        match dropped > 0 && lowest == header.heap_start && end - lowest == dropped {
+            true => header.heap_start += dropped,
+            false => header.dead += dropped,
+        }
         header.count = len;
         self.begin_write().header.store(header.encode(), Relaxed);
         self.refresh_hints();
