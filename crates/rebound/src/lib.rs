@@ -45,6 +45,7 @@ mod gc;
 mod heap;
 mod index;
 mod medium;
+mod parallel;
 mod recovery;
 mod txn;
 mod wal;

@@ -9,6 +9,7 @@
 
 use super::{IndexManager, Priority, IDLE_POLL, LOAD_POLL};
 use crate::error::{Error, Result};
+use crate::parallel;
 use crate::txn::{Collected, EntryRun, SecondaryRt, Store, TableRt};
 use std::ops::Bound;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
@@ -129,15 +130,14 @@ fn build_round(
             run,
             done,
             worker,
-        })
-        .collect();
-    for outcome in in_parallel(shares, |share| collect(store, build, share, cancelled)) {
+        });
+    for outcome in parallel::map(shares, |share| collect(store, build, share, cancelled)) {
         if outcome? == Collected::Cancelled {
             return Ok(false);
         }
     }
     let slices = slices(runs, runs.len());
-    let entered = in_parallel(slices, |slice| enter(build.1, runs, slice, cancelled));
+    let entered = parallel::map(slices, |slice| enter(build.1, runs, slice, cancelled));
     Ok(!entered.contains(&false))
 }
 
@@ -217,24 +217,6 @@ fn slices(runs: &[EntryRun], parts: usize) -> Vec<Slice<'_>> {
     }
     slices.push((from, None));
     slices
-}
-
-/// Runs `work` on every item, the first in the calling thread and each
-/// other in a thread of its own; results in item order.
-fn in_parallel<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + Sync) -> Vec<R> {
-    std::thread::scope(|scope| {
-        let work = &work;
-        let mut items = items.into_iter();
-        let first = items.next();
-        let handles: Vec<_> = items.map(|item| scope.spawn(move || work(item))).collect();
-        let mut results: Vec<R> = first.map(work).into_iter().collect();
-        // A panic is a bug: raise it in the caller.
-        results.extend(handles.into_iter().map(|h| {
-            h.join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        }));
-        results
-    })
 }
 
 /// Cuts the table's key range into at most `parts` ranges.

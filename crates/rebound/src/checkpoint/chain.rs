@@ -17,6 +17,7 @@ use super::writer::RunWriter;
 use crate::error::{Error, Result};
 use crate::index::key_prefix;
 use crate::medium::Medium;
+use crate::parallel;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Bound;
@@ -94,24 +95,12 @@ impl Chain {
             }
         };
         let mut crcs = vec![0u32; pieces.len()];
-        std::thread::scope(|scope| {
-            let helpers: Vec<_> = (1..threads.clamp(1, pieces.len().max(1)))
-                .map(|_| scope.spawn(work))
-                .collect();
-            let mut done = work();
-            for helper in helpers {
-                done.extend(
-                    helper
-                        .join()
-                        .unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                );
+        let threads = threads.clamp(1, pieces.len().max(1));
+        for (at, crc) in parallel::map(0..threads, |_| work()).into_iter().flatten() {
+            if let Some(slot) = crcs.get_mut(at) {
+                *slot = crc;
             }
-            for (at, crc) in done {
-                if let Some(slot) = crcs.get_mut(at) {
-                    *slot = crc;
-                }
-            }
-        });
+        }
         let mut combined = vec![0u32; self.images.len()];
         for (&(image, (_, len)), crc) in pieces.iter().zip(crcs) {
             if let Some(sum) = combined.get_mut(image) {

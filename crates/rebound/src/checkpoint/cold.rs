@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::heap::{Addr, BlockSet};
 use crate::index::key_prefix;
 use crate::medium::Medium;
+use crate::parallel;
 use crate::txn::{ColdEntries, Store, TableRt};
 use parking_lot::Mutex;
 use std::ops::Bound;
@@ -76,7 +77,7 @@ pub fn load_cold(
     chain: &Chain,
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<()> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
+    let threads = parallel::cores().min(MAX_THREADS);
     let verified = chain.verify_parallel(&store.medium, threads);
     let mut loads: Vec<TableLoad> = store
         .tables
@@ -120,19 +121,7 @@ pub fn load_cold(
             load.range_done(range, outcome);
         }
     };
-    std::thread::scope(|scope| {
-        let helpers: Vec<_> = (1..threads.min(tasks.len()))
-            .map(|_| scope.spawn(work))
-            .collect();
-        work();
-        // A panic is a bug, never a verdict on the file: raise it with
-        // its own message.
-        for helper in helpers {
-            if let Err(panic) = helper.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-    });
+    parallel::map(0..threads.min(tasks.len()).max(1), |_| work());
     loads.iter().try_for_each(TableLoad::outcome)
 }
 

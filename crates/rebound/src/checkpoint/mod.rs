@@ -383,21 +383,10 @@ impl Checkpointer {
             }
             _ => None,
         };
-        let horizons = writer::Horizons {
-            sequence: self.current.as_ref().map_or(1, |c| c.sequence + 1),
-            t_low,
-            long_t_low,
-            long_published,
-        };
+        let horizons = self.next_horizons((t_low, long_t_low, long_published));
         let link = match (kind, &base) {
-            (Kind::Delta, Some(b)) => writer::Link {
-                previous: b.offset,
-                depth: b.extents.len() as u32 + 1,
-            },
-            _ => writer::Link {
-                previous: 0,
-                depth: 1,
-            },
+            (Kind::Delta, Some(b)) => b.next_link(),
+            _ => writer::Link::BASE,
         };
         let collect_start = Instant::now();
         let mut image = writer::Builder::new(&horizons, link);
@@ -493,6 +482,19 @@ impl Checkpointer {
         }
     }
 
+    /// The horizons the next image records, `store.checkpoint_horizon()`'s.
+    fn next_horizons(
+        &self,
+        (t_low, long_t_low, long_published): (u64, u64, Vec<u64>),
+    ) -> writer::Horizons {
+        writer::Horizons {
+            sequence: self.current.as_ref().map_or(1, |c| c.sequence + 1),
+            t_low,
+            long_t_low,
+            long_published,
+        }
+    }
+
     /// Writes the image (of node images, if `nodes`) to a new extent and
     /// switches the root to it. A delta extends `delta_of`'s chain; any
     /// other image replaces the chain in force, whose extents are freed.
@@ -565,6 +567,14 @@ enum Kind {
 }
 
 impl Durable {
+    /// The link of an image that is a delta of this chain.
+    fn next_link(&self) -> writer::Link {
+        writer::Link {
+            previous: self.offset,
+            depth: self.extents.len() as u32 + 1,
+        }
+    }
+
     /// Deltas holding half as many entries as their base cost lookups and
     /// restarts more than one copying checkpoint costs.
     fn wants_fold(&self) -> bool {

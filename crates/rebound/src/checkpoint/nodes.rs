@@ -79,19 +79,8 @@ impl Checkpointer {
         // resolved by it already (or, if tombstones, are harmless as they
         // are: see `write_nodes`).
         let settled_below = self.current.as_ref().map_or(0, |c| c.t_low);
-        let horizons = writer::Horizons {
-            sequence: self.current.as_ref().map_or(1, |c| c.sequence + 1),
-            t_low,
-            long_t_low,
-            long_published,
-        };
-        let link = match &base {
-            Some(b) => writer::Link {
-                previous: b.offset,
-                depth: b.extents.len() as u32 + 1,
-            },
-            None => writer::Link::BASE,
-        };
+        let horizons = self.next_horizons((t_low, long_t_low, long_published));
+        let link = base.as_ref().map_or(writer::Link::BASE, Durable::next_link);
         let collect_start = Instant::now();
         let mut image = Builder::new(&horizons, link).of_nodes();
         let mut deleted: DeletedKeys = Vec::new();

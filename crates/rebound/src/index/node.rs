@@ -293,14 +293,14 @@ impl Page {
     }
 
     fn push_copy(&mut self, source: &Page, slot: usize) {
+        self.push_copy_with(source, slot, source.slot_payload(slot));
+    }
+
+    /// `push_copy` with another payload.
+    fn push_copy_with(&mut self, source: &Page, slot: usize, payload: u64) {
         let (len, tail_offset) = source.slot_layout(slot);
         let tail = source.body[tail_offset..tail_offset + tail_words(len)].iter();
-        self.push(
-            len,
-            source.slot_head(slot),
-            tail.copied(),
-            source.slot_payload(slot),
-        );
+        self.push(len, source.slot_head(slot), tail.copied(), payload);
     }
 }
 
@@ -861,9 +861,7 @@ impl<'a> WriteGuard<'a> {
                 }
                 Ordering::Equal if overwrite => {
                     old_left -= old.entry_words(slot);
-                    let (len, tail_offset) = old.slot_layout(slot);
-                    let tail = old.body[tail_offset..tail_offset + tail_words(len)].iter();
-                    fresh.push(len, old.slot_head(slot), tail.copied(), *payload);
+                    fresh.push_copy_with(&old, slot, *payload);
                     slot += 1;
                     consumed += 1;
                     replaced += 1;
@@ -1468,9 +1466,7 @@ pub fn rewrite_leaf_image(
             dropped.push((old.key_at(slot).as_bytes().to_vec(), old.slot_payload(slot)));
             continue;
         };
-        let (len, tail_offset) = old.slot_layout(slot);
-        let tail = old.body[tail_offset..tail_offset + tail_words(len)].iter();
-        fresh.push(len, old.slot_head(slot), tail.copied(), kept);
+        fresh.push_copy_with(&old, slot, kept);
     }
     let mut out = words;
     out[IMAGE_HEADER_WORD] = fresh.header.encode();

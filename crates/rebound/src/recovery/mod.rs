@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::heap::{Addr, Block, Cursor, SlotWord, Space, TableHeap};
 use crate::index::{key_prefix, BTree, TreeLoader, MAX_KEY_LEN};
 use crate::medium::Medium;
+use crate::parallel;
 use crate::txn::{Clock, SecondaryRt, Store, TableRt};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -319,34 +320,23 @@ fn load_node_tree(medium: &Medium, chain: &Chain, table: u32) -> Result<BTree> {
     let loader = TreeLoader::new(newest.id_limit);
     // Newest image first (an id's older images are then skipped); the
     // images of one part have distinct ids and load on all cores.
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     for part in &parts {
         // A thread is worth it for 64 images, not for one.
-        let per_thread = part.count.div_ceil(threads as u64).max(64);
-        std::thread::scope(|scope| {
-            let loads: Vec<_> = (0..part.count)
-                .step_by(per_thread as usize)
-                .map(|first| {
-                    let (loader, bad) = (&loader, &bad);
-                    scope.spawn(move || {
-                        for i in first..(first + per_thread).min(part.count) {
-                            let read = |node: &mut [u8]| part.read(medium, i, node);
-                            match loader.add_read(read) {
-                                Ok(Some(_)) => {}
-                                Ok(None) => {
-                                    return Err(bad("a node image fails its checksum".into()))
-                                }
-                                Err(e) => return Err(bad(format!("{e:?}"))),
-                            }
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            loads
-                .into_iter()
-                .try_for_each(|load| load.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-        })?;
+        let per_thread = part.count.div_ceil(parallel::cores() as u64).max(64);
+        let firsts = (0..part.count).step_by(per_thread as usize);
+        parallel::map(firsts, |first| {
+            for i in first..(first + per_thread).min(part.count) {
+                let read = |node: &mut [u8]| part.read(medium, i, node);
+                match loader.add_read(read) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err(bad("a node image fails its checksum".into())),
+                    Err(e) => return Err(bad(format!("{e:?}"))),
+                }
+            }
+            Ok(())
+        })
+        .into_iter()
+        .collect::<Result<()>>()?;
     }
     loader
         .finish(newest.root_id)
@@ -370,26 +360,13 @@ fn recover_tables(
     base: Option<&CheckpointImage>,
     (instance, indexes): (u64, IndexSource<'_>),
 ) -> Result<Vec<TableResult>> {
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = defs
-            .into_iter()
-            .map(|def| {
-                let section = base.and_then(|img| img.table(def.id));
-                let horizons = base.map_or(Horizons::default(), Horizons::of);
-                scope.spawn(move || {
-                    recover_table(medium, def, lctt, section, horizons, (instance, indexes))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            // A panic is a bug, never a verdict on the file: raise it.
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+    parallel::map(defs, |def| {
+        let section = base.and_then(|img| img.table(def.id));
+        let horizons = base.map_or(Horizons::default(), Horizons::of);
+        recover_table(medium, def, lctt, section, horizons, (instance, indexes))
     })
+    .into_iter()
+    .collect()
 }
 
 /// Which committed versions the checkpoint already holds.
@@ -496,20 +473,9 @@ fn recover_table(
             // Redone versions are newer than the images' (which hold only
             // versions committed by the checkpoint's end); key ranges go
             // in on all cores.
-            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let per_thread = newest.len().div_ceil(threads).max(1024);
-            std::thread::scope(|scope| {
-                let redos: Vec<_> = newest
-                    .chunks(per_thread)
-                    .map(|range| {
-                        let index = &index;
-                        scope.spawn(move || index.upsert_sorted(range))
-                    })
-                    .collect();
-                // A panic is a bug, never a verdict on the file: raise it.
-                for redo in redos {
-                    redo.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                }
+            let per_thread = newest.len().div_ceil(parallel::cores()).max(1024);
+            parallel::map(newest.chunks(per_thread), |range| {
+                index.upsert_sorted(range)
             });
             index
         }
