@@ -367,6 +367,15 @@ impl Drop for Database {
     }
 }
 
+/// What the tables serve cold after a restart, until the background
+/// loader has moved it into DRAM.
+enum ColdSource {
+    /// The checkpoint chain in force: its runs name slots of the heap.
+    Chain(Arc<Chain>),
+    /// The `wal` design's snapshot: rows, copied into the heap as read.
+    Snapshot(Arc<crate::wal::snapshot::SnapshotFile>),
+}
+
 struct DbInner {
     store: Store,
     /// User-visible handles (`Database` values, including sessions').
@@ -375,7 +384,7 @@ struct DbInner {
     /// Loads the checkpoint runs into the indexes after a restart.
     loader: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The checkpoint still to be loaded; held locked while it loads.
-    cold_image: Mutex<Option<Arc<Chain>>>,
+    cold_image: Mutex<Option<ColdSource>>,
     /// When the last checkpoint started, and the versions written by then;
     /// the background trigger counts from here, whoever took it.
     checkpointed_at: Mutex<(Instant, u64)>,
@@ -524,7 +533,12 @@ impl Database {
             // Until the last cold reader is gone, no checkpoint may free
             // the images it reads.
             db.inner.checkpointer.lock().pin(&image);
-            db.start_index_load(image, options.load_indexes_in_background);
+            for (_, table) in db.inner.store.tables.iter() {
+                if image.has_table(table.heap.def.id) {
+                    table.set_cold(Arc::new(ColdRun::new(image.clone(), table.heap.def.id)));
+                }
+            }
+            db.start_index_load(ColdSource::Chain(image), options.load_indexes_in_background);
         }
         db.start_secondary_recovery(options.index_recovery_in_background)?;
         if options.background_thread {
@@ -533,15 +547,10 @@ impl Database {
         Ok(db)
     }
 
-    /// Serves lookups from the checkpoint runs at once and loads them into
-    /// the DRAM indexes in the background.
-    fn start_index_load(&self, image: Arc<Chain>, in_background: bool) {
-        for (_, table) in self.inner.store.tables.iter() {
-            if image.has_table(table.heap.def.id) {
-                table.set_cold(Arc::new(ColdRun::new(image.clone(), table.heap.def.id)));
-            }
-        }
-        *self.inner.cold_image.lock() = Some(image);
+    /// Loads what the tables serve cold (their checkpoint runs, or the
+    /// rows of a `wal` snapshot) into DRAM in the background.
+    fn start_index_load(&self, source: ColdSource, in_background: bool) {
+        *self.inner.cold_image.lock() = Some(source);
         if !in_background {
             return;
         }
@@ -1265,7 +1274,10 @@ impl DbInner {
             return;
         };
         let cancelled = || self.cancel_load.load(Ordering::Acquire);
-        let outcome = load_cold(&self.store, image, &cancelled);
+        let outcome = match image {
+            ColdSource::Chain(chain) => load_cold(&self.store, chain, &cancelled),
+            ColdSource::Snapshot(snapshot) => self.load_snapshot_rows(snapshot, &cancelled),
+        };
         if cancelled() {
             return;
         }

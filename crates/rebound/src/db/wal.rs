@@ -3,22 +3,23 @@
 //! that bound the log. Formats and invariants are in `crate::wal`.
 
 use super::{Database, DbInner, IndexOptions, Table, TableOptions, DATA_FILE};
-use crate::catalog::{IndexDef, TableDef, MAX_SESSIONS, MAX_WORKERS};
+use crate::catalog::{IndexDef, MAX_SESSIONS, MAX_WORKERS};
 use crate::error::{Error, Result};
-use crate::heap::TableHeap;
-use crate::index::BTree;
-use crate::medium::Guarantee;
+use crate::heap::Addr;
+use crate::medium::{Guarantee, Medium};
+use crate::parallel;
 use crate::recovery::RecoveryReport;
-use crate::txn::Store;
+use crate::txn::{ColdEntries, Store, TableRt};
 use crate::wal::record::{self, Record, TableSpec};
-use crate::wal::snapshot::{self, Snapshot, SnapshotWriter};
+use crate::wal::snapshot::{self, SnapshotFile, SnapshotWriter};
 use crate::wal::{segment, Log, LogConfig, Resume};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Name of the lock file that marks a directory as a `wal` database.
@@ -31,20 +32,8 @@ const SNAPSHOT_PATIENCE: Duration = Duration::from_secs(10);
 /// Transaction id of the versions loaded from a snapshot: older than any
 /// transaction of this process (the clock restarts after the snapshot).
 const LOADED_TXN: u64 = 1;
-/// Recovery threads at most: each takes a session and a heap region.
+/// Recovery and loader threads at most: each appends to its own region.
 const MAX_RECOVERY_THREADS: usize = 16;
-/// Attempts of a recovery transaction, alongside the other recovery
-/// threads, before it is left for when they are done.
-const APPLY_TRIES: u32 = 100;
-/// Rows applied per recovery transaction.
-const APPLY_BATCH: usize = 1024;
-
-/// Whether a recovery batch that keeps conflicting is left for later.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Defer {
-    Yes,
-    No,
-}
 
 /// Per (table, key), the newest logged version after the snapshot: its
 /// timestamp and value (`None`: deleted).
@@ -77,7 +66,7 @@ pub(super) struct WalState {
 pub(super) struct WalFound {
     dir: PathBuf,
     lock: File,
-    snapshot: Option<Snapshot>,
+    snapshot: Option<SnapshotFile>,
     /// Tables and indexes created after the snapshot, in log order.
     tables: Vec<TableSpec>,
     indexes: Vec<IndexDef>,
@@ -99,7 +88,7 @@ impl WalFound {
 pub(super) fn read_directory(dir: &Path, create: bool) -> Result<WalFound> {
     let started = Instant::now();
     let lock = lock_directory(dir, create)?;
-    let snapshot = snapshot::read_newest(dir)?;
+    let snapshot = snapshot::open_newest(dir)?;
     let from = snapshot.as_ref().map_or(0, |s| s.ts);
     let mut found = WalFound {
         dir: dir.to_path_buf(),
@@ -200,14 +189,15 @@ fn lock_directory(dir: &Path, create: bool) -> Result<File> {
 
 impl Database {
     /// Rebuilds the tables from what `read_directory` found, then starts
-    /// the log (and the snapshot thread when background work runs).
+    /// the log (and the snapshot thread when background work runs). The
+    /// snapshot's rows are served in place and loaded in the background;
+    /// only the log after it is applied before transactions are admitted.
     pub(super) fn open_wal(
         &self,
         found: WalFound,
         options: &super::Options,
         started: Instant,
     ) -> Result<RecoveryReport> {
-        let applied_at = Instant::now();
         let WalFound {
             dir,
             lock,
@@ -221,14 +211,10 @@ impl Database {
             ..
         } = found;
         let mut all_indexes = Vec::new();
-        let mut rows = 0;
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .clamp(1, MAX_RECOVERY_THREADS);
+        let threads = parallel::cores().clamp(1, MAX_RECOVERY_THREADS);
         if let Some(snapshot) = &snapshot {
-            rows = self.load_snapshot(snapshot, &mut all_indexes, threads)?;
+            self.create_snapshot_tables(snapshot, &mut all_indexes)?;
         }
-        let loaded_after = applied_at.elapsed();
         let replay_started = Instant::now();
         for spec in &tables {
             match self.inner.store.tables.get(spec.id as usize) {
@@ -248,9 +234,13 @@ impl Database {
             }
         }
         let replayed = newest.len() as u64;
-        self.apply_log(newest, threads)?;
+        redo(&self.inner.store, newest, threads)?;
         let replayed_after = replay_started.elapsed();
         let indexes_started = Instant::now();
+        let snapshot = snapshot.map(Arc::new);
+        if let Some(snapshot) = &snapshot {
+            self.serve_snapshot(snapshot, &all_indexes)?;
+        }
         for def in &all_indexes {
             self.create_logged_index(def)?;
         }
@@ -288,6 +278,17 @@ impl Database {
         if options.background_thread {
             self.start_snapshot_thread();
         }
+        let rows = snapshot
+            .as_ref()
+            .map_or(0, |s| s.tables().map(|table| s.rows_of(table)).sum::<u64>());
+        if let Some(snapshot) = &snapshot {
+            if self.inner.store.tables.iter().any(|(_, t)| t.is_loading()) {
+                self.start_index_load(
+                    super::ColdSource::Snapshot(snapshot.clone()),
+                    options.load_indexes_in_background,
+                );
+            }
+        }
         Ok(RecoveryReport {
             fresh: snapshot.is_none() && log_records == 0,
             from_checkpoint: snapshot.is_some(),
@@ -295,7 +296,7 @@ impl Database {
             redo_from_txn: snapshot.as_ref().map_or(0, |s| s.ts),
             metadata: read_time,
             undo_redo: replayed_after,
-            index_build: loaded_after + indexes_after,
+            index_build: indexes_after,
             total: started.elapsed(),
             tables: self.inner.store.tables.count(),
             versions_scanned: log_records,
@@ -305,126 +306,51 @@ impl Database {
         })
     }
 
-    /// Creates the snapshot's tables and loads its rows straight into
-    /// their heaps and bottom-up built indexes, each table split into key
-    /// ranges loaded by `threads` threads (LeanStore's parallel redo,
-    /// §3.7); its indexes are left in `indexes` to be built once the log
-    /// is applied too.
-    fn load_snapshot(
+    /// Creates the snapshot's tables, empty; its indexes are left in
+    /// `indexes` to be built once the log is applied.
+    fn create_snapshot_tables(
         &self,
-        snapshot: &Snapshot,
+        snapshot: &SnapshotFile,
         indexes: &mut Vec<IndexDef>,
-        threads: usize,
-    ) -> Result<u64> {
+    ) -> Result<()> {
         let bad = |what: &str| Error::Corrupt(format!("snapshot: {what}"));
-        let mut specs: Vec<TableSpec> = Vec::new();
-        let mut rows: Vec<Vec<(&[u8], &[u8])>> = Vec::new();
-        for rec in snapshot.records() {
-            match rec.ok_or_else(|| bad("a record does not decode"))? {
-                Record::Table { spec, .. } => {
-                    specs.push(spec);
-                    rows.push(Vec::new());
-                }
+        for rec in snapshot.catalog() {
+            match rec.ok_or_else(|| bad("a catalog record does not decode"))? {
+                Record::Table { spec, .. } => drop(self.create_logged_table(&spec)?),
                 Record::Index { def, .. } => indexes.push(def),
-                Record::Rows { table, rows: chunk } => {
-                    let table_rows = rows
-                        .get_mut(table as usize)
-                        .ok_or_else(|| bad("rows of an unknown table"))?;
-                    for row in chunk {
-                        table_rows.push(row.ok_or_else(|| bad("a row does not decode"))?);
-                    }
-                }
-                Record::Commit { .. } => return Err(bad("holds a commit record")),
-            }
-        }
-        let mut loaded = 0;
-        for (spec, table_rows) in specs.iter().zip(&rows) {
-            let store = &self.inner.store;
-            let table = self.create_table_with(&spec.name, spec_options(spec), |def| {
-                check_rows(&def, table_rows)?;
-                load_rows(store, def, table_rows, threads)
-            })?;
-            check_id(&table, spec)?;
-            loaded += table_rows.len() as u64;
-        }
-        Ok(loaded)
-    }
-
-    /// Applies the newest logged version of every key. Keys are sorted and
-    /// split into `threads` contiguous ranges, one session each, so that
-    /// threads meet only in the leaves at range ends (spread keys would
-    /// put every thread's inserts into the same gaps, and two threads
-    /// retrying against each other can keep conflicting). A batch that
-    /// still conflicts is applied afterwards, when no other thread runs.
-    fn apply_log(&self, newest: Newest, threads: usize) -> Result<()> {
-        let tables: Vec<Table> = self
-            .inner
-            .store
-            .tables
-            .iter()
-            .map(|(_, rt)| Table { rt: rt.clone() })
-            .collect();
-        let mut versions: Vec<_> = newest.into_iter().collect();
-        versions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let per_thread = versions.len().div_ceil(threads).max(1);
-        let deferred = std::thread::scope(|scope| {
-            let handles: Vec<_> = versions
-                .chunks(per_thread)
-                .enumerate()
-                .map(|(part, versions)| {
-                    let tables = &tables;
-                    scope.spawn(move || self.apply_versions(tables, versions, part, Defer::Yes))
-                })
-                .collect();
-            // Every thread joined before any error returns: a scope left
-            // with a panicked thread unjoined would panic itself.
-            let outcomes: Vec<_> = handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(loader_panicked())))
-                .collect();
-            let mut deferred = Vec::new();
-            for outcome in outcomes {
-                deferred.extend(outcome?);
-            }
-            Ok::<_, Error>(deferred)
-        })?;
-        for batch in deferred {
-            self.apply_versions(&tables, batch, 0, Defer::No)?;
-        }
-        Ok(())
-    }
-
-    /// Applies `versions` (range number `part`) in batches, each tried up
-    /// to `APPLY_TRIES` times on a conflict; returns the batches that kept
-    /// conflicting if `defer` allows, else fails with the conflict.
-    fn apply_versions<'v>(
-        &self,
-        tables: &[Table],
-        versions: &'v [(LoggedKey, LoggedVersion)],
-        part: usize,
-        defer: Defer,
-    ) -> Result<Vec<&'v [(LoggedKey, LoggedVersion)]>> {
-        let mut session = self.session()?;
-        let mut deferred = Vec::new();
-        for batch in versions.chunks(APPLY_BATCH) {
-            let mut tried = 1;
-            loop {
-                match apply_batch(&mut session, tables, batch) {
-                    Err(Error::Conflict) if tried < APPLY_TRIES => {
-                        // Threads retrying in step keep meeting: stagger them.
-                        let pause = u64::from(tried.min(10)) * (part as u64 + 1);
-                        std::thread::sleep(Duration::from_micros(pause));
-                        tried += 1;
-                    }
-                    Err(Error::Conflict) if defer == Defer::Yes => {
-                        deferred.push(batch);
-                        break;
-                    }
-                    outcome => break outcome?,
+                Record::Rows { .. } | Record::Commit { .. } => {
+                    return Err(bad("holds rows or commits in its catalog"))
                 }
             }
         }
-        Ok(deferred)
+        match snapshot
+            .tables()
+            .all(|id| self.inner.store.tables.get(id as usize).is_some())
+        {
+            true => Ok(()),
+            false => Err(bad("rows of an unknown table")),
+        }
+    }
+
+    /// Makes every table with rows in the snapshot serve them in place
+    /// until they are loaded. Tables with secondary indexes are loaded
+    /// now: building an index reads every row.
+    fn serve_snapshot(&self, snapshot: &Arc<SnapshotFile>, indexes: &[IndexDef]) -> Result<()> {
+        let mut indexed = Vec::new();
+        for id in snapshot.tables() {
+            let Some(table) = self.inner.store.tables.get(id as usize) else {
+                continue;
+            };
+            table.set_cold(Arc::new(SnapshotRun {
+                snapshot: snapshot.clone(),
+                table: id,
+                db: Arc::downgrade(&self.inner),
+            }));
+            if indexes.iter().any(|def| def.table == id) {
+                indexed.push(table.clone());
+            }
+        }
+        load_tables(&self.inner.store, snapshot, &indexed, &|| false)
     }
 
     fn create_logged_table(&self, spec: &TableSpec) -> Result<Table> {
@@ -523,7 +449,22 @@ impl DbInner {
             .wal
             .get()
             .ok_or_else(|| Error::InvalidOption("not a wal database".into()))?;
+        // A snapshot is read from the DRAM indexes: they must be whole.
+        self.wait_for_indexes();
         let mut newest = wal.newest_snapshot.lock();
+        if let Some((_, table)) = self
+            .store
+            .tables
+            .iter()
+            .find(|(_, t)| t.is_loading() || t.is_damaged())
+        {
+            // Its rows are not all in DRAM: a snapshot without them would
+            // replace the only copy.
+            return Err(Error::Corrupt(format!(
+                "table {:?} is damaged or not loaded; no snapshot taken",
+                table.heap.def.name
+            )));
+        }
         let number = *newest + 1;
         let worker = self.claim_worker()?;
         let outcome = self.write_snapshot(wal, worker, number);
@@ -759,94 +700,271 @@ fn check_id(table: &Table, spec: &TableSpec) -> Result<()> {
     }
 }
 
-fn loader_panicked() -> Error {
-    Error::Corrupt("a recovery thread panicked".into())
-}
-
-/// Snapshot rows must be what the table can hold, in strictly ascending
-/// key order (the bottom-up build relies on it).
-fn check_rows(def: &TableDef, rows: &[(&[u8], &[u8])]) -> Result<()> {
-    let fits = |(key, value): &(&[u8], &[u8])| {
-        (1..=def.max_key_len as usize).contains(&key.len())
-            && value.len() <= def.max_value_len as usize
-    };
-    let ascending = rows.windows(2).all(|w| w[0].0 < w[1].0);
-    match ascending && rows.iter().all(fits) {
-        true => Ok(()),
-        false => Err(Error::Corrupt(format!(
-            "snapshot: rows of table {} are out of order or too long",
-            def.name
-        ))),
-    }
-}
-
-/// Appends the rows to the table's heap as versions older than every
-/// transaction of this process, `threads` contiguous key ranges at once
-/// (each into its own region), and builds the index bottom-up.
-fn load_rows(
-    store: &Store,
-    def: TableDef,
-    rows: &[(&[u8], &[u8])],
-    threads: usize,
-) -> Result<(TableHeap, BTree)> {
-    let heap = TableHeap::new(def);
-    let per_thread = rows.len().div_ceil(threads).max(1);
-    let parts: Vec<Result<IndexEntries>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = rows
-            .chunks(per_thread)
-            .enumerate()
-            .map(|(region, part)| {
-                let heap = &heap;
-                scope.spawn(move || append_rows(store, heap, region, part))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(loader_panicked())))
-            .collect()
-    });
-    let mut entries = Vec::with_capacity(rows.len());
-    for part in parts {
-        entries.extend(part?);
-    }
-    Ok((heap, BTree::bulk_load_parallel(&entries, threads)))
-}
-
-/// `(key, version address)` pairs for a bottom-up index build.
-type IndexEntries<'r> = Vec<(&'r [u8], u64)>;
-
-fn append_rows<'r>(
-    store: &Store,
-    heap: &TableHeap,
-    region: usize,
-    rows: &[(&'r [u8], &[u8])],
-) -> Result<IndexEntries<'r>> {
-    let mut slot = Vec::new();
-    let mut entries = Vec::with_capacity(rows.len());
-    for &(key, value) in rows {
-        heap.encode(&mut slot, LOADED_TXN, key, value, false);
-        let addr = heap.append(&store.medium, &store.space, region, LOADED_TXN, &slot)?;
-        entries.push((key, addr.0));
-    }
-    Ok(entries)
-}
-
-fn apply_batch(
-    session: &mut super::Session,
-    tables: &[Table],
-    batch: &[(LoggedKey, LoggedVersion)],
-) -> Result<()> {
-    let mut tx = session.begin();
-    for ((table, key), (_, value)) in batch {
-        let table = tables
-            .get(*table as usize)
-            .ok_or_else(|| Error::Corrupt(format!("redo log: unknown table {table}")))?;
-        match value {
-            Some(value) => tx.put(table, key, value).map(|_| ())?,
-            None => tx.delete(table, key).map(|_| ())?,
+/// Applies the newest logged version of every key: each is copied into
+/// its table's heap as a committed version older than any transaction of
+/// this process (a deletion as a tombstone, which hides the snapshot's
+/// row) and taken into the index, which holds none of these keys yet.
+/// Each table is cut into `threads` contiguous key ranges applied at once,
+/// each into its own region, in sorted batches (one descent per leaf).
+fn redo(store: &Store, newest: Newest, threads: usize) -> Result<()> {
+    let mut versions: Vec<_> = newest.into_iter().collect();
+    versions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    for table_versions in versions.chunk_by(|a, b| a.0 .0 == b.0 .0) {
+        let Some(((id, _), _)) = table_versions.first() else {
+            continue;
+        };
+        let table = store
+            .tables
+            .get(*id as usize)
+            .ok_or_else(|| Error::Corrupt(format!("redo log: unknown table {id}")))?;
+        let per_thread = table_versions.len().div_ceil(threads).max(1);
+        let parts = parallel::map(
+            table_versions.chunks(per_thread).enumerate(),
+            |(region, part)| {
+                let mut slot = Vec::new();
+                let mut entries = Vec::with_capacity(part.len());
+                let mut deleted = Vec::new();
+                for ((_, key), (_, value)) in part {
+                    let row = (key.as_slice(), value.as_deref().unwrap_or_default());
+                    let addr = copy_row(store, table, region, row, value.is_none(), &mut slot)?;
+                    entries.push((key.as_slice(), addr.0));
+                    if value.is_none() {
+                        deleted.push((*id, addr));
+                    }
+                }
+                table.adopt_sorted(&entries);
+                Ok::<_, Error>(deleted)
+            },
+        );
+        for part in parts {
+            // Tombstones go to the reaper, which removes them once the
+            // snapshot is loaded and no reader can see past them.
+            store.deleted.lock().extend(part?);
         }
     }
-    tx.commit()
+    Ok(())
+}
+
+/// Appends a committed row (or tombstone) of `table` to `region` of its
+/// heap; `Corrupt` if the table cannot hold it.
+fn copy_row(
+    store: &Store,
+    table: &TableRt,
+    region: usize,
+    (key, value): (&[u8], &[u8]),
+    tombstone: bool,
+    slot: &mut Vec<u8>,
+) -> Result<Addr> {
+    let def = &table.heap.def;
+    if !(1..=def.max_key_len as usize).contains(&key.len())
+        || value.len() > def.max_value_len as usize
+    {
+        return Err(Error::Corrupt(format!(
+            "a recovered row of table {} is longer than the table allows",
+            def.name
+        )));
+    }
+    table.heap.encode(slot, LOADED_TXN, key, value, tombstone);
+    table
+        .heap
+        .append(&store.medium, &store.space, region, LOADED_TXN, slot)
+}
+
+/// A table's rows in the snapshot in force, served in place: a lookup
+/// that misses the DRAM index reads the group that would hold the key
+/// and copies the row into the heap.
+struct SnapshotRun {
+    snapshot: Arc<SnapshotFile>,
+    table: u32,
+    db: Weak<DbInner>,
+}
+
+impl SnapshotRun {
+    fn copy_in(&self, (key, value): (&[u8], &[u8])) -> Result<u64> {
+        let db = self.db.upgrade().ok_or(Error::Closed)?;
+        let store = &db.store;
+        let table = store
+            .tables
+            .get(self.table as usize)
+            .ok_or_else(|| Error::Corrupt(format!("snapshot: unknown table {}", self.table)))?;
+        Ok(copy_row(
+            store,
+            table,
+            COPY_REGION,
+            (key, value),
+            false,
+            &mut Vec::new(),
+        )?
+        .0)
+    }
+
+    fn copy_range(&self, rows: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<(Vec<u8>, u64)>> {
+        rows.into_iter()
+            .map(|(key, value)| {
+                let addr = self.copy_in((&key, &value))?;
+                Ok((key, addr))
+            })
+            .collect()
+    }
+}
+
+impl ColdEntries for SnapshotRun {
+    fn len(&self) -> u64 {
+        self.snapshot.rows_of(self.table)
+    }
+
+    fn split_keys(&self, _: &Medium, parts: usize) -> Vec<Vec<u8>> {
+        self.snapshot.split_keys(self.table, parts)
+    }
+
+    fn find(&self, _: &Medium, key: &[u8]) -> Result<Option<u64>> {
+        match self.snapshot.find(self.table, key)? {
+            Some(value) => self.copy_in((key, &value)).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn range(
+        &self,
+        _: &Medium,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, u64)>> {
+        let rows = self
+            .snapshot
+            .range(self.table, (lower, upper), limit, false)?;
+        self.copy_range(rows)
+    }
+
+    fn range_rev(
+        &self,
+        _: &Medium,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, u64)>> {
+        let rows = self
+            .snapshot
+            .range(self.table, (lower, upper), limit, true)?;
+        self.copy_range(rows)
+    }
+
+    fn copies(&self) -> bool {
+        true
+    }
+}
+
+/// The region that rows copied in by lookups go to (appends to a region
+/// are serialized, so it may be a session's).
+const COPY_REGION: usize = 0;
+/// Groups a loader thread takes at a time.
+const LOAD_PIECE: usize = 64;
+
+impl DbInner {
+    /// Loads every table still serving the snapshot in place.
+    pub(super) fn load_snapshot_rows(
+        &self,
+        snapshot: &SnapshotFile,
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> Result<()> {
+        let tables: Vec<Arc<TableRt>> = self
+            .store
+            .tables
+            .iter()
+            .map(|(_, table)| table.clone())
+            .filter(|table| table.is_loading())
+            .collect();
+        load_tables(&self.store, snapshot, &tables, cancelled)
+    }
+}
+
+/// Moves the snapshot rows of `tables` into their heaps and indexes, in
+/// pieces of `LOAD_PIECE` groups taken in turn by one thread per core.
+/// Keys already in the DRAM index are newer (redone from the log, written
+/// since, or copied in by a lookup) and stay. A table whose rows turn out
+/// damaged is marked so; the first such error is returned.
+fn load_tables(
+    store: &Store,
+    snapshot: &SnapshotFile,
+    tables: &[Arc<TableRt>],
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<()> {
+    let tasks: Vec<(usize, std::ops::Range<usize>)> = tables
+        .iter()
+        .enumerate()
+        .flat_map(|(t, table)| {
+            let groups = snapshot.groups_of(table.heap.def.id).len();
+            (0..groups)
+                .step_by(LOAD_PIECE)
+                .map(move |from| (t, from..(from + LOAD_PIECE).min(groups)))
+        })
+        .collect();
+    let failures: Vec<Mutex<Option<Error>>> = tables.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    let threads = parallel::cores().clamp(1, MAX_RECOVERY_THREADS);
+    parallel::map(0..threads.min(tasks.len()).max(1), |region| {
+        let mut buf = Vec::new();
+        while let Some((t, groups)) = tasks.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let (Some(table), Some(failure)) = (tables.get(*t), failures.get(*t)) else {
+                continue;
+            };
+            if cancelled() {
+                return;
+            }
+            if failure.lock().is_some() {
+                continue;
+            }
+            let loaded = groups
+                .clone()
+                .try_for_each(|group| load_group(store, snapshot, table, group, region, &mut buf));
+            if let Err(e) = loaded {
+                failure.lock().get_or_insert(e);
+            }
+        }
+    });
+    if cancelled() {
+        return Ok(());
+    }
+    let mut first_error = None;
+    for (table, failure) in tables.iter().zip(failures) {
+        if let Some(e) = failure.into_inner() {
+            table.mark_damaged();
+            first_error.get_or_insert(e);
+        }
+        table.finish_cold();
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Copies the rows of one group that the DRAM index lacks into the heap
+/// and the index.
+fn load_group(
+    store: &Store,
+    snapshot: &SnapshotFile,
+    table: &TableRt,
+    group: usize,
+    region: usize,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    let rows = snapshot.read_group(table.heap.def.id, group, buf)?;
+    let mut slot = Vec::new();
+    let mut entries = Vec::with_capacity(rows.len());
+    for row in rows {
+        if table.index.get(row.0).is_none() {
+            let addr = copy_row(store, table, region, row, false, &mut slot)?;
+            entries.push((row.0, addr.0));
+        }
+    }
+    if table.adopt_sorted(&entries) < entries.len() {
+        // A lookup or a writer took some of these keys meanwhile.
+        for &(key, addr) in &entries {
+            if table.index.get(key) != Some(addr) {
+                table.heap.set_obsolete(&store.medium, Addr(addr));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -866,73 +984,47 @@ mod tests {
         (dir, db, table)
     }
 
-    /// Recovery applies the log with one thread per contiguous key range;
-    /// threads meet in the leaves at range ends and in the gaps there.
-    /// Many threads over few keys make those meetings common; every key
-    /// must still end with its newest logged version, deletes included.
+    /// Redo copies the newest logged version of every key into an empty
+    /// table, on many threads over few keys (so that their ranges meet in
+    /// shared leaves); every key must end with its newest version and the
+    /// deleted ones must be absent.
     #[test]
-    fn recovery_threads_meeting_in_shared_leaves_apply_every_key() {
+    fn redo_applies_the_newest_version_of_every_key_deletions_included() {
         let (_dir, db, table) = wal_table();
         let id = table.rt.heap.def.id;
-        for round in 0..20u64 {
-            let newest: Newest = (0..600u64)
-                .map(|key| {
-                    let value =
-                        (key % 7 != round % 7).then(|| (key * round).to_le_bytes().to_vec());
-                    ((id, key.to_be_bytes().to_vec()), (round, value))
-                })
-                .collect();
-            db.apply_log(newest, MAX_RECOVERY_THREADS).unwrap();
-            let mut session = db.session().unwrap();
-            let mut tx = session.begin();
-            let rows = tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap();
-            tx.commit().unwrap();
-            let expected: Vec<_> = (0..600u64)
-                .filter(|key| key % 7 != round % 7)
-                .map(|key| {
-                    (
-                        key.to_be_bytes().to_vec(),
-                        (key * round).to_le_bytes().to_vec(),
-                    )
-                })
-                .collect();
-            assert_eq!(rows, expected, "round {round}");
-        }
-    }
-
-    /// A batch that keeps meeting another writer is handed back rather
-    /// than failing recovery, and goes in once that writer is gone.
-    #[test]
-    fn a_batch_that_keeps_conflicting_is_deferred_then_applied() {
-        let (_dir, db, table) = wal_table();
-        let tables = [table.clone()];
-        let key = 5u64.to_be_bytes().to_vec();
-        let versions = [(
-            (table.rt.heap.def.id, key.clone()),
-            (1, Some(b"logged".to_vec())),
-        )];
-        let mut writer = db.session().unwrap();
-        let mut holding = writer.begin();
-        holding.put(&table, &key, b"pending").unwrap();
-        let deferred = db
-            .apply_versions(&tables, &versions, 0, Defer::Yes)
-            .unwrap();
-        assert_eq!(deferred.len(), 1, "the batch meets the pending write");
-        assert!(matches!(
-            db.apply_versions(&tables, &versions, 0, Defer::No),
-            Err(Error::Conflict)
-        ));
-        holding.abort();
-        assert!(db
-            .apply_versions(&tables, deferred[0], 0, Defer::No)
-            .unwrap()
-            .is_empty());
+        let newest: Newest = (0..600u64)
+            .map(|key| {
+                let value = (key % 7 != 3).then(|| (key * 11).to_le_bytes().to_vec());
+                ((id, key.to_be_bytes().to_vec()), (key + 1, value))
+            })
+            .collect();
+        redo(&db.inner.store, newest, MAX_RECOVERY_THREADS).unwrap();
         let mut session = db.session().unwrap();
         let mut tx = session.begin();
-        assert_eq!(
-            tx.get(&table, &key).unwrap().as_deref(),
-            Some(&b"logged"[..])
-        );
+        let rows = tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap();
         tx.commit().unwrap();
+        let expected: Vec<_> = (0..600u64)
+            .filter(|key| key % 7 != 3)
+            .map(|key| {
+                (
+                    key.to_be_bytes().to_vec(),
+                    (key * 11).to_le_bytes().to_vec(),
+                )
+            })
+            .collect();
+        assert_eq!(rows, expected);
+        assert_eq!(db.inner.store.deleted.lock().len(), 600usize.div_ceil(7));
+    }
+
+    /// A logged row longer than its table allows is damage, not a panic.
+    #[test]
+    fn redo_refuses_rows_the_table_cannot_hold() {
+        let (_dir, db, table) = wal_table();
+        let id = table.rt.heap.def.id;
+        let newest: Newest = [((id, vec![1; 9]), (1, Some(vec![0; 8])))].into();
+        assert!(matches!(
+            redo(&db.inner.store, newest, 2),
+            Err(Error::Corrupt(_))
+        ));
     }
 }

@@ -387,6 +387,13 @@ pub trait ColdEntries: Send + Sync {
         upper: Bound<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, u64)>>;
+    /// Whether each address it returns names a copy made for that call
+    /// (a `wal` snapshot's row copied into the heap) rather than a slot
+    /// the heap held already: a copy the DRAM index does not take is
+    /// garbage, and entries must be taken into the index before use.
+    fn copies(&self) -> bool {
+        false
+    }
 }
 
 /// A table at run time: its heap and its primary index.
@@ -511,15 +518,33 @@ impl TableRt {
     /// damaged run marks the table damaged: no answer may come from it.
     fn warm(&self, medium: &Medium, key: &[u8]) -> Result<bool> {
         let Some(cold) = self.cold() else {
-            return Ok(false);
+            // A load that failed ends cold service after marking the
+            // table: a miss then must not pass for an absent key.
+            return self.check_damaged().map(|_| false);
         };
         match cold
             .find(medium, key)
             .inspect_err(|_| self.mark_damaged())?
         {
-            Some(addr) => self.adopt(medium, key, addr),
+            Some(addr) => self.adopt_from(cold.as_ref(), medium, key, addr),
             None => Ok(false),
         }
+    }
+
+    /// `adopt`, and a copy the index did not take (another thread took
+    /// the key first) is marked obsolete, so that GC frees its slot.
+    fn adopt_from(
+        &self,
+        cold: &dyn ColdEntries,
+        medium: &Medium,
+        key: &[u8],
+        addr: u64,
+    ) -> Result<bool> {
+        let adopted = self.adopt(medium, key, addr)?;
+        if !adopted && cold.copies() {
+            self.heap.set_obsolete(medium, Addr(addr));
+        }
+        Ok(adopted)
     }
 
     /// Moves the cold entries a scan of `want` keys from the `order` end
@@ -532,7 +557,9 @@ impl TableRt {
         order: Order,
     ) -> Result<()> {
         let Some(cold) = self.cold() else {
-            return Ok(());
+            // As in `warm`: a cursor that began while the load ran must
+            // not go on over an index that lacks the damaged part.
+            return self.check_damaged();
         };
         let (lower, upper) = (as_slice_bound(lower), as_slice_bound(upper));
         let entries = match order {
@@ -540,7 +567,7 @@ impl TableRt {
             Order::Descending => cold.range_rev(medium, lower, upper, want),
         };
         for (key, addr) in entries.inspect_err(|_| self.mark_damaged())? {
-            self.adopt(medium, &key, addr)?;
+            self.adopt_from(cold.as_ref(), medium, &key, addr)?;
         }
         Ok(())
     }
@@ -559,12 +586,19 @@ impl TableRt {
         out: &mut Vec<(Vec<u8>, u64)>,
     ) -> Result<Option<Vec<u8>>> {
         out.clear();
+        if self.cold().is_some_and(|cold| cold.copies()) {
+            // Copies cannot be read in place: only the index's are heads.
+            self.warm_range(medium, (lower, upper), limit, Order::Ascending)?;
+        }
         let (lower, upper) = (as_slice_bound(lower), as_slice_bound(upper));
-        let cold = match self.cold() {
+        let cold = match self.cold().filter(|cold| !cold.copies()) {
             Some(cold) => cold
                 .range(medium, lower, upper, limit)
                 .inspect_err(|_| self.mark_damaged())?,
-            None => Vec::new(),
+            None => {
+                self.check_damaged()?;
+                Vec::new()
+            }
         };
         let cold_end = (cold.len() == limit).then(|| cold[limit - 1].0.clone());
         let warm_upper = cold_end.as_deref().map_or(upper, Bound::Included);
@@ -685,9 +719,10 @@ impl TableRt {
     }
 
     /// Moves a sorted, validated batch of checkpoint entries into the DRAM
-    /// index (keys already there are newer and stay).
-    pub fn adopt_sorted(&self, entries: &[(&[u8], u64)]) {
-        self.index.insert_sorted_absent(entries);
+    /// index (keys already there are newer and stay); returns how many it
+    /// took.
+    pub fn adopt_sorted(&self, entries: &[(&[u8], u64)]) -> usize {
+        self.index.insert_sorted_absent(entries)
     }
 
     /// Whether a logical address names a slot of an existing block.

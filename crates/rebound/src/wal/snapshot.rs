@@ -1,20 +1,34 @@
 //! Snapshot files: the committed contents of every table as of one
 //! timestamp, which bound the log that recovery has to replay.
+//!
+//! Rows are stored in checksummed groups of about `GROUP` bytes, listed in
+//! a directory at the end with the first key of each. Opening reads only
+//! the header, the catalog and the directory, so it takes time in
+//! proportion to the number of groups, not the rows; a lookup reads and
+//! verifies one group, and the background load reads them all.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 use super::record::{self, Record};
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
+use std::ops::{Bound, Range};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RBSNAP\0\x01";
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RBSNAP\0\x02";
+/// The magic without its version byte: a file that has it and another
+/// version is a snapshot this build cannot read.
+const MAGIC_STEM: [u8; 7] = *b"RBSNAP\0";
+const FORMAT_VERSION: u32 = 2;
 pub const FOOTER_MAGIC: [u8; 8] = *b"RBSNAPND";
-const HEADER: usize = 32;
-const FOOTER: usize = 24;
-/// Rows are written in chunks of about this many bytes.
-const CHUNK: usize = 1 << 16;
+const HEADER: u64 = 32;
+const FOOTER: u64 = 48;
+/// Directory entry bytes before the first key.
+const ENTRY_HEADER: usize = 28;
+/// A group is closed once it holds this many bytes (a single row may
+/// make it longer).
+const GROUP: usize = 16 << 10;
 
 fn snapshot_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("{number:016x}.snapshot"))
@@ -23,12 +37,19 @@ fn snapshot_path(dir: &Path, number: u64) -> PathBuf {
 /// Writes a snapshot under a temporary name; `finish` puts it in place.
 pub struct SnapshotWriter {
     out: BufWriter<File>,
-    crc: u32,
     len: u64,
+    /// crc32c of the header and the catalog.
+    head_crc: u32,
+    /// Where the first group starts, once one has.
+    catalog_end: Option<u64>,
     temp: PathBuf,
     path: PathBuf,
-    chunk: Vec<u8>,
-    chunk_table: Option<(u32, usize, u32)>,
+    group: Vec<u8>,
+    /// The open group's table, where its rows record starts, its rows.
+    group_table: Option<(u32, usize, u32)>,
+    first_key: Vec<u8>,
+    directory: Vec<u8>,
+    groups: u64,
     rows: u64,
 }
 
@@ -45,73 +66,108 @@ impl SnapshotWriter {
             .open(&temp)?;
         let mut writer = SnapshotWriter {
             out: BufWriter::with_capacity(1 << 20, file),
-            crc: 0,
             len: 0,
+            head_crc: 0,
+            catalog_end: None,
             temp,
             path,
-            chunk: Vec::with_capacity(CHUNK + 4096),
-            chunk_table: None,
+            group: Vec::with_capacity(GROUP + 4096),
+            group_table: None,
+            first_key: Vec::new(),
+            directory: Vec::new(),
+            groups: 0,
             rows: 0,
         };
-        let mut header = Vec::with_capacity(HEADER);
+        let mut header = Vec::with_capacity(HEADER as usize);
         header.extend_from_slice(&SNAPSHOT_MAGIC);
         header.extend_from_slice(&number.to_le_bytes());
         header.extend_from_slice(&ts.to_le_bytes());
-        header.resize(HEADER, 0);
-        writer.put(&header)?;
+        header.resize(HEADER as usize, 0);
+        writer.put_head(&header)?;
         Ok(writer)
     }
 
-    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+    fn put_head(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.catalog_end.is_some() {
+            return Err(Error::InvalidOption(
+                "snapshot catalog records come before the rows".into(),
+            ));
+        }
         self.out.write_all(bytes)?;
-        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.head_crc = crc32c::crc32c_append(self.head_crc, bytes);
         self.len += bytes.len() as u64;
         Ok(())
     }
 
-    /// Adds an encoded catalog record (a table or an index).
+    /// Adds an encoded catalog record (a table or an index); all of them
+    /// come before the first row.
     pub fn catalog_record(&mut self, encoded: &[u8]) -> Result<()> {
-        self.flush_rows()?;
-        self.put(encoded)
+        self.put_head(encoded)
     }
 
-    /// Adds a row of `table`; rows of a table come in key order.
+    /// Adds a row of `table`; a table's rows come together, in strictly
+    /// ascending key order, and tables in ascending id order.
     pub fn row(&mut self, table: u32, key: &[u8], value: &[u8]) -> Result<()> {
-        if self.chunk_table.is_some_and(|(t, _, _)| t != table) || self.chunk.len() >= CHUNK {
-            self.flush_rows()?;
+        if self.group_table.is_some_and(|(t, _, _)| t != table) || self.group.len() >= GROUP {
+            self.flush_group()?;
         }
-        if self.chunk_table.is_none() {
-            let at = record::start_rows(&mut self.chunk, table);
-            self.chunk_table = Some((table, at, 0));
+        if self.group_table.is_none() {
+            let at = record::start_rows(&mut self.group, table);
+            self.group_table = Some((table, at, 0));
+            self.first_key.clear();
+            self.first_key.extend_from_slice(key);
         }
-        record::push_row(&mut self.chunk, key, value);
-        if let Some((_, _, count)) = self.chunk_table.as_mut() {
+        record::push_row(&mut self.group, key, value);
+        if let Some((_, _, count)) = self.group_table.as_mut() {
             *count += 1;
         }
         self.rows += 1;
         Ok(())
     }
 
-    fn flush_rows(&mut self) -> Result<()> {
-        if let Some((_, at, count)) = self.chunk_table.take() {
-            record::finish_rows(&mut self.chunk, at, count);
-            let chunk = std::mem::take(&mut self.chunk);
-            self.put(&chunk)?;
-            self.chunk = chunk;
-            self.chunk.clear();
-        }
+    fn flush_group(&mut self) -> Result<()> {
+        let Some((table, at, count)) = self.group_table.take() else {
+            return Ok(());
+        };
+        record::finish_rows(&mut self.group, at, count);
+        self.catalog_end.get_or_insert(self.len);
+        let offset = self.len;
+        let len = u32::try_from(self.group.len())
+            .map_err(|_| Error::InvalidOption("a snapshot row is over 4 GiB".into()))?;
+        let entry = &mut self.directory;
+        entry.extend_from_slice(&offset.to_le_bytes());
+        entry.extend_from_slice(&len.to_le_bytes());
+        entry.extend_from_slice(&crc32c::crc32c(&self.group).to_le_bytes());
+        entry.extend_from_slice(&table.to_le_bytes());
+        entry.extend_from_slice(&count.to_le_bytes());
+        entry.extend_from_slice(&(self.first_key.len() as u16).to_le_bytes());
+        entry.extend_from_slice(&[0; 2]);
+        entry.extend_from_slice(&self.first_key);
+        self.out.write_all(&self.group)?;
+        self.len += self.group.len() as u64;
+        self.group.clear();
+        self.groups += 1;
         Ok(())
     }
 
     /// Seals the file, syncs it and renames it into place; returns the
     /// rows and bytes written.
     pub fn finish(mut self) -> Result<(u64, u64)> {
-        self.flush_rows()?;
-        let mut footer = Vec::with_capacity(FOOTER);
+        self.flush_group()?;
+        let catalog_end = self.catalog_end.unwrap_or(self.len);
+        let directory_at = self.len;
+        self.out.write_all(&self.directory)?;
+        let groups = u32::try_from(self.groups)
+            .map_err(|_| Error::InvalidOption("a snapshot of over 2^32 groups".into()))?;
+        let mut footer = Vec::with_capacity(FOOTER as usize);
         footer.extend_from_slice(&FOOTER_MAGIC);
-        footer.extend_from_slice(&self.len.to_le_bytes());
-        footer.extend_from_slice(&self.crc.to_le_bytes());
-        footer.resize(FOOTER, 0);
+        footer.extend_from_slice(&catalog_end.to_le_bytes());
+        footer.extend_from_slice(&directory_at.to_le_bytes());
+        footer.extend_from_slice(&(self.directory.len() as u64).to_le_bytes());
+        footer.extend_from_slice(&groups.to_le_bytes());
+        footer.extend_from_slice(&self.head_crc.to_le_bytes());
+        footer.extend_from_slice(&crc32c::crc32c(&self.directory).to_le_bytes());
+        footer.extend_from_slice(&crc32c::crc32c(&footer).to_le_bytes());
         self.out.write_all(&footer)?;
         let file = self.out.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
@@ -119,29 +175,231 @@ impl SnapshotWriter {
         if let Some(dir) = self.path.parent() {
             File::open(dir)?.sync_all()?;
         }
-        Ok((self.rows, self.len + FOOTER as u64))
+        let bytes = directory_at + self.directory.len() as u64 + FOOTER;
+        Ok((self.rows, bytes))
     }
 }
 
-/// A snapshot read back and verified.
-pub struct Snapshot {
+/// Where a group of rows is and what it holds.
+#[derive(Debug, Clone)]
+pub struct GroupRef {
+    pub table: u32,
+    pub rows: u32,
+    offset: u64,
+    len: u32,
+    crc: u32,
+    first_key: Box<[u8]>,
+}
+
+impl GroupRef {
+    pub fn first_key(&self) -> &[u8] {
+        &self.first_key
+    }
+}
+
+/// A snapshot in force: its header, catalog and group directory are read
+/// and verified; each group is verified when it is read.
+pub struct SnapshotFile {
     pub number: u64,
     pub ts: u64,
-    bytes: Vec<u8>,
+    file: File,
+    len: u64,
+    catalog: Vec<u8>,
+    groups: Vec<GroupRef>,
+    /// Per table with rows, ascending ids: its groups in `groups`.
+    tables: Vec<(u32, Range<usize>)>,
 }
 
-impl Snapshot {
+/// The rows of one group, borrowed from the buffer it was read into.
+pub type GroupRows<'b> = Vec<(&'b [u8], &'b [u8])>;
+
+impl SnapshotFile {
+    /// Bytes of the file.
     pub fn len(&self) -> u64 {
-        self.bytes.len() as u64
+        self.len
     }
 
-    /// Its records: catalog first, then rows.
-    pub fn records(&self) -> impl Iterator<Item = Option<Record<'_>>> {
-        record::records(
-            self.bytes
-                .get(HEADER..self.bytes.len().saturating_sub(FOOTER))
-                .unwrap_or_default(),
-        )
+    /// Its catalog records: every table and index, nothing else.
+    pub fn catalog(&self) -> impl Iterator<Item = Option<Record<'_>>> {
+        record::records(&self.catalog)
+    }
+
+    /// The groups of `table`, in key order.
+    pub fn groups_of(&self, table: u32) -> &[GroupRef] {
+        self.tables
+            .binary_search_by_key(&table, |(id, _)| *id)
+            .ok()
+            .and_then(|at| self.tables.get(at))
+            .and_then(|(_, range)| self.groups.get(range.clone()))
+            .unwrap_or_default()
+    }
+
+    /// Ids of the tables that have rows.
+    pub fn tables(&self) -> impl Iterator<Item = u32> + '_ {
+        self.tables.iter().map(|(id, _)| *id)
+    }
+
+    pub fn rows_of(&self, table: u32) -> u64 {
+        self.groups_of(table)
+            .iter()
+            .map(|g| u64::from(g.rows))
+            .sum()
+    }
+
+    fn bad(&self, why: &str) -> Error {
+        Error::Corrupt(format!("snapshot {:x}: {why}", self.number))
+    }
+
+    /// Reads group `at` of `table` into `buf` and returns its rows, once
+    /// its checksum, row count and key order (within it and against its
+    /// neighbours' first keys) are right.
+    pub fn read_group<'b>(
+        &self,
+        table: u32,
+        at: usize,
+        buf: &'b mut Vec<u8>,
+    ) -> Result<GroupRows<'b>> {
+        let groups = self.groups_of(table);
+        let group = groups.get(at).ok_or_else(|| self.bad("no such group"))?;
+        let upper = groups.get(at + 1).map(|next| next.first_key());
+        buf.clear();
+        buf.resize(group.len as usize, 0);
+        self.file.read_exact_at(buf, group.offset)?;
+        if crc32c::crc32c(buf) != group.crc {
+            return Err(self.bad("a group fails its checksum"));
+        }
+        let mut records = record::records(buf);
+        let Some(Some(Record::Rows { table: id, rows })) = records.next() else {
+            return Err(self.bad("a group does not decode"));
+        };
+        if id != table || records.next().is_some() {
+            return Err(self.bad("a group holds something else"));
+        }
+        let rows: GroupRows<'b> = rows
+            .collect::<Option<_>>()
+            .ok_or_else(|| self.bad("a row does not decode"))?;
+        let ordered = rows.windows(2).all(|w| matches!(w, [a, b] if a.0 < b.0));
+        let first = rows.first().map(|row| row.0);
+        let last = rows.last().map(|row| row.0);
+        let bounded = upper.is_none_or(|upper| last.is_some_and(|last| last < upper));
+        if rows.len() != group.rows as usize
+            || !ordered
+            || first != Some(group.first_key())
+            || !bounded
+        {
+            return Err(self.bad("a group's rows are out of order or miscounted"));
+        }
+        Ok(rows)
+    }
+
+    /// The group of `table` that would hold `key`.
+    fn group_for(&self, table: u32, key: &[u8]) -> Option<usize> {
+        self.groups_of(table)
+            .partition_point(|g| g.first_key() <= key)
+            .checked_sub(1)
+    }
+
+    /// The value of `key` in `table`, if the snapshot has it.
+    pub fn find(&self, table: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let Some(at) = self.group_for(table, key) else {
+            return Ok(None);
+        };
+        let mut buf = Vec::new();
+        let rows = self.read_group(table, at, &mut buf)?;
+        Ok(rows
+            .binary_search_by(|row| row.0.cmp(key))
+            .ok()
+            .and_then(|i| rows.get(i))
+            .map(|row| row.1.to_vec()))
+    }
+
+    /// Up to `limit` rows of `table` within the bounds, ascending, or
+    /// descending from the upper end if `reverse`.
+    pub fn range(
+        &self,
+        table: u32,
+        (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
+        limit: usize,
+        reverse: bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let groups = self.groups_of(table);
+        let within = |key: &[u8]| {
+            let above = match lower {
+                Bound::Included(l) => key >= l,
+                Bound::Excluded(l) => key > l,
+                Bound::Unbounded => true,
+            };
+            let below = match upper {
+                Bound::Included(u) => key <= u,
+                Bound::Excluded(u) => key < u,
+                Bound::Unbounded => true,
+            };
+            (above, below)
+        };
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        let order: Box<dyn Iterator<Item = usize>> = match reverse {
+            false => {
+                let start = match lower {
+                    Bound::Included(l) | Bound::Excluded(l) => {
+                        self.group_for(table, l).unwrap_or(0)
+                    }
+                    Bound::Unbounded => 0,
+                };
+                Box::new(start..groups.len())
+            }
+            true => {
+                let end = match upper {
+                    Bound::Included(u) | Bound::Excluded(u) => {
+                        self.group_for(table, u).map_or(0, |g| g + 1)
+                    }
+                    Bound::Unbounded => groups.len(),
+                };
+                Box::new((0..end).rev())
+            }
+        };
+        for at in order {
+            let rows = self.read_group(table, at, &mut buf)?;
+            let mut visit = |row: &(&[u8], &[u8])| -> bool {
+                let (above, below) = within(row.0);
+                if above && below && out.len() < limit {
+                    out.push((row.0.to_vec(), row.1.to_vec()));
+                }
+                // Whether the walk goes on past this row.
+                out.len() < limit && if reverse { above } else { below }
+            };
+            let more = match reverse {
+                false => rows.iter().all(&mut visit),
+                true => rows.iter().rev().all(&mut visit),
+            };
+            if !more {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// First keys of groups that cut `table` into `parts` parts of about
+    /// as many rows each.
+    pub fn split_keys(&self, table: u32, parts: usize) -> Vec<Vec<u8>> {
+        let groups = self.groups_of(table);
+        let total = self.rows_of(table);
+        let mut cuts = Vec::new();
+        let (mut seen, mut next) = (0u64, 1u64);
+        for group in groups {
+            while next < parts as u64 && seen >= next * total / parts as u64 {
+                if seen > 0
+                    && cuts
+                        .last()
+                        .is_none_or(|last: &Vec<u8>| last.as_slice() != group.first_key())
+                {
+                    cuts.push(group.first_key().to_vec());
+                }
+                next += 1;
+            }
+            seen += u64::from(group.rows);
+        }
+        cuts
     }
 }
 
@@ -166,81 +424,139 @@ pub fn list(dir: &Path) -> Result<Vec<u64>> {
     Ok(numbers)
 }
 
-/// The newest snapshot, verified; `Corrupt` if the newest one in place
-/// is damaged (an older one is never used instead: the log it needs may
-/// be gone).
-pub fn read_newest(dir: &Path) -> Result<Option<Snapshot>> {
+/// The newest snapshot, its header, catalog and directory verified;
+/// `Corrupt` if the newest one in place is damaged (an older one is never
+/// used instead: the log it needs may be gone).
+pub fn open_newest(dir: &Path) -> Result<Option<SnapshotFile>> {
     let Some(&number) = list(dir)?.last() else {
         return Ok(None);
     };
     let file = File::open(snapshot_path(dir, number))?;
-    let bad = |why: &str| Error::Corrupt(format!("snapshot {number:x}: {why}"));
-    let len = usize::try_from(file.metadata()?.len()).map_err(|_| bad("too long"))?;
-    let body_len = len
-        .checked_sub(FOOTER)
-        .filter(|&n| n >= HEADER)
-        .ok_or_else(|| bad("too short"))?;
-    let (bytes, body_crc) = read_with_crc(&file, len, body_len)?;
-    let footer = bytes.get(body_len..).ok_or_else(|| bad("too short"))?;
-    let field = |range: std::ops::Range<usize>| footer.get(range).unwrap_or_default();
-    let stored_len = u64::from_le_bytes(field(8..16).try_into().unwrap_or_default());
-    let stored_crc = u32::from_le_bytes(field(16..20).try_into().unwrap_or_default());
-    let body = bytes.get(..body_len).unwrap_or_default();
-    if field(0..8) != FOOTER_MAGIC || stored_len != body_len as u64 || body_crc != stored_crc {
-        return Err(bad("checksum or footer does not match"));
-    }
-    let header = body.get(..HEADER).unwrap_or_default();
-    let word = |at: usize| {
-        u64::from_le_bytes(
-            header
-                .get(at..at + 8)
-                .unwrap_or_default()
-                .try_into()
-                .unwrap_or_default(),
-        )
+    let len = file.metadata()?.len();
+    let mut snapshot = SnapshotFile {
+        number,
+        ts: 0,
+        file,
+        len,
+        catalog: Vec::new(),
+        groups: Vec::new(),
+        tables: Vec::new(),
     };
-    if header.get(..8) != Some(&SNAPSHOT_MAGIC[..]) || word(8) != number {
-        return Err(bad("bad header"));
-    }
-    let ts = word(16);
-    Ok(Some(Snapshot { number, ts, bytes }))
+    snapshot.read_layout()?;
+    Ok(Some(snapshot))
 }
 
-/// Reads a whole file of `len` bytes and the crc32c of its first
-/// `checked` bytes, in parts on every core: a snapshot is as large as the
-/// data, and reading it is most of what recovery waits for before loading.
-fn read_with_crc(file: &File, len: usize, checked: usize) -> Result<(Vec<u8>, u32)> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let part = len.div_ceil(threads).max(1 << 20);
-    let mut bytes = vec![0u8; len];
-    let crcs: Vec<Result<(u32, usize)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = bytes
-            .chunks_mut(part)
-            .enumerate()
-            .map(|(i, chunk)| {
-                scope.spawn(move || {
-                    let start = i * part;
-                    file.read_exact_at(chunk, start as u64)?;
-                    let end = (start + chunk.len()).min(checked);
-                    let mine = chunk.get(..end.saturating_sub(start)).unwrap_or_default();
-                    Ok((crc32c::crc32c(mine), mine.len()))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::Corrupt("a snapshot reader panicked".into())))
-            })
-            .collect()
-    });
-    let mut crc = 0;
-    for part in crcs {
-        let (part_crc, part_len) = part?;
-        crc = crc32c::crc32c_combine(crc, part_crc, part_len);
+/// A little-endian field of `bytes`; zero if it is not there (callers
+/// check lengths first).
+fn field<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+    bytes
+        .get(at..at + N)
+        .and_then(|b| b.try_into().ok())
+        .unwrap_or([0; N])
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(field(bytes, at))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(field(bytes, at))
+}
+
+impl SnapshotFile {
+    fn read_at(&self, at: u64, len: u64) -> Result<Vec<u8>> {
+        let end = at.checked_add(len).filter(|&end| end <= self.len);
+        if end.is_none() {
+            return Err(self.bad("a part lies past the end of the file"));
+        }
+        let mut bytes = vec![0; len as usize];
+        self.file.read_exact_at(&mut bytes, at)?;
+        Ok(bytes)
     }
-    Ok((bytes, crc))
+
+    /// Reads and checks the header, the footer, the catalog and the
+    /// directory.
+    fn read_layout(&mut self) -> Result<()> {
+        if self.len < HEADER + FOOTER {
+            return Err(self.bad("too short"));
+        }
+        let header = self.read_at(0, HEADER)?;
+        if header.get(..7) == Some(&MAGIC_STEM[..]) && field::<1>(&header, 7) != [2] {
+            return Err(Error::UnsupportedVersion {
+                found: u32::from(field::<1>(&header, 7)[0]),
+                supported: FORMAT_VERSION,
+            });
+        }
+        if header.get(..8) != Some(&SNAPSHOT_MAGIC[..]) || u64_at(&header, 8) != self.number {
+            return Err(self.bad("bad header"));
+        }
+        self.ts = u64_at(&header, 16);
+        let footer = self.read_at(self.len - FOOTER, FOOTER)?;
+        let sealed = footer.get(..8) == Some(&FOOTER_MAGIC[..])
+            && footer.get(..44).map(crc32c::crc32c) == Some(u32_at(&footer, 44));
+        let (catalog_end, directory_at, directory_len) =
+            (u64_at(&footer, 8), u64_at(&footer, 16), u64_at(&footer, 24));
+        let laid_out = HEADER <= catalog_end
+            && catalog_end <= directory_at
+            && directory_at.checked_add(directory_len) == Some(self.len - FOOTER);
+        if !sealed || !laid_out {
+            return Err(self.bad("bad footer"));
+        }
+        let head = self.read_at(0, catalog_end)?;
+        let directory = self.read_at(directory_at, directory_len)?;
+        if crc32c::crc32c(&head) != u32_at(&footer, 36)
+            || crc32c::crc32c(&directory) != u32_at(&footer, 40)
+        {
+            return Err(self.bad("the catalog or the directory fails its checksum"));
+        }
+        self.catalog = head.get(HEADER as usize..).unwrap_or_default().to_vec();
+        self.read_directory(&directory, u32_at(&footer, 32), catalog_end, directory_at)
+    }
+
+    /// Decodes the directory: groups back to back from `from` to `to`,
+    /// tables in ascending id order, first keys strictly ascending within
+    /// a table.
+    fn read_directory(&mut self, directory: &[u8], count: u32, from: u64, to: u64) -> Result<()> {
+        let mut rest = directory;
+        let mut next = from;
+        self.groups = Vec::with_capacity((count as usize).min(directory.len() / ENTRY_HEADER));
+        for _ in 0..count {
+            let key_len = usize::from(u16::from_le_bytes(field(rest, 24)));
+            let (entry, tail) = rest
+                .split_at_checked(ENTRY_HEADER + key_len)
+                .ok_or_else(|| self.bad("the directory is cut short"))?;
+            rest = tail;
+            let group = GroupRef {
+                offset: u64_at(entry, 0),
+                len: u32_at(entry, 8),
+                crc: u32_at(entry, 12),
+                table: u32_at(entry, 16),
+                rows: u32_at(entry, 20),
+                first_key: entry.get(ENTRY_HEADER..).unwrap_or_default().into(),
+            };
+            let follows = match self.groups.last() {
+                None => true,
+                Some(last) if last.table == group.table => last.first_key < group.first_key,
+                Some(last) => last.table < group.table,
+            };
+            if group.offset != next || group.rows == 0 || key_len == 0 || !follows {
+                return Err(self.bad("the directory is inconsistent"));
+            }
+            next += u64::from(group.len);
+            match self.tables.last_mut() {
+                Some((id, range)) if *id == group.table => range.end += 1,
+                _ => {
+                    let at = self.groups.len();
+                    self.tables.push((group.table, at..at + 1));
+                }
+            }
+            self.groups.push(group);
+        }
+        match rest.is_empty() && next == to {
+            true => Ok(()),
+            false => Err(self.bad("the directory does not cover the groups")),
+        }
+    }
 }
 
 /// Removes the snapshots older than `number`.
