@@ -847,3 +847,95 @@ fn snapshot_rows_are_served_in_place_until_they_are_loaded() {
     let table = db.table("big").unwrap().unwrap();
     assert_eq!(contents(&db, &table), model, "reopened");
 }
+
+/// Every snapshot after the first holds only what changed since the one
+/// before (deletions included); past a number of them the chain is folded
+/// into one base. Reopening after a crash at any snapshot, served in place
+/// (lookups of every key ever written, deleted ones included, and full
+/// scans) or loaded, gives exactly the commits made until then; so do the
+/// two crash states a fold can leave: its new base half written, or in
+/// place with the files it replaced not yet removed.
+#[test]
+fn delta_snapshots_and_folds_keep_exactly_the_commits_at_every_crash() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let db = Database::open(dir.path(), options().wal_log_limit(1 << 30)).unwrap();
+    let table = kv(&db);
+    let mut states: Vec<(Model, tempfile::TempDir, u64)> = Vec::new();
+    let mut fold_seen = None;
+    for round in 0..16u64 {
+        let model = random_commits(&db, &table, 100 + round, 40).pop().unwrap();
+        db.checkpoint().unwrap();
+        let folds = db.stats().wal.unwrap().folds;
+        let copy = tempfile::tempdir_in("/dev/shm").unwrap();
+        copy_dir(dir.path(), copy.path());
+        let folded = states.last().is_some_and(|s| folds > s.2);
+        if folded && fold_seen.is_none() {
+            fold_seen = Some(states.len());
+        }
+        states.push((model, copy, folds));
+    }
+    let folds = states.last().unwrap().2;
+    assert!(folds >= 2, "the chain was folded {folds} times");
+    let check = |at: &Path, model: &Model, what: &str| {
+        for background in [false, true] {
+            let copy = tempfile::tempdir_in("/dev/shm").unwrap();
+            copy_dir(at, copy.path());
+            let options = options().load_indexes_in_background(background);
+            let db = Database::open(copy.path(), options).unwrap();
+            let table = kv(&db);
+            let mut session = db.session().unwrap();
+            let mut tx = session.begin();
+            for key in 0u64..200 {
+                let key = key.to_be_bytes().to_vec();
+                assert_eq!(
+                    tx.get(&table, &key).unwrap(),
+                    model.get(&key).cloned(),
+                    "{what}"
+                );
+            }
+            tx.commit().unwrap();
+            assert_eq!(&contents(&db, &table), model, "{what}");
+            db.wait_for_indexes();
+            assert_eq!(&contents(&db, &table), model, "{what}, loaded");
+        }
+    };
+    for (i, (model, copy, _)) in states.iter().enumerate() {
+        check(copy.path(), model, &format!("after snapshot {i}"));
+    }
+    // The fold's crash states, from the copies before and after it.
+    let after = fold_seen.expect("a fold happened");
+    let (before_model, before, _) = &states[after - 1];
+    let (after_model, after_dir, _) = &states[after];
+    let snapshots = |at: &Path| -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(at)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "snapshot"))
+            .collect();
+        files.sort();
+        files
+    };
+    let base = snapshots(after_dir.path())[0].clone();
+    let half_written = tempfile::tempdir_in("/dev/shm").unwrap();
+    copy_dir(before.path(), half_written.path());
+    let bytes = std::fs::read(&base).unwrap();
+    let temp = half_written
+        .path()
+        .join(base.file_name().unwrap())
+        .with_extension("snapshot.creating");
+    std::fs::write(temp, &bytes[..bytes.len() / 2]).unwrap();
+    check(half_written.path(), before_model, "a fold half written");
+    let not_removed = tempfile::tempdir_in("/dev/shm").unwrap();
+    copy_dir(after_dir.path(), not_removed.path());
+    for old in snapshots(before.path()) {
+        let target = not_removed.path().join(old.file_name().unwrap());
+        if !target.exists() {
+            std::fs::copy(&old, target).unwrap();
+        }
+    }
+    check(
+        not_removed.path(),
+        after_model,
+        "a fold in place, old files left",
+    );
+}

@@ -155,7 +155,7 @@ impl Default for Options {
             index_recovery: IndexRecovery::Adaptive,
             index_recovery_threads: 0,
             index_recovery_in_background: true,
-            wal_log_limit: 256 << 20,
+            wal_log_limit: 16 << 20,
         }
     }
 }
@@ -203,7 +203,7 @@ setters!(Options {
     /// Start adaptive index recovery at open (default: true).
     index_recovery_in_background: bool,
     /// With [`Durability::Wal`], about how much log recovery may replay
-    /// (default: 256 MiB).
+    /// (default: 16 MiB; snapshots are deltas, so a small bound is cheap).
     wal_log_limit: u64,
 });
 
@@ -372,8 +372,8 @@ impl Drop for Database {
 enum ColdSource {
     /// The checkpoint chain in force: its runs name slots of the heap.
     Chain(Arc<Chain>),
-    /// The `wal` design's snapshot: rows, copied into the heap as read.
-    Snapshot(Arc<crate::wal::snapshot::SnapshotFile>),
+    /// The `wal` design's snapshot chain: rows, copied into the heap as read.
+    Snapshot(Arc<crate::wal::snapshot::SnapshotChain>),
 }
 
 struct DbInner {

@@ -10,11 +10,12 @@ use crate::medium::{Guarantee, Medium};
 use crate::parallel;
 use crate::recovery::RecoveryReport;
 use crate::txn::{ColdEntries, Store, TableRt};
+use crate::wal::record::Entries;
 use crate::wal::record::{self, Record, TableSpec};
-use crate::wal::snapshot::{self, SnapshotFile, SnapshotWriter};
+use crate::wal::snapshot::{SnapshotChain, SnapshotWriter};
 use crate::wal::{segment, Log, LogConfig, Resume};
 use parking_lot::{Condvar, Mutex};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -34,6 +35,9 @@ const SNAPSHOT_PATIENCE: Duration = Duration::from_secs(10);
 const LOADED_TXN: u64 = 1;
 /// Recovery and loader threads at most: each appends to its own region.
 const MAX_RECOVERY_THREADS: usize = 16;
+/// Deltas on a base after which they are folded into a new base (so that
+/// a lookup served in place reads at most this many groups and one more).
+const MAX_DELTAS: u64 = 8;
 
 /// Per (table, key), the newest logged version after the snapshot: its
 /// timestamp and value (`None`: deleted).
@@ -50,13 +54,24 @@ pub(super) struct WalState {
     guarantee: Guarantee,
     /// Log bytes written since the last snapshot that trigger the next.
     snapshot_after: u64,
-    /// Number of the snapshot in force; held while one is written.
-    newest_snapshot: Mutex<u64>,
+    /// Number and timestamp of the newest snapshot in force ((0, 0):
+    /// none); held while one is written.
+    newest_snapshot: Mutex<(u64, u64)>,
     /// `Log::written` when the last snapshot started.
     written_at_snapshot: AtomicU64,
     snapshots: AtomicU64,
-    /// Size of the snapshot in force.
+    /// Bytes of the snapshots in force, and of their base.
     snapshot_bytes: AtomicU64,
+    base_bytes: AtomicU64,
+    /// Deltas on top of the base.
+    deltas_since_fold: AtomicU64,
+    folds: AtomicU64,
+    /// The fold running in the background, if any.
+    fold: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Folds run in a thread of their own, else in the snapshot's caller
+    /// (without background work, so that nothing runs unasked).
+    fold_in_background: bool,
+    db: Weak<DbInner>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     _lock: File,
@@ -66,7 +81,7 @@ pub(super) struct WalState {
 pub(super) struct WalFound {
     dir: PathBuf,
     lock: File,
-    snapshot: Option<SnapshotFile>,
+    snapshot: Option<SnapshotChain>,
     /// Tables and indexes created after the snapshot, in log order.
     tables: Vec<TableSpec>,
     indexes: Vec<IndexDef>,
@@ -88,8 +103,8 @@ impl WalFound {
 pub(super) fn read_directory(dir: &Path, create: bool) -> Result<WalFound> {
     let started = Instant::now();
     let lock = lock_directory(dir, create)?;
-    let snapshot = snapshot::open_newest(dir)?;
-    let from = snapshot.as_ref().map_or(0, |s| s.ts);
+    let snapshot = SnapshotChain::open(dir)?;
+    let from = snapshot.as_ref().map_or(0, |s| s.newest().ts);
     let mut found = WalFound {
         dir: dir.to_path_buf(),
         lock,
@@ -119,20 +134,14 @@ impl WalFound {
         match rec {
             Record::Commit { ts, writes } => {
                 self.max_ts = self.max_ts.max(ts);
-                if ts < from {
-                    return Ok(());
-                }
-                for entry in writes {
-                    let (table, bytes) = entry.ok_or_else(|| malformed("a commit entry"))?;
-                    let slot = crate::heap::decode_bytes(bytes)
-                        .filter(|s| s.txn == ts)
-                        .ok_or_else(|| malformed("a logged version"))?;
-                    let value = (!slot.tombstone).then(|| slot.value.to_vec());
-                    let newest = self.newest.entry((table, slot.key.to_vec()));
-                    let newest = newest.or_insert((0, None));
-                    if newest.0 < ts {
-                        *newest = (ts, value);
-                    }
+                if ts >= from {
+                    let newest = &mut self.newest;
+                    for_each_version(ts, writes, |table, key, value| {
+                        let newest = newest.entry((table, key.to_vec())).or_insert((0, None));
+                        if newest.0 < ts {
+                            *newest = (ts, value.map(<[u8]>::to_vec));
+                        }
+                    })?;
                 }
             }
             Record::Table { ts, spec } => {
@@ -263,10 +272,22 @@ impl Database {
             log,
             guarantee,
             snapshot_after: (options.wal_log_limit / 2).max(1),
-            newest_snapshot: Mutex::new(snapshot.as_ref().map_or(0, |s| s.number)),
+            newest_snapshot: Mutex::new(
+                snapshot
+                    .as_ref()
+                    .map_or((0, 0), |s| (s.newest().number, s.newest().ts)),
+            ),
             written_at_snapshot: AtomicU64::new(0),
             snapshots: AtomicU64::new(0),
             snapshot_bytes: AtomicU64::new(snapshot.as_ref().map_or(0, |s| s.len())),
+            base_bytes: AtomicU64::new(snapshot.as_ref().map_or(0, |s| s.base().len())),
+            deltas_since_fold: AtomicU64::new(
+                snapshot.as_ref().map_or(0, |s| s.files().len() as u64 - 1),
+            ),
+            folds: AtomicU64::new(0),
+            fold: Mutex::new(None),
+            fold_in_background: options.background_thread,
+            db: Arc::downgrade(&self.inner),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             thread: Mutex::new(None),
             dir,
@@ -278,9 +299,9 @@ impl Database {
         if options.background_thread {
             self.start_snapshot_thread();
         }
-        let rows = snapshot
-            .as_ref()
-            .map_or(0, |s| s.tables().map(|table| s.rows_of(table)).sum::<u64>());
+        let rows = snapshot.as_ref().map_or(0, |s| {
+            s.tables().into_iter().map(|t| s.rows_of(t)).sum::<u64>()
+        });
         if let Some(snapshot) = &snapshot {
             if self.inner.store.tables.iter().any(|(_, t)| t.is_loading()) {
                 self.start_index_load(
@@ -292,8 +313,8 @@ impl Database {
         Ok(RecoveryReport {
             fresh: snapshot.is_none() && log_records == 0,
             from_checkpoint: snapshot.is_some(),
-            checkpoint_sequence: snapshot.as_ref().map_or(0, |s| s.number),
-            redo_from_txn: snapshot.as_ref().map_or(0, |s| s.ts),
+            checkpoint_sequence: snapshot.as_ref().map_or(0, |s| s.newest().number),
+            redo_from_txn: snapshot.as_ref().map_or(0, |s| s.newest().ts),
             metadata: read_time,
             undo_redo: replayed_after,
             index_build: indexes_after,
@@ -310,11 +331,11 @@ impl Database {
     /// `indexes` to be built once the log is applied.
     fn create_snapshot_tables(
         &self,
-        snapshot: &SnapshotFile,
+        snapshot: &SnapshotChain,
         indexes: &mut Vec<IndexDef>,
     ) -> Result<()> {
         let bad = |what: &str| Error::Corrupt(format!("snapshot: {what}"));
-        for rec in snapshot.catalog() {
+        for rec in snapshot.newest().catalog() {
             match rec.ok_or_else(|| bad("a catalog record does not decode"))? {
                 Record::Table { spec, .. } => drop(self.create_logged_table(&spec)?),
                 Record::Index { def, .. } => indexes.push(def),
@@ -325,6 +346,7 @@ impl Database {
         }
         match snapshot
             .tables()
+            .into_iter()
             .all(|id| self.inner.store.tables.get(id as usize).is_some())
         {
             true => Ok(()),
@@ -335,7 +357,7 @@ impl Database {
     /// Makes every table with rows in the snapshot serve them in place
     /// until they are loaded. Tables with secondary indexes are loaded
     /// now: building an index reads every row.
-    fn serve_snapshot(&self, snapshot: &Arc<SnapshotFile>, indexes: &[IndexDef]) -> Result<()> {
+    fn serve_snapshot(&self, snapshot: &Arc<SnapshotChain>, indexes: &[IndexDef]) -> Result<()> {
         let mut indexed = Vec::new();
         for id in snapshot.tables() {
             let Some(table) = self.inner.store.tables.get(id as usize) else {
@@ -442,57 +464,52 @@ pub struct SnapshotStats {
 }
 
 impl DbInner {
-    /// Writes a snapshot of every table as a read-only transaction sees
-    /// them, puts it in place, and recycles the log it covers.
+    /// Writes a snapshot of what changed since the one in force (the
+    /// first one holds everything), puts it in place, recycles the log it
+    /// covers, and starts a fold if the chain grew long.
     pub(super) fn take_snapshot(&self) -> Result<SnapshotStats> {
         let wal = self
             .wal
             .get()
             .ok_or_else(|| Error::InvalidOption("not a wal database".into()))?;
-        // A snapshot is read from the DRAM indexes: they must be whole.
-        self.wait_for_indexes();
         let mut newest = wal.newest_snapshot.lock();
-        if let Some((_, table)) = self
-            .store
-            .tables
-            .iter()
-            .find(|(_, t)| t.is_loading() || t.is_damaged())
-        {
-            // Its rows are not all in DRAM: a snapshot without them would
-            // replace the only copy.
-            return Err(Error::Corrupt(format!(
-                "table {:?} is damaged or not loaded; no snapshot taken",
-                table.heap.def.name
-            )));
-        }
-        let number = *newest + 1;
+        let (previous, since) = *newest;
+        let number = previous + 1;
         let worker = self.claim_worker()?;
-        let outcome = self.write_snapshot(wal, worker, number);
+        let outcome = self.write_snapshot(wal, worker, number, (previous, since));
         // The background thread may have flagged the slot as a long
         // transaction; the next session must not inherit that.
         self.store.long[worker].store(crate::txn::LONG_NONE, Ordering::SeqCst);
         self.sessions.lock()[worker] = false;
         let stats = outcome?;
-        *newest = number;
+        *newest = (number, stats.ts);
+        drop(newest);
         wal.snapshots.fetch_add(1, Ordering::AcqRel);
         self.checkpoints.fetch_add(1, Ordering::AcqRel);
-        wal.snapshot_bytes.store(stats.bytes, Ordering::Release);
+        wal.snapshot_bytes.fetch_add(stats.bytes, Ordering::AcqRel);
+        wal.deltas_since_fold.fetch_add(1, Ordering::AcqRel);
+        self.fold_if_due(wal);
         Ok(stats)
     }
 
-    fn write_snapshot(&self, wal: &WalState, worker: usize, number: u64) -> Result<SnapshotStats> {
+    fn write_snapshot(
+        &self,
+        wal: &WalState,
+        worker: usize,
+        number: u64,
+        previous: (u64, u64),
+    ) -> Result<SnapshotStats> {
         let written = wal.log.written();
-        // Announced before it is read, as a transaction's begin does, so
-        // GC's low-water mark never passes it.
+        // Announced as a transaction's begin is, so that the transactions
+        // it waits for are exactly those older than it.
         self.store.active[worker].store(self.store.clock.peek(), Ordering::SeqCst);
         let at = self.store.clock.peek();
         self.store.active[worker].store(at, Ordering::SeqCst);
-        let outcome = self.write_rows_as_of(wal, worker, number, at);
+        let outcome = self.write_changes(wal, worker, number, previous, at);
         self.store.active[worker].store(0, Ordering::SeqCst);
         let (rows, bytes) = outcome?;
         wal.written_at_snapshot.store(written, Ordering::Release);
         wal.log.recycle_before(at)?;
-        snapshot::remove_older(&wal.dir, number)?;
         Ok(SnapshotStats {
             number,
             ts: at,
@@ -501,13 +518,16 @@ impl DbInner {
         })
     }
 
-    /// Once every transaction older than `at` ended (each one durable if
-    /// it committed), writes what is visible at `at`.
-    fn write_rows_as_of(
+    /// Once every transaction older than `at` ended and its commit is in
+    /// the log files, writes the newest version of each key that such a
+    /// transaction wrote at or after the previous snapshot's timestamp
+    /// (deletions included, except in a base, which has no predecessor).
+    fn write_changes(
         &self,
         wal: &WalState,
         worker: usize,
         number: u64,
+        (previous, since): (u64, u64),
         at: u64,
     ) -> Result<(u64, u64)> {
         let deadline = Instant::now() + SNAPSHOT_PATIENCE;
@@ -521,25 +541,101 @@ impl DbInner {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+        // Deferred commits may have ended before their records reached
+        // the files.
+        wal.log.wait_for_reads(at - 1)?;
         // Every table that exists now: an older transaction may have
         // written to one created after `at`, and its rows are visible at
         // `at`. Replay skips the records of tables and indexes the
         // snapshot already has.
-        let (catalog, tables) = {
+        let catalog = {
             let _ddl = self.create_lock.lock();
-            let tables: Vec<_> = self.store.tables.iter().map(|(_, t)| t.clone()).collect();
-            (self.catalog_records(at), tables)
+            self.catalog_records(at)
         };
-        let mut writer = SnapshotWriter::create(&wal.dir, number, at)?;
+        let mut changed: BTreeMap<LoggedKey, LoggedVersion> = BTreeMap::new();
+        segment::scan(&wal.dir, |rec| {
+            if let Record::Commit { ts, writes } = rec {
+                if (since..at).contains(&ts) {
+                    keep_newest(&mut changed, ts, writes)?;
+                }
+            }
+            Ok(())
+        })?;
+        let mut writer = SnapshotWriter::create(&wal.dir, number, at, previous)?;
         for encoded in &catalog {
             writer.catalog_record(encoded)?;
         }
-        for table in &tables {
-            let id = table.heap.def.id;
-            self.store
-                .rows_as_of(table, at, |key, value| writer.row(id, key, value))?;
+        for ((table, key), (_, value)) in &changed {
+            if previous != 0 || value.is_some() {
+                writer.row(*table, key, value.as_deref())?;
+            }
         }
         writer.finish()
+    }
+
+    /// Starts a fold of the snapshot chain into one base when it holds
+    /// `MAX_DELTAS` deltas or they add up to a quarter of the base, unless
+    /// one runs already.
+    fn fold_if_due(&self, wal: &WalState) {
+        let mut fold = wal.fold.lock();
+        if fold.as_ref().is_some_and(|f| !f.is_finished()) {
+            return;
+        }
+        if let Some(done) = fold.take() {
+            let _ = done.join();
+        }
+        let deltas = wal.deltas_since_fold.load(Ordering::Acquire);
+        let bytes = wal.snapshot_bytes.load(Ordering::Acquire);
+        let base = wal.base_bytes.load(Ordering::Acquire);
+        if deltas < MAX_DELTAS && bytes - base.min(bytes) < base / 4 {
+            return;
+        }
+        let dir = wal.dir.clone();
+        if !wal.fold_in_background {
+            drop(fold);
+            self.fold_done(fold_chain(&dir));
+            return;
+        }
+        let weak = wal.db.clone();
+        *fold = std::thread::Builder::new()
+            .name("rebound-snapshot-fold".into())
+            .spawn(move || {
+                let outcome = fold_chain(&dir);
+                if let Some(inner) = weak.upgrade() {
+                    inner.fold_done(outcome);
+                }
+            })
+            .ok();
+    }
+
+    /// Takes a fold's result: the chain's bytes and deltas start over from
+    /// its base.
+    fn fold_done(&self, outcome: Result<FoldStats>) {
+        let Some(wal) = self.wal.get() else {
+            return;
+        };
+        match outcome {
+            Ok(fold) => {
+                wal.folds.fetch_add(1, Ordering::AcqRel);
+                wal.base_bytes.store(fold.base_bytes, Ordering::Release);
+                wal.deltas_since_fold
+                    .fetch_sub(fold.deltas_merged, Ordering::AcqRel);
+                wal.snapshot_bytes
+                    .store(chain_bytes(&wal.dir), Ordering::Release);
+            }
+            Err(e) => self.note_failure(super::BackgroundWork::Checkpoint, &e),
+        }
+    }
+
+    /// Waits for a running fold.
+    pub(super) fn join_snapshot_fold(&self) {
+        let Some(wal) = self.wal.get() else {
+            return;
+        };
+        let handle = wal.fold.lock().take();
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
     }
 
     /// A snapshot taken on request, reported like a checkpoint.
@@ -620,6 +716,7 @@ impl DbInner {
                 true => self.take_snapshot().map(|_| ()),
                 false => Ok(()),
             };
+        self.join_snapshot_fold();
         // Stopped either way: every commit is in the log already.
         let stopped = wal.log.shutdown();
         snapshot.and(stopped)
@@ -634,6 +731,7 @@ impl DbInner {
         if let Some(handle) = wal.thread.lock().take() {
             let _ = handle.join();
         }
+        self.join_snapshot_fold();
     }
 
     /// Bytes on disk: the segments kept and the snapshot in force.
@@ -654,6 +752,8 @@ impl DbInner {
             group_commits: w.log.frames(),
             log_bytes_retained: w.log.retained_bytes(),
             snapshots: w.snapshots.load(Ordering::Acquire),
+            folds: w.folds.load(Ordering::Acquire),
+            snapshot_bytes: w.snapshot_bytes.load(Ordering::Acquire),
         })
     }
 }
@@ -669,8 +769,13 @@ pub struct WalStats {
     pub group_commits: u64,
     /// Bytes of the segment files still kept (what recovery would read).
     pub log_bytes_retained: u64,
-    /// Snapshots taken since open.
+    /// Snapshots taken since open (each a delta on the one before, or
+    /// the first base).
     pub snapshots: u64,
+    /// Folds of the snapshot chain into one base since open.
+    pub folds: u64,
+    /// Bytes of the snapshot files in force.
+    pub snapshot_bytes: u64,
 }
 
 pub(super) fn table_spec(def: &crate::catalog::TableDef) -> TableSpec {
@@ -774,7 +879,7 @@ fn copy_row(
 /// that misses the DRAM index reads the group that would hold the key
 /// and copies the row into the heap.
 struct SnapshotRun {
-    snapshot: Arc<SnapshotFile>,
+    snapshot: Arc<SnapshotChain>,
     table: u32,
     db: Weak<DbInner>,
 }
@@ -819,7 +924,7 @@ impl ColdEntries for SnapshotRun {
 
     fn find(&self, _: &Medium, key: &[u8]) -> Result<Option<u64>> {
         match self.snapshot.find(self.table, key)? {
-            Some(value) => self.copy_in((key, &value)).map(Some),
+            Some(value) => self.copy_in((key, value.as_slice())).map(Some),
             None => Ok(None),
         }
     }
@@ -865,7 +970,7 @@ impl DbInner {
     /// Loads every table still serving the snapshot in place.
     pub(super) fn load_snapshot_rows(
         &self,
-        snapshot: &SnapshotFile,
+        snapshot: &SnapshotChain,
         cancelled: &(dyn Fn() -> bool + Sync),
     ) -> Result<()> {
         let tables: Vec<Arc<TableRt>> = self
@@ -879,33 +984,28 @@ impl DbInner {
     }
 }
 
-/// Moves the snapshot rows of `tables` into their heaps and indexes, in
-/// pieces of `LOAD_PIECE` groups taken in turn by one thread per core.
+/// Moves the snapshot rows of `tables` into their heaps and indexes: each
+/// table is cut into key ranges of `LOAD_PIECE` base groups that one
+/// thread per core takes in turn, merging the chain's files over each.
 /// Keys already in the DRAM index are newer (redone from the log, written
 /// since, or copied in by a lookup) and stay. A table whose rows turn out
 /// damaged is marked so; the first such error is returned.
 fn load_tables(
     store: &Store,
-    snapshot: &SnapshotFile,
+    snapshot: &SnapshotChain,
     tables: &[Arc<TableRt>],
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<()> {
-    let tasks: Vec<(usize, std::ops::Range<usize>)> = tables
+    let tasks: Vec<(usize, KeyRange)> = tables
         .iter()
         .enumerate()
-        .flat_map(|(t, table)| {
-            let groups = snapshot.groups_of(table.heap.def.id).len();
-            (0..groups)
-                .step_by(LOAD_PIECE)
-                .map(move |from| (t, from..(from + LOAD_PIECE).min(groups)))
-        })
+        .flat_map(|(t, table)| load_ranges(snapshot, table.heap.def.id).map(move |r| (t, r)))
         .collect();
     let failures: Vec<Mutex<Option<Error>>> = tables.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     let threads = parallel::cores().clamp(1, MAX_RECOVERY_THREADS);
     parallel::map(0..threads.min(tasks.len()).max(1), |region| {
-        let mut buf = Vec::new();
-        while let Some((t, groups)) = tasks.get(next.fetch_add(1, Ordering::Relaxed)) {
+        while let Some((t, range)) = tasks.get(next.fetch_add(1, Ordering::Relaxed)) {
             let (Some(table), Some(failure)) = (tables.get(*t), failures.get(*t)) else {
                 continue;
             };
@@ -915,10 +1015,7 @@ fn load_tables(
             if failure.lock().is_some() {
                 continue;
             }
-            let loaded = groups
-                .clone()
-                .try_for_each(|group| load_group(store, snapshot, table, group, region, &mut buf));
-            if let Err(e) = loaded {
+            if let Err(e) = load_range(store, snapshot, table, range, region) {
                 failure.lock().get_or_insert(e);
             }
         }
@@ -937,34 +1034,163 @@ fn load_tables(
     first_error.map_or(Ok(()), Err)
 }
 
-/// Copies the rows of one group that the DRAM index lacks into the heap
-/// and the index.
-fn load_group(
+/// Keys from the first up to (not including) the second; `None`: unbounded.
+type KeyRange = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// The key ranges a table's load is cut into: `LOAD_PIECE` groups of the
+/// base each, open at both ends (deltas may hold keys past the base's).
+fn load_ranges(snapshot: &SnapshotChain, table: u32) -> impl Iterator<Item = KeyRange> {
+    let cuts: Vec<Vec<u8>> = snapshot
+        .base()
+        .groups_of(table)
+        .iter()
+        .skip(LOAD_PIECE)
+        .step_by(LOAD_PIECE)
+        .map(|g| g.first_key().to_vec())
+        .collect();
+    let lowers = std::iter::once(None).chain(cuts.clone().into_iter().map(Some));
+    let uppers = cuts.into_iter().map(Some).chain(std::iter::once(None));
+    lowers.zip(uppers)
+}
+
+/// Copies the live rows of one key range that the DRAM index lacks into
+/// the heap and the index, in sorted batches.
+fn load_range(
     store: &Store,
-    snapshot: &SnapshotFile,
+    snapshot: &SnapshotChain,
     table: &TableRt,
-    group: usize,
+    (lower, upper): &KeyRange,
     region: usize,
-    buf: &mut Vec<u8>,
 ) -> Result<()> {
-    let rows = snapshot.read_group(table.heap.def.id, group, buf)?;
+    let bounds = (
+        lower.as_deref().map_or(Bound::Unbounded, Bound::Included),
+        upper.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+    );
+    let mut cursor = snapshot.cursor(table.heap.def.id, bounds, false)?;
     let mut slot = Vec::new();
-    let mut entries = Vec::with_capacity(rows.len());
-    for row in rows {
-        if table.index.get(row.0).is_none() {
-            let addr = copy_row(store, table, region, row, false, &mut slot)?;
-            entries.push((row.0, addr.0));
+    let mut batch: Vec<(Vec<u8>, u64)> = Vec::with_capacity(LOAD_BATCH);
+    let mut failed = None;
+    while cursor.next_row(|key, value| {
+        let Some(value) = value else {
+            return;
+        };
+        if failed.is_some() || table.index.get(key).is_some() {
+            return;
+        }
+        match copy_row(store, table, region, (key, value), false, &mut slot) {
+            Ok(addr) => batch.push((key.to_vec(), addr.0)),
+            Err(e) => failed = Some(e),
+        }
+    })? {
+        if let Some(e) = failed.take() {
+            return Err(e);
+        }
+        if batch.len() >= LOAD_BATCH {
+            adopt_batch(store, table, &mut batch);
         }
     }
+    adopt_batch(store, table, &mut batch);
+    failed.map_or(Ok(()), Err)
+}
+
+/// Rows moved into an index per sorted batch.
+const LOAD_BATCH: usize = 1024;
+
+/// Takes a sorted batch of copies into the index; a copy whose key a
+/// lookup or a writer took meanwhile is marked obsolete.
+fn adopt_batch(store: &Store, table: &TableRt, batch: &mut Vec<(Vec<u8>, u64)>) {
+    let entries: Vec<(&[u8], u64)> = batch.iter().map(|(k, a)| (k.as_slice(), *a)).collect();
     if table.adopt_sorted(&entries) < entries.len() {
-        // A lookup or a writer took some of these keys meanwhile.
         for &(key, addr) in &entries {
             if table.index.get(key) != Some(addr) {
                 table.heap.set_obsolete(&store.medium, Addr(addr));
             }
         }
     }
+    batch.clear();
+}
+
+/// Hands each version of a commit record to `keep` as its table, key and
+/// value (`None`: deleted).
+fn for_each_version<'r>(
+    ts: u64,
+    writes: Entries<'r>,
+    mut keep: impl FnMut(u32, &'r [u8], Option<&'r [u8]>),
+) -> Result<()> {
+    for entry in writes {
+        let (table, bytes) = entry.ok_or_else(|| malformed("a commit entry"))?;
+        let slot = crate::heap::decode_bytes(bytes)
+            .filter(|s| s.txn == ts)
+            .ok_or_else(|| malformed("a logged version"))?;
+        keep(table, slot.key, (!slot.tombstone).then_some(slot.value));
+    }
     Ok(())
+}
+
+/// Keeps, per key, the newest of the commit's versions and those kept.
+fn keep_newest(
+    changed: &mut BTreeMap<LoggedKey, LoggedVersion>,
+    ts: u64,
+    writes: Entries<'_>,
+) -> Result<()> {
+    for_each_version(ts, writes, |table, key, value| {
+        let newest = changed.entry((table, key.to_vec())).or_insert((0, None));
+        if newest.0 < ts {
+            *newest = (ts, value.map(<[u8]>::to_vec));
+        }
+    })
+}
+
+/// What a fold did.
+struct FoldStats {
+    base_bytes: u64,
+    deltas_merged: u64,
+}
+
+/// Merges the snapshot chain in force into one base with the newest
+/// snapshot's number and timestamp, puts it in place of that snapshot (a
+/// rename: a crash leaves one or the other, both whole), then removes
+/// the older files. Deltas written meanwhile link to that number and stay
+/// valid.
+fn fold_chain(dir: &Path) -> Result<FoldStats> {
+    let Some(chain) = SnapshotChain::open_live(dir)? else {
+        return Ok(FoldStats {
+            base_bytes: 0,
+            deltas_merged: 0,
+        });
+    };
+    let newest = chain.newest();
+    if chain.files().len() < 2 {
+        return Ok(FoldStats {
+            base_bytes: newest.len(),
+            deltas_merged: 0,
+        });
+    }
+    let mut writer = SnapshotWriter::create(dir, newest.number, newest.ts, 0)?;
+    writer.catalog_record(newest.catalog_bytes())?;
+    for table in chain.tables() {
+        let mut cursor = chain.cursor(table, (Bound::Unbounded, Bound::Unbounded), false)?;
+        let mut failed = None;
+        while cursor.next_row(|key, value| {
+            if let (Some(value), None) = (value, &failed) {
+                failed = writer.row(table, key, Some(value)).err();
+            }
+        })? {}
+        if let Some(e) = failed {
+            return Err(e);
+        }
+    }
+    let (_, base_bytes) = writer.finish()?;
+    crate::wal::snapshot::remove_older(dir, newest.number)?;
+    Ok(FoldStats {
+        base_bytes,
+        deltas_merged: chain.files().len() as u64 - 1,
+    })
+}
+
+/// Bytes of the snapshot files in `dir`.
+fn chain_bytes(dir: &Path) -> u64 {
+    crate::wal::snapshot::files_bytes(dir)
 }
 
 #[cfg(test)]

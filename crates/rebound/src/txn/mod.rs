@@ -40,7 +40,6 @@
 //! returns — so a later commit of the same worker, whose LCTT value is larger
 //! than the aborted id, can never resurrect them.
 
-mod as_of;
 mod changes;
 mod clock;
 mod cursor;

@@ -47,7 +47,8 @@ pub enum Record<'b> {
         ts: u64,
         def: IndexDef,
     },
-    /// Snapshot rows of one table: `(key, value)` pairs in key order.
+    /// Snapshot rows of one table: `(key, value)` pairs in key order; a
+    /// delta snapshot's deleted keys have no value.
     Rows {
         table: u32,
         rows: Rows<'b>,
@@ -90,8 +91,12 @@ pub struct Counted<'b, T> {
 /// The `(table, slot bytes)` entries of a commit record.
 pub type Entries<'b> = Counted<'b, (u32, &'b [u8])>;
 
-/// The `(key, value)` rows of a snapshot chunk.
-pub type Rows<'b> = Counted<'b, (&'b [u8], &'b [u8])>;
+/// The `(key, value)` rows of a snapshot group (`None`: deleted).
+pub type Rows<'b> = Counted<'b, Row<'b>>;
+/// A key and its value, `None` if the key was deleted.
+pub type Row<'b> = (&'b [u8], Option<&'b [u8]>);
+/// Value length of a deleted key's row.
+pub const DELETED: u32 = u32::MAX;
 
 impl<'b, T> Counted<'b, T> {
     /// The `count` items at the cursor, which moves past them; `None` if
@@ -144,10 +149,13 @@ fn parse_entry<'b>(cursor: &mut Cursor<'b>) -> Option<(u32, &'b [u8])> {
     Some((table, cursor.take(len)?))
 }
 
-fn parse_row<'b>(cursor: &mut Cursor<'b>) -> Option<(&'b [u8], &'b [u8])> {
+fn parse_row<'b>(cursor: &mut Cursor<'b>) -> Option<Row<'b>> {
     let key_len = cursor.u16()? as usize;
-    let value_len = cursor.u32()? as usize;
-    Some((cursor.take(key_len)?, cursor.take(value_len)?))
+    let key = cursor.take(key_len)?;
+    match cursor.u32()? {
+        DELETED => Some((key, None)),
+        value_len => Some((key, Some(cursor.take(value_len as usize)?))),
+    }
 }
 
 /// Starts a commit record in `buf`; entries follow, then `finish_commit`.
@@ -225,11 +233,16 @@ pub fn start_rows(buf: &mut Vec<u8>, table: u32) -> usize {
     at
 }
 
-pub fn push_row(buf: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+pub fn push_row(buf: &mut Vec<u8>, key: &[u8], value: Option<&[u8]>) {
     buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
-    buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
     buf.extend_from_slice(key);
-    buf.extend_from_slice(value);
+    match value {
+        Some(value) => {
+            buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            buf.extend_from_slice(value);
+        }
+        None => buf.extend_from_slice(&DELETED.to_le_bytes()),
+    }
 }
 
 pub fn finish_rows(buf: &mut [u8], at: usize, count: u32) {
@@ -410,9 +423,10 @@ mod tests {
             },
         );
         let at = start_rows(&mut buf, 4);
-        push_row(&mut buf, b"k1", b"v1");
-        push_row(&mut buf, b"k2", b"");
-        finish_rows(&mut buf, at, 2);
+        push_row(&mut buf, b"k1", Some(b"v1"));
+        push_row(&mut buf, b"k2", Some(b""));
+        push_row(&mut buf, b"k3", None);
+        finish_rows(&mut buf, at, 3);
         buf
     }
 
@@ -438,7 +452,15 @@ mod tests {
             panic!("{:?}", decoded[3]);
         };
         let rows: Vec<_> = rows.clone().map(Option::unwrap).collect();
-        assert_eq!(rows, vec![(&b"k1"[..], &b"v1"[..]), (&b"k2"[..], &b""[..])]);
+        let k3: Row = (b"k3", None);
+        assert_eq!(
+            rows,
+            vec![
+                (&b"k1"[..], Some(&b"v1"[..])),
+                (&b"k2"[..], Some(&b""[..])),
+                k3
+            ]
+        );
     }
 
     #[test]

@@ -182,9 +182,10 @@ impl SegmentFile {
     }
 }
 
-/// Numbers of the segment files in `dir`, ascending. Leftover temporary
-/// files of a crash during creation are removed.
-fn list(dir: &Path) -> Result<Vec<u64>> {
+/// Numbers of the segment files in `dir`, ascending. With `clean` (only
+/// at open: later the next segment may be in the making), leftover
+/// temporary files of a crash during creation are removed.
+fn list(dir: &Path, clean: bool) -> Result<Vec<u64>> {
     let mut numbers = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -192,7 +193,9 @@ fn list(dir: &Path) -> Result<Vec<u64>> {
             continue;
         };
         if name.ends_with(".log.creating") {
-            std::fs::remove_file(&path)?;
+            if clean {
+                std::fs::remove_file(&path)?;
+            }
             continue;
         }
         if let Some(stem) = name.strip_suffix(".log") {
@@ -211,7 +214,7 @@ fn list(dir: &Path) -> Result<Vec<u64>> {
 /// segments may end in zeros written ahead; any other damage (a gap in the
 /// rounds, a bad frame before the end) is `Corrupt`, never skipped.
 pub fn replay(dir: &Path, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Result<Resume> {
-    let numbers = list(dir)?;
+    let numbers = list(dir, true)?;
     let mut segments = Vec::new();
     let mut next_round = None;
     let count = numbers.len();
@@ -260,6 +263,26 @@ pub fn replay(dir: &Path, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Re
 /// Visits the records of the whole group commits of one segment; returns
 /// where they end, the round after the last one, and the newest timestamp
 /// seen. A group whose last frame is missing ends them like a torn frame.
+/// Reads the records of the segments in place while the log runs (for a
+/// delta snapshot): every frame that is whole, up to the first that is
+/// not (the one being written, or zeros written ahead). A damaged header
+/// is `Corrupt`.
+pub fn scan(dir: &Path, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Result<()> {
+    for number in list(dir, false)? {
+        let path = segment_path(dir, number);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            // Recycled since it was listed: it held nothing newer.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let (_, first_round) = parse_header(&bytes)
+            .ok_or_else(|| Error::Corrupt(format!("log segment {number:x}: bad header")))?;
+        read_frames(&bytes, first_round, &mut visit)?;
+    }
+    Ok(())
+}
+
 fn read_frames(
     bytes: &[u8],
     first_round: u64,

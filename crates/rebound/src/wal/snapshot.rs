@@ -8,7 +8,7 @@
 //! verifies one group, and the background load reads them all.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
-use super::record::{self, Record};
+use super::record::{self, Record, Row};
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -54,9 +54,10 @@ pub struct SnapshotWriter {
 }
 
 impl SnapshotWriter {
-    /// A snapshot numbered `number` of the state every transaction older
-    /// than `ts` left (and no younger one).
-    pub fn create(dir: &Path, number: u64, ts: u64) -> Result<SnapshotWriter> {
+    /// A snapshot numbered `number` of what the transactions older than
+    /// `ts` (and no younger one) changed since snapshot `previous`, or of
+    /// everything they left if `previous` is 0 (a base).
+    pub fn create(dir: &Path, number: u64, ts: u64, previous: u64) -> Result<SnapshotWriter> {
         let path = snapshot_path(dir, number);
         let temp = path.with_extension("snapshot.creating");
         let file = OpenOptions::new()
@@ -82,7 +83,7 @@ impl SnapshotWriter {
         header.extend_from_slice(&SNAPSHOT_MAGIC);
         header.extend_from_slice(&number.to_le_bytes());
         header.extend_from_slice(&ts.to_le_bytes());
-        header.resize(HEADER as usize, 0);
+        header.extend_from_slice(&previous.to_le_bytes());
         writer.put_head(&header)?;
         Ok(writer)
     }
@@ -105,9 +106,10 @@ impl SnapshotWriter {
         self.put_head(encoded)
     }
 
-    /// Adds a row of `table`; a table's rows come together, in strictly
-    /// ascending key order, and tables in ascending id order.
-    pub fn row(&mut self, table: u32, key: &[u8], value: &[u8]) -> Result<()> {
+    /// Adds a row of `table` (`None`: the key was deleted); a table's rows
+    /// come together, in strictly ascending key order, and tables in
+    /// ascending id order.
+    pub fn row(&mut self, table: u32, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         if self.group_table.is_some_and(|(t, _, _)| t != table) || self.group.len() >= GROUP {
             self.flush_group()?;
         }
@@ -197,11 +199,13 @@ impl GroupRef {
     }
 }
 
-/// A snapshot in force: its header, catalog and group directory are read
-/// and verified; each group is verified when it is read.
+/// One snapshot file: its header, catalog and group directory are read
+/// and verified at open; each group is verified when it is read.
 pub struct SnapshotFile {
     pub number: u64,
     pub ts: u64,
+    /// The snapshot this one changes; 0 for a base.
+    pub previous: u64,
     file: File,
     len: u64,
     catalog: Vec<u8>,
@@ -211,9 +215,27 @@ pub struct SnapshotFile {
 }
 
 /// The rows of one group, borrowed from the buffer it was read into.
-pub type GroupRows<'b> = Vec<(&'b [u8], &'b [u8])>;
+pub type GroupRows<'b> = Vec<Row<'b>>;
 
 impl SnapshotFile {
+    /// Opens and checks snapshot `number` of `dir`.
+    fn open(dir: &Path, number: u64) -> Result<SnapshotFile> {
+        let file = File::open(snapshot_path(dir, number))?;
+        let len = file.metadata()?.len();
+        let mut snapshot = SnapshotFile {
+            number,
+            ts: 0,
+            previous: 0,
+            file,
+            len,
+            catalog: Vec::new(),
+            groups: Vec::new(),
+            tables: Vec::new(),
+        };
+        snapshot.read_layout()?;
+        Ok(snapshot)
+    }
+
     /// Bytes of the file.
     pub fn len(&self) -> u64 {
         self.len
@@ -222,6 +244,11 @@ impl SnapshotFile {
     /// Its catalog records: every table and index, nothing else.
     pub fn catalog(&self) -> impl Iterator<Item = Option<Record<'_>>> {
         record::records(&self.catalog)
+    }
+
+    /// The catalog records as stored (for a fold to copy).
+    pub fn catalog_bytes(&self) -> &[u8] {
+        &self.catalog
     }
 
     /// The groups of `table`, in key order.
@@ -239,6 +266,7 @@ impl SnapshotFile {
         self.tables.iter().map(|(id, _)| *id)
     }
 
+    /// Rows of `table`, deleted keys included.
     pub fn rows_of(&self, table: u32) -> u64 {
         self.groups_of(table)
             .iter()
@@ -252,22 +280,37 @@ impl SnapshotFile {
 
     /// Reads group `at` of `table` into `buf` and returns its rows, once
     /// its checksum, row count and key order (within it and against its
-    /// neighbours' first keys) are right.
+    /// neighbours' first keys) are right. Only a delta has deleted keys.
     pub fn read_group<'b>(
         &self,
         table: u32,
         at: usize,
         buf: &'b mut Vec<u8>,
     ) -> Result<GroupRows<'b>> {
-        let groups = self.groups_of(table);
-        let group = groups.get(at).ok_or_else(|| self.bad("no such group"))?;
-        let upper = groups.get(at + 1).map(|next| next.first_key());
+        self.load_group(table, at, buf)?;
+        self.parse_group(table, at, buf)
+    }
+
+    /// Reads group `at` of `table` into `buf` and checks its checksum.
+    fn load_group(&self, table: u32, at: usize, buf: &mut Vec<u8>) -> Result<()> {
+        let group = self
+            .groups_of(table)
+            .get(at)
+            .ok_or_else(|| self.bad("no such group"))?;
         buf.clear();
         buf.resize(group.len as usize, 0);
         self.file.read_exact_at(buf, group.offset)?;
-        if crc32c::crc32c(buf) != group.crc {
-            return Err(self.bad("a group fails its checksum"));
+        match crc32c::crc32c(buf) == group.crc {
+            true => Ok(()),
+            false => Err(self.bad("a group fails its checksum")),
         }
+    }
+
+    /// The rows of group `at` of `table`, loaded into `buf`.
+    fn parse_group<'b>(&self, table: u32, at: usize, buf: &'b [u8]) -> Result<GroupRows<'b>> {
+        let groups = self.groups_of(table);
+        let group = groups.get(at).ok_or_else(|| self.bad("no such group"))?;
+        let upper = groups.get(at + 1).map(|next| next.first_key());
         let mut records = record::records(buf);
         let Some(Some(Record::Rows { table: id, rows })) = records.next() else {
             return Err(self.bad("a group does not decode"));
@@ -282,12 +325,14 @@ impl SnapshotFile {
         let first = rows.first().map(|row| row.0);
         let last = rows.last().map(|row| row.0);
         let bounded = upper.is_none_or(|upper| last.is_some_and(|last| last < upper));
+        let deletions_fit = self.previous != 0 || rows.iter().all(|row| row.1.is_some());
         if rows.len() != group.rows as usize
             || !ordered
             || first != Some(group.first_key())
             || !bounded
+            || !deletions_fit
         {
-            return Err(self.bad("a group's rows are out of order or miscounted"));
+            return Err(self.bad("a group's rows are out of order, miscounted or misplaced"));
         }
         Ok(rows)
     }
@@ -299,8 +344,9 @@ impl SnapshotFile {
             .checked_sub(1)
     }
 
-    /// The value of `key` in `table`, if the snapshot has it.
-    pub fn find(&self, table: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    /// What this file says of `key`: `None` if it does not hold the key,
+    /// `Some(None)` if it says the key was deleted.
+    fn find(&self, table: u32, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
         let Some(at) = self.group_for(table, key) else {
             return Ok(None);
         };
@@ -310,68 +356,121 @@ impl SnapshotFile {
             .binary_search_by(|row| row.0.cmp(key))
             .ok()
             .and_then(|i| rows.get(i))
-            .map(|row| row.1.to_vec()))
+            .map(|row| row.1.map(<[u8]>::to_vec)))
+    }
+}
+
+/// The snapshots in force: the newest, each one's predecessor, down to a
+/// base. What they say of a key is what the newest one holding it says.
+pub struct SnapshotChain {
+    /// Newest first; the last is the base.
+    files: Vec<SnapshotFile>,
+}
+
+/// Snapshots a chain holds at most (a longer one is damage).
+const MAX_CHAIN: usize = 256;
+
+impl SnapshotChain {
+    /// The newest snapshot and its predecessors; leftovers older than the
+    /// base (a fold's predecessors that a crash kept) are removed.
+    /// `Corrupt` if a file in the chain is damaged or a link is wrong (an
+    /// older chain is never used instead: the log it needs may be gone).
+    pub fn open(dir: &Path) -> Result<Option<SnapshotChain>> {
+        let chain = Self::open_listed(dir, true)?;
+        if let Some(chain) = &chain {
+            for stale in list(dir, false)?
+                .into_iter()
+                .filter(|&n| n < chain.base().number)
+            {
+                std::fs::remove_file(snapshot_path(dir, stale))?;
+            }
+        }
+        Ok(chain)
     }
 
-    /// Up to `limit` rows of `table` within the bounds, ascending, or
+    /// `open` while the database runs (for a fold): nothing is removed.
+    pub fn open_live(dir: &Path) -> Result<Option<SnapshotChain>> {
+        Self::open_listed(dir, false)
+    }
+
+    fn open_listed(dir: &Path, clean: bool) -> Result<Option<SnapshotChain>> {
+        let numbers = list(dir, clean)?;
+        let Some(&newest) = numbers.last() else {
+            return Ok(None);
+        };
+        let mut files = vec![SnapshotFile::open(dir, newest)?];
+        while let Some(last) = files.last().filter(|f| f.previous != 0) {
+            let (previous, ts, number) = (last.previous, last.ts, last.number);
+            let older = SnapshotFile::open(dir, previous)?;
+            if previous >= number || older.ts > ts || files.len() >= MAX_CHAIN {
+                return Err(Error::Corrupt(format!(
+                    "snapshot {number:x} links to {previous:x}, which does not precede it"
+                )));
+            }
+            files.push(older);
+        }
+        Ok(Some(SnapshotChain { files }))
+    }
+
+    pub fn newest(&self) -> &SnapshotFile {
+        // `open` always holds at least the newest file.
+        self.files.first().unwrap_or_else(|| unreachable!())
+    }
+
+    pub fn base(&self) -> &SnapshotFile {
+        self.files.last().unwrap_or_else(|| unreachable!())
+    }
+
+    pub fn files(&self) -> &[SnapshotFile] {
+        &self.files
+    }
+
+    /// Bytes of all its files.
+    pub fn len(&self) -> u64 {
+        self.files.iter().map(SnapshotFile::len).sum()
+    }
+
+    /// Ids of the tables with rows in any file.
+    pub fn tables(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.files.iter().flat_map(SnapshotFile::tables).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// About how many rows `table` has: the base's plus every row of the
+    /// deltas (an upper bound).
+    pub fn rows_of(&self, table: u32) -> u64 {
+        self.files.iter().map(|f| f.rows_of(table)).sum()
+    }
+
+    /// The value of `key` in `table`, if the chain holds it live.
+    pub fn find(&self, table: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        for file in &self.files {
+            if let Some(said) = file.find(table, key)? {
+                return Ok(said);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Up to `limit` live rows of `table` within the bounds, ascending, or
     /// descending from the upper end if `reverse`.
     pub fn range(
         &self,
         table: u32,
-        (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
         limit: usize,
         reverse: bool,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let groups = self.groups_of(table);
-        let within = |key: &[u8]| {
-            let above = match lower {
-                Bound::Included(l) => key >= l,
-                Bound::Excluded(l) => key > l,
-                Bound::Unbounded => true,
-            };
-            let below = match upper {
-                Bound::Included(u) => key <= u,
-                Bound::Excluded(u) => key < u,
-                Bound::Unbounded => true,
-            };
-            (above, below)
-        };
         let mut out = Vec::new();
-        let mut buf = Vec::new();
-        let order: Box<dyn Iterator<Item = usize>> = match reverse {
-            false => {
-                let start = match lower {
-                    Bound::Included(l) | Bound::Excluded(l) => {
-                        self.group_for(table, l).unwrap_or(0)
-                    }
-                    Bound::Unbounded => 0,
-                };
-                Box::new(start..groups.len())
-            }
-            true => {
-                let end = match upper {
-                    Bound::Included(u) | Bound::Excluded(u) => {
-                        self.group_for(table, u).map_or(0, |g| g + 1)
-                    }
-                    Bound::Unbounded => groups.len(),
-                };
-                Box::new((0..end).rev())
-            }
-        };
-        for at in order {
-            let rows = self.read_group(table, at, &mut buf)?;
-            let mut visit = |row: &(&[u8], &[u8])| -> bool {
-                let (above, below) = within(row.0);
-                if above && below && out.len() < limit {
-                    out.push((row.0.to_vec(), row.1.to_vec()));
+        let mut cursor = self.cursor(table, bounds, reverse)?;
+        while out.len() < limit {
+            let more = cursor.next_row(|key, value| {
+                if let Some(value) = value {
+                    out.push((key.to_vec(), value.to_vec()));
                 }
-                // Whether the walk goes on past this row.
-                out.len() < limit && if reverse { above } else { below }
-            };
-            let more = match reverse {
-                false => rows.iter().all(&mut visit),
-                true => rows.iter().rev().all(&mut visit),
-            };
+            })?;
             if !more {
                 break;
             }
@@ -379,19 +478,39 @@ impl SnapshotFile {
         Ok(out)
     }
 
-    /// First keys of groups that cut `table` into `parts` parts of about
-    /// as many rows each.
+    /// A cursor over what the chain says of the keys within the bounds,
+    /// deletions included, in key order (or reverse).
+    pub fn cursor(
+        &self,
+        table: u32,
+        (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+    ) -> Result<ChainCursor<'_>> {
+        let mut files = Vec::with_capacity(self.files.len());
+        for file in &self.files {
+            files.push(FileCursor::start(file, table, (lower, upper), reverse)?);
+        }
+        Ok(ChainCursor {
+            files,
+            reverse,
+            lower: lower.map(<[u8]>::to_vec),
+            upper: upper.map(<[u8]>::to_vec),
+        })
+    }
+
+    /// Keys that cut `table` into `parts` parts of about as many base rows
+    /// each (first keys of the base's groups).
     pub fn split_keys(&self, table: u32, parts: usize) -> Vec<Vec<u8>> {
-        let groups = self.groups_of(table);
-        let total = self.rows_of(table);
-        let mut cuts = Vec::new();
+        let groups = self.base().groups_of(table);
+        let total: u64 = groups.iter().map(|g| u64::from(g.rows)).sum();
+        let mut cuts: Vec<Vec<u8>> = Vec::new();
         let (mut seen, mut next) = (0u64, 1u64);
         for group in groups {
             while next < parts as u64 && seen >= next * total / parts as u64 {
                 if seen > 0
                     && cuts
                         .last()
-                        .is_none_or(|last: &Vec<u8>| last.as_slice() != group.first_key())
+                        .is_none_or(|last| last.as_slice() != group.first_key())
                 {
                     cuts.push(group.first_key().to_vec());
                 }
@@ -403,9 +522,172 @@ impl SnapshotFile {
     }
 }
 
-/// Numbers of the snapshot files in `dir`, ascending; leftovers of a
-/// crash while one was written are removed.
-pub fn list(dir: &Path) -> Result<Vec<u64>> {
+/// One file's rows of a table within bounds, one group in memory at a time.
+struct FileCursor<'c> {
+    file: &'c SnapshotFile,
+    table: u32,
+    /// The next group to read, in walk order; `None` past the last.
+    next_group: Option<usize>,
+    buf: Vec<u8>,
+    /// The group's rows in walk order, as byte ranges of `buf`.
+    rows: Vec<(Range<usize>, Option<Range<usize>>)>,
+    at: usize,
+    reverse: bool,
+}
+
+/// Where `part` lies within `whole` (it is a subslice of it).
+fn span(whole: &[u8], part: &[u8]) -> Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    start..start + part.len()
+}
+
+impl<'c> FileCursor<'c> {
+    fn start(
+        file: &'c SnapshotFile,
+        table: u32,
+        (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+    ) -> Result<FileCursor<'c>> {
+        let groups = file.groups_of(table).len();
+        let first = match (reverse, lower, upper) {
+            (false, Bound::Included(l) | Bound::Excluded(l), _) => {
+                Some(file.group_for(table, l).unwrap_or(0))
+            }
+            (false, Bound::Unbounded, _) => Some(0),
+            (true, _, Bound::Included(u) | Bound::Excluded(u)) => file.group_for(table, u),
+            (true, _, Bound::Unbounded) => groups.checked_sub(1),
+        };
+        let mut cursor = FileCursor {
+            file,
+            table,
+            next_group: first.filter(|&g| g < groups),
+            buf: Vec::new(),
+            rows: Vec::new(),
+            at: 0,
+            reverse,
+        };
+        cursor.fill()?;
+        // Skip what lies before the start bound.
+        let before = |key: &[u8]| match reverse {
+            false => match lower {
+                Bound::Included(l) => key < l,
+                Bound::Excluded(l) => key <= l,
+                Bound::Unbounded => false,
+            },
+            true => match upper {
+                Bound::Included(u) => key > u,
+                Bound::Excluded(u) => key >= u,
+                Bound::Unbounded => false,
+            },
+        };
+        while cursor.current().is_some_and(|(key, _)| before(key)) {
+            cursor.advance()?;
+        }
+        Ok(cursor)
+    }
+
+    /// Reads groups until one has a row at `at`, or none is left.
+    fn fill(&mut self) -> Result<()> {
+        while self.at >= self.rows.len() {
+            let Some(group) = self.next_group else {
+                return Ok(());
+            };
+            let groups = self.file.groups_of(self.table).len();
+            self.next_group = match self.reverse {
+                false => Some(group + 1).filter(|&g| g < groups),
+                true => group.checked_sub(1),
+            };
+            self.file.load_group(self.table, group, &mut self.buf)?;
+            let buf = &self.buf;
+            let rows = self.file.parse_group(self.table, group, buf)?;
+            self.rows.clear();
+            self.rows.extend(
+                rows.iter()
+                    .map(|(key, value)| (span(buf, key), value.map(|v| span(buf, v)))),
+            );
+            if self.reverse {
+                self.rows.reverse();
+            }
+            self.at = 0;
+        }
+        Ok(())
+    }
+
+    fn current(&self) -> Option<(&[u8], Option<&[u8]>)> {
+        let (key, value) = self.rows.get(self.at)?;
+        let key = self.buf.get(key.clone())?;
+        Some((key, value.clone().and_then(|v| self.buf.get(v))))
+    }
+
+    fn advance(&mut self) -> Result<()> {
+        self.at += 1;
+        self.fill()
+    }
+}
+
+/// The rows of several files merged: for each key, what the newest file
+/// holding it says.
+pub struct ChainCursor<'c> {
+    /// Newest file first.
+    files: Vec<FileCursor<'c>>,
+    reverse: bool,
+    lower: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
+}
+
+impl ChainCursor<'_> {
+    /// Calls `visit` with the next key and what the chain says of it
+    /// (`None`: deleted); false once no key within the bounds is left.
+    pub fn next_row(&mut self, visit: impl FnOnce(&[u8], Option<&[u8]>)) -> Result<bool> {
+        // The next key in walk order, and the newest file that holds it.
+        let mut best: Option<(usize, &[u8])> = None;
+        for (i, file) in self.files.iter().enumerate() {
+            let Some((key, _)) = file.current() else {
+                continue;
+            };
+            let better = best.is_none_or(|(_, b)| match self.reverse {
+                false => key < b,
+                true => key > b,
+            });
+            if better {
+                best = Some((i, key));
+            }
+        }
+        let Some((newest, key)) = best else {
+            return Ok(false);
+        };
+        let key = key.to_vec();
+        let within = match self.reverse {
+            false => match &self.upper {
+                Bound::Included(u) => key <= *u,
+                Bound::Excluded(u) => key < *u,
+                Bound::Unbounded => true,
+            },
+            true => match &self.lower {
+                Bound::Included(l) => key >= *l,
+                Bound::Excluded(l) => key > *l,
+                Bound::Unbounded => true,
+            },
+        };
+        if !within {
+            return Ok(false);
+        }
+        if let Some((_, value)) = self.files.get(newest).and_then(FileCursor::current) {
+            visit(&key, value);
+        }
+        for file in &mut self.files {
+            if file.current().is_some_and(|(k, _)| k == key.as_slice()) {
+                file.advance()?;
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Numbers of the snapshot files in `dir`, ascending; with `clean`,
+/// leftovers of a crash while one was written are removed (only at open:
+/// later, a fold may be writing one).
+fn list(dir: &Path, clean: bool) -> Result<Vec<u64>> {
     let mut numbers = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -416,34 +698,12 @@ pub fn list(dir: &Path) -> Result<Vec<u64>> {
             let number = u64::from_str_radix(stem, 16)
                 .map_err(|_| Error::Corrupt(format!("unexpected snapshot file {name}")))?;
             numbers.push(number);
-        } else if name.ends_with(".snapshot.creating") {
+        } else if clean && name.ends_with(".snapshot.creating") {
             std::fs::remove_file(&path)?;
         }
     }
     numbers.sort_unstable();
     Ok(numbers)
-}
-
-/// The newest snapshot, its header, catalog and directory verified;
-/// `Corrupt` if the newest one in place is damaged (an older one is never
-/// used instead: the log it needs may be gone).
-pub fn open_newest(dir: &Path) -> Result<Option<SnapshotFile>> {
-    let Some(&number) = list(dir)?.last() else {
-        return Ok(None);
-    };
-    let file = File::open(snapshot_path(dir, number))?;
-    let len = file.metadata()?.len();
-    let mut snapshot = SnapshotFile {
-        number,
-        ts: 0,
-        file,
-        len,
-        catalog: Vec::new(),
-        groups: Vec::new(),
-        tables: Vec::new(),
-    };
-    snapshot.read_layout()?;
-    Ok(Some(snapshot))
 }
 
 /// A little-endian field of `bytes`; zero if it is not there (callers
@@ -491,6 +751,7 @@ impl SnapshotFile {
             return Err(self.bad("bad header"));
         }
         self.ts = u64_at(&header, 16);
+        self.previous = u64_at(&header, 24);
         let footer = self.read_at(self.len - FOOTER, FOOTER)?;
         let sealed = footer.get(..8) == Some(&FOOTER_MAGIC[..])
             && footer.get(..44).map(crc32c::crc32c) == Some(u32_at(&footer, 44));
@@ -559,10 +820,22 @@ impl SnapshotFile {
     }
 }
 
-/// Removes the snapshots older than `number`.
+/// Removes the snapshots older than `number` (a fold's predecessors) and
+/// syncs the directory.
 pub fn remove_older(dir: &Path, number: u64) -> Result<()> {
-    for old in list(dir)?.into_iter().filter(|&n| n < number) {
+    for old in list(dir, false)?.into_iter().filter(|&n| n < number) {
         std::fs::remove_file(snapshot_path(dir, old))?;
     }
+    File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+/// Bytes of the snapshot files in `dir` (0 if it cannot be read).
+pub fn files_bytes(dir: &Path) -> u64 {
+    list(dir, false)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|n| std::fs::metadata(snapshot_path(dir, n)).ok())
+        .map(|m| m.len())
+        .sum()
 }
