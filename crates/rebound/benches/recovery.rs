@@ -530,7 +530,14 @@ fn delta(sizes: &[u64]) {
 /// Default options, or those `REBOUND_DESIGN` names (`wal`, `mirror`, `iacow`, `leaf`).
 fn kill_options() -> Options {
     match std::env::var("REBOUND_DESIGN").as_deref() {
-        Ok("wal") => Options::default().durability(rebound::Durability::Wal),
+        Ok("wal") => {
+            let wal = Options::default().durability(rebound::Durability::Wal);
+            // REBOUND_WAL_LIMIT=bytes: another log bound than the default.
+            match std::env::var("REBOUND_WAL_LIMIT").ok().and_then(|v| v.parse().ok()) {
+                Some(limit) => wal.wal_log_limit(limit),
+                None => wal,
+            }
+        }
         Ok("mirror") => Options::default().checkpoint(CheckpointMode::Mirror),
         Ok("iacow") => Options::default().checkpoint(CheckpointMode::IaCow),
         // FIR's leaf checkpoints at the tool's cadence for them.

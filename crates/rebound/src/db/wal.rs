@@ -10,12 +10,12 @@ use crate::medium::{Guarantee, Medium};
 use crate::parallel;
 use crate::recovery::RecoveryReport;
 use crate::txn::{ColdEntries, Store, TableRt};
+use crate::wal::newest::NewestVersions;
 use crate::wal::record::Entries;
 use crate::wal::record::{self, Record, TableSpec};
 use crate::wal::snapshot::{SnapshotChain, SnapshotWriter};
 use crate::wal::{segment, Log, LogConfig, Resume};
 use parking_lot::{Condvar, Mutex};
-use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -38,14 +38,6 @@ const MAX_RECOVERY_THREADS: usize = 16;
 /// Deltas on a base after which they are folded into a new base (so that
 /// a lookup served in place reads at most this many groups and one more).
 const MAX_DELTAS: u64 = 8;
-
-/// Per (table, key), the newest logged version after the snapshot: its
-/// timestamp and value (`None`: deleted).
-type Newest = HashMap<LoggedKey, LoggedVersion>;
-/// A key of a table.
-type LoggedKey = (u32, Vec<u8>);
-/// A logged version: timestamp and value (`None`: deleted).
-type LoggedVersion = (u64, Option<Vec<u8>>);
 
 /// The log, the snapshot bookkeeping and the snapshot thread.
 pub(super) struct WalState {
@@ -85,7 +77,8 @@ pub(super) struct WalFound {
     /// Tables and indexes created after the snapshot, in log order.
     tables: Vec<TableSpec>,
     indexes: Vec<IndexDef>,
-    newest: Newest,
+    /// The logged versions after the snapshot, newest per key once read.
+    newest: NewestVersions,
     resume: Resume,
     max_ts: u64,
     log_records: u64,
@@ -112,7 +105,7 @@ pub(super) fn read_directory(dir: &Path, create: bool) -> Result<WalFound> {
         snapshot: None,
         tables: Vec::new(),
         indexes: Vec::new(),
-        newest: HashMap::new(),
+        newest: NewestVersions::default(),
         resume: Resume {
             segments: Vec::new(),
             next_segment: 1,
@@ -137,10 +130,7 @@ impl WalFound {
                 if ts >= from {
                     let newest = &mut self.newest;
                     for_each_version(ts, writes, |table, key, value| {
-                        let newest = newest.entry((table, key.to_vec())).or_insert((0, None));
-                        if newest.0 < ts {
-                            *newest = (ts, value.map(<[u8]>::to_vec));
-                        }
+                        newest.push(table, ts, key, value)
                     })?;
                 }
             }
@@ -242,8 +232,10 @@ impl Database {
                 all_indexes.push(def);
             }
         }
+        let mut newest = newest;
+        newest.settle();
         let replayed = newest.len() as u64;
-        redo(&self.inner.store, newest, threads)?;
+        redo(&self.inner.store, &newest, threads)?;
         let replayed_after = replay_started.elapsed();
         let indexes_started = Instant::now();
         let snapshot = snapshot.map(Arc::new);
@@ -552,30 +544,35 @@ impl DbInner {
             let _ddl = self.create_lock.lock();
             self.catalog_records(at)
         };
-        let mut changed: BTreeMap<LoggedKey, LoggedVersion> = BTreeMap::new();
-        segment::scan(&wal.dir, |rec| {
-            if let Record::Commit { ts, writes } = rec {
-                if (since..at).contains(&ts) {
-                    keep_newest(&mut changed, ts, writes)?;
-                }
+        let mut changed = NewestVersions::default();
+        segment::scan(&wal.dir, |rec| match rec {
+            Record::Commit { ts, writes } if (since..at).contains(&ts) => {
+                for_each_version(ts, writes, |table, key, value| {
+                    changed.push(table, ts, key, value)
+                })
             }
-            Ok(())
+            _ => Ok(()),
         })?;
+        changed.settle();
         let mut writer = SnapshotWriter::create(&wal.dir, number, at, previous)?;
         for encoded in &catalog {
             writer.catalog_record(encoded)?;
         }
-        for ((table, key), (_, value)) in &changed {
+        for version in changed.versions() {
+            let value = changed.value(version);
             if previous != 0 || value.is_some() {
-                writer.row(*table, key, value.as_deref())?;
+                writer.row(version.table, changed.key(version), value)?;
             }
         }
         writer.finish()
     }
 
-    /// Starts a fold of the snapshot chain into one base when it holds
-    /// `MAX_DELTAS` deltas or they add up to a quarter of the base, unless
-    /// one runs already.
+    /// Starts a fold of the snapshot chain, unless one runs already: of
+    /// everything into a new base once the deltas add up to half the base
+    /// (so that the files in force stay under 1.5 times the data), else
+    /// of the deltas into one once there are `MAX_DELTAS` (so that a
+    /// lookup served in place reads few files, at a cost that follows the
+    /// changes, not the table).
     fn fold_if_due(&self, wal: &WalState) {
         let mut fold = wal.fold.lock();
         if fold.as_ref().is_some_and(|f| !f.is_finished()) {
@@ -587,20 +584,21 @@ impl DbInner {
         let deltas = wal.deltas_since_fold.load(Ordering::Acquire);
         let bytes = wal.snapshot_bytes.load(Ordering::Acquire);
         let base = wal.base_bytes.load(Ordering::Acquire);
-        if deltas < MAX_DELTAS && bytes - base.min(bytes) < base / 4 {
+        let whole = bytes - base.min(bytes) >= base / 2;
+        if deltas < MAX_DELTAS && !whole {
             return;
         }
         let dir = wal.dir.clone();
         if !wal.fold_in_background {
             drop(fold);
-            self.fold_done(fold_chain(&dir));
+            self.fold_done(fold_chain(&dir, whole));
             return;
         }
         let weak = wal.db.clone();
         *fold = std::thread::Builder::new()
             .name("rebound-snapshot-fold".into())
             .spawn(move || {
-                let outcome = fold_chain(&dir);
+                let outcome = fold_chain(&dir, whole);
                 if let Some(inner) = weak.upgrade() {
                     inner.fold_done(outcome);
                 }
@@ -616,10 +614,17 @@ impl DbInner {
         };
         match outcome {
             Ok(fold) => {
-                wal.folds.fetch_add(1, Ordering::AcqRel);
-                wal.base_bytes.store(fold.base_bytes, Ordering::Release);
-                wal.deltas_since_fold
-                    .fetch_sub(fold.deltas_merged, Ordering::AcqRel);
+                if fold.deltas_merged > 0 {
+                    wal.folds.fetch_add(1, Ordering::AcqRel);
+                }
+                if let Some(bytes) = fold.base_bytes {
+                    wal.base_bytes.store(bytes, Ordering::Release);
+                }
+                let _ =
+                    wal.deltas_since_fold
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                            Some(n.saturating_sub(fold.deltas_merged))
+                        });
                 wal.snapshot_bytes
                     .store(chain_bytes(&wal.dir), Ordering::Release);
             }
@@ -811,36 +816,32 @@ fn check_id(table: &Table, spec: &TableSpec) -> Result<()> {
 /// row) and taken into the index, which holds none of these keys yet.
 /// Each table is cut into `threads` contiguous key ranges applied at once,
 /// each into its own region, in sorted batches (one descent per leaf).
-fn redo(store: &Store, newest: Newest, threads: usize) -> Result<()> {
-    let mut versions: Vec<_> = newest.into_iter().collect();
-    versions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    for table_versions in versions.chunk_by(|a, b| a.0 .0 == b.0 .0) {
-        let Some(((id, _), _)) = table_versions.first() else {
+fn redo(store: &Store, newest: &NewestVersions, threads: usize) -> Result<()> {
+    for versions in newest.by_table() {
+        let Some(id) = versions.first().map(|v| v.table) else {
             continue;
         };
         let table = store
             .tables
-            .get(*id as usize)
+            .get(id as usize)
             .ok_or_else(|| Error::Corrupt(format!("redo log: unknown table {id}")))?;
-        let per_thread = table_versions.len().div_ceil(threads).max(1);
-        let parts = parallel::map(
-            table_versions.chunks(per_thread).enumerate(),
-            |(region, part)| {
-                let mut slot = Vec::new();
-                let mut entries = Vec::with_capacity(part.len());
-                let mut deleted = Vec::new();
-                for ((_, key), (_, value)) in part {
-                    let row = (key.as_slice(), value.as_deref().unwrap_or_default());
-                    let addr = copy_row(store, table, region, row, value.is_none(), &mut slot)?;
-                    entries.push((key.as_slice(), addr.0));
-                    if value.is_none() {
-                        deleted.push((*id, addr));
-                    }
+        let per_thread = versions.len().div_ceil(threads).max(1);
+        let parts = parallel::map(versions.chunks(per_thread).enumerate(), |(region, part)| {
+            let mut slot = Vec::new();
+            let mut entries = Vec::with_capacity(part.len());
+            let mut deleted = Vec::new();
+            for version in part {
+                let (key, value) = (newest.key(version), newest.value(version));
+                let row = (key, value.unwrap_or_default());
+                let addr = copy_row(store, table, region, row, value.is_none(), &mut slot)?;
+                entries.push((key, addr.0));
+                if value.is_none() {
+                    deleted.push((id, addr));
                 }
-                table.adopt_sorted(&entries);
-                Ok::<_, Error>(deleted)
-            },
-        );
+            }
+            table.adopt_sorted(&entries);
+            Ok::<_, Error>(deleted)
+        });
         for part in parts {
             // Tombstones go to the reaper, which removes them once the
             // snapshot is loaded and no reader can see past them.
@@ -1127,64 +1128,63 @@ fn for_each_version<'r>(
     Ok(())
 }
 
-/// Keeps, per key, the newest of the commit's versions and those kept.
-fn keep_newest(
-    changed: &mut BTreeMap<LoggedKey, LoggedVersion>,
-    ts: u64,
-    writes: Entries<'_>,
-) -> Result<()> {
-    for_each_version(ts, writes, |table, key, value| {
-        let newest = changed.entry((table, key.to_vec())).or_insert((0, None));
-        if newest.0 < ts {
-            *newest = (ts, value.map(<[u8]>::to_vec));
-        }
-    })
-}
-
 /// What a fold did.
 struct FoldStats {
-    base_bytes: u64,
+    /// Deltas it merged away (their number less the one it wrote).
     deltas_merged: u64,
+    /// Bytes of the new base, if it wrote one.
+    base_bytes: Option<u64>,
 }
 
-/// Merges the snapshot chain in force into one base with the newest
-/// snapshot's number and timestamp, puts it in place of that snapshot (a
-/// rename: a crash leaves one or the other, both whole), then removes
-/// the older files. Deltas written meanwhile link to that number and stay
-/// valid.
-fn fold_chain(dir: &Path) -> Result<FoldStats> {
-    let Some(chain) = SnapshotChain::open_live(dir)? else {
-        return Ok(FoldStats {
-            base_bytes: 0,
-            deltas_merged: 0,
-        });
+/// Merges the snapshot chain in force under the newest snapshot's number
+/// and timestamp and renames the result over that snapshot (a crash
+/// leaves one or the other, both whole), then removes the files it
+/// replaced. With `whole`, everything goes into one base without deleted
+/// keys; else the deltas go into one delta on the same base. Deltas
+/// written meanwhile link to that number and stay valid.
+fn fold_chain(dir: &Path, whole: bool) -> Result<FoldStats> {
+    let unchanged = FoldStats {
+        deltas_merged: 0,
+        base_bytes: None,
     };
-    let newest = chain.newest();
-    if chain.files().len() < 2 {
-        return Ok(FoldStats {
-            base_bytes: newest.len(),
-            deltas_merged: 0,
-        });
+    let Some(chain) = SnapshotChain::open_live(dir)? else {
+        return Ok(unchanged);
+    };
+    let files = chain.files();
+    let (newest, base) = (chain.newest(), chain.base());
+    let merged = if whole { files.len() } else { files.len() - 1 };
+    if merged < 2 {
+        return Ok(unchanged);
     }
-    let mut writer = SnapshotWriter::create(dir, newest.number, newest.ts, 0)?;
+    let previous = if whole { 0 } else { base.number };
+    let mut writer = SnapshotWriter::create(dir, newest.number, newest.ts, previous)?;
     writer.catalog_record(newest.catalog_bytes())?;
-    for table in chain.tables() {
-        let mut cursor = chain.cursor(table, (Bound::Unbounded, Bound::Unbounded), false)?;
+    let tables = if whole {
+        chain.tables()
+    } else {
+        chain.delta_tables()
+    };
+    for table in tables {
+        let mut cursor = match whole {
+            true => chain.cursor(table, (Bound::Unbounded, Bound::Unbounded), false)?,
+            false => chain.deltas_cursor(table)?,
+        };
         let mut failed = None;
         while cursor.next_row(|key, value| {
-            if let (Some(value), None) = (value, &failed) {
-                failed = writer.row(table, key, Some(value)).err();
+            if failed.is_none() && (value.is_some() || !whole) {
+                failed = writer.row(table, key, value).err();
             }
         })? {}
         if let Some(e) = failed {
             return Err(e);
         }
     }
-    let (_, base_bytes) = writer.finish()?;
-    crate::wal::snapshot::remove_older(dir, newest.number)?;
+    let (_, bytes) = writer.finish()?;
+    let replaced = files.iter().take(merged).skip(1).map(|f| f.number);
+    crate::wal::snapshot::remove_numbers(dir, replaced)?;
     Ok(FoldStats {
-        base_bytes,
-        deltas_merged: chain.files().len() as u64 - 1,
+        deltas_merged: merged as u64 - 1,
+        base_bytes: whole.then_some(bytes),
     })
 }
 
@@ -1218,13 +1218,18 @@ mod tests {
     fn redo_applies_the_newest_version_of_every_key_deletions_included() {
         let (_dir, db, table) = wal_table();
         let id = table.rt.heap.def.id;
-        let newest: Newest = (0..600u64)
-            .map(|key| {
-                let value = (key % 7 != 3).then(|| (key * 11).to_le_bytes().to_vec());
-                ((id, key.to_be_bytes().to_vec()), (key + 1, value))
-            })
-            .collect();
-        redo(&db.inner.store, newest, MAX_RECOVERY_THREADS).unwrap();
+        let mut newest = NewestVersions::default();
+        for key in 0..600u64 {
+            let value = (key % 7 != 3).then(|| (key * 11).to_le_bytes());
+            newest.push(
+                id,
+                key + 1,
+                &key.to_be_bytes(),
+                value.as_ref().map(|v| &v[..]),
+            );
+        }
+        newest.settle();
+        redo(&db.inner.store, &newest, MAX_RECOVERY_THREADS).unwrap();
         let mut session = db.session().unwrap();
         let mut tx = session.begin();
         let rows = tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap();
@@ -1247,9 +1252,11 @@ mod tests {
     fn redo_refuses_rows_the_table_cannot_hold() {
         let (_dir, db, table) = wal_table();
         let id = table.rt.heap.def.id;
-        let newest: Newest = [((id, vec![1; 9]), (1, Some(vec![0; 8])))].into();
+        let mut newest = NewestVersions::default();
+        newest.push(id, 1, &[1; 9], Some(&[0; 8]));
+        newest.settle();
         assert!(matches!(
-            redo(&db.inner.store, newest, 2),
+            redo(&db.inner.store, &newest, 2),
             Err(Error::Corrupt(_))
         ));
     }

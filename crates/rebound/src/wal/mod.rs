@@ -90,6 +90,7 @@
 //!   ext4, xfs and tmpfs provide.
 
 pub mod log;
+pub mod newest;
 pub mod record;
 pub mod segment;
 pub mod snapshot;

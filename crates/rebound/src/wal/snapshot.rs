@@ -371,19 +371,17 @@ pub struct SnapshotChain {
 const MAX_CHAIN: usize = 256;
 
 impl SnapshotChain {
-    /// The newest snapshot and its predecessors; leftovers older than the
-    /// base (a fold's predecessors that a crash kept) are removed.
+    /// The newest snapshot and its predecessors; files outside the chain
+    /// (those a fold replaced, which a crash kept) are removed.
     /// `Corrupt` if a file in the chain is damaged or a link is wrong (an
     /// older chain is never used instead: the log it needs may be gone).
     pub fn open(dir: &Path) -> Result<Option<SnapshotChain>> {
         let chain = Self::open_listed(dir, true)?;
         if let Some(chain) = &chain {
-            for stale in list(dir, false)?
+            let stale = list(dir, false)?
                 .into_iter()
-                .filter(|&n| n < chain.base().number)
-            {
-                std::fs::remove_file(snapshot_path(dir, stale))?;
-            }
+                .filter(|&n| chain.files.iter().all(|f| f.number != n));
+            remove_numbers(dir, stale)?;
         }
         Ok(chain)
     }
@@ -483,19 +481,25 @@ impl SnapshotChain {
     pub fn cursor(
         &self,
         table: u32,
-        (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
         reverse: bool,
     ) -> Result<ChainCursor<'_>> {
-        let mut files = Vec::with_capacity(self.files.len());
-        for file in &self.files {
-            files.push(FileCursor::start(file, table, (lower, upper), reverse)?);
-        }
-        Ok(ChainCursor {
-            files,
-            reverse,
-            lower: lower.map(<[u8]>::to_vec),
-            upper: upper.map(<[u8]>::to_vec),
-        })
+        ChainCursor::over(&self.files, table, bounds, reverse)
+    }
+
+    /// A cursor over the deltas alone (for a fold that leaves the base).
+    pub fn deltas_cursor(&self, table: u32) -> Result<ChainCursor<'_>> {
+        let deltas = self.files.get(..self.files.len() - 1).unwrap_or_default();
+        ChainCursor::over(deltas, table, (Bound::Unbounded, Bound::Unbounded), false)
+    }
+
+    /// Ids of the tables with rows in the deltas.
+    pub fn delta_tables(&self) -> Vec<u32> {
+        let deltas = self.files.get(..self.files.len() - 1).unwrap_or_default();
+        let mut ids: Vec<u32> = deltas.iter().flat_map(SnapshotFile::tables).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// Keys that cut `table` into `parts` parts of about as many base rows
@@ -633,9 +637,30 @@ pub struct ChainCursor<'c> {
     reverse: bool,
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
+    /// The key being passed (reused, so that a walk does not allocate).
+    key: Vec<u8>,
 }
 
-impl ChainCursor<'_> {
+impl<'c> ChainCursor<'c> {
+    fn over(
+        files: &'c [SnapshotFile],
+        table: u32,
+        (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+    ) -> Result<ChainCursor<'c>> {
+        let mut cursors = Vec::with_capacity(files.len());
+        for file in files {
+            cursors.push(FileCursor::start(file, table, (lower, upper), reverse)?);
+        }
+        Ok(ChainCursor {
+            files: cursors,
+            reverse,
+            lower: lower.map(<[u8]>::to_vec),
+            upper: upper.map(<[u8]>::to_vec),
+            key: Vec::new(),
+        })
+    }
+
     /// Calls `visit` with the next key and what the chain says of it
     /// (`None`: deleted); false once no key within the bounds is left.
     pub fn next_row(&mut self, visit: impl FnOnce(&[u8], Option<&[u8]>)) -> Result<bool> {
@@ -656,27 +681,34 @@ impl ChainCursor<'_> {
         let Some((newest, key)) = best else {
             return Ok(false);
         };
-        let key = key.to_vec();
         let within = match self.reverse {
             false => match &self.upper {
-                Bound::Included(u) => key <= *u,
-                Bound::Excluded(u) => key < *u,
+                Bound::Included(u) => key <= u.as_slice(),
+                Bound::Excluded(u) => key < u.as_slice(),
                 Bound::Unbounded => true,
             },
             true => match &self.lower {
-                Bound::Included(l) => key >= *l,
-                Bound::Excluded(l) => key > *l,
+                Bound::Included(l) => key >= l.as_slice(),
+                Bound::Excluded(l) => key > l.as_slice(),
                 Bound::Unbounded => true,
             },
         };
         if !within {
             return Ok(false);
         }
-        if let Some((_, value)) = self.files.get(newest).and_then(FileCursor::current) {
-            visit(&key, value);
+        if let Some((key, value)) = self.files.get(newest).and_then(FileCursor::current) {
+            visit(key, value);
+        }
+        // Kept past the advance, which may replace the buffer it is in.
+        self.key.clear();
+        if let Some((key, _)) = self.files.get(newest).and_then(FileCursor::current) {
+            self.key.extend_from_slice(key);
         }
         for file in &mut self.files {
-            if file.current().is_some_and(|(k, _)| k == key.as_slice()) {
+            if file
+                .current()
+                .is_some_and(|(k, _)| k == self.key.as_slice())
+            {
                 file.advance()?;
             }
         }
@@ -820,11 +852,11 @@ impl SnapshotFile {
     }
 }
 
-/// Removes the snapshots older than `number` (a fold's predecessors) and
+/// Removes the snapshots numbered `numbers` (those a fold replaced) and
 /// syncs the directory.
-pub fn remove_older(dir: &Path, number: u64) -> Result<()> {
-    for old in list(dir, false)?.into_iter().filter(|&n| n < number) {
-        std::fs::remove_file(snapshot_path(dir, old))?;
+pub fn remove_numbers(dir: &Path, numbers: impl IntoIterator<Item = u64>) -> Result<()> {
+    for number in numbers {
+        std::fs::remove_file(snapshot_path(dir, number))?;
     }
     File::open(dir)?.sync_all()?;
     Ok(())
