@@ -533,7 +533,10 @@ fn kill_options() -> Options {
         Ok("wal") => {
             let wal = Options::default().durability(rebound::Durability::Wal);
             // REBOUND_WAL_LIMIT=bytes: another log bound than the default.
-            match std::env::var("REBOUND_WAL_LIMIT").ok().and_then(|v| v.parse().ok()) {
+            match std::env::var("REBOUND_WAL_LIMIT")
+                .ok()
+                .and_then(|v| v.parse().ok())
+            {
                 Some(limit) => wal.wal_log_limit(limit),
                 None => wal,
             }

@@ -372,8 +372,9 @@ impl Drop for Database {
 enum ColdSource {
     /// The checkpoint chain in force: its runs name slots of the heap.
     Chain(Arc<Chain>),
-    /// The `wal` design's snapshot chain: rows, copied into the heap as read.
-    Snapshot(Arc<crate::wal::snapshot::SnapshotChain>),
+    /// The `wal` design's log after the newest snapshot over the snapshot
+    /// chain: rows, copied into the heap as read.
+    Recovered(Arc<crate::wal::snapshot::Recovered>),
 }
 
 struct DbInner {
@@ -1276,7 +1277,7 @@ impl DbInner {
         let cancelled = || self.cancel_load.load(Ordering::Acquire);
         let outcome = match image {
             ColdSource::Chain(chain) => load_cold(&self.store, chain, &cancelled),
-            ColdSource::Snapshot(snapshot) => self.load_snapshot_rows(snapshot, &cancelled),
+            ColdSource::Recovered(rows) => self.load_snapshot_rows(rows, &cancelled),
         };
         if cancelled() {
             return;

@@ -13,7 +13,7 @@ use crate::txn::{ColdEntries, Store, TableRt};
 use crate::wal::newest::NewestVersions;
 use crate::wal::record::Entries;
 use crate::wal::record::{self, Record, TableSpec};
-use crate::wal::snapshot::{SnapshotChain, SnapshotWriter};
+use crate::wal::snapshot::{Recovered, SnapshotChain, SnapshotWriter};
 use crate::wal::{segment, Log, LogConfig, Resume};
 use parking_lot::{Condvar, Mutex};
 use std::fs::{File, OpenOptions};
@@ -210,7 +210,6 @@ impl Database {
             ..
         } = found;
         let mut all_indexes = Vec::new();
-        let threads = parallel::cores().clamp(1, MAX_RECOVERY_THREADS);
         if let Some(snapshot) = &snapshot {
             self.create_snapshot_tables(snapshot, &mut all_indexes)?;
         }
@@ -232,16 +231,13 @@ impl Database {
                 all_indexes.push(def);
             }
         }
+        let chain = ChainFigures::of(snapshot.as_ref());
         let mut newest = newest;
         newest.settle();
-        let replayed = newest.len() as u64;
-        redo(&self.inner.store, &newest, threads)?;
+        let recovered = Arc::new(Recovered::new(newest, snapshot));
+        self.serve_recovered(&recovered, &all_indexes)?;
         let replayed_after = replay_started.elapsed();
         let indexes_started = Instant::now();
-        let snapshot = snapshot.map(Arc::new);
-        if let Some(snapshot) = &snapshot {
-            self.serve_snapshot(snapshot, &all_indexes)?;
-        }
         for def in &all_indexes {
             self.create_logged_index(def)?;
         }
@@ -264,18 +260,12 @@ impl Database {
             log,
             guarantee,
             snapshot_after: (options.wal_log_limit / 2).max(1),
-            newest_snapshot: Mutex::new(
-                snapshot
-                    .as_ref()
-                    .map_or((0, 0), |s| (s.newest().number, s.newest().ts)),
-            ),
+            newest_snapshot: Mutex::new((chain.number, chain.ts)),
             written_at_snapshot: AtomicU64::new(0),
             snapshots: AtomicU64::new(0),
-            snapshot_bytes: AtomicU64::new(snapshot.as_ref().map_or(0, |s| s.len())),
-            base_bytes: AtomicU64::new(snapshot.as_ref().map_or(0, |s| s.base().len())),
-            deltas_since_fold: AtomicU64::new(
-                snapshot.as_ref().map_or(0, |s| s.files().len() as u64 - 1),
-            ),
+            snapshot_bytes: AtomicU64::new(chain.bytes),
+            base_bytes: AtomicU64::new(chain.base_bytes),
+            deltas_since_fold: AtomicU64::new(chain.deltas),
             folds: AtomicU64::new(0),
             fold: Mutex::new(None),
             fold_in_background: options.background_thread,
@@ -291,30 +281,25 @@ impl Database {
         if options.background_thread {
             self.start_snapshot_thread();
         }
-        let rows = snapshot.as_ref().map_or(0, |s| {
-            s.tables().into_iter().map(|t| s.rows_of(t)).sum::<u64>()
-        });
-        if let Some(snapshot) = &snapshot {
-            if self.inner.store.tables.iter().any(|(_, t)| t.is_loading()) {
-                self.start_index_load(
-                    super::ColdSource::Snapshot(snapshot.clone()),
-                    options.load_indexes_in_background,
-                );
-            }
+        if self.inner.store.tables.iter().any(|(_, t)| t.is_loading()) {
+            self.start_index_load(
+                super::ColdSource::Recovered(recovered.clone()),
+                options.load_indexes_in_background,
+            );
         }
         Ok(RecoveryReport {
-            fresh: snapshot.is_none() && log_records == 0,
-            from_checkpoint: snapshot.is_some(),
-            checkpoint_sequence: snapshot.as_ref().map_or(0, |s| s.newest().number),
-            redo_from_txn: snapshot.as_ref().map_or(0, |s| s.newest().ts),
+            fresh: chain.number == 0 && log_records == 0,
+            from_checkpoint: chain.number != 0,
+            checkpoint_sequence: chain.number,
+            redo_from_txn: chain.ts,
             metadata: read_time,
             undo_redo: replayed_after,
             index_build: indexes_after,
             total: started.elapsed(),
             tables: self.inner.store.tables.count(),
             versions_scanned: log_records,
-            versions_committed: replayed,
-            checkpoint_entries: rows,
+            versions_committed: recovered.log_keys() as u64,
+            checkpoint_entries: chain.rows,
             ..Default::default()
         })
     }
@@ -346,17 +331,21 @@ impl Database {
         }
     }
 
-    /// Makes every table with rows in the snapshot serve them in place
-    /// until they are loaded. Tables with secondary indexes are loaded
-    /// now: building an index reads every row.
-    fn serve_snapshot(&self, snapshot: &Arc<SnapshotChain>, indexes: &[IndexDef]) -> Result<()> {
+    /// Makes every table with rows in the log or the snapshots serve them
+    /// in place until they are loaded (the log's newest versions over the
+    /// snapshot chain). Tables with secondary indexes are loaded now:
+    /// building an index reads every row.
+    fn serve_recovered(&self, recovered: &Arc<Recovered>, indexes: &[IndexDef]) -> Result<()> {
         let mut indexed = Vec::new();
-        for id in snapshot.tables() {
-            let Some(table) = self.inner.store.tables.get(id as usize) else {
-                continue;
-            };
+        for id in recovered.tables() {
+            let table = self
+                .inner
+                .store
+                .tables
+                .get(id as usize)
+                .ok_or_else(|| Error::Corrupt(format!("rows of unknown table {id}")))?;
             table.set_cold(Arc::new(SnapshotRun {
-                snapshot: snapshot.clone(),
+                snapshot: recovered.clone(),
                 table: id,
                 db: Arc::downgrade(&self.inner),
             }));
@@ -364,7 +353,7 @@ impl Database {
                 indexed.push(table.clone());
             }
         }
-        load_tables(&self.inner.store, snapshot, &indexed, &|| false)
+        load_tables(&self.inner.store, recovered, &indexed, &|| false)
     }
 
     fn create_logged_table(&self, spec: &TableSpec) -> Result<Table> {
@@ -810,45 +799,38 @@ fn check_id(table: &Table, spec: &TableSpec) -> Result<()> {
     }
 }
 
-/// Applies the newest logged version of every key: each is copied into
-/// its table's heap as a committed version older than any transaction of
-/// this process (a deletion as a tombstone, which hides the snapshot's
-/// row) and taken into the index, which holds none of these keys yet.
-/// Each table is cut into `threads` contiguous key ranges applied at once,
-/// each into its own region, in sorted batches (one descent per leaf).
-fn redo(store: &Store, newest: &NewestVersions, threads: usize) -> Result<()> {
-    for versions in newest.by_table() {
-        let Some(id) = versions.first().map(|v| v.table) else {
-            continue;
+/// What the rest of the open needs to know of the snapshot chain once it
+/// is handed to the tables.
+struct ChainFigures {
+    number: u64,
+    ts: u64,
+    bytes: u64,
+    base_bytes: u64,
+    deltas: u64,
+    rows: u64,
+}
+
+impl ChainFigures {
+    fn of(chain: Option<&SnapshotChain>) -> ChainFigures {
+        let Some(chain) = chain else {
+            return ChainFigures {
+                number: 0,
+                ts: 0,
+                bytes: 0,
+                base_bytes: 0,
+                deltas: 0,
+                rows: 0,
+            };
         };
-        let table = store
-            .tables
-            .get(id as usize)
-            .ok_or_else(|| Error::Corrupt(format!("redo log: unknown table {id}")))?;
-        let per_thread = versions.len().div_ceil(threads).max(1);
-        let parts = parallel::map(versions.chunks(per_thread).enumerate(), |(region, part)| {
-            let mut slot = Vec::new();
-            let mut entries = Vec::with_capacity(part.len());
-            let mut deleted = Vec::new();
-            for version in part {
-                let (key, value) = (newest.key(version), newest.value(version));
-                let row = (key, value.unwrap_or_default());
-                let addr = copy_row(store, table, region, row, value.is_none(), &mut slot)?;
-                entries.push((key, addr.0));
-                if value.is_none() {
-                    deleted.push((id, addr));
-                }
-            }
-            table.adopt_sorted(&entries);
-            Ok::<_, Error>(deleted)
-        });
-        for part in parts {
-            // Tombstones go to the reaper, which removes them once the
-            // snapshot is loaded and no reader can see past them.
-            store.deleted.lock().extend(part?);
+        ChainFigures {
+            number: chain.newest().number,
+            ts: chain.newest().ts,
+            bytes: chain.len(),
+            base_bytes: chain.base().len(),
+            deltas: chain.files().len() as u64 - 1,
+            rows: chain.tables().into_iter().map(|t| chain.rows_of(t)).sum(),
         }
     }
-    Ok(())
 }
 
 /// Appends a committed row (or tombstone) of `table` to `region` of its
@@ -880,7 +862,7 @@ fn copy_row(
 /// that misses the DRAM index reads the group that would hold the key
 /// and copies the row into the heap.
 struct SnapshotRun {
-    snapshot: Arc<SnapshotChain>,
+    snapshot: Arc<Recovered>,
     table: u32,
     db: Weak<DbInner>,
 }
@@ -971,7 +953,7 @@ impl DbInner {
     /// Loads every table still serving the snapshot in place.
     pub(super) fn load_snapshot_rows(
         &self,
-        snapshot: &SnapshotChain,
+        snapshot: &Recovered,
         cancelled: &(dyn Fn() -> bool + Sync),
     ) -> Result<()> {
         let tables: Vec<Arc<TableRt>> = self
@@ -993,7 +975,7 @@ impl DbInner {
 /// damaged is marked so; the first such error is returned.
 fn load_tables(
     store: &Store,
-    snapshot: &SnapshotChain,
+    snapshot: &Recovered,
     tables: &[Arc<TableRt>],
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<()> {
@@ -1040,10 +1022,10 @@ type KeyRange = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// The key ranges a table's load is cut into: `LOAD_PIECE` groups of the
 /// base each, open at both ends (deltas may hold keys past the base's).
-fn load_ranges(snapshot: &SnapshotChain, table: u32) -> impl Iterator<Item = KeyRange> {
-    let cuts: Vec<Vec<u8>> = snapshot
-        .base()
-        .groups_of(table)
+fn load_ranges(snapshot: &Recovered, table: u32) -> impl Iterator<Item = KeyRange> {
+    let groups = snapshot.chain().map(|c| c.base().groups_of(table));
+    let cuts: Vec<Vec<u8>> = groups
+        .unwrap_or_default()
         .iter()
         .skip(LOAD_PIECE)
         .step_by(LOAD_PIECE)
@@ -1058,7 +1040,7 @@ fn load_ranges(snapshot: &SnapshotChain, table: u32) -> impl Iterator<Item = Key
 /// the heap and the index, in sorted batches.
 fn load_range(
     store: &Store,
-    snapshot: &SnapshotChain,
+    snapshot: &Recovered,
     table: &TableRt,
     (lower, upper): &KeyRange,
     region: usize,
@@ -1210,30 +1192,34 @@ mod tests {
         (dir, db, table)
     }
 
-    /// Redo copies the newest logged version of every key into an empty
-    /// table, on many threads over few keys (so that their ranges meet in
-    /// shared leaves); every key must end with its newest version and the
-    /// deleted ones must be absent.
+    fn scan_all(db: &Database, table: &Table) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut session = db.session().unwrap();
+        let mut tx = session.begin();
+        let rows = tx.scan::<&[u8]>(table, .., usize::MAX).unwrap();
+        tx.commit().unwrap();
+        rows
+    }
+
+    /// The log's newest versions are served in place (deletions hide the
+    /// key), then loaded on every loader thread over few keys (so that
+    /// their ranges meet in shared leaves); reads give the same rows
+    /// before and after.
     #[test]
-    fn redo_applies_the_newest_version_of_every_key_deletions_included() {
+    fn logged_versions_are_served_in_place_then_loaded_deletions_included() {
         let (_dir, db, table) = wal_table();
         let id = table.rt.heap.def.id;
         let mut newest = NewestVersions::default();
         for key in 0..600u64 {
             let value = (key % 7 != 3).then(|| (key * 11).to_le_bytes());
-            newest.push(
-                id,
-                key + 1,
-                &key.to_be_bytes(),
-                value.as_ref().map(|v| &v[..]),
-            );
+            let value = value.as_ref().map(|v| &v[..]);
+            newest.push(id, key + 1, &key.to_be_bytes(), value);
+            // An older version of the same key, pushed after the newer.
+            newest.push(id, key, &key.to_be_bytes(), Some(b"older"));
         }
         newest.settle();
-        redo(&db.inner.store, &newest, MAX_RECOVERY_THREADS).unwrap();
-        let mut session = db.session().unwrap();
-        let mut tx = session.begin();
-        let rows = tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap();
-        tx.commit().unwrap();
+        let recovered = Arc::new(Recovered::new(newest, None));
+        db.serve_recovered(&recovered, &[]).unwrap();
+        assert!(table.rt.is_loading());
         let expected: Vec<_> = (0..600u64)
             .filter(|key| key % 7 != 3)
             .map(|key| {
@@ -1243,21 +1229,32 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(rows, expected);
-        assert_eq!(db.inner.store.deleted.lock().len(), 600usize.div_ceil(7));
+        let mut session = db.session().unwrap();
+        let mut tx = session.begin();
+        assert_eq!(tx.get(&table, &3u64.to_be_bytes()).unwrap(), None);
+        assert_eq!(
+            tx.get(&table, &4u64.to_be_bytes()).unwrap(),
+            Some(44u64.to_le_bytes().to_vec())
+        );
+        tx.commit().unwrap();
+        assert_eq!(scan_all(&db, &table), expected, "served in place");
+        db.inner.load_snapshot_rows(&recovered, &|| false).unwrap();
+        assert!(!table.rt.is_loading());
+        assert_eq!(scan_all(&db, &table), expected, "loaded");
     }
 
     /// A logged row longer than its table allows is damage, not a panic.
     #[test]
-    fn redo_refuses_rows_the_table_cannot_hold() {
+    fn logged_rows_the_table_cannot_hold_are_damage() {
         let (_dir, db, table) = wal_table();
         let id = table.rt.heap.def.id;
         let mut newest = NewestVersions::default();
-        newest.push(id, 1, &[1; 9], Some(&[0; 8]));
+        newest.push(id, 1, &[1; 8], Some(&[0; 9]));
         newest.settle();
-        assert!(matches!(
-            redo(&db.inner.store, &newest, 2),
-            Err(Error::Corrupt(_))
-        ));
+        db.serve_recovered(&Arc::new(Recovered::new(newest, None)), &[])
+            .unwrap();
+        let mut session = db.session().unwrap();
+        let mut tx = session.begin();
+        assert!(matches!(tx.get(&table, &[1; 8]), Err(Error::Corrupt(_))));
     }
 }

@@ -8,6 +8,7 @@
 //! verifies one group, and the background load reads them all.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
+use super::newest::{NewestVersions, Version};
 use super::record::{self, Record, Row};
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
@@ -452,30 +453,6 @@ impl SnapshotChain {
         Ok(None)
     }
 
-    /// Up to `limit` live rows of `table` within the bounds, ascending, or
-    /// descending from the upper end if `reverse`.
-    pub fn range(
-        &self,
-        table: u32,
-        bounds: (Bound<&[u8]>, Bound<&[u8]>),
-        limit: usize,
-        reverse: bool,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut out = Vec::new();
-        let mut cursor = self.cursor(table, bounds, reverse)?;
-        while out.len() < limit {
-            let more = cursor.next_row(|key, value| {
-                if let Some(value) = value {
-                    out.push((key.to_vec(), value.to_vec()));
-                }
-            })?;
-            if !more {
-                break;
-            }
-        }
-        Ok(out)
-    }
-
     /// A cursor over what the chain says of the keys within the bounds,
     /// deletions included, in key order (or reverse).
     pub fn cursor(
@@ -629,11 +606,93 @@ impl<'c> FileCursor<'c> {
     }
 }
 
+/// The log's newest versions of one table, in key order, walked as the
+/// rows of a file newer than every snapshot.
+struct LogCursor<'c> {
+    newest: &'c NewestVersions,
+    versions: &'c [Version],
+    /// Ascending: the current index; descending: one past it.
+    at: usize,
+    reverse: bool,
+}
+
+impl<'c> LogCursor<'c> {
+    fn start(
+        newest: &'c NewestVersions,
+        versions: &'c [Version],
+        (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+    ) -> LogCursor<'c> {
+        let key = |v: &Version| newest.key(v);
+        let at = match reverse {
+            // Past every version not above the upper bound.
+            true => versions.partition_point(|v| match upper {
+                Bound::Included(u) => key(v) <= u,
+                Bound::Excluded(u) => key(v) < u,
+                Bound::Unbounded => true,
+            }),
+            // At the first version not below the lower bound.
+            false => versions.partition_point(|v| match lower {
+                Bound::Included(l) => key(v) < l,
+                Bound::Excluded(l) => key(v) <= l,
+                Bound::Unbounded => false,
+            }),
+        };
+        LogCursor {
+            newest,
+            versions,
+            at,
+            reverse,
+        }
+    }
+
+    fn current(&self) -> Option<(&'c [u8], Option<&'c [u8]>)> {
+        let at = match self.reverse {
+            true => self.at.checked_sub(1)?,
+            false => self.at,
+        };
+        let version = self.versions.get(at)?;
+        Some((self.newest.key(version), self.newest.value(version)))
+    }
+
+    fn advance(&mut self) {
+        match self.reverse {
+            true => self.at = self.at.saturating_sub(1),
+            false => self.at += 1,
+        }
+    }
+}
+
+/// One source of a merged walk.
+enum Source<'c> {
+    Log(LogCursor<'c>),
+    File(FileCursor<'c>),
+}
+
+impl Source<'_> {
+    fn current(&self) -> Option<(&[u8], Option<&[u8]>)> {
+        match self {
+            Source::Log(log) => log.current(),
+            Source::File(file) => file.current(),
+        }
+    }
+
+    fn advance(&mut self) -> Result<()> {
+        match self {
+            Source::Log(log) => {
+                log.advance();
+                Ok(())
+            }
+            Source::File(file) => file.advance(),
+        }
+    }
+}
+
 /// The rows of several files merged: for each key, what the newest file
 /// holding it says.
 pub struct ChainCursor<'c> {
-    /// Newest file first.
-    files: Vec<FileCursor<'c>>,
+    /// Newest first: the log's versions, if any, then the files.
+    files: Vec<Source<'c>>,
     reverse: bool,
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
@@ -648,9 +707,24 @@ impl<'c> ChainCursor<'c> {
         (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
         reverse: bool,
     ) -> Result<ChainCursor<'c>> {
-        let mut cursors = Vec::with_capacity(files.len());
+        Self::over_log(None, files, table, (lower, upper), reverse)
+    }
+
+    fn over_log(
+        log: Option<(&'c NewestVersions, &'c [Version])>,
+        files: &'c [SnapshotFile],
+        table: u32,
+        (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+    ) -> Result<ChainCursor<'c>> {
+        let mut cursors = Vec::with_capacity(files.len() + 1);
+        if let Some((newest, versions)) = log {
+            let log = LogCursor::start(newest, versions, (lower, upper), reverse);
+            cursors.push(Source::Log(log));
+        }
         for file in files {
-            cursors.push(FileCursor::start(file, table, (lower, upper), reverse)?);
+            let file = FileCursor::start(file, table, (lower, upper), reverse)?;
+            cursors.push(Source::File(file));
         }
         Ok(ChainCursor {
             files: cursors,
@@ -696,12 +770,12 @@ impl<'c> ChainCursor<'c> {
         if !within {
             return Ok(false);
         }
-        if let Some((key, value)) = self.files.get(newest).and_then(FileCursor::current) {
+        if let Some((key, value)) = self.files.get(newest).and_then(Source::current) {
             visit(key, value);
         }
         // Kept past the advance, which may replace the buffer it is in.
         self.key.clear();
-        if let Some((key, _)) = self.files.get(newest).and_then(FileCursor::current) {
+        if let Some((key, _)) = self.files.get(newest).and_then(Source::current) {
             self.key.extend_from_slice(key);
         }
         for file in &mut self.files {
@@ -870,4 +944,121 @@ pub fn files_bytes(dir: &Path) -> u64 {
         .filter_map(|n| std::fs::metadata(snapshot_path(dir, n)).ok())
         .map(|m| m.len())
         .sum()
+}
+
+/// What a restart serves in place until it is loaded: the newest version
+/// of each key the log holds after the newest snapshot, over the snapshot
+/// chain (if there is one).
+pub struct Recovered {
+    /// Settled: newest per key, in (table, key) order.
+    log: NewestVersions,
+    chain: Option<SnapshotChain>,
+}
+
+impl Recovered {
+    /// `log` must be settled.
+    pub fn new(log: NewestVersions, chain: Option<SnapshotChain>) -> Recovered {
+        Recovered { log, chain }
+    }
+
+    pub fn chain(&self) -> Option<&SnapshotChain> {
+        self.chain.as_ref()
+    }
+
+    /// The log's versions of `table`.
+    fn log_of(&self, table: u32) -> &[Version] {
+        let versions = self.log.versions();
+        let start = versions.partition_point(|v| v.table < table);
+        let end = versions.partition_point(|v| v.table <= table);
+        versions.get(start..end).unwrap_or_default()
+    }
+
+    fn files(&self) -> &[SnapshotFile] {
+        self.chain.as_ref().map_or(&[], |c| c.files())
+    }
+
+    /// Keys the log holds after the snapshot.
+    pub fn log_keys(&self) -> usize {
+        self.log.len()
+    }
+
+    /// Ids of the tables with rows in the log or the chain.
+    pub fn tables(&self) -> Vec<u32> {
+        let mut ids = self
+            .chain
+            .as_ref()
+            .map(SnapshotChain::tables)
+            .unwrap_or_default();
+        ids.extend(
+            self.log
+                .by_table()
+                .filter_map(|v| v.first().map(|v| v.table)),
+        );
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// About how many rows `table` has (an upper bound).
+    pub fn rows_of(&self, table: u32) -> u64 {
+        let files = self.chain.as_ref().map_or(0, |c| c.rows_of(table));
+        files + self.log_of(table).len() as u64
+    }
+
+    /// The value of `key` in `table`, if it is live.
+    pub fn find(&self, table: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let log = self.log_of(table);
+        if let Ok(at) = log.binary_search_by(|v| self.log.key(v).cmp(key)) {
+            let value = log.get(at).and_then(|v| self.log.value(v));
+            return Ok(value.map(<[u8]>::to_vec));
+        }
+        match &self.chain {
+            Some(chain) => chain.find(table, key),
+            None => Ok(None),
+        }
+    }
+
+    /// Up to `limit` live rows of `table` within the bounds, ascending, or
+    /// descending from the upper end if `reverse`.
+    pub fn range(
+        &self,
+        table: u32,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        limit: usize,
+        reverse: bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mut cursor = self.cursor(table, bounds, reverse)?;
+        while out.len() < limit {
+            let more = cursor.next_row(|key, value| {
+                if let Some(value) = value {
+                    out.push((key.to_vec(), value.to_vec()));
+                }
+            })?;
+            if !more {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// What the log and the chain say of the keys within the bounds,
+    /// deletions included, in key order (or reverse).
+    pub fn cursor(
+        &self,
+        table: u32,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+    ) -> Result<ChainCursor<'_>> {
+        let log = Some((&self.log, self.log_of(table)));
+        ChainCursor::over_log(log, self.files(), table, bounds, reverse)
+    }
+
+    /// Keys that cut `table` into `parts` parts of about as many rows.
+    pub fn split_keys(&self, table: u32, parts: usize) -> Vec<Vec<u8>> {
+        match &self.chain {
+            Some(chain) => chain.split_keys(table, parts),
+            None => Vec::new(),
+        }
+    }
 }
