@@ -6,7 +6,7 @@ use super::{Database, DbInner, IndexOptions, Table, TableOptions, DATA_FILE};
 use crate::catalog::{IndexDef, MAX_SESSIONS, MAX_WORKERS};
 use crate::error::{Error, Result};
 use crate::heap::Addr;
-use crate::medium::{Guarantee, Medium};
+use crate::medium::{FileView, Guarantee, Medium};
 use crate::parallel;
 use crate::recovery::RecoveryReport;
 use crate::txn::{ColdEntries, Store, TableRt};
@@ -114,23 +114,52 @@ pub(super) fn read_directory(dir: &Path, create: bool) -> Result<WalFound> {
         log_records: 0,
         read_time: Duration::ZERO,
     };
-    found.resume = segment::replay(dir, |rec| found.take(rec, from))?;
+    let threads = parallel::cores().clamp(1, MAX_RECOVERY_THREADS);
+    let (resume, scans) =
+        segment::replay(dir, threads, LogScan::new, |scan, rec| scan.take(rec, from))?;
+    found.resume = resume;
+    for scan in scans {
+        found.max_ts = found.max_ts.max(scan.max_ts);
+        found.log_records += scan.records;
+        found.tables.extend(scan.tables);
+        found.indexes.extend(scan.indexes);
+        found.newest.append(scan.newest);
+    }
     found.snapshot = snapshot;
     found.read_time = started.elapsed();
     Ok(found)
 }
 
-impl WalFound {
+/// What one segment adds to the snapshot.
+struct LogScan {
+    tables: Vec<TableSpec>,
+    indexes: Vec<IndexDef>,
+    newest: NewestVersions,
+    max_ts: u64,
+    records: u64,
+}
+
+impl LogScan {
+    fn new(segment: Arc<FileView>) -> LogScan {
+        LogScan {
+            tables: Vec::new(),
+            indexes: Vec::new(),
+            newest: NewestVersions::in_view(segment),
+            max_ts: 0,
+            records: 0,
+        }
+    }
+
     /// Keeps what a log record adds to the snapshot taken at `from`.
     fn take(&mut self, rec: Record<'_>, from: u64) -> Result<()> {
-        self.log_records += 1;
+        self.records += 1;
         match rec {
             Record::Commit { ts, writes } => {
                 self.max_ts = self.max_ts.max(ts);
                 if ts >= from {
                     let newest = &mut self.newest;
                     for_each_version(ts, writes, |table, key, value| {
-                        newest.push(table, ts, key, value)
+                        newest.push_in_view(table, ts, key, value)
                     })?;
                 }
             }

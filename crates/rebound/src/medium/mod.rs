@@ -32,11 +32,13 @@
 #![allow(unsafe_code)]
 
 mod dram;
+mod file_view;
 mod flush;
 mod mapping;
 mod sim;
 
 pub(crate) use dram::{advise_huge_pages, HugeSlice, HUGE_PAGE_BYTES};
+pub(crate) use file_view::FileView;
 pub(crate) use mapping::on_tmpfs;
 pub use sim::SimDevice;
 

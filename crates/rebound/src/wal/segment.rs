@@ -5,9 +5,11 @@
 use super::log::Resume;
 use super::record::{self, Record};
 use crate::error::{Error, Result};
+use crate::medium::FileView;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub const SEGMENT_MAGIC: [u8; 8] = *b"RBWAL\0\0\x01";
 pub const SEGMENT_HEADER: usize = 32;
@@ -208,61 +210,126 @@ fn list(dir: &Path, clean: bool) -> Result<Vec<u64>> {
     Ok(numbers)
 }
 
-/// Reads every segment in order and hands each record to `visit`. A torn
-/// or damaged frame at the end of the newest segment is the crash that
-/// interrupted a write: everything from it on is cut off the file. Older
-/// segments may end in zeros written ahead; any other damage (a gap in the
-/// rounds, a bad frame before the end) is `Corrupt`, never skipped.
-pub fn replay(dir: &Path, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Result<Resume> {
+/// Reads every segment, on up to `threads` threads, and hands each record
+/// to `visit` with the state `init` made for its segment from the segment's
+/// mapped bytes (which the records point into, unless a group commit spans
+/// frames); the states come back in log order. A torn or damaged frame at the end of the newest
+/// segment is the crash that interrupted a write: everything from it on is
+/// cut off the file. Older segments may end in zeros written ahead; any
+/// other damage (a gap in the rounds, a bad frame before the end) is
+/// `Corrupt`, never skipped.
+pub fn replay<S: Send>(
+    dir: &Path,
+    threads: usize,
+    init: impl Fn(Arc<FileView>) -> S + Sync,
+    visit: impl Fn(&mut S, Record<'_>) -> Result<()> + Sync,
+) -> Result<(Resume, Vec<S>)> {
     let numbers = list(dir, true)?;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let read = |_| {
+        let mut done = Vec::new();
+        loop {
+            let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(&number) = numbers.get(at) else {
+                return done;
+            };
+            let parsed = FileView::open(&segment_path(dir, number)).and_then(|view| {
+                let view = Arc::new(view);
+                let mut state = init(view.clone());
+                let segment = read_segment(&view, number, |rec| visit(&mut state, rec))?;
+                Ok((segment, state, view))
+            });
+            done.push((at, parsed));
+        }
+    };
+    let threads = threads.clamp(1, numbers.len().max(1));
+    let mut parsed: Vec<_> = crate::parallel::map(0..threads, read)
+        .into_iter()
+        .flatten()
+        .collect();
+    parsed.sort_by_key(|(at, _)| *at);
     let mut segments = Vec::new();
+    let mut states = Vec::new();
     let mut next_round = None;
-    let count = numbers.len();
-    for (i, &number) in numbers.iter().enumerate() {
-        let last = i + 1 == count;
+    for (i, (_, outcome)) in parsed.into_iter().enumerate() {
+        let (segment, state, view) = outcome?;
+        let number = segment.number;
+        let last = i + 1 == numbers.len();
         if i > 0 && numbers.get(i - 1).map(|p| p + 1) != Some(number) {
             return Err(Error::Corrupt(format!(
                 "log segment {number:x} follows a gap"
             )));
         }
-        let path = segment_path(dir, number);
-        let bytes = std::fs::read(&path)?;
-        let (found, first_round) = parse_header(&bytes)
-            .ok_or_else(|| Error::Corrupt(format!("log segment {number:x}: bad header")))?;
-        if found != number || next_round.is_some_and(|r| r != first_round) {
+        if next_round.is_some_and(|r| r != segment.first_round) {
             return Err(Error::Corrupt(format!(
                 "log segment {number:x} does not continue the log"
             )));
         }
-        let (end, round, max_ts) = read_frames(&bytes, first_round, &mut visit)?;
-        // A segment ends in zeros written ahead that no frame reached.
-        let zero_tail = bytes.get(end..).is_some_and(|t| t.iter().all(|&b| b == 0));
-        if end < bytes.len() && !zero_tail {
+        if !segment.clean_end {
             if !last {
                 return Err(Error::Corrupt(format!(
-                    "log segment {number:x}: damaged frame at byte {end} before the log's end"
+                    "log segment {number:x}: damaged frame at byte {} before the log's end",
+                    segment.end
                 )));
             }
-            cut(&path, end as u64)?;
+            view.narrow(segment.end);
+            cut(&segment_path(dir, number), segment.end as u64)?;
         }
-        next_round = Some(round);
+        next_round = Some(segment.round);
         segments.push(Segment {
             number,
-            bytes: end as u64,
-            max_ts,
+            bytes: segment.end as u64,
+            max_ts: segment.max_ts,
             closed: true,
         });
+        states.push(state);
     }
-    Ok(Resume {
+    let resume = Resume {
         next_segment: numbers.last().map_or(1, |n| n + 1),
         next_round: next_round.unwrap_or(1),
         segments,
+    };
+    Ok((resume, states))
+}
+
+/// What reading one segment found.
+struct ReadSegment {
+    number: u64,
+    first_round: u64,
+    /// Where its whole group commits end, and the round after them.
+    end: usize,
+    round: u64,
+    max_ts: u64,
+    /// Nothing but zeros written ahead follows them.
+    clean_end: bool,
+}
+
+fn read_segment(
+    view: &FileView,
+    number: u64,
+    mut visit: impl FnMut(Record<'_>) -> Result<()>,
+) -> Result<ReadSegment> {
+    let bytes = view.bytes();
+    let (found, first_round) = parse_header(bytes)
+        .ok_or_else(|| Error::Corrupt(format!("log segment {number:x}: bad header")))?;
+    if found != number {
+        return Err(Error::Corrupt(format!(
+            "log segment {number:x} does not continue the log"
+        )));
+    }
+    let (end, round, max_ts) = read_frames(bytes, first_round, &mut visit)?;
+    // A segment ends in zeros written ahead that no frame reached.
+    let clean_end = bytes.get(end..).is_some_and(|t| t.iter().all(|&b| b == 0));
+    Ok(ReadSegment {
+        number,
+        first_round,
+        end,
+        round,
+        max_ts,
+        clean_end,
     })
 }
 
-/// Visits the records of the whole group commits of one segment; returns
-/// where they end, the round after the last one, and the newest timestamp
-/// seen. A group whose last frame is missing ends them like a torn frame.
 /// Reads the records of the segments in place while the log runs (for a
 /// delta snapshot): every frame that is whole, up to the first that is
 /// not (the one being written, or zeros written ahead). A damaged header
@@ -283,6 +350,9 @@ pub fn scan(dir: &Path, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Resu
     Ok(())
 }
 
+/// Visits the records of the whole group commits of one segment; returns
+/// where they end, the round after the last one, and the newest timestamp
+/// seen. A group whose last frame is missing ends them like a torn frame.
 fn read_frames(
     bytes: &[u8],
     first_round: u64,
