@@ -26,8 +26,10 @@
 //! and opens a copy with the full-scan design for the ratio. Then a child
 //! that ends with `close()`: its reopen should redo nothing.
 //! `REBOUND_DESIGN=wal` runs the same with `Durability::Wal` (FIR's
-//! Figure 11 side by side: its recovery loads everything before the first
-//! transaction; there is no full-scan copy to compare);
+//! Figure 11 side by side; there is no full-scan copy to compare;
+//! `REBOUND_WAL_LIMIT=bytes` sets its log bound, and
+//! `REBOUND_SCRATCH=dir` puts the databases on another file system than
+//! `/dev/shm`, such as a disk);
 //! `REBOUND_DESIGN=mirror` with MirrorIndex checkpoints, `leaf` with FIR's
 //! leaf checkpoints (cost model, every 10 s or 2^20 versions).
 //!
@@ -109,9 +111,11 @@ fn numbers(args: &[String], default: &[u64]) -> Vec<u64> {
     }
 }
 
+/// A fresh directory under `REBOUND_SCRATCH` (default `/dev/shm`; a
+/// directory on a disk file system measures the `wal` design there).
 fn scratch(name: &str) -> PathBuf {
-    let dir =
-        PathBuf::from("/dev/shm").join(format!("rebound-bench-{name}-{}", std::process::id()));
+    let base = std::env::var("REBOUND_SCRATCH").unwrap_or_else(|_| "/dev/shm".into());
+    let dir = PathBuf::from(base).join(format!("rebound-bench-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }

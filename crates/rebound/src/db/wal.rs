@@ -202,6 +202,7 @@ fn lock_directory(dir: &Path, create: bool) -> Result<File> {
             dir.display()
         )));
     }
+    let existed = lock_path.exists();
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -211,15 +212,20 @@ fn lock_directory(dir: &Path, create: bool) -> Result<File> {
     if file.try_lock().is_err() {
         return Err(Error::Locked);
     }
-    File::open(dir)?.sync_all()?;
+    // A new lock file marks a new database: its name must be durable
+    // before anything is logged there. An existing one already is.
+    if !existed {
+        File::open(dir)?.sync_all()?;
+    }
     Ok(file)
 }
 
 impl Database {
     /// Rebuilds the tables from what `read_directory` found, then starts
     /// the log (and the snapshot thread when background work runs). The
-    /// snapshot's rows are served in place and loaded in the background;
-    /// only the log after it is applied before transactions are admitted.
+    /// log's newest versions and the snapshots' rows are served in place
+    /// and loaded in the background; nothing is applied before
+    /// transactions are admitted.
     pub(super) fn open_wal(
         &self,
         found: WalFound,

@@ -127,11 +127,7 @@ impl Log {
     /// Starts the log in `dir` with `rings` worker buffers, writing a new
     /// segment after the ones recovery found.
     pub fn start(dir: &Path, rings: usize, resume: Resume, config: LogConfig) -> Result<Log> {
-        // Not written ahead, so that opening does not wait for it: the
-        // writer switches to a prepared segment as soon as one is ready.
-        let file = SegmentFile::create(dir, resume.next_segment, resume.next_round, 0)?;
-        let mut segments = resume.segments;
-        segments.push(file.segment());
+        let segments = resume.segments;
         let shared = Arc::new(Shared {
             rings: (0..rings)
                 .map(|_| CachePadded::new(Ring::default()))
@@ -154,18 +150,30 @@ impl Log {
             segments: Mutex::new(segments),
             pending: (0..rings).map(|_| AtomicU64::new(0)).collect(),
         });
-        let writer = Writer {
-            shared: shared.clone(),
-            dir: dir.to_path_buf(),
-            file,
-            round: resume.next_round,
-            config,
-            spare: Vec::new(),
-            next: None,
-        };
+        let (writer_shared, writer_dir) = (shared.clone(), dir.to_path_buf());
+        let (number, round) = (resume.next_segment, resume.next_round);
         let handle = std::thread::Builder::new()
             .name("rebound-log-writer".into())
-            .spawn(move || writer.run())?;
+            .spawn(move || {
+                // Made here, not in `start`, so that opening waits for none
+                // of its syncs; not written ahead either: the writer
+                // switches to a prepared segment as soon as one is ready.
+                let file = match SegmentFile::create(&writer_dir, number, round, 0) {
+                    Ok(file) => file,
+                    Err(e) => return fail(&writer_shared, &e),
+                };
+                writer_shared.segments.lock().push(file.segment());
+                let writer = Writer {
+                    shared: writer_shared,
+                    dir: writer_dir,
+                    file,
+                    round,
+                    config,
+                    spare: Vec::new(),
+                    next: None,
+                };
+                writer.run()
+            })?;
         Ok(Log {
             shared,
             dir: dir.to_path_buf(),
@@ -357,6 +365,14 @@ fn oldest(mark: u64, ts: u64) -> u64 {
 }
 
 /// The writer thread's state.
+/// Stops the log on an I/O error: every waiting and later commit fails.
+fn fail(shared: &Shared, error: &Error) {
+    *shared.failed.lock() = Some(error.to_string());
+    shared.failed_flag.store(true, Release);
+    let _guard = shared.done_lock.lock();
+    shared.done.notify_all();
+}
+
 struct Writer {
     shared: Arc<Shared>,
     dir: PathBuf,
@@ -387,11 +403,7 @@ impl Writer {
                 continue;
             }
             if let Err(e) = self.write(drained) {
-                *self.shared.failed.lock() = Some(e.to_string());
-                self.shared.failed_flag.store(true, Release);
-                let _guard = self.shared.done_lock.lock();
-                self.shared.done.notify_all();
-                return;
+                return fail(&self.shared, &e);
             }
         }
     }
