@@ -497,14 +497,23 @@ impl DbInner {
         // transaction; the next session must not inherit that.
         self.store.long[worker].store(crate::txn::LONG_NONE, Ordering::SeqCst);
         self.sessions.lock()[worker] = false;
-        let stats = outcome?;
+        let (stats, written) = outcome?;
+        // In force from its rename on: the next one builds on it, even if
+        // recycling the log it covers fails below (a retry from the
+        // previous one would miss what the recycled segments held).
         *newest = (number, stats.ts);
-        drop(newest);
         wal.snapshots.fetch_add(1, Ordering::AcqRel);
         self.checkpoints.fetch_add(1, Ordering::AcqRel);
         wal.snapshot_bytes.fetch_add(stats.bytes, Ordering::AcqRel);
-        wal.deltas_since_fold.fetch_add(1, Ordering::AcqRel);
+        match previous {
+            0 => wal.base_bytes.store(stats.bytes, Ordering::Release),
+            _ => drop(wal.deltas_since_fold.fetch_add(1, Ordering::AcqRel)),
+        }
+        wal.written_at_snapshot.store(written, Ordering::Release);
+        let recycled = wal.log.recycle_before(stats.ts);
+        drop(newest);
         self.fold_if_due(wal);
+        recycled?;
         Ok(stats)
     }
 
@@ -514,7 +523,7 @@ impl DbInner {
         worker: usize,
         number: u64,
         previous: (u64, u64),
-    ) -> Result<SnapshotStats> {
+    ) -> Result<(SnapshotStats, u64)> {
         let written = wal.log.written();
         // Announced as a transaction's begin is, so that the transactions
         // it waits for are exactly those older than it.
@@ -524,14 +533,13 @@ impl DbInner {
         let outcome = self.write_changes(wal, worker, number, previous, at);
         self.store.active[worker].store(0, Ordering::SeqCst);
         let (rows, bytes) = outcome?;
-        wal.written_at_snapshot.store(written, Ordering::Release);
-        wal.log.recycle_before(at)?;
-        Ok(SnapshotStats {
+        let stats = SnapshotStats {
             number,
             ts: at,
             rows,
             bytes,
-        })
+        };
+        Ok((stats, written))
     }
 
     /// Once every transaction older than `at` ended and its commit is in
@@ -614,8 +622,10 @@ impl DbInner {
         }
         let dir = wal.dir.clone();
         if !wal.fold_in_background {
+            // Under the lock: two callers must not fold at once.
+            let outcome = fold_chain(&dir, whole);
             drop(fold);
-            self.fold_done(fold_chain(&dir, whole));
+            self.fold_done(outcome);
             return;
         }
         let weak = wal.db.clone();
@@ -890,7 +900,7 @@ fn copy_row(
     table.heap.encode(slot, LOADED_TXN, key, value, tombstone);
     table
         .heap
-        .append(&store.medium, &store.space, region, LOADED_TXN, slot)
+        .append_older(&store.medium, &store.space, region, LOADED_TXN, slot)
 }
 
 /// A table's rows in the snapshot in force, served in place: a lookup
@@ -921,13 +931,32 @@ impl SnapshotRun {
         .0)
     }
 
+    /// Copies in the rows whose keys the DRAM index lacks (a scan that
+    /// reaches rows already taken in must not copy them again: GC leaves a
+    /// loading table alone, so such copies would pile up).
     fn copy_range(&self, rows: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<(Vec<u8>, u64)>> {
-        rows.into_iter()
-            .map(|(key, value)| {
-                let addr = self.copy_in((&key, &value))?;
-                Ok((key, addr))
-            })
-            .collect()
+        let db = self.db.upgrade().ok_or(Error::Closed)?;
+        let table = db
+            .store
+            .tables
+            .get(self.table as usize)
+            .ok_or_else(|| Error::Corrupt(format!("snapshot: unknown table {}", self.table)))?;
+        let mut slot = Vec::new();
+        let mut copied = Vec::with_capacity(rows.len());
+        for (key, value) in rows {
+            if table.index.get(&key).is_none() {
+                let addr = copy_row(
+                    &db.store,
+                    table,
+                    COPY_REGION,
+                    (&key, &value),
+                    false,
+                    &mut slot,
+                )?;
+                copied.push((key, addr.0));
+            }
+        }
+        Ok(copied)
     }
 }
 

@@ -630,6 +630,29 @@ impl TableHeap {
         Ok(addr)
     }
 
+    /// `append` for a version older than every transaction of this process
+    /// (a row a `wal` restart copies in while it serves the row in place,
+    /// into a region a session may have opened a block in): the block's min
+    /// txn is lowered to `txn` if it is above, so that GC does not take the
+    /// slot for a leftover of the space's earlier use. Only for the
+    /// volatile medium, where nothing is recovered from min txns.
+    pub fn append_older(
+        &self,
+        medium: &Medium,
+        space: &Space,
+        worker: usize,
+        txn: u64,
+        slot: &[u8],
+    ) -> Result<Addr> {
+        let addr = self.append(medium, space, worker, txn, slot)?;
+        if let Some(block) = self.block(addr) {
+            if self.min_txn(medium, block).is_none_or(|min| min > txn) {
+                medium.store(block.offset() + MIN_TXN_AT, catalog::pack(txn));
+            }
+        }
+        Ok(addr)
+    }
+
     /// Allocates, formats and links a new block at the end of a region.
     fn add_block(
         &self,

@@ -445,9 +445,12 @@ impl TableRt {
     }
 
     /// Everything cold is in the DRAM index now.
+    /// Waits for lookups that are taking a cold entry in: until they are
+    /// done the table counts as loading, so that no tombstone they might
+    /// undo is reaped meanwhile.
     pub fn finish_cold(&self) {
-        self.cold_active.store(false, Release);
         *self.cold.write() = None;
+        self.cold_active.store(false, Release);
     }
 
     pub fn is_loading(&self) -> bool {
@@ -477,6 +480,11 @@ impl TableRt {
             .collect();
         cuts.dedup();
         cuts
+    }
+
+    /// The cold entries, read-locked, while they are in use.
+    fn cold_guard(&self) -> Option<parking_lot::RwLockReadGuard<'_, Option<Arc<dyn ColdEntries>>>> {
+        self.cold_active.load(Acquire).then(|| self.cold.read())
     }
 
     fn cold(&self) -> Option<Arc<dyn ColdEntries>> {
@@ -516,7 +524,9 @@ impl TableRt {
     /// Moves `key`'s cold entry into the DRAM index; true if it did. A
     /// damaged run marks the table damaged: no answer may come from it.
     fn warm(&self, medium: &Medium, key: &[u8]) -> Result<bool> {
-        let Some(cold) = self.cold() else {
+        // Held until the entry is in: `finish_cold` waits for it.
+        let guard = self.cold_guard();
+        let Some(cold) = guard.as_ref().and_then(|g| g.as_ref()) else {
             // A load that failed ends cold service after marking the
             // table: a miss then must not pass for an absent key.
             return self.check_damaged().map(|_| false);
@@ -555,7 +565,8 @@ impl TableRt {
         want: usize,
         order: Order,
     ) -> Result<()> {
-        let Some(cold) = self.cold() else {
+        let guard = self.cold_guard();
+        let Some(cold) = guard.as_ref().and_then(|g| g.as_ref()) else {
             // As in `warm`: a cursor that began while the load ran must
             // not go on over an index that lacks the damaged part.
             return self.check_damaged();
