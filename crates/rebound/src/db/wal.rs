@@ -659,8 +659,10 @@ impl DbInner {
                         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                             Some(n.saturating_sub(fold.deltas_merged))
                         });
-                wal.snapshot_bytes
-                    .store(chain_bytes(&wal.dir), Ordering::Release);
+                wal.snapshot_bytes.store(
+                    crate::wal::snapshot::files_bytes(&wal.dir),
+                    Ordering::Release,
+                );
             }
             Err(e) => self.note_failure(super::BackgroundWork::Checkpoint, &e),
         }
@@ -913,28 +915,10 @@ struct SnapshotRun {
 }
 
 impl SnapshotRun {
-    fn copy_in(&self, (key, value): (&[u8], &[u8])) -> Result<u64> {
-        let db = self.db.upgrade().ok_or(Error::Closed)?;
-        let store = &db.store;
-        let table = store
-            .tables
-            .get(self.table as usize)
-            .ok_or_else(|| Error::Corrupt(format!("snapshot: unknown table {}", self.table)))?;
-        Ok(copy_row(
-            store,
-            table,
-            COPY_REGION,
-            (key, value),
-            false,
-            &mut Vec::new(),
-        )?
-        .0)
-    }
-
     /// Copies in the rows whose keys the DRAM index lacks (a scan that
     /// reaches rows already taken in must not copy them again: GC leaves a
     /// loading table alone, so such copies would pile up).
-    fn copy_range(&self, rows: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<(Vec<u8>, u64)>> {
+    fn copy_in(&self, rows: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<(Vec<u8>, u64)>> {
         let db = self.db.upgrade().ok_or(Error::Closed)?;
         let table = db
             .store
@@ -945,14 +929,8 @@ impl SnapshotRun {
         let mut copied = Vec::with_capacity(rows.len());
         for (key, value) in rows {
             if table.index.get(&key).is_none() {
-                let addr = copy_row(
-                    &db.store,
-                    table,
-                    COPY_REGION,
-                    (&key, &value),
-                    false,
-                    &mut slot,
-                )?;
+                let row = (key.as_slice(), value.as_slice());
+                let addr = copy_row(&db.store, table, COPY_REGION, row, false, &mut slot)?;
                 copied.push((key, addr.0));
             }
         }
@@ -970,10 +948,11 @@ impl ColdEntries for SnapshotRun {
     }
 
     fn find(&self, _: &Medium, key: &[u8]) -> Result<Option<u64>> {
-        match self.snapshot.find(self.table, key)? {
-            Some(value) => self.copy_in((key, value.as_slice())).map(Some),
-            None => Ok(None),
-        }
+        let Some(value) = self.snapshot.find(self.table, key)? else {
+            return Ok(None);
+        };
+        let copied = self.copy_in(vec![(key.to_vec(), value)])?;
+        Ok(copied.first().map(|&(_, addr)| addr))
     }
 
     fn range(
@@ -986,7 +965,7 @@ impl ColdEntries for SnapshotRun {
         let rows = self
             .snapshot
             .range(self.table, (lower, upper), limit, false)?;
-        self.copy_range(rows)
+        self.copy_in(rows)
     }
 
     fn range_rev(
@@ -999,7 +978,7 @@ impl ColdEntries for SnapshotRun {
         let rows = self
             .snapshot
             .range(self.table, (lower, upper), limit, true)?;
-        self.copy_range(rows)
+        self.copy_in(rows)
     }
 
     fn copies(&self) -> bool {
@@ -1232,11 +1211,6 @@ fn fold_chain(dir: &Path, whole: bool) -> Result<FoldStats> {
         deltas_merged: merged as u64 - 1,
         base_bytes: whole.then_some(bytes),
     })
-}
-
-/// Bytes of the snapshot files in `dir`.
-fn chain_bytes(dir: &Path) -> u64 {
-    crate::wal::snapshot::files_bytes(dir)
 }
 
 #[cfg(test)]

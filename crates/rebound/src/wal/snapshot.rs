@@ -282,12 +282,7 @@ impl SnapshotFile {
     /// Reads group `at` of `table` into `buf` and returns its rows, once
     /// its checksum, row count and key order (within it and against its
     /// neighbours' first keys) are right. Only a delta has deleted keys.
-    pub fn read_group<'b>(
-        &self,
-        table: u32,
-        at: usize,
-        buf: &'b mut Vec<u8>,
-    ) -> Result<GroupRows<'b>> {
+    fn read_group<'b>(&self, table: u32, at: usize, buf: &'b mut Vec<u8>) -> Result<GroupRows<'b>> {
         self.load_group(table, at, buf)?;
         self.parse_group(table, at, buf)
     }
