@@ -942,13 +942,6 @@ impl TableHeap {
         used.unwrap_or(self.def.slot_size as usize) as u32
     }
 
-    /// Starts writing back the first `bytes` of a slot; the caller fences.
-    pub fn persist_slot(&self, medium: &Medium, addr: Addr, bytes: u32) {
-        if let Some(at) = self.slot_offset(addr) {
-            medium.persist(at, bytes as u64);
-        }
-    }
-
     /// Turns an aborted slot into a hole that recovery skips.
     pub fn make_hole(&self, medium: &Medium, addr: Addr, txn: u64) {
         let Some(at) = self.slot_offset(addr) else {

@@ -361,6 +361,31 @@ impl Medium {
         }
     }
 
+    /// `persist` of several ranges, writing back a line that adjacent
+    /// ranges share only once. Ranges in ascending order merge (a
+    /// transaction's slots in one block are); others are written back
+    /// apart. A second write-back of a line is not free: on CPUs whose
+    /// write-back evicts, it waits for the line to come back first.
+    pub fn persist_all(&self, ranges: impl IntoIterator<Item = (u64, u64)>) {
+        let mut run: Option<(u64, u64)> = None;
+        for (off, len) in ranges.into_iter().filter(|&(_, len)| len > 0) {
+            let (first, end) = (off & !(LINE - 1), off + len);
+            run = match run {
+                Some((lo, hi)) if first >= lo && first <= hi.next_multiple_of(LINE) => {
+                    Some((lo, hi.max(end)))
+                }
+                Some((lo, hi)) => {
+                    self.persist(lo, hi - lo);
+                    Some((first, end))
+                }
+                None => Some((first, end)),
+            };
+        }
+        if let Some((lo, hi)) = run {
+            self.persist(lo, hi - lo);
+        }
+    }
+
     fn inject_latency(&self, first: u64, end: u64) {
         if self.latency_ns_per_line == 0 {
             return;

@@ -459,11 +459,23 @@ fn recover_table(
     let checkpoint_entries = section.map_or(0, |s| s.entry_count);
     // From a checkpoint, tombstones stay in the index: they shadow the
     // run's older entries until clean-up (deferred deletion).
-    let (newest, tombstones) = newest_versions(&mut found, t_low > 0);
+    let Newest {
+        newest,
+        tombstones,
+        superseded,
+    } = newest_versions(&mut found, t_low > 0);
     // A tombstone reaped before the crash had its bit set; it is its key's
     // head again now, and its bit would make GC nominate its block.
     for addr in tombstones {
         heap.clear_obsolete(medium, addr);
+    }
+    // Commits after the checkpoint's horizon may have lost their
+    // predecessors' bits (they wait for the next checkpoint); those
+    // predecessors that were redone too are set again here.
+    if t_low > 0 {
+        for addr in superseded {
+            heap.set_obsolete(medium, addr);
+        }
     }
     let redone = newest.iter().map(|&(_, addr)| Addr(addr)).collect();
     let id = heap.def.id;
@@ -745,9 +757,17 @@ fn undo(
     }
 }
 
-/// The newest committed version per key, in key order, and the addresses
-/// of the tombstones among them; tombstones kept only when asked.
-fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> (Vec<(&[u8], u64)>, Vec<Addr>) {
+/// What redo keeps of the committed versions it found.
+struct Newest<'k> {
+    /// The newest version per key, in key order (tombstones only when asked).
+    newest: Vec<(&'k [u8], u64)>,
+    /// The tombstones among them.
+    tombstones: Vec<Addr>,
+    /// Every other version found: a newer one of its key was found too.
+    superseded: Vec<Addr>,
+}
+
+fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> Newest<'_> {
     let Redo { keys, found } = redo;
     let key = |f: &Found| &keys[f.key_at..f.key_at + f.key_len as usize];
     found.sort_unstable_by(|a, b| {
@@ -756,19 +776,24 @@ fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> (Vec<(&[u8], u64)>
             .then_with(|| key(a).cmp(key(b)))
             .then(a.txn.cmp(&b.txn))
     });
-    let mut out = Vec::with_capacity(found.len());
-    let mut tombstones = Vec::new();
+    let mut kept = Newest {
+        newest: Vec::with_capacity(found.len()),
+        tombstones: Vec::new(),
+        superseded: Vec::new(),
+    };
     for (i, f) in found.iter().enumerate() {
         // The last version of each run of equal keys is the newest.
         let newest = found.get(i + 1).is_none_or(|next| key(next) != key(f));
-        if newest && (keep_tombstones || !f.tombstone) {
-            out.push((key(f), f.addr.0));
+        if !newest {
+            kept.superseded.push(f.addr);
+        } else if keep_tombstones || !f.tombstone {
+            kept.newest.push((key(f), f.addr.0));
             if f.tombstone {
-                tombstones.push(f.addr);
+                kept.tombstones.push(f.addr);
             }
         }
     }
-    (out, tombstones)
+    kept
 }
 
 fn unix_now() -> u64 {

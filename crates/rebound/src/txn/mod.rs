@@ -25,9 +25,11 @@
 //!    `end`, so no other transaction can read or overwrite a version whose
 //!    commit is not durable.
 //!
-//! The predecessors' obsolete bits are set in step 3 and written back
-//! without a fence of their own, so a set bit is always true; a crash can
-//! lose the last few, which only delays the collection of their blocks.
+//! The predecessors' obsolete bits are set in step 3, so a set bit is
+//! always true; the next checkpoint writes them back (`obsolete_bits`), and
+//! recovery sets again those of versions a redone version superseded. A
+//! crash can lose at most one bit per key written since the checkpoint's
+//! horizon, which only delays the collection of its block.
 //!
 //! Recovery treats a slot as committed iff its txn id ≤ LCTT[worker] (its
 //! region's worker). Within a worker, transactions run one at a time in ts
@@ -45,6 +47,7 @@ mod clock;
 mod cursor;
 mod index_build;
 mod long;
+mod obsolete_bits;
 mod relocate;
 mod sampler;
 mod secondary;
@@ -53,6 +56,7 @@ pub use changes::{Capture, ChangeLog, Changes, Committed};
 pub use clock::Clock;
 pub use cursor::{prefix_end, Cursor, Order};
 pub use index_build::{Collected, EntryRun};
+use obsolete_bits::ObsoleteBits;
 pub use sampler::{Sample, UpdateSampler};
 pub use secondary::{Rows, SecondaryRt, Stale, DROPPED, READY};
 
@@ -61,7 +65,7 @@ use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
 use crate::heap::{Addr, SlotRead, Space, TableHeap, VersionHeader};
 use crate::index::{BTree, InsertError, UpdateHint};
-use crate::medium::{Medium, LINE};
+use crate::medium::Medium;
 use crossbeam_utils::CachePadded;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
@@ -236,6 +240,18 @@ impl Store {
     /// checkpoint (or superseded there) and is not redone; one published
     /// after it can only have been overwritten by a writer that started
     /// after t_low was taken, whose version is redone too and is newer.
+    /// Starts writing back the obsolete bits every worker's commits set
+    /// since the last call (see `obsolete_bits`); the caller fences. Taken
+    /// after `checkpoint_horizon`, this covers every commit older than its
+    /// horizons: those ended, and with them their publishing.
+    pub fn write_back_obsolete_bits(&self) {
+        let mut taken = ObsoleteBits::default();
+        for set in self.write_sets.iter() {
+            set.lock().obsolete.move_into(&mut taken);
+        }
+        taken.write_back(&self.medium);
+    }
+
     pub fn checkpoint_horizon(&self) -> (u64, u64, Vec<u64>) {
         let (short, long) = self.redo_horizons();
         let published = self.long_published.iter().map(|p| p.load(SeqCst)).collect();
@@ -791,8 +807,9 @@ pub struct WriteSet {
     /// Key buffers of entries scans have returned or skipped, kept between
     /// transactions so that a scan does not allocate a key per entry.
     spare_keys: Vec<Vec<u8>>,
-    /// Bitmap words a commit set obsolete bits in, kept for their capacity.
-    bitmap_words: Vec<u64>,
+    /// Bitmap words commits set obsolete bits in that are not written back
+    /// yet; the next checkpoint takes them (see `obsolete_bits`).
+    obsolete: ObsoleteBits,
     /// The written keys, back to back (MirrorIndex's head trees take them
     /// at commit; the slots' copies may be out of cache by then).
     keys: Vec<u8>,
@@ -829,7 +846,7 @@ impl WriteSet {
             rewrote: false,
             spare_buf: Vec::new(),
             spare_keys: Vec::new(),
-            bitmap_words: Vec::new(),
+            obsolete: ObsoleteBits::default(),
             keys: Vec::new(),
         }
     }
@@ -1556,10 +1573,11 @@ impl<'s> TxnState<'s> {
 
     fn make_durable(&self, set: &WriteSet) -> Result<()> {
         let store = self.store;
-        for w in &set.writes {
+        store.medium.persist_all(set.writes.iter().filter_map(|w| {
             let heap = &store.tables[w.table as usize].heap;
-            heap.persist_slot(&store.medium, w.new, set.slot_bytes(w, heap, &store.medium));
-        }
+            let at = heap.slot_offset(w.new)?;
+            Some((at, set.slot_bytes(w, heap, &store.medium) as u64))
+        }));
         store.medium.fence()?;
         // A moved transaction's versions are all in its long region, whose
         // LCTT entry decides them.
@@ -1588,7 +1606,6 @@ impl<'s> TxnState<'s> {
         let counters = &store.counters[self.worker];
         counters.written.fetch_add(set.writes.len() as u64, Release);
         let mut deleted = Vec::new();
-        let mut bitmap_words = std::mem::take(&mut set.bitmap_words);
         for w in &set.writes {
             let heap = &store.tables[w.table as usize].heap;
             if let Some(header) = heap.header(w.new) {
@@ -1601,18 +1618,11 @@ impl<'s> TxnState<'s> {
                 if let Some(header) = heap.header(prev) {
                     header.end.store(self.ts, Release);
                 }
-                bitmap_words.extend(heap.mark_obsolete(&store.medium, prev));
+                if let Some(word) = heap.mark_obsolete(&store.medium, prev) {
+                    set.obsolete.remember(&store.medium, word);
+                }
             }
         }
-        // Written back without waiting, once per line: the next fence of
-        // this thread (or any later write-back) makes the bits durable.
-        bitmap_words.sort_unstable_by_key(|word| word / LINE);
-        bitmap_words.dedup_by_key(|word| *word / LINE);
-        for &word in &bitmap_words {
-            store.medium.persist(word, 8);
-        }
-        bitmap_words.clear();
-        set.bitmap_words = bitmap_words;
         if !deleted.is_empty() {
             store.deleted.lock().extend(deleted);
         }
