@@ -1547,6 +1547,9 @@ fn block_loop(db: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, parking_lot:
                 tiles_pending |= table.heap.prepare_tiles_ahead();
             }
         }
+        // Off the workers: a worker that fills its index chunk takes this
+        // one instead of waiting for the kernel to zero a new one.
+        crate::index::prepare_spare_chunk();
         if !tiles_pending {
             inner.store.space.wait_for_taken_blocks(BLOCK_THREAD_IDLE);
         }

@@ -196,6 +196,7 @@ use crossbeam_utils::Backoff;
 
 use key::{InlineKey, KeyWords, ProbeKey};
 use node::{NoRoom, Node, ReadGuard, Restart, RootCell, SplitBias, WriteGuard};
+pub(crate) use node_memory::prepare_spare_chunk;
 use node_memory::OwnedNode;
 use versions::{NodeVersions, WriterEpoch};
 
