@@ -250,19 +250,23 @@ impl Medium {
 
     /// Copies bytes in at an 8-aligned offset; the tail word is zero-padded.
     pub fn write_bytes(&self, off: u64, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        // Bounds-checked once for the run: this is the write path of every
+        // slot.
+        let words = self.map.words(off, data.len().div_ceil(8));
         let mut chunks = data.chunks_exact(8);
-        let mut at = off;
-        for chunk in &mut chunks {
-            let word = u64::from_le_bytes(chunk.try_into().expect("chunk of 8"));
-            self.word(at).store(word, Ordering::Relaxed);
-            at += 8;
+        let mut words = words.iter();
+        for (chunk, word) in (&mut chunks).zip(&mut words) {
+            let value = u64::from_le_bytes(chunk.try_into().expect("chunk of 8"));
+            word.store(value, Ordering::Relaxed);
         }
         let rest = chunks.remainder();
-        if !rest.is_empty() {
+        if let Some(word) = words.next() {
             let mut tail = [0u8; 8];
             tail[..rest.len()].copy_from_slice(rest);
-            self.word(at)
-                .store(u64::from_le_bytes(tail), Ordering::Relaxed);
+            word.store(u64::from_le_bytes(tail), Ordering::Relaxed);
         }
     }
 
