@@ -227,6 +227,18 @@ impl Store {
         })
     }
 
+    /// Starts writing back the obsolete bits every worker's commits set
+    /// since the last call (see `obsolete_bits`); the caller fences. Taken
+    /// after `checkpoint_horizon`, this covers every commit older than its
+    /// horizons: those ended, and with them their publishing.
+    pub fn write_back_obsolete_bits(&self) {
+        let mut taken = ObsoleteBits::default();
+        for set in self.write_sets.iter() {
+            set.lock().obsolete.move_into(&mut taken);
+        }
+        taken.write_back(&self.medium);
+    }
+
     /// Redo horizons for a checkpoint: (t_low for session and GC regions,
     /// t_low for long-transaction regions, and per long region the newest
     /// commit the checkpoint is sure to see). Transactions whose versions
@@ -240,18 +252,6 @@ impl Store {
     /// checkpoint (or superseded there) and is not redone; one published
     /// after it can only have been overwritten by a writer that started
     /// after t_low was taken, whose version is redone too and is newer.
-    /// Starts writing back the obsolete bits every worker's commits set
-    /// since the last call (see `obsolete_bits`); the caller fences. Taken
-    /// after `checkpoint_horizon`, this covers every commit older than its
-    /// horizons: those ended, and with them their publishing.
-    pub fn write_back_obsolete_bits(&self) {
-        let mut taken = ObsoleteBits::default();
-        for set in self.write_sets.iter() {
-            set.lock().obsolete.move_into(&mut taken);
-        }
-        taken.write_back(&self.medium);
-    }
-
     pub fn checkpoint_horizon(&self) -> (u64, u64, Vec<u64>) {
         let (short, long) = self.redo_horizons();
         let published = self.long_published.iter().map(|p| p.load(SeqCst)).collect();

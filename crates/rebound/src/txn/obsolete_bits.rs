@@ -4,7 +4,7 @@
 //! A commit sets its predecessors' obsolete bits once it is durable. The
 //! bits only nominate blocks for GC (each slot is judged by the index), so
 //! they need not be durable with the commit. Writing their lines back at
-//! every commit cost about 4 % of YCSB-A: the write-back evicts the line
+//! every commit cost about 3 % of YCSB-A: the write-back evicts the line
 //! on the CPUs measured, the next commit's bit in the same line misses, and
 //! the commit's next locked instruction waits for the write-back. So a
 //! worker only remembers the bitmap words it changed; the checkpoint takes
