@@ -58,8 +58,8 @@
 //! * A block's header is durable before the link to it (region head or the
 //!   previous block's `next`) is written.
 //! * A set obsolete bit means the slot is dead: it is set on a version
-//!   once its successor's commit is durable (and written back without a
-//!   fence: a crash can lose the last few, which only delays collection),
+//!   once its successor's commit is durable (written back later, see
+//!   `txn::obsolete_bits`: a crash can lose the last commit's few),
 //!   on an aborted slot when it becomes a hole, and on a tombstone whose
 //!   index entry was removed. Recovery clears the bits of every slot it
 //!   hands back to the region (an abort cut short can leave a hole's bit

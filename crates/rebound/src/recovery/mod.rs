@@ -469,13 +469,11 @@ fn recover_table(
     for addr in tombstones {
         heap.clear_obsolete(medium, addr);
     }
-    // Commits after the checkpoint's horizon may have lost their
-    // predecessors' bits (they wait for the next checkpoint); those
-    // predecessors that were redone too are set again here.
-    if t_low > 0 {
-        for addr in superseded {
-            heap.set_obsolete(medium, addr);
-        }
+    // A commit leaves a predecessor's bit to the next checkpoint only if
+    // the predecessor is at or above the horizon: redone, as its successor
+    // is, so its bit is set again here (`txn::obsolete_bits`).
+    for addr in superseded {
+        heap.set_obsolete(medium, addr);
     }
     let redone = newest.iter().map(|&(_, addr)| Addr(addr)).collect();
     let id = heap.def.id;

@@ -26,10 +26,11 @@
 //!    commit is not durable.
 //!
 //! The predecessors' obsolete bits are set in step 3, so a set bit is
-//! always true; the next checkpoint writes them back (`obsolete_bits`), and
-//! recovery sets again those of versions a redone version superseded. A
-//! crash can lose at most one bit per key written since the checkpoint's
-//! horizon, which only delays the collection of its block.
+//! always true. Bits of predecessors redo would find wait for the next
+//! checkpoint, which writes them back; recovery sets them again if they
+//! were lost. The others go back with the worker's next commit, so a crash
+//! can lose for good only those of each worker's last commit
+//! (`obsolete_bits`).
 //!
 //! Recovery treats a slot as committed iff its txn id ≤ LCTT[worker] (its
 //! region's worker). Within a worker, transactions run one at a time in ts
@@ -113,6 +114,10 @@ pub struct Store {
     /// holds it while it writes, commits or rolls back; the background
     /// thread takes it to move an idle long transaction.
     pub write_sets: Box<[parking_lot::Mutex<WriteSet>]>,
+    /// `t_low` of the newest checkpoint that took its horizons: a commit
+    /// leaves a predecessor's obsolete bit to the checkpoints only if the
+    /// predecessor began at or after it (see `obsolete_bits`).
+    pub obsolete_horizon: AtomicU64,
     /// Timestamp of GC's running system transaction, 0 when none runs:
     /// writers that meet its locks wait for it instead of conflicting.
     pub gc_txn: AtomicU64,
@@ -172,6 +177,7 @@ impl Store {
             long_published: (crate::catalog::LONG_REGIONS..crate::catalog::MAX_WORKERS)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            obsolete_horizon: AtomicU64::new(0),
             gc_txn: AtomicU64::new(0),
             index_garbage: parking_lot::Mutex::new(Vec::new()),
             changes: ChangeLog::new(crate::catalog::MAX_WORKERS),
@@ -227,11 +233,13 @@ impl Store {
         })
     }
 
-    /// Starts writing back the obsolete bits every worker's commits set
-    /// since the last call (see `obsolete_bits`); the caller fences. Taken
-    /// after `checkpoint_horizon`, this covers every commit older than its
-    /// horizons: those ended, and with them their publishing.
-    pub fn write_back_obsolete_bits(&self) {
+    /// Starts writing back the obsolete bits every worker's commits left
+    /// to the checkpoints (see `obsolete_bits`); the caller fences before
+    /// its checkpoint is in force. `t_low` is that checkpoint's: raised
+    /// before any worker's bits are taken, so a commit that decides after
+    /// the take sees it, and one that decided before is taken.
+    pub fn write_back_obsolete_bits(&self, t_low: u64) {
+        self.obsolete_horizon.fetch_max(t_low, SeqCst);
         let mut taken = ObsoleteBits::default();
         for set in self.write_sets.iter() {
             set.lock().obsolete.move_into(&mut taken);
@@ -1505,7 +1513,7 @@ impl<'s> TxnState<'s> {
         let mut set = store.write_sets[self.worker].lock();
         let mut ticket = None;
         if !set.writes.is_empty() {
-            if let Err(e) = self.make_durable(&set) {
+            if let Err(e) = self.make_durable(&mut set) {
                 drop(set);
                 self.rollback();
                 return Err(e);
@@ -1571,8 +1579,11 @@ impl<'s> TxnState<'s> {
         })
     }
 
-    fn make_durable(&self, set: &WriteSet) -> Result<()> {
+    fn make_durable(&self, set: &mut WriteSet) -> Result<()> {
         let store = self.store;
+        // The previous commit's, beside this one's slots: not at its end,
+        // where its next locked instruction would wait for them.
+        set.obsolete.write_back_with_commit(&store.medium);
         store.medium.persist_all(set.writes.iter().filter_map(|w| {
             let heap = &store.tables[w.table as usize].heap;
             let at = heap.slot_offset(w.new)?;
@@ -1606,6 +1617,9 @@ impl<'s> TxnState<'s> {
         let counters = &store.counters[self.worker];
         counters.written.fetch_add(set.writes.len() as u64, Release);
         let mut deleted = Vec::new();
+        // Read under the write set's lock, which the checkpoint takes after
+        // raising it (`Store::write_back_obsolete_bits`).
+        let horizon = store.obsolete_horizon.load(SeqCst);
         for w in &set.writes {
             let heap = &store.tables[w.table as usize].heap;
             if let Some(header) = heap.header(w.new) {
@@ -1615,11 +1629,16 @@ impl<'s> TxnState<'s> {
                 deleted.push((w.table, w.new));
             }
             if let Some(prev) = w.prev {
-                if let Some(header) = heap.header(prev) {
+                let began = heap.header(prev).map(|header| {
                     header.end.store(self.ts, Release);
-                }
+                    header.begin.load(Acquire)
+                });
                 if let Some(word) = heap.mark_obsolete(&store.medium, prev) {
-                    set.obsolete.remember(&store.medium, word);
+                    match began.is_some_and(|b| b & PENDING == 0 && b >= horizon) {
+                        // Redo finds it and its successor: it can wait.
+                        true => set.obsolete.remember(&store.medium, word),
+                        false => set.obsolete.remember_for_next_commit(word),
+                    }
                 }
             }
         }

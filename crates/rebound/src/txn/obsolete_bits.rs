@@ -1,16 +1,22 @@
-//! Obsolete bits set by commits whose write-back waits for the next
-//! checkpoint.
+//! Obsolete bits set by commits whose write-back waits.
 //!
 //! A commit sets its predecessors' obsolete bits once it is durable. The
 //! bits only nominate blocks for GC (each slot is judged by the index), so
-//! they need not be durable with the commit. Writing their lines back at
-//! every commit cost about 3 % of YCSB-A: the write-back evicts the line
-//! on the CPUs measured, the next commit's bit in the same line misses, and
-//! the commit's next locked instruction waits for the write-back. So a
-//! worker only remembers the bitmap words it changed; the checkpoint takes
-//! them from every worker after its horizons and writes them back before
-//! its own fence (`Store::write_back_obsolete_bits`). What a crash can lose
-//! and how recovery re-derives it is in DESIGN.md ("Obsolete bits").
+//! they need not be durable with the commit; but a bit lost for good keeps
+//! its block forever. Writing their lines back at every commit cost about
+//! 3 % of YCSB-A: the write-back evicts the line on the CPUs measured, the
+//! next commit's bit in the same line misses, and the commit's next locked
+//! instruction waits for the write-back.
+//!
+//! So a commit compares each predecessor's `begin` with
+//! `Store::obsolete_horizon`, the `t_low` of the newest checkpoint that
+//! took its horizons. A predecessor at or above it is one redo would find
+//! (with its successor) after a crash, whichever checkpoint is then in
+//! force, and recovery sets its bit again if it was lost: its word waits
+//! for the next checkpoint, which writes it back before it is in force
+//! (`Store::write_back_obsolete_bits`). An older predecessor's word goes
+//! back with the worker's next commit, beside its slots. DESIGN.md
+//! ("Obsolete bits") gives the argument and what a crash can still lose.
 //!
 //! A worker that remembers too many lines (no checkpoints, or a very fast
 //! worker between two checkpoints) writes them back itself, so the memory
@@ -26,13 +32,36 @@ const WRITE_BACK_AT: usize = 4096;
 /// Bitmap words a worker set bits in and has not written back.
 #[derive(Default)]
 pub(crate) struct ObsoleteBits {
+    /// Bits of predecessors that redo would find: left to the checkpoints.
     words: Vec<u64>,
+    /// Bits of older predecessors, written back with the worker's next
+    /// commit (or by a checkpoint before that).
+    next_commit: Vec<u64>,
 }
 
 impl ObsoleteBits {
+    /// Remembers a bit that must be written back with the next commit.
+    pub(crate) fn remember_for_next_commit(&mut self, word: u64) {
+        self.next_commit.push(word);
+    }
+
+    /// Starts writing back the bits kept for this commit, once per line;
+    /// the commit's fence makes them durable.
+    pub(crate) fn write_back_with_commit(&mut self, medium: &Medium) {
+        if self.next_commit.is_empty() {
+            return;
+        }
+        compact(&mut self.next_commit);
+        for &word in &self.next_commit {
+            medium.persist(word, 8);
+        }
+        self.next_commit.clear();
+    }
+
     /// Remembers that a bit in bitmap word `word` was set; writes every
-    /// remembered line back (without a fence: the caller's next fence makes
-    /// them durable) once too many distinct lines are remembered.
+    /// remembered line back and fences once too many distinct lines are
+    /// remembered (no checkpoint will take them any more, and this thread
+    /// may not fence again soon).
     pub(crate) fn remember(&mut self, medium: &Medium, word: u64) {
         self.words.push(word);
         if self.words.len() < COMPACT_AT {
@@ -41,6 +70,9 @@ impl ObsoleteBits {
         self.compact();
         if self.words.len() >= WRITE_BACK_AT {
             self.write_back(medium);
+            // Hints only: a failed fence is the medium's failure, which the
+            // next commit's fence reports.
+            let _ = medium.fence();
         }
     }
 
@@ -58,6 +90,7 @@ impl ObsoleteBits {
     /// with its capacity.
     pub(crate) fn move_into(&mut self, into: &mut ObsoleteBits) {
         into.words.append(&mut self.words);
+        into.words.append(&mut self.next_commit);
     }
 
     #[cfg(test)]
@@ -69,9 +102,14 @@ impl ObsoleteBits {
     }
 
     fn compact(&mut self) {
-        self.words.sort_unstable_by_key(|word| word / LINE);
-        self.words.dedup_by_key(|word| *word / LINE);
+        compact(&mut self.words);
     }
+}
+
+/// Keeps one word per line.
+fn compact(words: &mut Vec<u64>) {
+    words.sort_unstable_by_key(|word| word / LINE);
+    words.dedup_by_key(|word| *word / LINE);
 }
 
 #[cfg(test)]
@@ -106,6 +144,9 @@ mod tests {
             bits.remember(&medium, word);
         }
         assert_eq!(bits.lines(), 2);
+        // One kept for the next commit, which a checkpoint takes too.
+        medium.store(8192, 1);
+        bits.remember_for_next_commit(8192);
         assert!(
             surviving(&device, &[4096], 1).is_empty(),
             "nothing was written back yet"
@@ -115,7 +156,18 @@ mod tests {
         assert!(bits.words.is_empty());
         drained.write_back(&medium);
         medium.fence().unwrap();
-        assert_eq!(surviving(&device, &[64, 72, 4096], 1), [64, 72, 4096]);
+        assert_eq!(
+            surviving(&device, &[64, 72, 4096, 8192], 1),
+            [64, 72, 4096, 8192]
+        );
+        // A commit writes back what was kept for it, and its fence makes
+        // it durable.
+        medium.store(12288, 1);
+        bits.remember_for_next_commit(12288);
+        bits.write_back_with_commit(&medium);
+        medium.fence().unwrap();
+        assert_eq!(surviving(&device, &[12288], 1), [12288]);
+        assert!(bits.next_commit.is_empty());
     }
 
     #[test]
