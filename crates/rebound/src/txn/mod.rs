@@ -1581,9 +1581,6 @@ impl<'s> TxnState<'s> {
 
     fn make_durable(&self, set: &mut WriteSet) -> Result<()> {
         let store = self.store;
-        // The previous commit's, beside this one's slots: not at its end,
-        // where its next locked instruction would wait for them.
-        set.obsolete.write_back_with_commit(&store.medium);
         store.medium.persist_all(set.writes.iter().filter_map(|w| {
             let heap = &store.tables[w.table as usize].heap;
             let at = heap.slot_offset(w.new)?;
@@ -1593,6 +1590,10 @@ impl<'s> TxnState<'s> {
         // A moved transaction's versions are all in its long region, whose
         // LCTT entry decides them.
         catalog::set_last_commit(&store.medium, set.region, self.ts);
+        // The previous commit's bits go back beside the LCTT line, whose
+        // fence waits one round trip anyway; at the end of that commit, its
+        // next locked instruction waited for them.
+        set.obsolete.write_back_with_commit(&store.medium);
         store.medium.fence()
     }
 
