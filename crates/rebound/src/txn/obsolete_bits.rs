@@ -15,7 +15,7 @@
 //! force, and recovery sets its bit again if it was lost: its word waits
 //! for the next checkpoint, which writes it back before it is in force
 //! (`Store::write_back_obsolete_bits`). An older predecessor's word goes
-//! back with the worker's next commit, beside its slots. DESIGN.md
+//! back with the worker's next commit, beside its LCTT line. DESIGN.md
 //! ("Obsolete bits") gives the argument and what a crash can still lose.
 //!
 //! A worker that remembers too many lines (no checkpoints, or a very fast
