@@ -44,14 +44,18 @@ struct Pool {
     spare: usize,
 }
 
-static POOL: Mutex<Pool> = Mutex::new(Pool {
-    free: Vec::new(),
-    #[cfg(debug_assertions)]
-    freed: std::collections::BTreeSet::new(),
-    next: 0,
-    end: 0,
-    spare: 0,
-});
+impl Pool {
+    const EMPTY: Pool = Pool {
+        free: Vec::new(),
+        #[cfg(debug_assertions)]
+        freed: std::collections::BTreeSet::new(),
+        next: 0,
+        end: 0,
+        spare: 0,
+    };
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool::EMPTY);
 
 /// Held while a spare chunk is made, so that two preparers do not both
 /// make one (a chunk is never given back).
@@ -215,14 +219,7 @@ mod tests {
     use super::*;
 
     fn empty_pool() -> Mutex<Pool> {
-        Mutex::new(Pool {
-            free: Vec::new(),
-            #[cfg(debug_assertions)]
-            freed: std::collections::BTreeSet::new(),
-            next: 0,
-            end: 0,
-            spare: 0,
-        })
+        Mutex::new(Pool::EMPTY)
     }
 
     #[test]

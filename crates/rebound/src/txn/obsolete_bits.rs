@@ -67,7 +67,7 @@ impl ObsoleteBits {
         if self.words.len() < COMPACT_AT {
             return;
         }
-        self.compact();
+        compact(&mut self.words);
         if self.words.len() >= WRITE_BACK_AT {
             self.write_back(medium);
             // Hints only: a failed fence is the medium's failure, which the
@@ -79,7 +79,7 @@ impl ObsoleteBits {
     /// Starts writing back every remembered line, once per line, and
     /// forgets them; the caller fences.
     pub(crate) fn write_back(&mut self, medium: &Medium) {
-        self.compact();
+        compact(&mut self.words);
         for &word in &self.words {
             medium.persist(word, 8);
         }
@@ -99,10 +99,6 @@ impl ObsoleteBits {
         lines.sort_unstable();
         lines.dedup();
         lines.len()
-    }
-
-    fn compact(&mut self) {
-        compact(&mut self.words);
     }
 }
 
