@@ -262,6 +262,7 @@ fn load_range(
     let bounds = (lower.as_deref(), upper.as_deref());
     let mut reader = chain.range_reader(medium, table.heap.def.id, bounds);
     let mut chunk = Chunk::default();
+    let mut superseded = Superseded::default();
     while let Some((key, addr)) = reader.next_entry(medium) {
         let in_order = match chunk.last_key() {
             Some(last) => (key_prefix(last), last) < (key_prefix(key), key),
@@ -275,18 +276,50 @@ fn load_range(
         }
         chunk.push(key, addr);
         if chunk.len() == CHUNK_ENTRIES {
-            table.adopt_sorted(&chunk.entries());
+            superseded.adopt(table, medium, &chunk.entries());
             chunk.clear_keeping_last();
             if cancelled() {
                 break;
             }
         }
     }
-    table.adopt_sorted(&chunk.entries());
+    superseded.adopt(table, medium, &chunk.entries());
+    superseded.make_durable(medium)?;
     Ok(RangeRead {
         reads: reader.reads(),
         at_end: reader.at_end(),
     })
+}
+
+/// The run's versions whose keys the index held with a newer version
+/// (redone, or written since the restart): superseded, so their obsolete
+/// bits are set. Commits leave such bits to the next checkpoint, and a
+/// crash before it loses them; this sets them again (`txn::obsolete_bits`).
+/// Made durable before the load ends, so before any later checkpoint (which
+/// waits for the load) can be in force and stop redoing their successors.
+#[derive(Default)]
+struct Superseded {
+    addrs: Vec<u64>,
+    any: bool,
+}
+
+impl Superseded {
+    fn adopt(&mut self, table: &TableRt, medium: &Medium, entries: &[(&[u8], u64)]) {
+        self.addrs.clear();
+        table.adopt_sorted(entries, &mut self.addrs);
+        for &addr in &self.addrs {
+            table.heap.set_obsolete(medium, Addr(addr));
+        }
+        self.any |= !self.addrs.is_empty();
+    }
+
+    /// Fences this thread's write-backs.
+    fn make_durable(&self, medium: &Medium) -> Result<()> {
+        match self.any {
+            true => medium.fence(),
+            false => Ok(()),
+        }
+    }
 }
 
 /// Entries moved into an index per descent batch.

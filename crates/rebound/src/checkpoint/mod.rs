@@ -358,7 +358,7 @@ impl Checkpointer {
         // took) would hold it.
         store.changes.wait_for_publishing();
         // Made durable by this image's fence, before it is in force.
-        store.write_back_obsolete_bits(t_low);
+        store.write_back_obsolete_bits();
         let kind = match (base.as_ref().map(|b| b.extend), &changes) {
             (Some(extend), Changes::Complete(_) | Changes::Trees(_)) => {
                 match self.choose(store, &samples, &mut stats) {

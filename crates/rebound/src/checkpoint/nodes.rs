@@ -63,7 +63,7 @@ impl Checkpointer {
         self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
         // Made durable by this image's fence, before it is in force.
-        store.write_back_obsolete_bits(t_low);
+        store.write_back_obsolete_bits();
         let rebase = std::mem::take(&mut self.rebase);
         let base = self.current.clone().filter(|c| {
             !rebase

@@ -1126,12 +1126,10 @@ const LOAD_BATCH: usize = 1024;
 /// lookup or a writer took meanwhile is marked obsolete.
 fn adopt_batch(store: &Store, table: &TableRt, batch: &mut Vec<(Vec<u8>, u64)>) {
     let entries: Vec<(&[u8], u64)> = batch.iter().map(|(k, a)| (k.as_slice(), *a)).collect();
-    if table.adopt_sorted(&entries) < entries.len() {
-        for &(key, addr) in &entries {
-            if table.index.get(key) != Some(addr) {
-                table.heap.set_obsolete(&store.medium, Addr(addr));
-            }
-        }
+    let mut superseded = Vec::new();
+    table.adopt_sorted(&entries, &mut superseded);
+    for addr in superseded {
+        table.heap.set_obsolete(&store.medium, Addr(addr));
     }
     batch.clear();
 }

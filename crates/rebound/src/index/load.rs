@@ -25,7 +25,18 @@ impl BTree {
     /// # Panics
     /// If a key is empty or longer than [`super::MAX_KEY_LEN`].
     pub fn insert_sorted_absent<K: AsRef<[u8]>>(&self, entries: &[(K, u64)]) -> usize {
-        self.merge_sorted_entries(entries, false)
+        self.merge_sorted_entries(entries, false, &mut Vec::new())
+    }
+
+    /// `insert_sorted_absent`, noting in `skipped` the value of every entry
+    /// whose key was present with another value (a checkpoint's version a
+    /// newer one replaced).
+    pub fn insert_sorted_absent_noting<K: AsRef<[u8]>>(
+        &self,
+        entries: &[(K, u64)],
+        skipped: &mut Vec<u64>,
+    ) -> usize {
+        self.merge_sorted_entries(entries, false, skipped)
     }
 
     /// Upserts entries sorted strictly ascending, leaf by leaf (redo on
@@ -35,10 +46,25 @@ impl BTree {
     /// # Panics
     /// If a key is empty or longer than [`super::MAX_KEY_LEN`].
     pub fn upsert_sorted<K: AsRef<[u8]>>(&self, entries: &[(K, u64)]) -> usize {
-        self.merge_sorted_entries(entries, true)
+        self.merge_sorted_entries(entries, true, &mut Vec::new())
     }
 
-    fn merge_sorted_entries<K: AsRef<[u8]>>(&self, entries: &[(K, u64)], overwrite: bool) -> usize {
+    /// `upsert_sorted`, noting in `replaced` every value an entry replaced
+    /// with another.
+    pub fn upsert_sorted_noting<K: AsRef<[u8]>>(
+        &self,
+        entries: &[(K, u64)],
+        replaced: &mut Vec<u64>,
+    ) -> usize {
+        self.merge_sorted_entries(entries, true, replaced)
+    }
+
+    fn merge_sorted_entries<K: AsRef<[u8]>>(
+        &self,
+        entries: &[(K, u64)],
+        overwrite: bool,
+        displaced: &mut Vec<u64>,
+    ) -> usize {
         debug_assert!(entries.is_sorted_by(|a, b| a.0.as_ref() < b.0.as_ref()));
         let backoff = Backoff::new();
         let epoch = self.writer_epoch();
@@ -65,7 +91,7 @@ impl BTree {
                 }
                 batch.push((key, *value));
             }
-            let merged = leaf.merge_sorted(&batch, overwrite);
+            let merged = leaf.merge_sorted(&batch, overwrite, displaced);
             // Under the leaf lock, so a removal of these keys cannot decrement first.
             self.len.fetch_add(merged.added, Relaxed);
             next += merged.consumed;

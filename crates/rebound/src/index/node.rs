@@ -829,17 +829,21 @@ impl<'a> WriteGuard<'a> {
     /// could not take sorts after nine tenths of the leaf (a split should
     /// then leave room at the end: `SplitBias::Append`).
     /// With `overwrite`, keys the leaf has take the batch's values instead.
+    /// Where a key the leaf has comes with another value, the value that
+    /// loses (the leaf's with `overwrite`, else the batch's) goes into
+    /// `displaced`.
     pub(crate) fn merge_sorted<K: KeyWords>(
         &mut self,
         keys: &[(K, u64)],
         overwrite: bool,
+        displaced: &mut Vec<u64>,
     ) -> Merged {
         self.assert_leaf();
         if let Some(appended) = self.append_sorted(keys) {
             return appended;
         }
         if overwrite {
-            if let Some(replaced) = self.replace_sorted(keys) {
+            if let Some(replaced) = self.replace_sorted(keys, displaced) {
                 return replaced;
             }
         }
@@ -861,12 +865,16 @@ impl<'a> WriteGuard<'a> {
                 }
                 Ordering::Equal if overwrite => {
                     old_left -= old.entry_words(slot);
+                    displace(old.slot_payload(slot), *payload, displaced);
                     fresh.push_copy_with(&old, slot, *payload);
                     slot += 1;
                     consumed += 1;
                     replaced += 1;
                 }
-                Ordering::Equal => consumed += 1,
+                Ordering::Equal => {
+                    displace(*payload, old.slot_payload(slot), displaced);
+                    consumed += 1;
+                }
                 Ordering::Greater => {
                     let needed = SLOT_WORDS + tail_words(key.len()) + old_left;
                     if fresh.header.free_words() < needed {
@@ -902,7 +910,11 @@ impl<'a> WriteGuard<'a> {
     /// `merge_sorted` with `overwrite` where the leaf has every key: their
     /// values are set in place, where a merge rewrites the leaf. `None`
     /// when a key is missing (nothing changed then).
-    fn replace_sorted<K: KeyWords>(&mut self, keys: &[(K, u64)]) -> Option<Merged> {
+    fn replace_sorted<K: KeyWords>(
+        &mut self,
+        keys: &[(K, u64)],
+        displaced: &mut Vec<u64>,
+    ) -> Option<Merged> {
         let mut slots = Vec::with_capacity(keys.len());
         for (key, _) in keys {
             match self.node.find(key) {
@@ -911,6 +923,7 @@ impl<'a> WriteGuard<'a> {
             }
         }
         for (slot, (_, value)) in slots.into_iter().zip(keys) {
+            displace(self.value(slot), *value, displaced);
             self.set_value(slot, *value);
         }
         Some(Merged {
@@ -1192,6 +1205,13 @@ pub(crate) struct Merged {
     pub near_end: bool,
     /// The slot the first key it could not take sorts before.
     pub insert_at: usize,
+}
+
+/// Notes `loser` unless it is the value that stays.
+fn displace(loser: u64, kept: u64, displaced: &mut Vec<u64>) {
+    if loser != kept {
+        displaced.push(loser);
+    }
 }
 
 /// Where a full node is cut.

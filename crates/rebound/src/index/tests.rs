@@ -863,22 +863,35 @@ fn a_loaded_tree_takes_writes_and_freezes_like_any_other() {
 }
 
 #[test]
-fn sorted_upserts_replace_present_keys_and_insert_absent_ones() {
+fn sorted_upserts_replace_present_keys_insert_absent_ones_and_note_what_they_replace() {
     let tree =
         BTree::bulk_load((0..20_000u64).map(|i| ((2 * i).to_be_bytes(), i))).with_node_versions();
     let mut model: Model = (0..20_000u64)
         .map(|i| ((2 * i).to_be_bytes().to_vec(), i))
         .collect();
-    // Runs of present keys only (replaced in place) and mixed runs.
+    // Runs of present keys only (replaced in place) and mixed runs; some
+    // present keys come with the value they hold, which is not displaced.
     let batch: Vec<([u8; 8], u64)> = (0..30_000u64)
         .filter(|k| k % 6 == 0 || k < &6000)
-        .map(|k| (k.to_be_bytes(), k + 1_000_000))
+        .map(|k| match (k % 5, model.get(&k.to_be_bytes()[..])) {
+            (0, Some(&held)) => (k.to_be_bytes(), held),
+            _ => (k.to_be_bytes(), k + 1_000_000),
+        })
         .collect();
     let new = batch
         .iter()
         .filter(|(k, _)| !model.contains_key(&k[..]))
         .count();
-    assert_eq!(tree.upsert_sorted(&batch), new);
+    let mut expected_replaced: Vec<u64> = batch
+        .iter()
+        .filter_map(|(k, v)| model.get(&k[..]).filter(|&held| held != v).copied())
+        .collect();
+    let mut replaced = Vec::new();
+    assert_eq!(tree.upsert_sorted_noting(&batch, &mut replaced), new);
+    replaced.sort_unstable();
+    expected_replaced.sort_unstable();
+    assert!(expected_replaced.len() > 1000);
+    assert_eq!(replaced, expected_replaced);
     model.extend(batch.iter().map(|(k, v)| (k.to_vec(), *v)));
     assert_eq!(tree.to_vec(), model_vec(&model));
     assert_eq!(check_invariants(&tree), model.len());
@@ -1575,10 +1588,20 @@ proptest! {
         }
         let entries: Vec<(Vec<u8>, u64)> = run.into_iter().collect();
         let absent = entries.iter().filter(|(k, _)| !model.contains_key(k)).count();
+        // Present keys hold other values (below 1000): each entry of one is noted.
+        let mut expected_skipped: Vec<u64> = entries
+            .iter()
+            .filter(|(k, _)| model.contains_key(k))
+            .map(|&(_, v)| v)
+            .collect();
         for (key, value) in &entries {
             model.entry(key.clone()).or_insert(*value);
         }
-        prop_assert_eq!(tree.insert_sorted_absent(&entries), absent);
+        let mut skipped = Vec::new();
+        prop_assert_eq!(tree.insert_sorted_absent_noting(&entries, &mut skipped), absent);
+        skipped.sort_unstable();
+        expected_skipped.sort_unstable();
+        prop_assert_eq!(skipped, expected_skipped);
         prop_assert_eq!(tree.len(), model.len());
         prop_assert_eq!(tree.to_vec(), model.into_iter().collect::<Vec<_>>());
     }

@@ -469,9 +469,9 @@ fn recover_table(
     for addr in tombstones {
         heap.clear_obsolete(medium, addr);
     }
-    // A commit leaves a predecessor's bit to the next checkpoint only if
-    // the predecessor is at or above the horizon: redone, as its successor
-    // is, so its bit is set again here (`txn::obsolete_bits`).
+    // A commit leaves its predecessors' bits to the next checkpoint: the
+    // ones redone with their successors are set again here, the ones in
+    // the checkpoint as the image is loaded (`txn::obsolete_bits`).
     for addr in superseded {
         heap.set_obsolete(medium, addr);
     }
@@ -481,12 +481,25 @@ fn recover_table(
         Some(chain) => {
             let index = load_node_tree(medium, chain, id)?;
             // Redone versions are newer than the images' (which hold only
-            // versions committed by the checkpoint's end); key ranges go
-            // in on all cores.
+            // versions committed by the checkpoint's end), and the image
+            // versions they replace are superseded: their bits may have
+            // waited for a checkpoint that never came (`txn::obsolete_bits`).
+            // Key ranges go in on all cores.
             let per_thread = newest.len().div_ceil(parallel::cores()).max(1024);
             parallel::map(newest.chunks(per_thread), |range| {
-                index.upsert_sorted(range)
-            });
+                let mut replaced = Vec::new();
+                index.upsert_sorted_noting(range, &mut replaced);
+                for &addr in &replaced {
+                    heap.set_obsolete(medium, Addr(addr));
+                }
+                // This thread's write-backs; recovery's fence is another's.
+                match replaced.is_empty() {
+                    true => Ok(()),
+                    false => medium.fence(),
+                }
+            })
+            .into_iter()
+            .collect::<Result<()>>()?;
             index
         }
         None if indexes.node_versions => BTree::bulk_load(newest).with_node_versions(),

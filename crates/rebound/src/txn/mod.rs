@@ -114,10 +114,6 @@ pub struct Store {
     /// holds it while it writes, commits or rolls back; the background
     /// thread takes it to move an idle long transaction.
     pub write_sets: Box<[parking_lot::Mutex<WriteSet>]>,
-    /// `t_low` of the newest checkpoint that took its horizons: a commit
-    /// leaves a predecessor's obsolete bit to the checkpoints only if the
-    /// predecessor began at or after it (see `obsolete_bits`).
-    pub obsolete_horizon: AtomicU64,
     /// Timestamp of GC's running system transaction, 0 when none runs:
     /// writers that meet its locks wait for it instead of conflicting.
     pub gc_txn: AtomicU64,
@@ -177,7 +173,6 @@ impl Store {
             long_published: (crate::catalog::LONG_REGIONS..crate::catalog::MAX_WORKERS)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
-            obsolete_horizon: AtomicU64::new(0),
             gc_txn: AtomicU64::new(0),
             index_garbage: parking_lot::Mutex::new(Vec::new()),
             changes: ChangeLog::new(crate::catalog::MAX_WORKERS),
@@ -235,11 +230,11 @@ impl Store {
 
     /// Starts writing back the obsolete bits every worker's commits left
     /// to the checkpoints (see `obsolete_bits`); the caller fences before
-    /// its checkpoint is in force. `t_low` is that checkpoint's: raised
-    /// before any worker's bits are taken, so a commit that decides after
-    /// the take sees it, and one that decided before is taken.
-    pub fn write_back_obsolete_bits(&self, t_low: u64) {
-        self.obsolete_horizon.fetch_max(t_low, SeqCst);
+    /// its checkpoint is in force. Called after the checkpoint took its
+    /// horizons: a commit that publishes after this take was running when
+    /// `t_low` was read, so redo from that checkpoint finds it, and the
+    /// bits it sets are set again by recovery.
+    pub fn write_back_obsolete_bits(&self) {
         let mut taken = ObsoleteBits::default();
         for set in self.write_sets.iter() {
             set.lock().obsolete.move_into(&mut taken);
@@ -754,9 +749,10 @@ impl TableRt {
 
     /// Moves a sorted, validated batch of checkpoint entries into the DRAM
     /// index (keys already there are newer and stay); returns how many it
-    /// took.
-    pub fn adopt_sorted(&self, entries: &[(&[u8], u64)]) -> usize {
-        self.index.insert_sorted_absent(entries)
+    /// took. The addresses of entries whose key held another (newer)
+    /// version go into `superseded`.
+    pub fn adopt_sorted(&self, entries: &[(&[u8], u64)], superseded: &mut Vec<u64>) -> usize {
+        self.index.insert_sorted_absent_noting(entries, superseded)
     }
 
     /// Whether a logical address names a slot of an existing block.
@@ -789,6 +785,9 @@ struct Write {
     table: u32,
     new: Addr,
     prev: Option<Addr>,
+    /// `prev` is a tombstone: no checkpoint lists it, so recovery cannot
+    /// set its obsolete bit again (`txn::obsolete_bits`).
+    prev_deleted: bool,
     /// Bytes of the new slot in use (header, key, value) and whether it
     /// deletes the key, as first written: commit need not read the slot
     /// back (a write-back may have evicted its line already) unless the
@@ -1287,7 +1286,7 @@ impl<'s> TxnState<'s> {
         }
         // Nobody can repoint a head we hold locked; fail safe if it happens.
         let at = Target { head, hint };
-        match self.append_successor(table, key, value, (at, header), 0, set)? {
+        match self.append_successor(table, key, value, (at, header, deleted), 0, set)? {
             true => Ok(Some(existed)),
             false => Err(Error::Conflict),
         }
@@ -1302,7 +1301,7 @@ impl<'s> TxnState<'s> {
         table: &TableRt,
         key: &[u8],
         value: Option<&[u8]>,
-        (Target { head, hint }, header): (Target<'_, '_>, &VersionHeader),
+        (Target { head, hint }, header, head_deleted): (Target<'_, '_>, &VersionHeader, bool),
         read: u64,
         set: &mut WriteSet,
     ) -> Result<bool> {
@@ -1328,7 +1327,7 @@ impl<'s> TxnState<'s> {
             self.discard(table, new)?;
             return Ok(false);
         }
-        let write = self.written(table, new, Some(head), (key, value), set);
+        let write = self.written(table, new, Some((head, head_deleted)), (key, value), set);
         set.writes.push(write);
         Ok(true)
     }
@@ -1339,7 +1338,7 @@ impl<'s> TxnState<'s> {
         &self,
         table: &TableRt,
         new: Addr,
-        prev: Option<Addr>,
+        prev: Option<(Addr, bool)>,
         (key, value): (&[u8], Option<&[u8]>),
         set: &mut WriteSet,
     ) -> Write {
@@ -1354,7 +1353,8 @@ impl<'s> TxnState<'s> {
         Write {
             table: table.heap.def.id,
             new,
-            prev,
+            prev: prev.map(|(addr, _)| addr),
+            prev_deleted: prev.is_some_and(|(_, deleted)| deleted),
             bytes: self.buf.len() as u32,
             tombstone: value.is_none(),
             key_at,
@@ -1618,9 +1618,6 @@ impl<'s> TxnState<'s> {
         let counters = &store.counters[self.worker];
         counters.written.fetch_add(set.writes.len() as u64, Release);
         let mut deleted = Vec::new();
-        // Read under the write set's lock, which the checkpoint takes after
-        // raising it (`Store::write_back_obsolete_bits`).
-        let horizon = store.obsolete_horizon.load(SeqCst);
         for w in &set.writes {
             let heap = &store.tables[w.table as usize].heap;
             if let Some(header) = heap.header(w.new) {
@@ -1630,15 +1627,13 @@ impl<'s> TxnState<'s> {
                 deleted.push((w.table, w.new));
             }
             if let Some(prev) = w.prev {
-                let began = heap.header(prev).map(|header| {
+                if let Some(header) = heap.header(prev) {
                     header.end.store(self.ts, Release);
-                    header.begin.load(Acquire)
-                });
+                }
                 if let Some(word) = heap.mark_obsolete(&store.medium, prev) {
-                    match began.is_some_and(|b| b & PENDING == 0 && b >= horizon) {
-                        // Redo finds it and its successor: it can wait.
-                        true => set.obsolete.remember(&store.medium, word),
-                        false => set.obsolete.remember_for_next_commit(word),
+                    match w.prev_deleted {
+                        false => set.obsolete.remember(&store.medium, word),
+                        true => set.obsolete.remember_for_next_commit(word),
                     }
                 }
             }

@@ -8,15 +8,19 @@
 //! next commit's bit in the same line misses, and the commit's next locked
 //! instruction waits for the write-back.
 //!
-//! So a commit compares each predecessor's `begin` with
-//! `Store::obsolete_horizon`, the `t_low` of the newest checkpoint that
-//! took its horizons. A predecessor at or above it is one redo would find
-//! (with its successor) after a crash, whichever checkpoint is then in
-//! force, and recovery sets its bit again if it was lost: its word waits
-//! for the next checkpoint, which writes it back before it is in force
-//! (`Store::write_back_obsolete_bits`). An older predecessor's word goes
-//! back with the worker's next commit, beside its LCTT line. DESIGN.md
-//! ("Obsolete bits") gives the argument and what a crash can still lose.
+//! So a commit leaves its predecessors' words to the next checkpoint,
+//! which writes them back before it is in force
+//! (`Store::write_back_obsolete_bits`). A crash before then loses them,
+//! and recovery from the checkpoint in force sets them again: a commit
+//! that published after that checkpoint's take was running when its redo
+//! horizons were read, or began later, so it is redone; its predecessor is
+//! either redone too (`recovery::newest_versions` marks every redone
+//! version a newer one of its key supersedes) or is its key's version in
+//! the checkpoint, which the loader finds displaced by the redone one
+//! (`checkpoint::cold`, `recovery` for node images). Entry images drop
+//! tombstones, so a tombstone predecessor's word goes back with the
+//! worker's next commit, beside its LCTT line. DESIGN.md ("Obsolete
+//! bits") gives the argument and what a crash can still lose.
 //!
 //! A worker that remembers too many lines (no checkpoints, or a very fast
 //! worker between two checkpoints) writes them back itself, so the memory

@@ -49,6 +49,14 @@ impl TxnState<'_> {
         // wait for us and then read the copy.
         let read = header.read.load(SeqCst);
         let at = Target { head, hint: None };
-        self.append_successor(table, &slot.key, value, (at, header), read, &mut set)
+        let deleted = slot.tombstone;
+        self.append_successor(
+            table,
+            &slot.key,
+            value,
+            (at, header, deleted),
+            read,
+            &mut set,
+        )
     }
 }
