@@ -254,6 +254,21 @@ fn load_range(
     range: usize,
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<RangeRead> {
+    let mut superseded = Superseded::default();
+    let read = read_range(medium, chain, load, range, cancelled, &mut superseded);
+    // Whether or not the range was whole: the bits set are durable.
+    superseded.make_durable(medium)?;
+    read
+}
+
+fn read_range(
+    medium: &Medium,
+    chain: &Chain,
+    load: &TableLoad,
+    range: usize,
+    cancelled: &(dyn Fn() -> bool + Sync),
+    superseded: &mut Superseded,
+) -> Result<RangeRead> {
     let table = &load.table;
     let (lower, upper) = load
         .ranges
@@ -262,7 +277,6 @@ fn load_range(
     let bounds = (lower.as_deref(), upper.as_deref());
     let mut reader = chain.range_reader(medium, table.heap.def.id, bounds);
     let mut chunk = Chunk::default();
-    let mut superseded = Superseded::default();
     while let Some((key, addr)) = reader.next_entry(medium) {
         let in_order = match chunk.last_key() {
             Some(last) => (key_prefix(last), last) < (key_prefix(key), key),
@@ -284,7 +298,6 @@ fn load_range(
         }
     }
     superseded.adopt(table, medium, &chunk.entries());
-    superseded.make_durable(medium)?;
     Ok(RangeRead {
         reads: reader.reads(),
         at_end: reader.at_end(),
@@ -307,10 +320,17 @@ impl Superseded {
     fn adopt(&mut self, table: &TableRt, medium: &Medium, entries: &[(&[u8], u64)]) {
         self.addrs.clear();
         table.adopt_sorted(entries, &mut self.addrs);
+        // Noted in the entries' order: one pass finds each one's key.
+        let mut keys = entries.iter();
         for &addr in &self.addrs {
-            table.heap.set_obsolete(medium, Addr(addr));
+            let Some(&(key, _)) = keys.find(|&&(_, a)| a == addr) else {
+                break;
+            };
+            if table.head_supersedes(key, Addr(addr)) {
+                table.heap.set_obsolete(medium, Addr(addr));
+                self.any = true;
+            }
         }
-        self.any |= !self.addrs.is_empty();
     }
 
     /// Fences this thread's write-backs.

@@ -357,8 +357,6 @@ impl Checkpointer {
         // neither this image nor the next delta (whose record we just
         // took) would hold it.
         store.changes.wait_for_publishing();
-        // Made durable by this image's fence, before it is in force.
-        store.write_back_obsolete_bits();
         let kind = match (base.as_ref().map(|b| b.extend), &changes) {
             (Some(extend), Changes::Complete(_) | Changes::Trees(_)) => {
                 match self.choose(store, &samples, &mut stats) {
@@ -431,6 +429,9 @@ impl Checkpointer {
         stats.sequence = horizons.sequence;
         stats.entries = stats.entries_resolved + stats.entries_copied;
         let delta_of = base.filter(|_| stats.delta);
+        // After every entry is resolved, and made durable by this image's
+        // fence before it is in force (see `Store::write_back_obsolete_bits`).
+        store.write_back_obsolete_bits();
         let written = self.write(store, (&bytes, false), &horizons, delta_of)?;
         let written = Durable {
             tables,

@@ -62,8 +62,6 @@ impl Checkpointer {
         // A fold of the entries chain this mode took over, started before.
         self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
-        // Made durable by this image's fence, before it is in force.
-        store.write_back_obsolete_bits();
         let rebase = std::mem::take(&mut self.rebase);
         let base = self.current.clone().filter(|c| {
             !rebase
@@ -109,6 +107,9 @@ impl Checkpointer {
         let bytes = image.finish();
         stats.bytes = bytes.len() as u64;
         stats.sequence = horizons.sequence;
+        // After every entry is resolved, and made durable by this image's
+        // fence before it is in force (see `Store::write_back_obsolete_bits`).
+        store.write_back_obsolete_bits();
         let written = self.write(store, (&bytes, true), &horizons, base)?;
         self.current = Some(Durable {
             tables,

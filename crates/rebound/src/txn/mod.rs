@@ -230,10 +230,13 @@ impl Store {
 
     /// Starts writing back the obsolete bits every worker's commits left
     /// to the checkpoints (see `obsolete_bits`); the caller fences before
-    /// its checkpoint is in force. Called after the checkpoint took its
-    /// horizons: a commit that publishes after this take was running when
-    /// `t_low` was read, so redo from that checkpoint finds it, and the
-    /// bits it sets are set again by recovery.
+    /// its checkpoint is in force. Called once the checkpoint's image has
+    /// resolved every entry: a commit that publishes after this take was
+    /// running when the horizons were read (redo from that checkpoint finds
+    /// it) and was not yet committed when the image resolved its keys (the
+    /// image holds a predecessor, which recovery then finds displaced). A
+    /// commit that was publishing holds its write-set lock, so the take
+    /// waits for it and takes its words.
     pub fn write_back_obsolete_bits(&self) {
         let mut taken = ObsoleteBits::default();
         for set in self.write_sets.iter() {
@@ -753,6 +756,19 @@ impl TableRt {
     /// version go into `superseded`.
     pub fn adopt_sorted(&self, entries: &[(&[u8], u64)], superseded: &mut Vec<u64>) -> usize {
         self.index.insert_sorted_absent_noting(entries, superseded)
+    }
+
+    /// Whether `key`'s index head is a committed version other than
+    /// `addr`: a head still pending may yet abort and give `addr` back
+    /// its place (its commit marks `addr` itself otherwise).
+    pub fn head_supersedes(&self, key: &[u8], addr: Addr) -> bool {
+        self.index.get(key).is_some_and(|head| {
+            head != addr.0
+                && self
+                    .heap
+                    .header(Addr(head))
+                    .is_some_and(|h| h.begin.load(Acquire) & PENDING == 0)
+        })
     }
 
     /// Whether a logical address names a slot of an existing block.

@@ -9,15 +9,16 @@
 //! instruction waits for the write-back.
 //!
 //! So a commit leaves its predecessors' words to the next checkpoint,
-//! which writes them back before it is in force
-//! (`Store::write_back_obsolete_bits`). A crash before then loses them,
-//! and recovery from the checkpoint in force sets them again: a commit
-//! that published after that checkpoint's take was running when its redo
-//! horizons were read, or began later, so it is redone; its predecessor is
-//! either redone too (`recovery::newest_versions` marks every redone
-//! version a newer one of its key supersedes) or is its key's version in
-//! the checkpoint, which the loader finds displaced by the redone one
-//! (`checkpoint::cold`, `recovery` for node images). Entry images drop
+//! which takes them once its image has resolved every entry and writes
+//! them back before it is in force (`Store::write_back_obsolete_bits`). A
+//! crash before then loses them, and recovery from the checkpoint in force
+//! sets them again. A commit that published after that checkpoint's take
+//! was running when its redo horizons were read, or began later, so it is
+//! redone; and it was not committed yet when the image resolved its keys.
+//! Its predecessor is either redone too (`recovery::newest_versions` marks
+//! every redone version a newer one of its key supersedes) or is its key's
+//! version in the checkpoint, which the load finds displaced by the redone
+//! one (`checkpoint::cold`, `recovery` for node images). Entry images drop
 //! tombstones, so a tombstone predecessor's word goes back with the
 //! worker's next commit, beside its LCTT line. DESIGN.md ("Obsolete
 //! bits") gives the argument and what a crash can still lose.
@@ -36,9 +37,10 @@ const WRITE_BACK_AT: usize = 4096;
 /// Bitmap words a worker set bits in and has not written back.
 #[derive(Default)]
 pub(crate) struct ObsoleteBits {
-    /// Bits of predecessors that redo would find: left to the checkpoints.
+    /// Bits recovery sets again if a crash loses them: left to the
+    /// checkpoints.
     words: Vec<u64>,
-    /// Bits of older predecessors, written back with the worker's next
+    /// Bits of tombstone predecessors, written back with the worker's next
     /// commit (or by a checkpoint before that).
     next_commit: Vec<u64>,
 }
