@@ -434,26 +434,54 @@ fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied
     }
     let mut copied = 0;
     for batch in live.chunks(RELOCATIONS_PER_TXN) {
-        let mut txn = TxnState::begin(store, GC_WORKER);
-        let _running = GcTxn::announce(store, txn.id());
-        if !others_younger_than(store, txn.id(), patience) {
-            return Ok(Emptied::OlderTransactionRuns(copied));
+        let txn = TxnState::begin(store, GC_WORKER);
+        let running = GcTxn::announce(store, txn.id());
+        // Ends the transaction (commit or rollback) before GC stops
+        // announcing it: writers that meet its keys wait while it runs.
+        let outcome = relocate_batch(store, &table, &candidate, batch, txn, patience);
+        drop(running);
+        match outcome? {
+            Batch::Committed => copied += batch.len() as u64,
+            Batch::OlderTransactionRuns => return Ok(Emptied::OlderTransactionRuns(copied)),
+            Batch::Busy => return Ok(Emptied::Busy(copied)),
         }
-        for &addr in batch {
-            // A head that moved since it was classified was written by
-            // someone else: the old version is dead now, or the block
-            // waits (a pending write over it may still abort).
-            if !txn.relocate(&table, addr)?
-                && !matches!(classify(store, &table, &candidate, addr.slot()), Slot::Dead)
-            {
-                return Ok(Emptied::Busy(copied));
-            }
-        }
-        txn.commit()?;
-        copied += batch.len() as u64;
     }
     block.retire();
     Ok(Emptied::Retired(copied))
+}
+
+/// How one system transaction of relocations ended.
+enum Batch {
+    Committed,
+    OlderTransactionRuns,
+    Busy,
+}
+
+/// Relocates `batch` in `txn` and commits it; drops it (rolling back)
+/// when that cannot be done now.
+fn relocate_batch(
+    store: &Store,
+    table: &Arc<TableRt>,
+    candidate: &Candidate<'_>,
+    batch: &[Addr],
+    mut txn: TxnState<'_>,
+    patience: Duration,
+) -> Result<Batch> {
+    if !others_younger_than(store, txn.id(), patience) {
+        return Ok(Batch::OlderTransactionRuns);
+    }
+    for &addr in batch {
+        // A head that moved since it was classified was written by
+        // someone else: the old version is dead now, or the block
+        // waits (a pending write over it may still abort).
+        if !txn.relocate(table, addr)?
+            && !matches!(classify(store, table, candidate, addr.slot()), Slot::Dead)
+        {
+            return Ok(Batch::Busy);
+        }
+    }
+    txn.commit()?;
+    Ok(Batch::Committed)
 }
 
 /// Publishes the running GC transaction's timestamp for its lifetime.

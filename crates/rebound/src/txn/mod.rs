@@ -1126,19 +1126,27 @@ impl<'s> TxnState<'s> {
         ts != self.ts && ts == self.store.gc_txn.load(Acquire)
     }
 
-    /// Spins until `word` changes from `seen` (a writer finishing), else conflict.
+    /// Spins until `word` changes from `seen` (a writer finishing), else
+    /// conflict. GC's transactions are waited for as long as they run: they
+    /// never make a user transaction conflict, and they always end (GC waits
+    /// for no user transaction once it has begun one), but a preempted GC
+    /// thread can hold its keys for longer than any spin.
     fn wait_for_writer(&self, word: &std::sync::atomic::AtomicU64, seen: u64) -> Result<()> {
-        for i in 0..WAIT_SPINS {
-            if word.load(Acquire) != seen {
-                return Ok(());
+        // `PENDING` and `LOCKED` are the same bit: the rest is the writer.
+        let writer = seen & !PENDING;
+        let mut spins = 0u32;
+        while word.load(Acquire) == seen {
+            if spins >= WAIT_SPINS && !self.is_gc(writer) {
+                return Err(Error::Conflict);
             }
-            if i % 256 == 255 {
+            if spins % 256 == 255 {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
             }
+            spins = spins.saturating_add(1);
         }
-        Err(Error::Conflict)
+        Ok(())
     }
 
     pub fn insert(&mut self, table: &TableRt, key: &[u8], value: &[u8]) -> Result<()> {
@@ -1266,6 +1274,10 @@ impl<'s> TxnState<'s> {
             self.wait_for_writer(&header.begin, begin)?;
             return Ok(None);
         }
+        // GC stops announcing its transaction only once it has ended.
+        if begin & PENDING != 0 && header.begin.load(Acquire) != begin {
+            return Ok(None);
+        }
         if begin & PENDING != 0 || begin > self.ts {
             return Err(Error::Conflict);
         }
@@ -1281,7 +1293,13 @@ impl<'s> TxnState<'s> {
                 self.wait_for_writer(&header.end, end)?;
                 return Ok(None);
             }
-            return Err(Error::Conflict);
+            return match header.end.load(Acquire) {
+                // An older transaction's successor committed after the
+                // index gave us this head (a GC copy, say): the index holds
+                // the successor now. Or the lock was released meanwhile.
+                now if now & LOCKED == 0 && now < self.ts => Ok(None),
+                _ => Err(Error::Conflict),
+            };
         }
         if header.read.load(SeqCst) > self.ts {
             header.end.store(0, Release);

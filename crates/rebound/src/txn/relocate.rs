@@ -5,8 +5,9 @@
 //! of their own: the copy commits like any version and the original gets
 //! a committed successor (and its obsolete bit) at publish. GC runs its
 //! transactions only when every other running transaction is younger
-//! (`gc::empty_block`), and writers that meet its locks wait for it, so a
-//! copy's timestamp never makes a user transaction conflict.
+//! (`gc::empty_block`), writers that meet its locks wait for it as long as
+//! it runs, and a writer whose head GC copied after its lookup looks again,
+//! so a copy's timestamp never makes a user transaction conflict.
 
 use super::{TableRt, Target, TxnState};
 use crate::error::Result;
