@@ -1123,7 +1123,8 @@ impl<'s> TxnState<'s> {
 
     /// Whether `ts` is GC's running system transaction (never this one).
     fn is_gc(&self, ts: u64) -> bool {
-        ts != self.ts && ts == self.store.gc_txn.load(Acquire)
+        // `gc_txn` is 0 while no GC transaction runs.
+        ts != 0 && ts != self.ts && ts == self.store.gc_txn.load(Acquire)
     }
 
     /// Spins until `word` changes from `seen` (a writer finishing), else
@@ -1298,6 +1299,11 @@ impl<'s> TxnState<'s> {
                 // index gave us this head (a GC copy, say): the index holds
                 // the successor now. Or the lock was released meanwhile.
                 now if now & LOCKED == 0 && now < self.ts => Ok(None),
+                // Reaped meanwhile, as checked above.
+                REAPED => {
+                    std::thread::yield_now();
+                    Ok(None)
+                }
                 _ => Err(Error::Conflict),
             };
         }
@@ -1346,7 +1352,13 @@ impl<'s> TxnState<'s> {
                 return Err(e);
             }
         };
-        let new_header = self.version(table, new)?;
+        let new_header = match self.version(table, new) {
+            Ok(new_header) => new_header,
+            Err(e) => {
+                header.end.store(0, Release);
+                return Err(e);
+            }
+        };
         new_header.read.store(read, Release);
         new_header.prev.store(head.0 + 1, Release);
         new_header.begin.store(PENDING | self.ts, Release);
