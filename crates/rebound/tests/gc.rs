@@ -64,6 +64,36 @@ fn contents(db: &Database, table: &Table) -> BTreeMap<Vec<u8>, Vec<u8>> {
     all.into_iter().collect()
 }
 
+/// Takes the medium as a crash leaves it and as a copy that kept every
+/// written line, reopens each, checks both hold `model`, and returns the
+/// blocks `collect` leaves on each: (without the crash, after it).
+fn blocks_without_and_after_crash(
+    db: Database,
+    device: &SimDevice,
+    options: impl Fn(SimDevice) -> Options,
+    model: &BTreeMap<Vec<u8>, Vec<u8>>,
+    seed: u64,
+    collect: impl Fn(&Database, &Table) -> u64,
+) -> (u64, u64) {
+    let (clean, crashed) = (device.clean_copy(), device.crash(seed));
+    drop(db);
+    let blocks_after_gc = |device: SimDevice| {
+        let db = Database::open("unused", options(device)).unwrap();
+        let table = db.table("t").unwrap().unwrap();
+        assert_eq!(&contents(&db, &table), model, "seed {seed}");
+        collect(&db, &table)
+    };
+    (blocks_after_gc(clean), blocks_after_gc(crashed))
+}
+
+/// Three GC rounds; the blocks they leave.
+fn three_gc_rounds(db: &Database, _: &Table) -> u64 {
+    for _ in 0..3 {
+        db.collect_garbage().unwrap();
+    }
+    db.stats().tables[0].blocks
+}
+
 #[test]
 fn file_stays_bounded_under_an_update_only_workload() {
     common::each_seed(file_stays_bounded_with);
@@ -296,18 +326,8 @@ fn obsolete_bits_across_a_crash_with(seed: u64, mode: CheckpointMode, checkpoint
     drop(session);
     // The same state with every line that was written, and after a crash
     // that lost what no fence covered: GC must leave as many blocks.
-    let (clean, crashed) = (device.clean_copy(), device.crash(seed));
-    drop(db);
-    let blocks_after_gc = |device: SimDevice| {
-        let db = Database::open("unused", options(device)).unwrap();
-        let table = db.table("t").unwrap().unwrap();
-        assert_eq!(contents(&db, &table), model, "seed {seed}");
-        for _ in 0..3 {
-            db.collect_garbage().unwrap();
-        }
-        db.stats().tables[0].blocks
-    };
-    let (reference, after_crash) = (blocks_after_gc(clean), blocks_after_gc(crashed));
+    let (reference, after_crash) =
+        blocks_without_and_after_crash(db, &device, options, &model, seed, three_gc_rounds);
     // The last commits' bits may be lost with them (no fence covered them).
     assert!(
         after_crash <= reference + 2,
@@ -423,35 +443,30 @@ fn obsolete_bits_racing_a_checkpoint_with(seed: u64, mode: CheckpointMode) {
         stop.store(true, Release);
         writer.join().unwrap()
     });
-    let (clean, crashed) = (device.clean_copy(), device.crash(seed));
-    drop(db);
-    let blocks_after_gc = |device: SimDevice| {
-        let db = Database::open("unused", options(device)).unwrap();
-        let table = db.table("t").unwrap().unwrap();
-        assert_eq!(contents(&db, &table), model, "seed {seed}");
-        // Every version from before the crash superseded: then each block
-        // of them is collected unless one of its bits was lost.
-        let mut session = db.session().unwrap();
-        for _ in 0..2 {
-            for k in 0..keys {
-                let mut txn = session.begin();
-                txn.update(&table, &k.to_be_bytes(), &[7; 8]).unwrap();
-                txn.commit().unwrap();
+    let (reference, after_crash) =
+        blocks_without_and_after_crash(db, &device, options, &model, seed, |db, table| {
+            // Every version from before the crash superseded: then each block
+            // of them is collected unless one of its bits was lost.
+            let mut session = db.session().unwrap();
+            for _ in 0..2 {
+                for k in 0..keys {
+                    let mut txn = session.begin();
+                    txn.update(table, &k.to_be_bytes(), &[7; 8]).unwrap();
+                    txn.commit().unwrap();
+                }
             }
-        }
-        // A round frees a bounded number of blocks: go on until one frees none.
-        let mut blocks = db.stats().tables[0].blocks;
-        for _ in 0..100 {
-            db.collect_garbage().unwrap();
-            let now = db.stats().tables[0].blocks;
-            if now == blocks {
-                break;
+            // A round frees a bounded number of blocks: go on until one frees none.
+            let mut blocks = db.stats().tables[0].blocks;
+            for _ in 0..100 {
+                db.collect_garbage().unwrap();
+                let now = db.stats().tables[0].blocks;
+                if now == blocks {
+                    break;
+                }
+                blocks = now;
             }
-            blocks = now;
-        }
-        blocks
-    };
-    let (reference, after_crash) = (blocks_after_gc(clean), blocks_after_gc(crashed));
+            blocks
+        });
     // The writer's last commits' bits may be lost with them.
     assert!(
         after_crash <= reference + 2,
@@ -506,18 +521,8 @@ fn tombstones_superseded_after_a_checkpoint_keep_their_obsolete_bits_across_a_cr
         }
         long.commit().unwrap();
         drop((session, reader));
-        let (clean, crashed) = (device.clean_copy(), device.crash(seed));
-        drop(db);
-        let blocks_after_gc = |device: SimDevice| {
-            let db = Database::open("unused", options(device)).unwrap();
-            let table = db.table("t").unwrap().unwrap();
-            assert_eq!(contents(&db, &table), model, "seed {seed}");
-            for _ in 0..3 {
-                db.collect_garbage().unwrap();
-            }
-            db.stats().tables[0].blocks
-        };
-        let (reference, after_crash) = (blocks_after_gc(clean), blocks_after_gc(crashed));
+        let (reference, after_crash) =
+            blocks_without_and_after_crash(db, &device, options, &model, seed, three_gc_rounds);
         // The last commit's bit may be lost with it.
         assert!(
             after_crash <= reference + 1,

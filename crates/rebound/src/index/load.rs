@@ -41,16 +41,11 @@ impl BTree {
 
     /// Upserts entries sorted strictly ascending, leaf by leaf (redo on
     /// top of a tree loaded from node images); ignores gap marks. Returns
-    /// how many keys were new.
+    /// how many keys were new, and notes in `replaced` every value an entry
+    /// replaced with another.
     ///
     /// # Panics
     /// If a key is empty or longer than [`super::MAX_KEY_LEN`].
-    pub fn upsert_sorted<K: AsRef<[u8]>>(&self, entries: &[(K, u64)]) -> usize {
-        self.merge_sorted_entries(entries, true, &mut Vec::new())
-    }
-
-    /// `upsert_sorted`, noting in `replaced` every value an entry replaced
-    /// with another.
     pub fn upsert_sorted_noting<K: AsRef<[u8]>>(
         &self,
         entries: &[(K, u64)],

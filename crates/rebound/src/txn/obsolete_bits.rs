@@ -54,14 +54,7 @@ impl ObsoleteBits {
     /// Starts writing back the bits kept for this commit, once per line;
     /// the commit's fence makes them durable.
     pub(crate) fn write_back_with_commit(&mut self, medium: &Medium) {
-        if self.next_commit.is_empty() {
-            return;
-        }
-        compact(&mut self.next_commit);
-        for &word in &self.next_commit {
-            medium.persist(word, 8);
-        }
-        self.next_commit.clear();
+        write_back_lines(medium, &mut self.next_commit);
     }
 
     /// Remembers that a bit in bitmap word `word` was set; writes every
@@ -85,11 +78,7 @@ impl ObsoleteBits {
     /// Starts writing back every remembered line, once per line, and
     /// forgets them; the caller fences.
     pub(crate) fn write_back(&mut self, medium: &Medium) {
-        compact(&mut self.words);
-        for &word in &self.words {
-            medium.persist(word, 8);
-        }
-        self.words.clear();
+        write_back_lines(medium, &mut self.words);
     }
 
     /// Moves every remembered word into `into`, leaving this one empty
@@ -106,6 +95,15 @@ impl ObsoleteBits {
         lines.dedup();
         lines.len()
     }
+}
+
+/// Starts writing back the lines of `words`, once each, and empties it.
+fn write_back_lines(medium: &Medium, words: &mut Vec<u64>) {
+    compact(words);
+    for &word in words.iter() {
+        medium.persist(word, 8);
+    }
+    words.clear();
 }
 
 /// Keeps one word per line.
