@@ -745,7 +745,7 @@ impl Database {
             gc_failures: failures.gc,
             checkpoint_failures: failures.checkpoint,
             last_error: failures.last_error.clone(),
-            poisoned: self.inner.poisoned.lock().clone(),
+            poisoned: self.inner.poisoned_by(),
             commits,
             conflicts,
             versions_written: store.versions_written(),
@@ -814,8 +814,8 @@ impl Database {
     }
 
     fn check_open(&self) -> Result<()> {
-        if let Some(why) = self.inner.poisoned.lock().as_ref() {
-            return Err(Error::Poisoned(why.clone()));
+        if let Some(why) = self.inner.poisoned_by() {
+            return Err(Error::Poisoned(why));
         }
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -1238,6 +1238,17 @@ fn ensure_directory(dir: &Path, create: bool) -> Result<()> {
 }
 
 impl DbInner {
+    /// Why the database refuses work, if it does: a background thread
+    /// panicked, or the medium failed a sync (after which nothing written
+    /// can be trusted to reach it; reopening recovers what did).
+    fn poisoned_by(&self) -> Option<String> {
+        let mut poisoned = self.poisoned.lock();
+        if poisoned.is_none() {
+            *poisoned = self.store.medium.failure();
+        }
+        poisoned.clone()
+    }
+
     /// Records a panic of a background thread; from now on the database
     /// refuses work. What was acknowledged is durable already.
     fn poison(&self, thread: &str, panic: &(dyn std::any::Any + Send)) {

@@ -9,7 +9,13 @@
 //! |---|---|---|---|
 //! | [`Backend::PersistentMemory`] (file on tmpfs/DAX) | `clwb` per 64-byte line (`clflushopt`/`clflush` fallback) | `sfence` | process crash (tmpfs) / power loss (real DAX) |
 //! | [`Backend::Disk`] (file on a block filesystem) | widen the dirty range | `msync` of the dirty range, coalesced across threads (group commit) | power loss |
+//! | [`Backend::Disk`] over a [`SimDevice::disk`] | widen the dirty range | the same group commit, copying the dirty pages into the durable image | simulated power cuts with a seed |
 //! | [`Backend::Simulated`] ([`SimDevice`]) | remember the lines | copy remembered lines into the durable image | simulated crashes with a seed |
+//!
+//! A failed `msync` is final: the kernel may have dropped the dirty pages
+//! it could not write, so a later sync that succeeds proves nothing about
+//! them. Every later `fence()` fails, and [`Medium::failure`] tells the
+//! database to refuse work until it is reopened from what is on disk.
 //! | [`Backend::Volatile`] (anonymous memory) | nothing | nothing | nothing (the `none` design) |
 //!
 //! # Assumptions about the medium
@@ -72,24 +78,74 @@ pub enum Guarantee {
 pub(crate) enum Backend {
     Volatile,
     PersistentMemory { file: File, flush: flush::Flusher },
-    Disk { file: File, sync: DiskSync },
+    Disk { target: DiskTarget, sync: DiskSync },
+    Simulated(SimDevice),
+}
+
+/// What a disk backend's sync rounds write to: a real file, or a
+/// simulated disk whose power cuts lose what no round wrote.
+pub(crate) enum DiskTarget {
+    File(File),
     Simulated(SimDevice),
 }
 
 /// Group commit for `msync`: a fence that arrives while a sync is running
 /// waits for the next one instead of issuing its own.
 pub(crate) struct DiskSync {
-    dirty_lo: AtomicU64,
-    dirty_hi: AtomicU64,
+    /// Bytes persisted since a round last took them. One lock for both
+    /// ends: a round must take every persist's whole range or none of it
+    /// (with an atomic per end, a round between a persist's two updates
+    /// took its low end without its high end and synced nothing for it).
+    dirty: Mutex<DirtyRange>,
     state: Mutex<SyncState>,
     done: Condvar,
+}
+
+#[derive(Clone, Copy)]
+struct DirtyRange {
+    lo: u64,
+    hi: u64,
+}
+
+impl DirtyRange {
+    const EMPTY: DirtyRange = DirtyRange {
+        lo: u64::MAX,
+        hi: 0,
+    };
 }
 
 #[derive(Default)]
 struct SyncState {
     running: bool,
     completed_rounds: u64,
-    last_error: Option<String>,
+    /// The first failed round's error. Never cleared: see the module
+    /// header on why a failed sync is final.
+    failed: Option<String>,
+}
+
+impl DiskSync {
+    fn new() -> Self {
+        DiskSync {
+            dirty: Mutex::new(DirtyRange::EMPTY),
+            state: Mutex::new(SyncState::default()),
+            done: Condvar::new(),
+        }
+    }
+
+    fn note_dirty(&self, first: u64, end: u64) {
+        debug_assert!(first < end, "an empty dirty range");
+        let mut dirty = self.dirty.lock();
+        dirty.lo = dirty.lo.min(first);
+        dirty.hi = dirty.hi.max(end);
+    }
+
+    fn take_dirty(&self) -> DirtyRange {
+        std::mem::replace(&mut *self.dirty.lock(), DirtyRange::EMPTY)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.state.lock().failed.clone()
+    }
 }
 
 /// The persistence medium. Cheap to share behind an `Arc`.
@@ -121,19 +177,26 @@ impl Medium {
     /// A file mapping persisted with `msync` (a disk filesystem).
     pub(crate) fn disk(file: File, reserve: u64) -> Result<Self> {
         let map = Mapping::file(&file, reserve)?;
-        let sync = DiskSync {
-            dirty_lo: AtomicU64::new(u64::MAX),
-            dirty_hi: AtomicU64::new(0),
-            state: Mutex::new(SyncState::default()),
-            done: Condvar::new(),
+        let backend = Backend::Disk {
+            target: DiskTarget::File(file),
+            sync: DiskSync::new(),
         };
-        Ok(Self::with(Arc::new(map), Backend::Disk { file, sync }, 0))
+        Ok(Self::with(Arc::new(map), backend, 0))
     }
 
-    /// The working image of a simulated device.
+    /// The working image of a simulated device: persistent memory, or a
+    /// disk behind the same group commit as a real one.
     pub(crate) fn simulated(device: SimDevice) -> Self {
         let map = device.working_mapping();
-        Self::with(map, Backend::Simulated(device), 0)
+        let backend = if device.is_disk() {
+            Backend::Disk {
+                target: DiskTarget::Simulated(device),
+                sync: DiskSync::new(),
+            }
+        } else {
+            Backend::Simulated(device)
+        };
+        Self::with(map, backend, 0)
     }
 
     fn with(map: Arc<Mapping>, backend: Backend, latency_ns_per_line: u64) -> Self {
@@ -149,8 +212,15 @@ impl Medium {
         match self.backend {
             Backend::Volatile => Guarantee::None,
             Backend::PersistentMemory { .. } => Guarantee::ProcessCrash,
-            Backend::Disk { .. } => Guarantee::PowerLoss,
-            Backend::Simulated(_) => Guarantee::Simulated,
+            Backend::Disk {
+                target: DiskTarget::File(_),
+                ..
+            } => Guarantee::PowerLoss,
+            Backend::Disk {
+                target: DiskTarget::Simulated(_),
+                ..
+            }
+            | Backend::Simulated(_) => Guarantee::Simulated,
         }
     }
 
@@ -180,10 +250,13 @@ impl Medium {
         match &self.backend {
             Backend::Volatile => {}
             Backend::PersistentMemory { file, .. } => mapping::allocate(file, new_len)?,
-            Backend::Disk { file, .. } => {
-                mapping::allocate(file, new_len)?;
-                file.sync_all()?;
-            }
+            Backend::Disk { target, .. } => match target {
+                DiskTarget::File(file) => {
+                    mapping::allocate(file, new_len)?;
+                    file.sync_all()?;
+                }
+                DiskTarget::Simulated(dev) => dev.grow(new_len),
+            },
             Backend::Simulated(dev) => dev.grow(new_len),
         }
         self.map.set_len(new_len);
@@ -203,10 +276,14 @@ impl Medium {
         }
         match &self.backend {
             Backend::Volatile => self.map.drop_pages(off, len),
-            Backend::PersistentMemory { file, .. } | Backend::Disk { file, .. } => {
+            Backend::PersistentMemory { file, .. }
+            | Backend::Disk {
+                target: DiskTarget::File(file),
+                ..
+            } => {
                 mapping::punch_hole(file, off, len);
             }
-            Backend::Simulated(_) => {}
+            Backend::Disk { .. } | Backend::Simulated(_) => {}
         }
     }
 
@@ -214,10 +291,12 @@ impl Medium {
     /// so that a full file system is an error here, not a SIGBUS later.
     pub fn refill(&self, off: u64, len: u64) -> Result<()> {
         match &self.backend {
-            Backend::PersistentMemory { file, .. } | Backend::Disk { file, .. } => {
-                mapping::refill_hole(file, off, len)
-            }
-            Backend::Volatile | Backend::Simulated(_) => Ok(()),
+            Backend::PersistentMemory { file, .. }
+            | Backend::Disk {
+                target: DiskTarget::File(file),
+                ..
+            } => mapping::refill_hole(file, off, len),
+            Backend::Volatile | Backend::Disk { .. } | Backend::Simulated(_) => Ok(()),
         }
     }
 
@@ -357,10 +436,7 @@ impl Medium {
                 }
                 self.inject_latency(first, end);
             }
-            Backend::Disk { sync, .. } => {
-                sync.dirty_lo.fetch_min(first, Ordering::AcqRel);
-                sync.dirty_hi.fetch_max(end, Ordering::AcqRel);
-            }
+            Backend::Disk { sync, .. } => sync.note_dirty(first, end),
             Backend::Simulated(dev) => dev.note_persist(first, end),
         }
     }
@@ -430,11 +506,11 @@ impl Medium {
         // the running one and then make sure one more round completes.
         let target = state.completed_rounds + if state.running { 2 } else { 1 };
         loop {
+            if let Some(failed) = &state.failed {
+                return Err(sync_failed(failed));
+            }
             if state.completed_rounds >= target {
-                return match &state.last_error {
-                    Some(e) => Err(Error::Io(std::io::Error::other(e.clone()))),
-                    None => Ok(()),
-                };
+                return Ok(());
             }
             if state.running {
                 sync.done.wait(&mut state);
@@ -444,26 +520,48 @@ impl Medium {
             drop(state);
             let outcome = self.sync_dirty_range(sync);
             state = sync.state.lock();
+            assert!(state.running, "a sync round ended that was not running");
             state.running = false;
             state.completed_rounds += 1;
-            state.last_error = outcome.err().map(|e| e.to_string());
+            if let Err(e) = outcome {
+                state.failed.get_or_insert(e.to_string());
+            }
             sync.done.notify_all();
         }
     }
 
     fn sync_dirty_range(&self, sync: &DiskSync) -> std::io::Result<()> {
-        let lo = sync.dirty_lo.swap(u64::MAX, Ordering::AcqRel);
-        let hi = sync.dirty_hi.swap(0, Ordering::AcqRel);
-        if lo >= hi {
-            return Ok(());
+        let Backend::Disk { target, .. } = &self.backend else {
+            unreachable!("sync rounds run on disk backends only");
+        };
+        let DirtyRange { lo, hi } = sync.take_dirty();
+        let hi = hi.min(self.len());
+        match target {
+            DiskTarget::File(_) if lo >= hi => Ok(()),
+            DiskTarget::File(_) => self.map.msync(lo, hi),
+            DiskTarget::Simulated(dev) => dev.sync_pages(lo, hi),
         }
-        self.map.msync(lo, hi.min(self.len()))
+    }
+
+    /// Why the medium refuses to make anything durable any more (a failed
+    /// sync), if it does; the database then refuses work until reopened.
+    pub fn failure(&self) -> Option<String> {
+        match &self.backend {
+            Backend::Disk { sync, .. } => sync.failure(),
+            _ => None,
+        }
     }
 
     /// Reports whether `[off, off+len)` lies inside the usable length.
     pub fn contains(&self, off: u64, len: u64) -> bool {
         off.checked_add(len).is_some_and(|end| end <= self.len())
     }
+}
+
+fn sync_failed(why: &str) -> Error {
+    Error::Io(std::io::Error::other(format!(
+        "an earlier sync failed ({why}); nothing is made durable until the database is reopened"
+    )))
 }
 
 /// Starts loading the cache line holding `at` into all cache levels; a

@@ -8,6 +8,14 @@
 //! 8-byte granularity. That is exactly the freedom real hardware has with
 //! unfenced stores, so a seed reproduces one possible crash outcome.
 //!
+//! A device made with [`SimDevice::disk`] is a disk instead: the medium
+//! runs its real group commit over it, each sync round copies the dirty
+//! 4 KiB pages into the durable image, and a power cut gives every page
+//! that differs a seeded fate: lost, kept, or torn at 512-byte sectors
+//! (a disk writes sectors whole). The page cache may write a dirty page
+//! back at any time, so a page never synced may survive too. Its "fences"
+//! are the sync rounds, and [`SimDevice::fail_next_sync`] makes one fail.
+//!
 //! A crash can be requested now ([`SimDevice::crash`]) or armed to happen at
 //! the n-th fence ([`SimDevice::arm_crash_at_fence`]); in the latter case the
 //! image is captured just before that fence takes effect and the program
@@ -27,6 +35,9 @@ pub struct SimDevice {
 }
 
 struct SimInner {
+    model: Model,
+    /// Set by `fail_next_sync`; taken by the next sync round.
+    fail_sync: std::sync::atomic::AtomicBool,
     working: Arc<Mapping>,
     durable: Mutex<Vec<u8>>,
     pending: Mutex<BTreeSet<u64>>,
@@ -34,6 +45,20 @@ struct SimInner {
     armed: Mutex<Option<Armed>>,
     captured: Mutex<Option<Vec<u8>>>,
 }
+
+/// What kind of device is simulated, and so how a crash treats what
+/// was never made durable.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Model {
+    /// Persistent memory: 64-byte lines, torn at 8-byte words.
+    Memory,
+    /// A disk: 4 KiB pages, torn at 512-byte sectors.
+    Disk,
+}
+
+/// A disk's write-back unit and its atomic unit.
+const PAGE: u64 = 4096;
+const SECTOR: u64 = 512;
 
 #[derive(Clone, Copy)]
 struct Armed {
@@ -52,10 +77,27 @@ enum LineFate {
 impl SimDevice {
     /// An empty device that can grow to `capacity` bytes.
     pub fn new(capacity: u64) -> Self {
-        Self::from_image(Vec::new(), capacity)
+        Self::from_image(Vec::new(), capacity, Model::Memory)
     }
 
-    fn from_image(image: Vec<u8>, capacity: u64) -> Self {
+    /// An empty simulated disk that can grow to `capacity` bytes: the
+    /// database persists to it with the group commit of a file on disk.
+    pub fn disk(capacity: u64) -> Self {
+        Self::from_image(Vec::new(), capacity, Model::Disk)
+    }
+
+    /// Whether this device simulates a disk (see [`SimDevice::disk`]).
+    pub fn is_disk(&self) -> bool {
+        self.inner.model == Model::Disk
+    }
+
+    /// Makes the next sync round of a simulated disk fail with an I/O
+    /// error, writing nothing (as a failing disk may).
+    pub fn fail_next_sync(&self) {
+        self.inner.fail_sync.store(true, Ordering::Release);
+    }
+
+    fn from_image(image: Vec<u8>, capacity: u64, model: Model) -> Self {
         let capacity = capacity.max(image.len() as u64);
         let working = Mapping::anonymous(capacity, image.len() as u64)
             .expect("anonymous mapping for a simulated device");
@@ -69,6 +111,8 @@ impl SimDevice {
         }
         SimDevice {
             inner: Arc::new(SimInner {
+                model,
+                fail_sync: std::sync::atomic::AtomicBool::new(false),
                 working: Arc::new(working),
                 durable: Mutex::new(image),
                 pending: Mutex::new(BTreeSet::new()),
@@ -98,13 +142,18 @@ impl SimDevice {
     /// The device as it would be found after the armed crash, once it fired.
     pub fn take_crash(&self) -> Option<SimDevice> {
         let image = self.inner.captured.lock().take()?;
-        Some(Self::from_image(image, self.inner.working.reserved()))
+        Some(self.like(image))
     }
 
     /// The device as it would be found after a crash right now.
     pub fn crash(&self, seed: u64) -> SimDevice {
         let image = self.crash_image(seed);
-        Self::from_image(image, self.inner.working.reserved())
+        self.like(image)
+    }
+
+    /// A device of this one's model and capacity holding `image`.
+    fn like(&self, image: Vec<u8>) -> SimDevice {
+        Self::from_image(image, self.inner.working.reserved(), self.inner.model)
     }
 
     /// The device after a clean power-off: everything written survives.
@@ -119,7 +168,7 @@ impl SimDevice {
                     .to_le_bytes()
             })
             .collect();
-        Self::from_image(image, self.inner.working.reserved())
+        self.like(image)
     }
 
     /// Length of the medium in bytes.
@@ -155,12 +204,8 @@ impl SimDevice {
     }
 
     pub(crate) fn fence(&self, working: &Mapping) {
-        let number = self.inner.fences.fetch_add(1, Ordering::AcqRel) + 1;
-        let armed = *self.inner.armed.lock();
-        if let Some(armed) = armed.filter(|a| a.at_fence == number) {
-            let image = self.crash_image(armed.seed);
-            *self.inner.captured.lock() = Some(image);
-        }
+        debug_assert!(!self.is_disk(), "a disk is made durable by sync rounds");
+        self.count_fence();
         // The image is locked before the lines are taken: a fence must not
         // return while lines noted before it are still on their way, also
         // when a concurrent fence took them first (that one copies them
@@ -175,6 +220,49 @@ impl SimDevice {
         }
     }
 
+    /// Counts a fence (a sync round on a disk) and captures the armed
+    /// crash image if this is its fence, before the fence takes effect.
+    fn count_fence(&self) {
+        let number = self.inner.fences.fetch_add(1, Ordering::AcqRel) + 1;
+        let armed = *self.inner.armed.lock();
+        if let Some(armed) = armed.filter(|a| a.at_fence == number) {
+            let image = self.crash_image(armed.seed);
+            *self.inner.captured.lock() = Some(image);
+        }
+    }
+
+    /// A sync round of a simulated disk: copies the pages of `[lo, hi)`
+    /// into the durable image (nothing when the range is empty).
+    pub(crate) fn sync_pages(&self, lo: u64, hi: u64) -> std::io::Result<()> {
+        assert!(self.is_disk(), "only a disk has sync rounds");
+        self.count_fence();
+        if self.inner.fail_sync.swap(false, Ordering::AcqRel) {
+            return Err(std::io::Error::other("simulated sync failure"));
+        }
+        if lo >= hi {
+            return Ok(());
+        }
+        let working = &self.inner.working;
+        let mut durable = self.inner.durable.lock();
+        let end = hi.min(durable.len() as u64).min(working.len());
+        let mut page = lo / PAGE * PAGE;
+        while page < end {
+            let page_end = (page + PAGE).min(end);
+            copy_words(working, &mut durable, page, page_end, |_| true);
+            page = page_end;
+        }
+        Ok(())
+    }
+
+    /// The durable image's word at `off` (what a power cut now keeps for
+    /// sure, whatever its seed).
+    #[cfg(test)]
+    fn durable_word(&self, off: u64) -> u64 {
+        let durable = self.inner.durable.lock();
+        let at = off as usize;
+        u64::from_le_bytes(durable[at..at + 8].try_into().expect("a word"))
+    }
+
     fn crash_image(&self, seed: u64) -> Vec<u8> {
         let working = &self.inner.working;
         // Held to the end, so that no fence completes meanwhile: a line
@@ -185,16 +273,28 @@ impl SimDevice {
         let durable = self.inner.durable.lock();
         let mut image = durable.clone();
         let mut rng = SplitMix64(seed);
+        let (unit, atom) = match self.inner.model {
+            Model::Memory => (super::LINE, 8),
+            Model::Disk => (PAGE, SECTOR),
+        };
         let len = image.len() as u64;
         let mut line = 0;
         while line < len {
-            let end = (line + super::LINE).min(len);
+            let end = (line + unit).min(len);
             if line_differs(working, &image, line, end) {
                 match rng.fate() {
                     LineFate::Lost => {}
                     LineFate::Kept => copy_words(working, &mut image, line, end, |_| true),
-                    LineFate::Torn => {
+                    // Persistent memory draws per word (as it always did,
+                    // so that listed seeds replay); a disk per sector.
+                    LineFate::Torn if atom == 8 => {
                         copy_words(working, &mut image, line, end, |_| rng.next() & 1 == 1)
+                    }
+                    LineFate::Torn => {
+                        let sectors = rng.next();
+                        copy_words(working, &mut image, line, end, |at| {
+                            sectors >> ((at - line) / atom) & 1 == 1
+                        })
                     }
                 }
             }
@@ -333,5 +433,60 @@ mod tests {
                 }
             }
         });
+    }
+
+    /// Group commit on a disk: once `fence()` returns, what the thread
+    /// persisted before it is in the durable image, however the threads'
+    /// persists and sync rounds interleave. More threads than cores, so
+    /// that a thread is preempted between noting its range and fencing.
+    #[test]
+    fn a_disk_fence_returns_only_once_a_sync_round_wrote_the_range() {
+        const THREADS: u64 = 8;
+        const ROUNDS: u64 = 20_000;
+        let device = SimDevice::disk(1 << 20);
+        let medium = Medium::simulated(device.clone());
+        medium.grow(THREADS * 4096 * 2).unwrap();
+        std::thread::scope(|scope| {
+            for t in 0..THREADS {
+                let (medium, device) = (&medium, &device);
+                scope.spawn(move || {
+                    // Every other page, so that no sync of a neighbour's
+                    // page covers this one by accident.
+                    let at = t * 2 * 4096 + 8 * t;
+                    for round in 1..=ROUNDS {
+                        medium.store(at, round);
+                        medium.persist(at, 8);
+                        medium.fence().unwrap();
+                        let durable = device.durable_word(at);
+                        assert!(
+                            durable >= round,
+                            "thread {t}: fence returned with round {round} not synced (durable: {durable})"
+                        );
+                    }
+                });
+            }
+        });
+    }
+
+    /// A failed sync is final: the fence that waited for it fails, and so
+    /// does every later one, even when the later rounds would succeed.
+    #[test]
+    fn a_failed_disk_sync_fails_every_later_fence() {
+        let device = SimDevice::disk(1 << 20);
+        let medium = Medium::simulated(device.clone());
+        medium.grow(8192).unwrap();
+        medium.store(0, 1);
+        medium.persist_now(0, 8).unwrap();
+        device.fail_next_sync();
+        medium.store(0, 2);
+        assert!(medium.persist_now(0, 8).is_err(), "the failed round");
+        assert_eq!(device.durable_word(0), 1, "the failed round wrote nothing");
+        medium.store(4096, 3);
+        let later = medium.persist_now(4096, 8);
+        assert!(
+            later.is_err(),
+            "a fence after a failed sync returned {later:?}"
+        );
+        assert!(medium.failure().is_some());
     }
 }
