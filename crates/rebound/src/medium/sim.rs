@@ -442,7 +442,7 @@ mod tests {
     #[test]
     fn a_disk_fence_returns_only_once_a_sync_round_wrote_the_range() {
         const THREADS: u64 = 8;
-        const ROUNDS: u64 = 20_000;
+        const ROUNDS: u64 = 1_000_000;
         let device = SimDevice::disk(1 << 20);
         let medium = Medium::simulated(device.clone());
         medium.grow(THREADS * 4096 * 2).unwrap();
