@@ -98,6 +98,11 @@ use std::sync::atomic::Ordering::Acquire;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+/// The range of `Options::checkpoint_chain_depth`: a merge needs two
+/// deltas above a base, and a chain may hold at most `MAX_CHAIN` images.
+pub const MIN_CHAIN_DEPTH: usize = 3;
+pub const MAX_CHAIN_DEPTH: usize = MAX_CHAIN as usize - 1;
+
 /// Which index checkpoints to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -256,7 +261,7 @@ impl Checkpointer {
     ) -> Checkpointer {
         Checkpointer {
             mode,
-            compact_depth: compact_depth.clamp(3, MAX_CHAIN as usize - 1),
+            compact_depth: compact_depth.clamp(MIN_CHAIN_DEPTH, MAX_CHAIN_DEPTH),
             background_folds: false,
             folding: None,
             folded: None,

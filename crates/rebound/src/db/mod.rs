@@ -431,6 +431,7 @@ impl Database {
     /// Opens (or creates) the database in directory `path`.
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Database> {
         let started = Instant::now();
+        validate_options(&options)?;
         let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
         let wal_found = match options.durability {
             Durability::Wal => Some(wal::read_directory(
@@ -1087,6 +1088,67 @@ fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
     }
 }
 
+/// The smallest `max_size` accepted: the metadata area. A size below it
+/// is refused at `open`; above it, growth past the size is `OutOfSpace`.
+pub const MIN_MAX_SIZE: u64 = catalog::DATA_START;
+/// The largest injected latency per line: a second already models no
+/// medium, and the bound keeps the latency arithmetic from overflowing.
+pub const MAX_PERSIST_LATENCY_NS: u64 = 1_000_000_000;
+
+/// Refuses options no database can run with, naming the option, so that
+/// nothing is created or recovered with them.
+fn validate_options(options: &Options) -> Result<()> {
+    let invalid = |what: String| Err(Error::InvalidOption(what));
+    if options.max_size < MIN_MAX_SIZE {
+        return invalid(format!(
+            "max_size {} is below the minimum of {MIN_MAX_SIZE} bytes",
+            options.max_size
+        ));
+    }
+    if options.persist_latency_ns > MAX_PERSIST_LATENCY_NS {
+        return invalid(format!(
+            "persist_latency_ns {} is above {MAX_PERSIST_LATENCY_NS}",
+            options.persist_latency_ns
+        ));
+    }
+    if options.checkpoint_interval.is_zero() {
+        return invalid("checkpoint_interval must be above zero".into());
+    }
+    if options.checkpoint_after_versions == 0 {
+        return invalid("checkpoint_after_versions must be above zero".into());
+    }
+    let depths = crate::checkpoint::MIN_CHAIN_DEPTH..=crate::checkpoint::MAX_CHAIN_DEPTH;
+    if !depths.contains(&options.checkpoint_chain_depth) {
+        return invalid(format!(
+            "checkpoint_chain_depth {} is outside {}..={}",
+            options.checkpoint_chain_depth,
+            depths.start(),
+            depths.end()
+        ));
+    }
+    if options.wal_log_limit == 0 {
+        return invalid("wal_log_limit must be above zero".into());
+    }
+    validate_gc(&options.gc)
+}
+
+fn validate_gc(gc: &GcOptions) -> Result<()> {
+    let fraction = |x: f64| x > 0.0 && x <= 1.0;
+    if !fraction(gc.threshold) {
+        return Err(Error::InvalidOption(format!(
+            "gc threshold {} is outside (0, 1]",
+            gc.threshold
+        )));
+    }
+    if gc.space_target.is_nan() || gc.space_target < 1.0 {
+        return Err(Error::InvalidOption(format!(
+            "gc space_target {} is below 1",
+            gc.space_target
+        )));
+    }
+    Ok(())
+}
+
 fn validate_table(name: &str, options: &TableOptions) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(Error::InvalidTable(format!(
@@ -1145,17 +1207,33 @@ fn open_file_medium(
     choice: &MediumChoice,
     options: &Options,
 ) -> Result<(Medium, Option<File>, bool)> {
-    let file_path = prepare_directory(dir, options.create_if_missing)?;
+    ensure_directory(dir, options.create_if_missing)?;
+    // Locked before anything in it is looked at: two first opens must not
+    // both create (one would truncate or replace the other's mapped file).
+    let lock = lock_directory(dir)?;
+    let file_path = prepare_directory(dir)?;
     let existing = file_path.exists();
     if !existing {
         create_data_file(dir, &file_path, choice, options)?;
     }
     let file = OpenOptions::new().read(true).write(true).open(&file_path)?;
+    // The file's own lock too, for a process that locks only the file.
     if file.try_lock().is_err() {
         return Err(Error::Locked);
     }
-    let lock = file.try_clone()?;
     Ok((map_file(dir, file, choice, options)?, Some(lock), existing))
+}
+
+/// Takes the directory's exclusive lock (`flock` on the directory
+/// itself, so the directory holds nothing but the data file); it is held
+/// for as long as the returned handle lives.
+fn lock_directory(dir: &Path) -> Result<File> {
+    let handle = File::open(dir)?;
+    match handle.try_lock() {
+        Ok(()) => Ok(handle),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked),
+        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+    }
 }
 
 fn map_file(dir: &Path, file: File, choice: &MediumChoice, options: &Options) -> Result<Medium> {
@@ -1169,6 +1247,24 @@ fn map_file(dir: &Path, file: File, choice: &MediumChoice, options: &Options) ->
     } else {
         Medium::disk(file, options.max_size)
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: the next fold thread this thread starts fails to spawn.
+    static FAIL_NEXT_FOLD_SPAWN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn spawn_fold_thread(
+    fold: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    #[cfg(test)]
+    if FAIL_NEXT_FOLD_SPAWN.with(|fail| fail.replace(false)) {
+        return Err(std::io::Error::other("simulated spawn failure"));
+    }
+    std::thread::Builder::new()
+        .name("rebound-fold".into())
+        .spawn(fold)
 }
 
 /// Formats a new data file under a temporary name and renames it into
@@ -1196,9 +1292,9 @@ fn create_data_file(
     Ok(())
 }
 
-/// Makes sure `dir` is a directory we may use; returns the data file path.
-fn prepare_directory(dir: &Path, create: bool) -> Result<PathBuf> {
-    ensure_directory(dir, create)?;
+/// Makes sure the locked directory `dir` is one we may use; returns the
+/// data file path.
+fn prepare_directory(dir: &Path) -> Result<PathBuf> {
     let file_path = dir.join(DATA_FILE);
     if file_path.exists() && !file_path.is_file() {
         return Err(Error::NotADatabase(format!(
@@ -1381,10 +1477,12 @@ impl DbInner {
             return;
         };
         let inner = this.clone();
-        let spawned = std::thread::Builder::new()
-            .name("rebound-fold".into())
-            .spawn(move || inner.run_fold(job));
-        *folder = spawned.ok();
+        match spawn_fold_thread(move || inner.run_fold(job)) {
+            Ok(handle) => *folder = Some(handle),
+            // The fold counts as failed: the next checkpoint clears it, and
+            // a later one is tried (else the chain never folds again).
+            Err(e) => self.checkpointer.lock().fold_done(Err(e.into())),
+        }
     }
 
     fn run_fold(&self, job: FoldJob) {
@@ -1661,8 +1759,15 @@ impl DbInner {
         let Some((interval, volume)) = m.trigger else {
             return gc;
         };
-        let written = self.store.versions_written();
+        // The mark first: a checkpoint of another thread may move it past
+        // a count read before it (the count only grows, so read after, it
+        // is at least the mark).
         let (last_time, last_versions) = *self.checkpointed_at.lock();
+        let written = self.store.versions_written();
+        assert!(
+            written >= last_versions,
+            "versions written went back from {last_versions} to {written}"
+        );
         let due = written - last_versions >= volume
             || (written > last_versions && last_time.elapsed() >= interval);
         let checkpoint = match due {
@@ -1929,5 +2034,56 @@ mod tests {
                 "key {key}"
             );
         }
+    }
+
+    /// A fold thread that fails to spawn must not leave the chain marked
+    /// as folding: the failure is reported by the next checkpoint and a
+    /// later fold starts (before, no fold ever started again).
+    #[test]
+    fn a_fold_that_fails_to_spawn_is_tried_again() {
+        let device = SimDevice::new(1 << 28);
+        let options = simulated(&device)
+            .checkpoint(CheckpointMode::Chain)
+            .checkpoint_chain_depth(4);
+        let db = Database::open("unused", options).unwrap();
+        let table_options = TableOptions::default().max_key_len(8).max_value_len(8);
+        let t = db.create_table("t", table_options).unwrap();
+        db.inner.checkpointer.lock().fold_in_background(true);
+        let mut session = db.session().unwrap();
+        let mut round = 0u64;
+        // A round of updates as large as the base, a checkpoint, and a
+        // chance for a fold to start; the checkpoint that installs the
+        // failed fold reports it.
+        let mut next_round = || {
+            round += 1;
+            for key in 0..10u64 {
+                let mut tx = session.begin();
+                tx.put(&t, &key.to_be_bytes(), &round.to_le_bytes())
+                    .unwrap();
+                tx.commit().unwrap();
+            }
+            match db.checkpoint() {
+                Ok(_) => {}
+                Err(Error::Io(e)) if e.to_string().contains("simulated spawn failure") => {}
+                Err(e) => panic!("round {round}: checkpoint failed: {e}"),
+            }
+            db.inner.start_fold(&db.inner);
+        };
+        FAIL_NEXT_FOLD_SPAWN.with(|fail| fail.set(true));
+        let failed = (0..100).any(|_| {
+            next_round();
+            !FAIL_NEXT_FOLD_SPAWN.with(|fail| fail.get())
+        });
+        assert!(failed, "no fold was started in 100 rounds");
+        assert!(
+            db.inner.folder.lock().is_none(),
+            "the failed spawn left a handle"
+        );
+        let started = (0..100).any(|_| {
+            next_round();
+            db.inner.folder.lock().is_some()
+        });
+        assert!(started, "no fold started again after a failed spawn");
+        db.inner.join_fold();
     }
 }

@@ -16,6 +16,11 @@ pub(crate) struct Mapping {
 
 impl Mapping {
     pub(crate) fn anonymous(reserve: u64, initial: u64) -> Result<Self> {
+        if initial > reserve {
+            return Err(Error::InvalidOption(format!(
+                "a mapping of {reserve} bytes cannot start {initial} bytes long"
+            )));
+        }
         let mmap = MmapOptions::new()
             .len(to_usize(reserve)?)
             .no_reserve_swap()

@@ -472,7 +472,7 @@ impl Medium {
         }
         let lines = (end - first).div_ceil(NVM_LINE);
         let until = std::time::Instant::now()
-            + std::time::Duration::from_nanos(lines * self.latency_ns_per_line);
+            + std::time::Duration::from_nanos(lines.saturating_mul(self.latency_ns_per_line));
         while std::time::Instant::now() < until {
             std::hint::spin_loop();
         }
