@@ -54,7 +54,7 @@ pub use adaptive::IndexRecovery;
 pub use checkpoint::{CheckpointMode, CheckpointStats};
 pub use db::{
     Database, Durability, Index, IndexOptions, IndexStats, MediumChoice, Options, Session, Stats,
-    Table, TableOptions, TableStats, Transaction, DATA_FILE, MAX_VALUE_LEN,
+    Table, TableOptions, TableStats, Transaction, DATA_FILE, MAX_VALUE_LEN, MIN_MAX_SIZE,
 };
 pub use error::{Error, Result};
 pub use gc::{GcOptions, GcStats};
