@@ -263,7 +263,7 @@ fn checkpoints_racing_maintenance_rounds_never_fail() {
             let (db, table) = (&db, &table);
             scope.spawn(move || {
                 let mut session = db.session().unwrap();
-                for n in 0..1_000u64 {
+                for n in 0..3_000u64 {
                     let mut tx = session.begin();
                     tx.put(table, &own_key(role, n % 32), &n.to_le_bytes())
                         .unwrap();
