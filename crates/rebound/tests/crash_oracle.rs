@@ -19,6 +19,10 @@
 //! rebuilds them with a strategy chosen by the seed) each index lookup must
 //! equal a filtered scan.
 //!
+//! The same oracle runs on a simulated disk (`SimDevice::disk`): there the
+//! crash points are the group commit's sync rounds, and a crash loses or
+//! tears the 4 KiB pages no round wrote.
+//!
 //! Seeds come from `tests/seeds.txt` (see `tests/common/mod.rs`). Replay one
 //! case: `REBOUND_SEED=<seed> REBOUND_CRASH_AT=<fence> cargo test -p rebound
 //! --test crash_oracle replay -- --ignored` (the failure message prints the
@@ -36,6 +40,22 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 const TABLES: [&str; 2] = ["alpha", "beta"];
+
+/// What the database persists to: persistent memory (crash points are
+/// fences) or a disk behind the group commit (crash points are its sync
+/// rounds, and a crash loses or tears unsynced 4 KiB pages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Memory,
+    Disk,
+}
+
+fn new_device(kind: Kind) -> SimDevice {
+    match kind {
+        Kind::Memory => SimDevice::new(1 << 30),
+        Kind::Disk => SimDevice::disk(1 << 30),
+    }
+}
 type Model = BTreeMap<(usize, Vec<u8>), Vec<u8>>;
 
 fn open(device: &SimDevice, mode: CheckpointMode) -> Result<Database, Error> {
@@ -323,9 +343,20 @@ fn model_after(commits: &[Effects], n: usize) -> Model {
 /// Returns whether the crash happened (and so was checked): it does not if
 /// the workload issues fewer than `crash_at` fences.
 fn crash_case(seed: u64, txns: usize, key_space: u32, crash_at: u64, mode: CheckpointMode) -> bool {
+    crash_case_on(Kind::Memory, seed, txns, key_space, crash_at, mode)
+}
+
+fn crash_case_on(
+    kind: Kind,
+    seed: u64,
+    txns: usize,
+    key_space: u32,
+    crash_at: u64,
+    mode: CheckpointMode,
+) -> bool {
     let strategy = strategy_for(seed ^ crash_at);
-    let ctx = format!("seed {seed} crash at fence {crash_at} mode {mode:?} indexes {strategy:?} (replay: REBOUND_SEED={seed} REBOUND_CRASH_AT={crash_at} REBOUND_TXNS={txns} REBOUND_KEYS={key_space} REBOUND_MODE={mode:?} cargo test -p rebound --test crash_oracle replay -- --ignored --nocapture)");
-    let device = SimDevice::new(1 << 30);
+    let ctx = format!("{kind:?} seed {seed} crash at fence {crash_at} mode {mode:?} indexes {strategy:?} (replay: REBOUND_DEVICE={kind:?} REBOUND_SEED={seed} REBOUND_CRASH_AT={crash_at} REBOUND_TXNS={txns} REBOUND_KEYS={key_space} REBOUND_MODE={mode:?} cargo test -p rebound --test crash_oracle replay -- --ignored --nocapture)");
+    let device = new_device(kind);
     device.arm_crash_at_fence(crash_at, seed ^ crash_at);
     let db = open(&device, mode).unwrap();
     for name in TABLES {
@@ -433,7 +464,11 @@ fn assert_no_leaked_blocks(db: &Database, ctx: &str) {
 }
 
 fn fences_of(seed: u64, txns: usize, key_space: u32, mode: CheckpointMode) -> u64 {
-    let device = SimDevice::new(1 << 30);
+    fences_on(Kind::Memory, seed, txns, key_space, mode)
+}
+
+fn fences_on(kind: Kind, seed: u64, txns: usize, key_space: u32, mode: CheckpointMode) -> u64 {
+    let device = new_device(kind);
     let db = open(&device, mode).unwrap();
     for name in TABLES {
         table(&db, name);
@@ -521,12 +556,37 @@ fn crash_at_random_fences_of_larger_workloads() {
     });
 }
 
+/// The same oracle on a simulated disk: crash points are the group
+/// commit's sync rounds, so every commit's durability rests on the round
+/// that took its range.
+#[test]
+fn crash_at_random_sync_rounds_of_a_simulated_disk() {
+    common::each_seed(|base| {
+        let mut rng = StdRng::seed_from_u64(base);
+        let mut checked = 0;
+        for i in 0..7 {
+            let seed = common::derive(base, 2000 + i);
+            let mode = MODES[i as usize % MODES.len()];
+            let rounds = fences_on(Kind::Disk, seed, 200, 100, mode);
+            for _ in 0..40 {
+                let at = rng.gen_range(1..=rounds);
+                checked += crash_case_on(Kind::Disk, seed, 200, 100, at, mode) as u32;
+            }
+        }
+        assert!(
+            checked >= 270,
+            "base seed {base}: only {checked} of 280 cases crashed and were checked"
+        );
+    });
+}
+
 /// Replays one case of a failure message; run with `--ignored`.
 #[test]
 #[ignore = "replays one case given by REBOUND_SEED and REBOUND_CRASH_AT"]
 fn replay() {
     let usage = "usage: REBOUND_SEED=<seed> REBOUND_CRASH_AT=<fence> [REBOUND_TXNS=300] \
                  [REBOUND_KEYS=200] [REBOUND_MODE=Off|Full|Incremental|CostModel|Chain|Mirror|IaCow] \
+                 [REBOUND_DEVICE=Memory|Disk] \
                  cargo test -p rebound --test crash_oracle replay -- --ignored";
     let var = |name: &str| std::env::var(name).ok();
     let number = |name: &str| -> Option<u64> {
@@ -550,8 +610,13 @@ fn replay() {
         Some("IaCow") => CheckpointMode::IaCow,
         Some(other) => panic!("REBOUND_MODE={other:?} is not a mode\n{usage}"),
     };
+    let kind = match var("REBOUND_DEVICE").as_deref() {
+        Some("Memory") | None => Kind::Memory,
+        Some("Disk") => Kind::Disk,
+        Some(other) => panic!("REBOUND_DEVICE={other:?} is not Memory or Disk\n{usage}"),
+    };
     assert!(
-        crash_case(seed, txns, keys, at, mode),
+        crash_case_on(kind, seed, txns, keys, at, mode),
         "seed {seed}: the workload issued fewer than {at} fences; nothing crashed"
     );
 }
