@@ -5,8 +5,9 @@
 //! or torn at 512-byte sectors.
 //!
 //! Writers commit concurrently while background checkpoints, merges and
-//! GC run; the test cuts the power at moments of its choosing, recovers
-//! each image and checks that every commit acknowledged before the cut is
+//! GC run, and a reader reads their newest commits; the test cuts the
+//! power at moments of its choosing, recovers each image and checks that
+//! every commit acknowledged (or shown to the reader) before the cut is
 //! there and that no transaction is half there. The interleaving of the
 //! threads is the scheduler's, so a failing case is replayed by its crash
 //! seed only together with the same image: the failure message prints the
@@ -64,6 +65,9 @@ struct Progress {
     acked: [AtomicU64; WRITERS],
     started: [AtomicU64; WRITERS],
     allowed: AtomicU64,
+    /// The newest of each writer's commits a reader was shown (and whose
+    /// read-only transaction then committed): it may not vanish either.
+    shown: [AtomicU64; WRITERS],
 }
 
 /// Each transaction writes the writer's pair and one of its keys with the
@@ -92,6 +96,24 @@ fn writer(db: &Database, table: &Table, w: usize, progress: &Progress, stop: &At
     }
 }
 
+/// Reads every writer's pair in read-only transactions and records what
+/// a committed read was shown.
+fn reader(db: &Database, table: &Table, progress: &Progress, stop: &AtomicBool) {
+    let mut session = db.session().unwrap();
+    while !stop.load(Ordering::Acquire) {
+        let mut tx = session.begin();
+        let seen: Vec<u64> = (0..WRITERS)
+            .map(|w| sequence(tx.get(table, &pair_key(w, 0)).unwrap(), "a read"))
+            .collect();
+        if tx.commit().is_ok() {
+            for (w, seq) in seen.into_iter().enumerate() {
+                progress.shown[w].fetch_max(seq, Ordering::AcqRel);
+            }
+        }
+        std::thread::yield_now();
+    }
+}
+
 fn sequence(value: Option<Vec<u8>>, what: &str) -> u64 {
     match value {
         None => 0,
@@ -104,7 +126,8 @@ fn sequence(value: Option<Vec<u8>>, what: &str) -> u64 {
 }
 
 /// Recovers a cut's image and checks every writer's keys against the
-/// bounds read before (`acked`) and after (`started`) the cut.
+/// bounds read before (`acked`: acknowledged, or shown to a reader) and
+/// after (`started`) the cut.
 fn check_cut(crashed: &SimDevice, acked: &[u64], started: &[u64], ctx: &str) {
     let db = Database::open("unused", options(crashed, false))
         .unwrap_or_else(|e| panic!("recovery failed: {e}; {ctx}"));
@@ -147,6 +170,7 @@ fn power_cuts_during_concurrent_commits_and_checkpoints_lose_no_acknowledged_com
             acked: Default::default(),
             started: Default::default(),
             allowed: AtomicU64::new(0),
+            shown: Default::default(),
         };
         let stop = AtomicBool::new(false);
         std::thread::scope(|scope| {
@@ -154,6 +178,8 @@ fn power_cuts_during_concurrent_commits_and_checkpoints_lose_no_acknowledged_com
                 let (db, table, progress, stop) = (&db, &table, &progress, &stop);
                 scope.spawn(move || writer(db, table, w, progress, stop));
             }
+            let (db_ref, table_ref, progress_ref, stop_ref) = (&db, &table, &progress, &stop);
+            scope.spawn(move || reader(db_ref, table_ref, progress_ref, stop_ref));
             struct Stop<'a>(&'a AtomicBool);
             impl Drop for Stop<'_> {
                 fn drop(&mut self) {
@@ -169,7 +195,11 @@ fn power_cuts_during_concurrent_commits_and_checkpoints_lose_no_acknowledged_com
                         std::thread::yield_now();
                     }
                 }
-                let acked = snapshot(&progress.acked);
+                let acked: Vec<u64> = snapshot(&progress.acked)
+                    .into_iter()
+                    .zip(snapshot(&progress.shown))
+                    .map(|(acked, shown)| acked.max(shown))
+                    .collect();
                 let crash_seed = common::derive(base, cut);
                 let crashed = device.crash(crash_seed);
                 let started = snapshot(&progress.started);
