@@ -117,10 +117,12 @@
 //! * Renames and directory syncs are taken to be atomic and durable, as
 //!   ext4, xfs and tmpfs provide.
 
+pub mod fs;
 pub mod log;
 pub mod newest;
 pub mod record;
 pub mod segment;
 pub mod snapshot;
 
+pub use fs::{FileSystem, SimFault, SimFs, SimOp, WalDir};
 pub use log::{Log, LogConfig, Resume, Ticket};
