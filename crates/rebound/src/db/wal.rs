@@ -481,11 +481,16 @@ impl Database {
 }
 
 /// Runs `body`; a panic in it poisons the database (nobody else would
-/// notice: the log would grow without bound, or a fold stop halfway).
+/// notice: the log would grow without bound, or a fold stop halfway) and
+/// stops the log, so that commits under way fail too.
 fn watched(name: &str, weak: Weak<DbInner>, body: impl FnOnce(Weak<DbInner>)) {
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| body(weak.clone())));
     if let (Err(panic), Some(inner)) = (outcome, weak.upgrade()) {
         inner.poison(name, panic.as_ref());
+        if let Some(wal) = inner.wal.get() {
+            let why = crate::wal::log::panic_message(panic.as_ref());
+            wal.log.stop_failed(&format!("{name} panicked: {why}"));
+        }
     }
 }
 
@@ -1345,6 +1350,51 @@ mod tests {
         db.inner.load_snapshot_rows(&recovered, &|| false).unwrap();
         assert!(!table.rt.is_loading());
         assert_eq!(scan_all(&db, &table), expected, "loaded");
+    }
+
+    /// A fold thread that could not be spawned is noted and leaves nothing
+    /// claimed: the fold due at the next snapshot runs.
+    #[test]
+    fn a_fold_that_could_not_spawn_blocks_no_later_fold() {
+        // Background work on (folds in their own thread), but a log limit
+        // the writes below never reach: only the snapshots asked for here.
+        let options = crate::Options::default()
+            .durability(crate::Durability::Wal)
+            .file_system(FileSystem::Simulated(crate::wal::SimFs::new()))
+            .wal_log_limit(1 << 20);
+        let db = Database::open("unused", options).unwrap();
+        let table_options = TableOptions::default().max_key_len(8).max_value_len(8);
+        let table = db.create_table("kv", table_options).unwrap();
+        let wal = db.inner.wal.get().unwrap();
+        wal.fail_fold_spawn.store(true, Ordering::Release);
+        let mut session = db.session().unwrap();
+        let mut snapshot = |round: u64| {
+            let mut tx = session.begin();
+            for key in 0..20u64 {
+                tx.put(&table, &key.to_be_bytes(), &round.to_le_bytes())
+                    .unwrap();
+            }
+            tx.commit().unwrap();
+            db.checkpoint().unwrap();
+            db.inner.join_snapshot_fold();
+        };
+        // A base, then deltas as big as it: a fold is due at the second.
+        for round in 0..2 {
+            snapshot(round);
+        }
+        assert!(
+            !wal.fail_fold_spawn.load(Ordering::Acquire),
+            "no fold was due"
+        );
+        assert_eq!(wal.folds.load(Ordering::Acquire), 0);
+        assert_eq!(db.stats().checkpoint_failures, 1);
+        snapshot(2);
+        assert_eq!(
+            wal.folds.load(Ordering::Acquire),
+            1,
+            "the next fold did not run"
+        );
+        assert_eq!(scan_all(&db, &table).len(), 20);
     }
 
     /// A logged row longer than its table allows is damage, not a panic.

@@ -276,7 +276,7 @@ pub enum SimFault {
 
 struct Fault {
     op: SimOp,
-    name: String,
+    suffix: String,
     skip: u64,
     fault: SimFault,
 }
@@ -386,12 +386,13 @@ impl SimFs {
         self.state.lock().ops
     }
 
-    /// Makes the operation `op` on a file whose name contains `name` fail
-    /// or panic: the first such one after `skip` others, once.
-    pub fn inject(&self, op: SimOp, name: &str, skip: u64, fault: SimFault) {
+    /// Makes the operation `op` on a file whose name ends with `suffix`
+    /// fail or panic: the first such one after `skip` others, once. (A
+    /// directory sync has the name "".)
+    pub fn inject(&self, op: SimOp, suffix: &str, skip: u64, fault: SimFault) {
         self.state.lock().faults.push(Fault {
             op,
-            name: name.to_string(),
+            suffix: suffix.to_string(),
             skip,
             fault,
         });
@@ -528,7 +529,7 @@ impl SimState {
         let at = self
             .faults
             .iter()
-            .position(|f| f.op == op && name.contains(f.name.as_str()))?;
+            .position(|f| f.op == op && name.ends_with(f.suffix.as_str()))?;
         let fault = self.faults.get_mut(at)?;
         if fault.skip > 0 {
             fault.skip -= 1;

@@ -303,6 +303,12 @@ impl Log {
         }
     }
 
+    /// Stops the log as a failure would (the database refuses work from
+    /// now on): every waiting and later commit fails.
+    pub fn stop_failed(&self, why: &str) {
+        fail(&self.shared, why);
+    }
+
     /// Frame bytes written since the log started.
     pub fn written(&self) -> u64 {
         self.shared.written.load(Acquire)
