@@ -11,8 +11,10 @@
 //! hold, per committer, exactly the effects of a prefix of its commits
 //! that contains every commit acknowledged before the cut and none begun
 //! after it, and transfers between shared accounts that sum to the same
-//! total (a transfer kept without one it read would break the sum). Then
-//! the work goes on in one of the reopened images, which is cut again.
+//! total (a transfer kept without one it read would break the sum). Each
+//! image is also cut again at an operation of its recovery, and must then
+//! recover to exactly the same rows. Then the work goes on in one of the
+//! reopened images, which is cut again.
 //!
 //! The seed fixes the crash points and what each cut keeps; the threads'
 //! interleaving is not replayed. Seeds come from `tests/seeds.txt` (see
@@ -20,6 +22,7 @@
 
 mod common;
 
+use common::derive;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rebound::{Database, Durability, Error, FileSystem, Options, SimFs, Table, TableOptions};
@@ -33,6 +36,8 @@ const TOTAL: i64 = 6_000;
 const CASES: u64 = 8;
 const ROUNDS: u64 = 10;
 const CUTS: usize = 16;
+/// Operations of the file system at open among which a second cut lands.
+const RECOVERY_OPS: u64 = 8;
 /// Transactions a committer runs at most in one round.
 const MAX_TXNS: u64 = 120;
 
@@ -231,6 +236,8 @@ fn check_image(db: &Database, histories: &[History], image: usize, ctx: &str) ->
 #[derive(Default, Debug)]
 struct Tally {
     cuts: usize,
+    /// Cuts of an image while it was being recovered.
+    recovery_cuts: usize,
     commits: usize,
     snapshots: u64,
     folds: u64,
@@ -272,7 +279,7 @@ fn round(
     std::thread::scope(|scope| {
         for (i, h) in histories.iter_mut().enumerate() {
             let db = &db;
-            scope.spawn(move || committer(db, fs, i, common::derive(seed, i as u64), h));
+            scope.spawn(move || committer(db, fs, i, derive(seed, i as u64), h));
         }
     });
     let used = fs.ops() - start;
@@ -297,7 +304,7 @@ fn every_power_cut_keeps_every_acknowledged_commit_and_no_partial_one() {
             let (mut fs, mut db) = fresh();
             let mut span = 300;
             for r in 0..ROUNDS {
-                let seed = common::derive(base, case * 100 + r);
+                let seed = derive(base, case * 100 + r);
                 let (images, histories, used) = round(db, &fs, (seed, span), &mut tally);
                 span = used.max(50);
                 let next = seed as usize % CUTS;
@@ -305,10 +312,20 @@ fn every_power_cut_keeps_every_acknowledged_commit_and_no_partial_one() {
                 for (j, image) in images.into_iter().enumerate() {
                     let ctx =
                         format!("seed {base} case {case} round {r} cut {j} (round seed {seed})");
+                    // A second cut while the image is being recovered.
+                    let during = derive(seed, 1000 + j as u64);
+                    image.arm_crash(1 + during % RECOVERY_OPS, during);
                     let reopened = Database::open("unused", options(&image))
                         .unwrap_or_else(|e| panic!("reopening failed: {e}; {ctx}"));
-                    check_image(&reopened, &histories, j, &ctx);
+                    let rows = check_image(&reopened, &histories, j, &ctx);
                     tally.cuts += 1;
+                    for again in image.take_crashes() {
+                        let ctx = format!("{ctx}, cut again while recovering");
+                        let db = Database::open("unused", options(&again))
+                            .unwrap_or_else(|e| panic!("reopening failed: {e}; {ctx}"));
+                        assert_eq!(contents(&db), rows, "a second recovery differs; {ctx}");
+                        tally.recovery_cuts += 1;
+                    }
                     if j == next {
                         carried = Some((image, reopened));
                     }
@@ -318,6 +335,6 @@ fn every_power_cut_keeps_every_acknowledged_commit_and_no_partial_one() {
         }
     });
     println!("simulated power cuts checked: {tally:?}");
-    assert!(tally.cuts >= 500, "{tally:?}");
+    assert!(tally.cuts >= 500 && tally.recovery_cuts >= 500, "{tally:?}");
     assert!(tally.snapshots > 0 && tally.folds > 0, "{tally:?}");
 }

@@ -376,9 +376,12 @@ impl SimFs {
         self.state.lock().captured.len()
     }
 
-    /// The captured crash images, in the order they were taken.
+    /// The captured crash images, in the order they were taken; crashes
+    /// armed but not reached yet are disarmed.
     pub fn take_crashes(&self) -> Vec<SimFs> {
-        std::mem::take(&mut self.state.lock().captured)
+        let mut state = self.state.lock();
+        state.armed.clear();
+        std::mem::take(&mut state.captured)
     }
 
     /// Mutating operations so far.
@@ -517,9 +520,8 @@ impl SimState {
     }
 
     fn capture_due(&mut self) {
-        while let Some(&(at, seed)) = self.armed.first().filter(|(at, _)| *at <= self.ops) {
-            let _ = at;
-            self.armed.remove(0);
+        while self.armed.first().is_some_and(|&(at, _)| at <= self.ops) {
+            let (_, seed) = self.armed.remove(0);
             let image = self.crash(seed);
             self.captured.push(image);
         }
