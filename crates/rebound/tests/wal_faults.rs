@@ -178,13 +178,21 @@ fn a_failed_sync_is_never_followed_by_an_acknowledged_commit_and_poisons() {
     }
 }
 
-/// A panic of the log writer, of the snapshot thread and of a fold thread
-/// (each made to panic by a file operation only it does) poisons the
-/// database; no committer is left waiting.
+/// A panic of the log writer, of the thread preparing the next segment,
+/// of the snapshot thread and of a fold thread (each made to panic by a
+/// file operation only it does) poisons the database; no committer is
+/// left waiting.
 #[test]
 fn a_panic_in_a_wal_thread_poisons_instead_of_hanging_or_stopping_silently() {
     let cases = [
         ("the log writer", SimOp::Sync, ".log", 10, 512 << 10),
+        (
+            "the next segment's preparation",
+            SimOp::Sync,
+            ".log.creating",
+            4,
+            512 << 10,
+        ),
         (
             "the snapshot thread",
             SimOp::Create,

@@ -513,6 +513,11 @@ fn snapshot_loop(weak: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, Condvar
         let Some(wal) = inner.wal.get() else {
             return;
         };
+        // A poisoned database takes no more snapshots: each would only
+        // fail on the stopped log.
+        if inner.poisoned.lock().is_some() {
+            return;
+        }
         let since = wal.log.written() - wal.written_at_snapshot.load(Ordering::Acquire);
         if since >= wal.snapshot_after {
             if let Err(e) = inner.take_snapshot() {
