@@ -25,7 +25,9 @@ mod common;
 use common::derive;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rebound::{Database, Durability, Error, FileSystem, Options, SimFs, Table, TableOptions};
+use rebound::{
+    Database, Durability, Error, FileSystem, Options, PendingCommit, SimFs, Table, TableOptions,
+};
 use std::collections::BTreeMap;
 
 const COMMITTERS: usize = 3;
@@ -138,12 +140,15 @@ impl History {
 
 /// One committer's round: transfers between shared accounts plus writes
 /// to its own keys and its counter, until every armed crash was taken or
-/// `MAX_TXNS`; now and then it asks for a snapshot as well.
+/// `MAX_TXNS`; committer 0 now and then asks for a snapshot as well, and
+/// committer 1 works on its next transaction while its last commit is
+/// flushed.
 fn committer(db: &Database, fs: &SimFs, i: usize, seed: u64, h: &mut History) {
     let table = kv(db);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut session = db.session().unwrap();
     let mut seq = h.base_seq + 1;
+    let mut pending = None;
     while fs.crashes_taken() < CUTS && seq <= h.base_seq + MAX_TXNS as i64 {
         if i == 0 && rng.gen_ratio(1, 12) {
             db.checkpoint()
@@ -179,21 +184,42 @@ fn committer(db: &Database, fs: &SimFs, i: usize, seed: u64, h: &mut History) {
             tx.put(&table, &counter_key(i), &seq.to_le_bytes())
                 .map(|_| ())
         })();
-        match outcome.and_then(|()| tx.commit()) {
-            Ok(()) => {
-                let images_after = fs.crashes_taken();
+        match outcome.and_then(|()| tx.commit_deferred()) {
+            Ok(now) => {
                 h.commits.push(Commit {
                     seq,
                     writes,
                     images_before,
-                    images_after,
+                    images_after: usize::MAX,
                 });
+                // Committer 1 waits for a commit only once its next one
+                // is committed (`commit_deferred`); the others at once.
+                if let Some(previous) = pending.take() {
+                    acknowledge(fs, previous, h, 2);
+                }
+                match i == 1 {
+                    true => pending = Some(now),
+                    false => acknowledge(fs, now, h, 1),
+                }
                 seq += 1;
             }
             Err(Error::Conflict) => {}
             Err(e) => panic!("committer {i}: {e}"),
         }
     }
+    if let Some(last) = pending {
+        acknowledge(fs, last, h, 1);
+    }
+}
+
+/// Waits for a commit, the `back`-th newest of `h`, and notes how many
+/// crash images were taken before it was acknowledged.
+fn acknowledge(fs: &SimFs, pending: PendingCommit, h: &mut History, back: usize) {
+    pending
+        .wait()
+        .unwrap_or_else(|e| panic!("waiting for a commit: {e}"));
+    let at = h.commits.len() - back;
+    h.commits[at].images_after = fs.crashes_taken();
 }
 
 fn contents(db: &Database) -> Rows {
