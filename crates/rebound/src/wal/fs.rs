@@ -282,6 +282,8 @@ struct Fault {
 }
 
 /// A simulated file system holding one directory; clones share it.
+/// Removed files stay in memory (an open file may still be read) until a
+/// crash image, which holds only files with a name, is built from it.
 #[derive(Clone, Default)]
 pub struct SimFs {
     state: Arc<Mutex<SimState>>,
