@@ -61,6 +61,7 @@ pub use gc::{GcOptions, GcStats};
 pub use medium::{Guarantee, SimDevice};
 pub use recovery::RecoveryReport;
 pub use txn::{Cursor, PendingCommit};
+pub use wal::{FileSystem, SimFault, SimFs, SimOp};
 
 /// The DRAM index on its own, for the index micro-benchmark
 /// (`benches/index.rs`); not part of the supported API.

@@ -21,6 +21,7 @@ use crate::recovery::{self, Recovered, RecoveryReport};
 use crate::txn::{
     owned_range, prefix_end, Capture, Committed, Cursor, PendingCommit, Store, TableRt, TxnState,
 };
+use crate::wal::FileSystem;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::ops::{Bound, ControlFlow, RangeBounds};
@@ -134,6 +135,11 @@ pub struct Options {
     /// replay. A snapshot is taken whenever half of it was written since
     /// the last one.
     pub wal_log_limit: u64,
+    /// With [`Durability::Wal`]: the file system its files go to; a
+    /// simulated one lives in memory (power-loss testing), so it has no
+    /// serialized form.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub file_system: FileSystem,
 }
 
 impl Default for Options {
@@ -156,6 +162,7 @@ impl Default for Options {
             index_recovery_threads: 0,
             index_recovery_in_background: true,
             wal_log_limit: 16 << 20,
+            file_system: FileSystem::Real,
         }
     }
 }
@@ -205,6 +212,9 @@ setters!(Options {
     /// With [`Durability::Wal`], about how much log recovery may replay
     /// (default: 16 MiB; snapshots are deltas, so a small bound is cheap).
     wal_log_limit: u64,
+    /// With [`Durability::Wal`], the file system of its files (default:
+    /// the real one; [`FileSystem::Simulated`] for power-loss tests).
+    file_system: FileSystem,
 });
 
 /// Limits of a table; slots are fixed-size, so these size its storage.
@@ -404,8 +414,9 @@ struct DbInner {
     sessions: Mutex<Vec<bool>>,
     create_lock: Mutex<()>,
     closed: AtomicBool,
-    /// Set when a background thread panicked: every later call fails.
-    poisoned: Mutex<Option<String>>,
+    /// Set when a background thread panicked (or the `wal` design's log
+    /// stopped, which reports here itself): every later call fails.
+    poisoned: Arc<Mutex<Option<String>>>,
     failures: Mutex<BackgroundFailures>,
     /// Test hook: the background thread panics at its next tick.
     panic_requested: AtomicBool,
@@ -435,6 +446,7 @@ impl Database {
         let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
         let wal_found = match options.durability {
             Durability::Wal => Some(wal::read_directory(
+                &options.file_system,
                 path.as_ref(),
                 options.create_if_missing,
             )?),
@@ -512,7 +524,7 @@ impl Database {
             sessions: Mutex::new(vec![false; MAX_SESSIONS]),
             create_lock: Mutex::new(()),
             closed: AtomicBool::new(false),
-            poisoned: Mutex::new(None),
+            poisoned: Arc::default(),
             failures: Mutex::new(BackgroundFailures::default()),
             panic_requested: AtomicBool::new(false),
             gc_backlog: AtomicBool::new(false),

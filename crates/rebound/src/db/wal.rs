@@ -14,11 +14,12 @@ use crate::wal::newest::NewestVersions;
 use crate::wal::record::Entries;
 use crate::wal::record::{self, Record, TableSpec};
 use crate::wal::snapshot::{Recovered, SnapshotChain, SnapshotWriter};
-use crate::wal::{segment, Log, LogConfig, Resume};
+use crate::wal::{segment, FileSystem, Log, LogConfig, Resume, WalDir};
 use parking_lot::{Condvar, Mutex};
 use std::fs::{File, OpenOptions};
 use std::ops::Bound;
-use std::path::{Path, PathBuf};
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ const MAX_DELTAS: u64 = 8;
 /// The log, the snapshot bookkeeping and the snapshot thread.
 pub(super) struct WalState {
     pub log: Arc<Log>,
-    dir: PathBuf,
+    dir: WalDir,
     guarantee: Guarantee,
     /// Log bytes written since the last snapshot that trigger the next.
     snapshot_after: u64,
@@ -66,13 +67,17 @@ pub(super) struct WalState {
     db: Weak<DbInner>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    _lock: File,
+    /// Test hook: the next fold thread fails to spawn.
+    #[cfg(test)]
+    fail_fold_spawn: std::sync::atomic::AtomicBool,
+    /// `None` on a simulated file system, which has no `flock`.
+    _lock: Option<File>,
 }
 
 /// What the directory held, read before the store is built.
 pub(super) struct WalFound {
-    dir: PathBuf,
-    lock: File,
+    dir: WalDir,
+    lock: Option<File>,
     snapshot: Option<SnapshotChain>,
     /// Tables and indexes created after the snapshot, in log order.
     tables: Vec<TableSpec>,
@@ -93,13 +98,14 @@ impl WalFound {
 }
 
 /// Locks and reads a `wal` database directory (creating it if asked).
-pub(super) fn read_directory(dir: &Path, create: bool) -> Result<WalFound> {
+pub(super) fn read_directory(fs: &FileSystem, path: &Path, create: bool) -> Result<WalFound> {
     let started = Instant::now();
-    let lock = lock_directory(dir, create)?;
-    let snapshot = SnapshotChain::open(dir)?;
+    let dir = WalDir::new(fs.clone(), path);
+    let lock = lock_directory(&dir, create)?;
+    let snapshot = SnapshotChain::open(&dir)?;
     let from = snapshot.as_ref().map_or(0, |s| s.newest().ts);
     let mut found = WalFound {
-        dir: dir.to_path_buf(),
+        dir: dir.clone(),
         lock,
         max_ts: from,
         snapshot: None,
@@ -115,8 +121,9 @@ pub(super) fn read_directory(dir: &Path, create: bool) -> Result<WalFound> {
         read_time: Duration::ZERO,
     };
     let threads = parallel::cores().clamp(1, MAX_RECOVERY_THREADS);
-    let (resume, scans) =
-        segment::replay(dir, threads, LogScan::new, |scan, rec| scan.take(rec, from))?;
+    let (resume, scans) = segment::replay(&dir, threads, LogScan::new, |scan, rec| {
+        scan.take(rec, from)
+    })?;
     found.resume = resume;
     for scan in scans {
         found.max_ts = found.max_ts.max(scan.max_ts);
@@ -187,7 +194,11 @@ fn malformed(what: &str) -> Error {
 
 /// Creates or checks the directory and takes its lock: a directory that
 /// holds anything but a `wal` database is refused, not written to.
-fn lock_directory(dir: &Path, create: bool) -> Result<File> {
+fn lock_directory(dir: &WalDir, create: bool) -> Result<Option<File>> {
+    if dir.sim().is_some() {
+        return lock_simulated(dir, create).map(|()| None);
+    }
+    let dir = dir.path();
     super::ensure_directory(dir, create)?;
     let lock_path = dir.join(WAL_LOCK_FILE);
     if dir.join(DATA_FILE).exists() {
@@ -217,7 +228,27 @@ fn lock_directory(dir: &Path, create: bool) -> Result<File> {
     if !existed {
         File::open(dir)?.sync_all()?;
     }
-    Ok(file)
+    Ok(Some(file))
+}
+
+/// `lock_directory` on a simulated file system: the same checks of what
+/// it holds, and the lock file's name made durable the same way.
+fn lock_simulated(dir: &WalDir, create: bool) -> Result<()> {
+    if dir.exists(WAL_LOCK_FILE) {
+        return Ok(());
+    }
+    if !dir.names()?.is_empty() {
+        return Err(Error::NotADatabase(
+            "the simulated file system holds no database".into(),
+        ));
+    }
+    if !create {
+        return Err(Error::NotADatabase(
+            "the simulated file system is empty".into(),
+        ));
+    }
+    dir.create(WAL_LOCK_FILE)?;
+    dir.sync()
 }
 
 impl Database {
@@ -285,9 +316,11 @@ impl Database {
                 segment_bytes: (options.wal_log_limit / 8).clamp(1 << 16, 64 << 20),
                 sync: true,
             },
+            self.inner.poisoned.clone(),
         )?);
         let _ = self.inner.store.log.set(log.clone());
-        let guarantee = match crate::medium::on_tmpfs(&dir) {
+        // A simulated file system simulates power loss.
+        let guarantee = match dir.sim().is_none() && crate::medium::on_tmpfs(dir.path()) {
             true => Guarantee::ProcessCrash,
             false => Guarantee::PowerLoss,
         };
@@ -307,6 +340,8 @@ impl Database {
             db: Arc::downgrade(&self.inner),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             thread: Mutex::new(None),
+            #[cfg(test)]
+            fail_fold_spawn: std::sync::atomic::AtomicBool::new(false),
             dir,
             _lock: lock,
         };
@@ -314,7 +349,7 @@ impl Database {
             return Err(Error::InvalidOption("the log was started twice".into()));
         }
         if options.background_thread {
-            self.start_snapshot_thread();
+            self.start_snapshot_thread()?;
         }
         if self.inner.store.tables.iter().any(|(_, t)| t.is_loading()) {
             self.start_index_load(
@@ -429,16 +464,33 @@ impl Database {
         Ok(())
     }
 
-    fn start_snapshot_thread(&self) {
+    /// Starts the snapshot thread; without it the log would grow without
+    /// bound, so a failed spawn fails the open.
+    fn start_snapshot_thread(&self) -> Result<()> {
         let Some(wal) = self.inner.wal.get() else {
-            return;
+            return Ok(());
         };
         let weak = Arc::downgrade(&self.inner);
         let stop = wal.stop.clone();
         let handle = std::thread::Builder::new()
             .name("rebound-snapshot".into())
-            .spawn(move || snapshot_loop(weak, stop));
-        *wal.thread.lock() = handle.ok();
+            .spawn(move || watched("rebound-snapshot", weak, |weak| snapshot_loop(weak, stop)))?;
+        *wal.thread.lock() = Some(handle);
+        Ok(())
+    }
+}
+
+/// Runs `body`; a panic in it poisons the database (nobody else would
+/// notice: the log would grow without bound, or a fold stop halfway) and
+/// stops the log, so that commits under way fail too.
+fn watched(name: &str, weak: Weak<DbInner>, body: impl FnOnce(Weak<DbInner>)) {
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| body(weak.clone())));
+    if let (Err(panic), Some(inner)) = (outcome, weak.upgrade()) {
+        inner.poison(name, panic.as_ref());
+        if let Some(wal) = inner.wal.get() {
+            let why = crate::wal::log::panic_message(panic.as_ref());
+            wal.log.stop_failed(&format!("{name} panicked: {why}"));
+        }
     }
 }
 
@@ -461,6 +513,11 @@ fn snapshot_loop(weak: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, Condvar
         let Some(wal) = inner.wal.get() else {
             return;
         };
+        // A poisoned database takes no more snapshots: each would only
+        // fail on the stopped log.
+        if inner.poisoned.lock().is_some() {
+            return;
+        }
         let since = wal.log.written() - wal.written_at_snapshot.load(Ordering::Acquire);
         if since >= wal.snapshot_after {
             if let Err(e) = inner.take_snapshot() {
@@ -629,15 +686,20 @@ impl DbInner {
             return;
         }
         let weak = wal.db.clone();
-        *fold = std::thread::Builder::new()
-            .name("rebound-snapshot-fold".into())
-            .spawn(move || {
+        let spawned = spawn_fold(wal, move || {
+            watched("rebound-snapshot-fold", weak, |weak| {
                 let outcome = fold_chain(&dir, whole);
                 if let Some(inner) = weak.upgrade() {
                     inner.fold_done(outcome);
                 }
             })
-            .ok();
+        });
+        // Nothing is left claimed by a failed spawn: the next snapshot
+        // tries again.
+        match spawned {
+            Ok(handle) => *fold = Some(handle),
+            Err(e) => self.note_failure(super::BackgroundWork::Checkpoint, &e.into()),
+        }
     }
 
     /// Takes a fold's result: the chain's bytes and deltas start over from
@@ -1151,6 +1213,22 @@ fn for_each_version<'r>(
     Ok(())
 }
 
+/// Spawns a fold thread (or, under test, fails to when asked).
+fn spawn_fold(
+    wal: &WalState,
+    body: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    #[cfg(test)]
+    if wal.fail_fold_spawn.swap(false, Ordering::AcqRel) {
+        return Err(std::io::Error::other("injected: no thread for the fold"));
+    }
+    #[cfg(not(test))]
+    let _ = wal;
+    std::thread::Builder::new()
+        .name("rebound-snapshot-fold".into())
+        .spawn(body)
+}
+
 /// What a fold did.
 struct FoldStats {
     /// Deltas it merged away (their number less the one it wrote).
@@ -1165,7 +1243,7 @@ struct FoldStats {
 /// replaced. With `whole`, everything goes into one base without deleted
 /// keys; else the deltas go into one delta on the same base. Deltas
 /// written meanwhile link to that number and stay valid.
-fn fold_chain(dir: &Path, whole: bool) -> Result<FoldStats> {
+fn fold_chain(dir: &WalDir, whole: bool) -> Result<FoldStats> {
     let unchanged = FoldStats {
         deltas_merged: 0,
         base_bytes: None,
@@ -1277,6 +1355,51 @@ mod tests {
         db.inner.load_snapshot_rows(&recovered, &|| false).unwrap();
         assert!(!table.rt.is_loading());
         assert_eq!(scan_all(&db, &table), expected, "loaded");
+    }
+
+    /// A fold thread that could not be spawned is noted and leaves nothing
+    /// claimed: the fold due at the next snapshot runs.
+    #[test]
+    fn a_fold_that_could_not_spawn_blocks_no_later_fold() {
+        // Background work on (folds in their own thread), but a log limit
+        // the writes below never reach: only the snapshots asked for here.
+        let options = crate::Options::default()
+            .durability(crate::Durability::Wal)
+            .file_system(FileSystem::Simulated(crate::wal::SimFs::new()))
+            .wal_log_limit(1 << 20);
+        let db = Database::open("unused", options).unwrap();
+        let table_options = TableOptions::default().max_key_len(8).max_value_len(8);
+        let table = db.create_table("kv", table_options).unwrap();
+        let wal = db.inner.wal.get().unwrap();
+        wal.fail_fold_spawn.store(true, Ordering::Release);
+        let mut session = db.session().unwrap();
+        let mut snapshot = |round: u64| {
+            let mut tx = session.begin();
+            for key in 0..20u64 {
+                tx.put(&table, &key.to_be_bytes(), &round.to_le_bytes())
+                    .unwrap();
+            }
+            tx.commit().unwrap();
+            db.checkpoint().unwrap();
+            db.inner.join_snapshot_fold();
+        };
+        // A base, then deltas as big as it: a fold is due at the second.
+        for round in 0..2 {
+            snapshot(round);
+        }
+        assert!(
+            !wal.fail_fold_spawn.load(Ordering::Acquire),
+            "no fold was due"
+        );
+        assert_eq!(wal.folds.load(Ordering::Acquire), 0);
+        assert_eq!(db.stats().checkpoint_failures, 1);
+        snapshot(2);
+        assert_eq!(
+            wal.folds.load(Ordering::Acquire),
+            1,
+            "the next fold did not run"
+        );
+        assert_eq!(scan_all(&db, &table).len(), 20);
     }
 
     /// A logged row longer than its table allows is damage, not a panic.

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// before the file is cut there.
 pub struct FileView {
     map: Option<memmap2::Mmap>,
+    /// The bytes of a file of a simulated file system (no mapping then).
+    owned: Vec<u8>,
     len: AtomicUsize,
 }
 
@@ -26,10 +28,7 @@ impl FileView {
     pub fn open(path: &Path) -> Result<FileView> {
         let file = File::open(path)?;
         if file.metadata()?.len() == 0 {
-            return Ok(FileView {
-                map: None,
-                len: AtomicUsize::new(0),
-            });
+            return Ok(FileView::from_bytes(Vec::new()));
         }
         // SAFETY: memmap2 needs the mapped file to stay unmodified and
         // uncut while the mapping lives, or reads may see changing bytes or
@@ -39,16 +38,24 @@ impl FileView {
         let len = AtomicUsize::new(map.len());
         Ok(FileView {
             map: Some(map),
+            owned: Vec::new(),
             len,
         })
     }
 
+    /// A view of bytes read already (a file of a simulated file system).
+    pub fn from_bytes(owned: Vec<u8>) -> FileView {
+        FileView {
+            map: None,
+            len: AtomicUsize::new(owned.len()),
+            owned,
+        }
+    }
+
     pub fn bytes(&self) -> &[u8] {
         let len = self.len.load(Ordering::Acquire);
-        self.map
-            .as_ref()
-            .and_then(|map| map.get(..len))
-            .unwrap_or_default()
+        let all = self.map.as_deref().unwrap_or(&self.owned);
+        all.get(..len).unwrap_or_default()
     }
 
     /// Limits the view to its first `len` bytes, before the file is cut

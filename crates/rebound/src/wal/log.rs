@@ -3,12 +3,13 @@
 //! in one frame and syncs it (the second stage, group commit), and
 //! segment rotation and recycling.
 
+use super::fs::WalDir;
 use super::record::{self, FRAME_HEADER, MAX_FRAME};
 use super::segment::{self, Prepared, Segment, SegmentFile};
 use crate::error::{Error, Result};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::path::{Path, PathBuf};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::Arc;
@@ -40,6 +41,10 @@ pub struct LogConfig {
     /// nothing across power loss anyway and the caller says so).
     pub sync: bool,
 }
+
+/// Where the log reports that it stopped (the database's poison): from
+/// then on nothing is acknowledged until the database is reopened.
+pub type FailureSink = Arc<Mutex<Option<String>>>;
 
 /// Where a committed record sits: its worker buffer and its number there.
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +98,7 @@ struct Shared {
     stop: AtomicBool,
     failed: Mutex<Option<String>>,
     failed_flag: AtomicBool,
+    sink: FailureSink,
     /// The log was shut down (`failed_flag` is set too).
     closed: AtomicBool,
     /// Frame bytes written since the log started.
@@ -111,7 +117,7 @@ struct Shared {
 /// The running log.
 pub struct Log {
     shared: Arc<Shared>,
-    dir: PathBuf,
+    dir: WalDir,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -125,8 +131,15 @@ pub struct Resume {
 
 impl Log {
     /// Starts the log in `dir` with `rings` worker buffers, writing a new
-    /// segment after the ones recovery found.
-    pub fn start(dir: &Path, rings: usize, resume: Resume, config: LogConfig) -> Result<Log> {
+    /// segment after the ones recovery found; a failure that stops it is
+    /// also reported to `sink`.
+    pub fn start(
+        dir: &WalDir,
+        rings: usize,
+        resume: Resume,
+        config: LogConfig,
+        sink: FailureSink,
+    ) -> Result<Log> {
         let segments = resume.segments;
         let shared = Arc::new(Shared {
             rings: (0..rings)
@@ -144,39 +157,31 @@ impl Log {
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
             failed_flag: AtomicBool::new(false),
+            sink,
             closed: AtomicBool::new(false),
             written: AtomicU64::new(0),
             frames: AtomicU64::new(0),
             segments: Mutex::new(segments),
             pending: (0..rings).map(|_| AtomicU64::new(0)).collect(),
         });
-        let (writer_shared, writer_dir) = (shared.clone(), dir.to_path_buf());
+        let (writer_shared, writer_dir) = (shared.clone(), dir.clone());
         let (number, round) = (resume.next_segment, resume.next_round);
         let handle = std::thread::Builder::new()
             .name("rebound-log-writer".into())
             .spawn(move || {
-                // Made here, not in `start`, so that opening waits for none
-                // of its syncs; not written ahead either: the writer
-                // switches to a prepared segment as soon as one is ready.
-                let file = match SegmentFile::create(&writer_dir, number, round, 0) {
-                    Ok(file) => file,
-                    Err(e) => return fail(&writer_shared, &e),
-                };
-                writer_shared.segments.lock().push(file.segment());
-                let writer = Writer {
-                    shared: writer_shared,
-                    dir: writer_dir,
-                    file,
-                    round,
-                    config,
-                    spare: Vec::new(),
-                    next: None,
-                };
-                writer.run()
+                let watched = writer_shared.clone();
+                // A panic must not leave committers waiting for ever.
+                let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    Writer::start(writer_shared, writer_dir, (number, round), config)
+                }));
+                if let Err(panic) = outcome {
+                    let why = panic_message(panic.as_ref());
+                    fail(&watched, &format!("the log writer panicked: {why}"));
+                }
             })?;
         Ok(Log {
             shared,
-            dir: dir.to_path_buf(),
+            dir: dir.clone(),
             writer: Mutex::new(Some(handle)),
         })
     }
@@ -285,17 +290,23 @@ impl Log {
         }
     }
 
+    /// `Poisoned` once the log stopped on a failure (a commit waiting
+    /// then may or may not be durable, so none is acknowledged again),
+    /// `Closed` once it was shut down.
     pub fn check_failed(&self) -> Result<()> {
         if !self.shared.failed_flag.load(Acquire) {
             return Ok(());
         }
-        if self.shared.closed.load(Acquire) {
-            return Err(Error::Closed);
+        match self.shared.failed.lock().clone() {
+            Some(why) => Err(Error::Poisoned(why)),
+            None => Err(Error::Closed),
         }
-        let why = self.shared.failed.lock().clone().unwrap_or_default();
-        Err(Error::Io(std::io::Error::other(format!(
-            "the redo log stopped: {why}"
-        ))))
+    }
+
+    /// Stops the log as a failure would (the database refuses work from
+    /// now on): every waiting and later commit fails.
+    pub fn stop_failed(&self, why: &str) {
+        fail(&self.shared, why);
     }
 
     /// Frame bytes written since the log started.
@@ -364,18 +375,30 @@ fn oldest(mark: u64, ts: u64) -> u64 {
     }
 }
 
-/// The writer thread's state.
-/// Stops the log on an I/O error: every waiting and later commit fails.
-fn fail(shared: &Shared, error: &Error) {
-    *shared.failed.lock() = Some(error.to_string());
+/// Stops the log on an I/O error or a panic: every waiting and later
+/// commit fails, and the database is poisoned.
+fn fail(shared: &Shared, why: &str) {
+    let why = format!("the redo log stopped: {why}");
+    shared.sink.lock().get_or_insert_with(|| why.clone());
+    shared.failed.lock().get_or_insert(why);
     shared.failed_flag.store(true, Release);
     let _guard = shared.done_lock.lock();
     shared.done.notify_all();
 }
 
+/// The text of a panic's payload.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// The writer thread's state.
 struct Writer {
     shared: Arc<Shared>,
-    dir: PathBuf,
+    dir: WalDir,
     file: SegmentFile,
     round: u64,
     config: LogConfig,
@@ -386,6 +409,28 @@ struct Writer {
 }
 
 impl Writer {
+    /// Makes the first segment, then runs. The segment is made here, not
+    /// in `Log::start`, so that opening waits for none of its syncs; not
+    /// written ahead either: the writer switches to a prepared segment as
+    /// soon as one is ready.
+    fn start(shared: Arc<Shared>, dir: WalDir, (number, round): (u64, u64), config: LogConfig) {
+        let file = match SegmentFile::create(&dir, number, round, 0) {
+            Ok(file) => file,
+            Err(e) => return fail(&shared, &e.to_string()),
+        };
+        shared.segments.lock().push(file.segment());
+        let writer = Writer {
+            shared,
+            dir,
+            file,
+            round,
+            config,
+            spare: Vec::new(),
+            next: None,
+        };
+        writer.run()
+    }
+
     fn run(mut self) {
         let mut seen = 0;
         loop {
@@ -403,7 +448,7 @@ impl Writer {
                 continue;
             }
             if let Err(e) = self.write(drained) {
-                return fail(&self.shared, &e);
+                return fail(&self.shared, &e.to_string());
             }
         }
     }
@@ -537,6 +582,15 @@ impl Writer {
         let number = self.file.number() + 1;
         let prepared = match self.next.take().map(|h| h.join()) {
             Some(Ok(Ok(prepared))) if prepared.number() == number => prepared,
+            // A failed sync is never retried: after one, Linux may report
+            // the next as a success without the lost pages.
+            Some(Ok(Err(e))) => return Err(e),
+            Some(Err(panic)) => {
+                let why = panic_message(panic.as_ref());
+                return Err(Error::Io(std::io::Error::other(format!(
+                    "preparing the next segment panicked: {why}"
+                ))));
+            }
             _ => segment::prepare(&self.dir, number, self.config.segment_bytes)?,
         };
         let next = prepared.install(&self.dir, self.round)?;
@@ -550,6 +604,9 @@ impl Writer {
 mod tests {
     use super::*;
 
+    use crate::wal::fs::FileSystem;
+    use std::path::Path;
+
     fn started_log(dir: &Path, rings: usize) -> Log {
         let resume = Resume {
             segments: Vec::new(),
@@ -560,7 +617,8 @@ mod tests {
             segment_bytes: 1 << 20,
             sync: true,
         };
-        Log::start(dir, rings, resume, config).unwrap()
+        let dir = WalDir::new(FileSystem::Real, dir);
+        Log::start(&dir, rings, resume, config, FailureSink::default()).unwrap()
     }
 
     /// The bytes of each segment file. `*.log.creating` files are skipped:

@@ -116,11 +116,18 @@
 //!   file says the same before and after the rename.
 //! * Renames and directory syncs are taken to be atomic and durable, as
 //!   ext4, xfs and tmpfs provide.
+//! * The log stops for good on its first failed write or sync (a later
+//!   sync could report success without the lost pages): nothing is
+//!   acknowledged after it, and the database is poisoned until reopened.
+//! * Every file operation goes through `fs::WalDir`, so a simulated file
+//!   system can cut the power anywhere (`tests/power_loss_wal.rs`).
 
+pub mod fs;
 pub mod log;
 pub mod newest;
 pub mod record;
 pub mod segment;
 pub mod snapshot;
 
+pub use fs::{FileSystem, SimFault, SimFs, SimOp, WalDir};
 pub use log::{Log, LogConfig, Resume, Ticket};

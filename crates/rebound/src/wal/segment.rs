@@ -2,13 +2,11 @@
 //! at recovery, where a torn tail is found and cut off.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
+use super::fs::{FsFile, WalDir};
 use super::log::Resume;
 use super::record::{self, Record};
 use crate::error::{Error, Result};
 use crate::medium::FileView;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub const SEGMENT_MAGIC: [u8; 8] = *b"RBWAL\0\0\x01";
@@ -25,15 +23,14 @@ pub struct Segment {
     pub closed: bool,
 }
 
-pub fn segment_path(dir: &Path, number: u64) -> PathBuf {
-    dir.join(format!("{number:016x}.log"))
+pub fn segment_name(number: u64) -> String {
+    format!("{number:016x}.log")
 }
 
 /// Deletes segment `number` and syncs the directory.
-pub fn remove(dir: &Path, number: u64) -> Result<()> {
-    std::fs::remove_file(segment_path(dir, number))?;
-    File::open(dir)?.sync_all()?;
-    Ok(())
+pub fn remove(dir: &WalDir, number: u64) -> Result<()> {
+    dir.remove(&segment_name(number))?;
+    dir.sync()
 }
 
 fn header(number: u64, first_round: u64) -> [u8; SEGMENT_HEADER] {
@@ -70,7 +67,7 @@ fn parse_header(bytes: &[u8]) -> Option<(u64, u64)> {
 
 /// The segment file the writer appends to.
 pub struct SegmentFile {
-    file: File,
+    file: FsFile,
     number: u64,
     len: u64,
     /// Bytes written ahead as zeros: appending inside them changes no file
@@ -82,21 +79,16 @@ pub struct SegmentFile {
 /// A zero-filled file, synced, under a temporary name, waiting to become
 /// segment `number`.
 pub struct Prepared {
-    file: File,
-    temp: PathBuf,
+    file: FsFile,
+    temp: String,
     number: u64,
     size: u64,
 }
 
 /// Writes a zero-filled file of `size` bytes for segment `number`.
-pub fn prepare(dir: &Path, number: u64, size: u64) -> Result<Prepared> {
-    let temp = segment_path(dir, number).with_extension("log.creating");
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&temp)?;
+pub fn prepare(dir: &WalDir, number: u64, size: u64) -> Result<Prepared> {
+    let temp = format!("{}.creating", segment_name(number));
+    let file = dir.create(&temp)?;
     let zeros = vec![0u8; 1 << 20];
     let mut at = 0;
     while at < size {
@@ -117,12 +109,12 @@ impl Prepared {
     /// Writes the header (first frame `first_round`), syncs it and puts the
     /// file in place, so a segment file in place always has an intact
     /// header.
-    pub fn install(self, dir: &Path, first_round: u64) -> Result<SegmentFile> {
+    pub fn install(self, dir: &WalDir, first_round: u64) -> Result<SegmentFile> {
         self.file
             .write_all_at(&header(self.number, first_round), 0)?;
         self.file.sync_data()?;
-        std::fs::rename(&self.temp, segment_path(dir, self.number))?;
-        File::open(dir)?.sync_all()?;
+        dir.rename(&self.temp, &segment_name(self.number))?;
+        dir.sync()?;
         Ok(SegmentFile {
             file: self.file,
             number: self.number,
@@ -141,7 +133,7 @@ impl SegmentFile {
     /// Creates segment `number` whose first frame will be `first_round`,
     /// `preallocate` bytes written ahead as zeros.
     pub fn create(
-        dir: &Path,
+        dir: &WalDir,
         number: u64,
         first_round: u64,
         preallocate: u64,
@@ -187,16 +179,12 @@ impl SegmentFile {
 /// Numbers of the segment files in `dir`, ascending. With `clean` (only
 /// at open: later the next segment may be in the making), leftover
 /// temporary files of a crash during creation are removed.
-fn list(dir: &Path, clean: bool) -> Result<Vec<u64>> {
+fn list(dir: &WalDir, clean: bool) -> Result<Vec<u64>> {
     let mut numbers = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
+    for name in dir.names()? {
         if name.ends_with(".log.creating") {
             if clean {
-                std::fs::remove_file(&path)?;
+                dir.remove(&name)?;
             }
             continue;
         }
@@ -219,7 +207,7 @@ fn list(dir: &Path, clean: bool) -> Result<Vec<u64>> {
 /// other damage (a gap in the rounds, a bad frame before the end) is
 /// `Corrupt`, never skipped.
 pub fn replay<S: Send>(
-    dir: &Path,
+    dir: &WalDir,
     threads: usize,
     init: impl Fn(Arc<FileView>) -> S + Sync,
     visit: impl Fn(&mut S, Record<'_>) -> Result<()> + Sync,
@@ -233,7 +221,7 @@ pub fn replay<S: Send>(
             let Some(&number) = numbers.get(at) else {
                 return done;
             };
-            let parsed = FileView::open(&segment_path(dir, number)).and_then(|view| {
+            let parsed = dir.view(&segment_name(number)).and_then(|view| {
                 let view = Arc::new(view);
                 let mut state = init(view.clone());
                 let segment = read_segment(&view, number, |rec| visit(&mut state, rec))?;
@@ -273,7 +261,7 @@ pub fn replay<S: Send>(
                 )));
             }
             view.narrow(segment.end);
-            cut(&segment_path(dir, number), segment.end as u64)?;
+            cut(dir, &segment_name(number), segment.end as u64)?;
         }
         next_round = Some(segment.round);
         segments.push(Segment {
@@ -334,14 +322,13 @@ fn read_segment(
 /// delta snapshot): every frame that is whole, up to the first that is
 /// not (the one being written, or zeros written ahead). A damaged header
 /// is `Corrupt`.
-pub fn scan(dir: &Path, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Result<()> {
+pub fn scan(dir: &WalDir, mut visit: impl FnMut(Record<'_>) -> Result<()>) -> Result<()> {
     for number in list(dir, false)? {
-        let path = segment_path(dir, number);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match dir.read(&segment_name(number)) {
             Ok(bytes) => bytes,
             // Recycled since it was listed: it held nothing newer.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e.into()),
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
         };
         let (_, first_round) = parse_header(&bytes)
             .ok_or_else(|| Error::Corrupt(format!("log segment {number:x}: bad header")))?;
@@ -399,11 +386,10 @@ fn record_ts(rec: &Record<'_>) -> u64 {
 
 /// Cuts a torn tail off a segment, durably, so that frames written after
 /// recovery never sit behind garbage.
-fn cut(path: &Path, len: u64) -> Result<()> {
-    let file = OpenOptions::new().write(true).open(path)?;
+fn cut(dir: &WalDir, name: &str, len: u64) -> Result<()> {
+    let file = dir.open(name, true)?;
     file.set_len(len)?;
-    file.sync_all()?;
-    Ok(())
+    file.sync_all()
 }
 
 #[cfg(test)]

@@ -8,14 +8,12 @@
 //! verifies one group, and the background load reads them all.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
+use super::fs::{FsFile, WalDir};
 use super::newest::{NewestVersions, Version};
 use super::record::{self, Record, Row};
 use crate::error::{Error, Result};
-use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::ops::{Bound, Range};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
 
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RBSNAP\0\x02";
 /// The magic without its version byte: a file that has it and another
@@ -31,20 +29,21 @@ const ENTRY_HEADER: usize = 28;
 /// make it longer).
 const GROUP: usize = 16 << 10;
 
-fn snapshot_path(dir: &Path, number: u64) -> PathBuf {
-    dir.join(format!("{number:016x}.snapshot"))
+fn snapshot_name(number: u64) -> String {
+    format!("{number:016x}.snapshot")
 }
 
 /// Writes a snapshot under a temporary name; `finish` puts it in place.
 pub struct SnapshotWriter {
-    out: BufWriter<File>,
+    out: BufWriter<FsFile>,
     len: u64,
     /// crc32c of the header and the catalog.
     head_crc: u32,
     /// Where the first group starts, once one has.
     catalog_end: Option<u64>,
-    temp: PathBuf,
-    path: PathBuf,
+    dir: WalDir,
+    temp: String,
+    name: String,
     group: Vec<u8>,
     /// The open group's table, where its rows record starts, its rows.
     group_table: Option<(u32, usize, u32)>,
@@ -58,21 +57,18 @@ impl SnapshotWriter {
     /// A snapshot numbered `number` of what the transactions older than
     /// `ts` (and no younger one) changed since snapshot `previous`, or of
     /// everything they left if `previous` is 0 (a base).
-    pub fn create(dir: &Path, number: u64, ts: u64, previous: u64) -> Result<SnapshotWriter> {
-        let path = snapshot_path(dir, number);
-        let temp = path.with_extension("snapshot.creating");
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)?;
+    pub fn create(dir: &WalDir, number: u64, ts: u64, previous: u64) -> Result<SnapshotWriter> {
+        let name = snapshot_name(number);
+        let temp = format!("{name}.creating");
+        let file = dir.create(&temp)?;
         let mut writer = SnapshotWriter {
             out: BufWriter::with_capacity(1 << 20, file),
             len: 0,
             head_crc: 0,
             catalog_end: None,
+            dir: dir.clone(),
             temp,
-            path,
+            name,
             group: Vec::with_capacity(GROUP + 4096),
             group_table: None,
             first_key: Vec::new(),
@@ -174,10 +170,8 @@ impl SnapshotWriter {
         self.out.write_all(&footer)?;
         let file = self.out.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
-        std::fs::rename(&self.temp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
+        self.dir.rename(&self.temp, &self.name)?;
+        self.dir.sync()?;
         let bytes = directory_at + self.directory.len() as u64 + FOOTER;
         Ok((self.rows, bytes))
     }
@@ -207,7 +201,7 @@ pub struct SnapshotFile {
     pub ts: u64,
     /// The snapshot this one changes; 0 for a base.
     pub previous: u64,
-    file: File,
+    file: FsFile,
     len: u64,
     catalog: Vec<u8>,
     groups: Vec<GroupRef>,
@@ -220,9 +214,9 @@ pub type GroupRows<'b> = Vec<Row<'b>>;
 
 impl SnapshotFile {
     /// Opens and checks snapshot `number` of `dir`.
-    fn open(dir: &Path, number: u64) -> Result<SnapshotFile> {
-        let file = File::open(snapshot_path(dir, number))?;
-        let len = file.metadata()?.len();
+    fn open(dir: &WalDir, number: u64) -> Result<SnapshotFile> {
+        let file = dir.open(&snapshot_name(number), false)?;
+        let len = file.len()?;
         let mut snapshot = SnapshotFile {
             number,
             ts: 0,
@@ -371,7 +365,7 @@ impl SnapshotChain {
     /// (those a fold replaced, which a crash kept) are removed.
     /// `Corrupt` if a file in the chain is damaged or a link is wrong (an
     /// older chain is never used instead: the log it needs may be gone).
-    pub fn open(dir: &Path) -> Result<Option<SnapshotChain>> {
+    pub fn open(dir: &WalDir) -> Result<Option<SnapshotChain>> {
         let chain = Self::open_listed(dir, true)?;
         if let Some(chain) = &chain {
             let stale = list(dir, false)?
@@ -383,11 +377,11 @@ impl SnapshotChain {
     }
 
     /// `open` while the database runs (for a fold): nothing is removed.
-    pub fn open_live(dir: &Path) -> Result<Option<SnapshotChain>> {
+    pub fn open_live(dir: &WalDir) -> Result<Option<SnapshotChain>> {
         Self::open_listed(dir, false)
     }
 
-    fn open_listed(dir: &Path, clean: bool) -> Result<Option<SnapshotChain>> {
+    fn open_listed(dir: &WalDir, clean: bool) -> Result<Option<SnapshotChain>> {
         let numbers = list(dir, clean)?;
         let Some(&newest) = numbers.last() else {
             return Ok(None);
@@ -788,19 +782,15 @@ impl<'c> ChainCursor<'c> {
 /// Numbers of the snapshot files in `dir`, ascending; with `clean`,
 /// leftovers of a crash while one was written are removed (only at open:
 /// later, a fold may be writing one).
-fn list(dir: &Path, clean: bool) -> Result<Vec<u64>> {
+fn list(dir: &WalDir, clean: bool) -> Result<Vec<u64>> {
     let mut numbers = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
+    for name in dir.names()? {
         if let Some(stem) = name.strip_suffix(".snapshot") {
             let number = u64::from_str_radix(stem, 16)
                 .map_err(|_| Error::Corrupt(format!("unexpected snapshot file {name}")))?;
             numbers.push(number);
         } else if clean && name.ends_with(".snapshot.creating") {
-            std::fs::remove_file(&path)?;
+            dir.remove(&name)?;
         }
     }
     numbers.sort_unstable();
@@ -923,21 +913,19 @@ impl SnapshotFile {
 
 /// Removes the snapshots numbered `numbers` (those a fold replaced) and
 /// syncs the directory.
-pub fn remove_numbers(dir: &Path, numbers: impl IntoIterator<Item = u64>) -> Result<()> {
+pub fn remove_numbers(dir: &WalDir, numbers: impl IntoIterator<Item = u64>) -> Result<()> {
     for number in numbers {
-        std::fs::remove_file(snapshot_path(dir, number))?;
+        dir.remove(&snapshot_name(number))?;
     }
-    File::open(dir)?.sync_all()?;
-    Ok(())
+    dir.sync()
 }
 
 /// Bytes of the snapshot files in `dir` (0 if it cannot be read).
-pub fn files_bytes(dir: &Path) -> u64 {
+pub fn files_bytes(dir: &WalDir) -> u64 {
     list(dir, false)
         .unwrap_or_default()
         .into_iter()
-        .filter_map(|n| std::fs::metadata(snapshot_path(dir, n)).ok())
-        .map(|m| m.len())
+        .filter_map(|n| dir.len(&snapshot_name(n)).ok())
         .sum()
 }
 
