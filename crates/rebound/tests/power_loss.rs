@@ -18,7 +18,7 @@
 mod common;
 
 use rebound::{
-    CheckpointMode, Database, Error, GcOptions, MediumChoice, Options, SimDevice, Table,
+    CheckpointMode, Database, Error, GcOptions, MediumChoice, Options, Session, SimDevice, Table,
     TableOptions,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -84,16 +84,26 @@ fn writer(db: &Database, table: &Table, w: usize, progress: &Progress, stop: &At
         }
         seq += 1;
         progress.started[w].store(seq, Ordering::Release);
-        let value = seq.to_le_bytes();
-        let mut tx = session.begin();
-        tx.put(table, &pair_key(w, 0), &value).unwrap();
-        tx.put(table, &own_key(w, seq * 7 % KEYS_PER_WRITER), &value)
-            .unwrap();
-        tx.put(table, &pair_key(w, 1), &value).unwrap();
-        tx.commit()
-            .unwrap_or_else(|e| panic!("writer {w}: commit {seq} failed: {e}"));
+        // The reader's read marks make a write conflict now and then: the
+        // same transaction again, until it commits.
+        loop {
+            match write_once(&mut session, table, w, seq) {
+                Ok(()) => break,
+                Err(e) if e.is_retryable() => continue,
+                Err(e) => panic!("writer {w}: commit {seq} failed: {e}"),
+            }
+        }
         progress.acked[w].store(seq, Ordering::Release);
     }
+}
+
+fn write_once(session: &mut Session, table: &Table, w: usize, seq: u64) -> Result<(), Error> {
+    let value = seq.to_le_bytes();
+    let mut tx = session.begin();
+    tx.put(table, &pair_key(w, 0), &value)?;
+    tx.put(table, &own_key(w, seq * 7 % KEYS_PER_WRITER), &value)?;
+    tx.put(table, &pair_key(w, 1), &value)?;
+    tx.commit()
 }
 
 /// Reads every writer's pair in read-only transactions and records what
@@ -102,9 +112,14 @@ fn reader(db: &Database, table: &Table, progress: &Progress, stop: &AtomicBool) 
     let mut session = db.session().unwrap();
     while !stop.load(Ordering::Acquire) {
         let mut tx = session.begin();
-        let seen: Vec<u64> = (0..WRITERS)
-            .map(|w| sequence(tx.get(table, &pair_key(w, 0)).unwrap(), "a read"))
+        let seen: Result<Vec<u64>, Error> = (0..WRITERS)
+            .map(|w| Ok(sequence(tx.get(table, &pair_key(w, 0))?, "a read")))
             .collect();
+        let seen = match seen {
+            Ok(seen) => seen,
+            Err(e) if e.is_retryable() => continue,
+            Err(e) => panic!("reader: {e}"),
+        };
         if tx.commit().is_ok() {
             for (w, seq) in seen.into_iter().enumerate() {
                 progress.shown[w].fetch_max(seq, Ordering::AcqRel);
