@@ -63,27 +63,37 @@ fn options_no_database_can_run_with_are_refused_at_open() {
     );
 }
 
-/// The smallest accepted size opens, and a table that outgrows it gets
-/// `OutOfSpace`, never a write past the mapping.
+/// The smallest accepted size opens, and a database that outgrows its
+/// size gets `OutOfSpace`, never a write past the mapping.
 #[test]
-fn the_smallest_size_opens_and_running_out_of_it_is_an_error() {
+fn the_smallest_size_opens_and_running_out_of_room_is_an_error() {
     for durability in [Durability::None, Durability::LogFree] {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-        let options = Options::default()
+        let smallest = Options::default()
             .durability(durability)
             .max_size(rebound::MIN_MAX_SIZE);
-        let db = Database::open(dir.path().join("db"), options).unwrap();
-        let table = db.create_table("t", TableOptions::default().max_value_len(64));
-        let table = match table {
-            Err(Error::OutOfSpace(_)) => continue,
-            other => other.unwrap(),
-        };
+        let db = Database::open(dir.path().join("smallest"), smallest).unwrap();
+        drop(db);
+        // Room for a table and a few blocks: writes run out of it.
+        let small = Options::default()
+            .durability(durability)
+            .max_size(rebound::MIN_MAX_SIZE + (1 << 20));
+        let db = Database::open(dir.path().join("small"), small).unwrap();
+        let table = db
+            .create_table("t", TableOptions::default().max_value_len(1024))
+            .unwrap();
         let mut session = db.session().unwrap();
-        let mut tx = session.begin();
-        let put = tx.put(&table, b"key", b"value");
+        let value = [7u8; 1024];
+        let outcome = (0..100_000u64).find_map(|n| {
+            let mut tx = session.begin();
+            match tx.put(&table, &n.to_be_bytes(), &value) {
+                Ok(_) => tx.commit().err(),
+                Err(e) => Some(e),
+            }
+        });
         assert!(
-            matches!(put, Err(Error::OutOfSpace(_))),
-            "{durability:?}: a write with no room left returned {put:?}"
+            matches!(outcome, Some(Error::OutOfSpace(_))),
+            "{durability:?}: writing past the size gave {outcome:?}"
         );
     }
 }

@@ -165,6 +165,12 @@ fn check_cut(crashed: &SimDevice, acked: &[u64], started: &[u64], ctx: &str) {
                 own <= first,
                 "writer {w} key {n}: commit {own} is there without the pair's {first}; {ctx}"
             );
+            if first > 0 && n == first * 7 % KEYS_PER_WRITER {
+                assert_eq!(
+                    own, first,
+                    "writer {w} key {n}: commit {first} is there without this write; {ctx}"
+                );
+            }
         }
     }
     tx.commit().unwrap();

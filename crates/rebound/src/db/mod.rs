@@ -1860,6 +1860,11 @@ fn background_loop(
         if inner.panic_requested.swap(false, Ordering::AcqRel) {
             panic!("injected background panic");
         }
+        // A poisoned database writes nothing more: its medium may have
+        // failed a sync, or a thread died halfway through its work.
+        if inner.poisoned_by().is_some() {
+            continue;
+        }
         // Failures are counted in `Stats` by the round itself.
         let _ = inner.maintain(true);
         inner.start_fold(&inner);

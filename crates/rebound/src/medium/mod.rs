@@ -11,12 +11,16 @@
 //! | [`Backend::Disk`] (file on a block filesystem) | widen the dirty range | `msync` of the dirty range, coalesced across threads (group commit) | power loss |
 //! | [`Backend::Disk`] over a [`SimDevice::disk`] | widen the dirty range | the same group commit, copying the dirty pages into the durable image | simulated power cuts with a seed |
 //! | [`Backend::Simulated`] ([`SimDevice`]) | remember the lines | copy remembered lines into the durable image | simulated crashes with a seed |
-//!
-//! A failed `msync` is final: the kernel may have dropped the dirty pages
-//! it could not write, so a later sync that succeeds proves nothing about
-//! them. Every later `fence()` fails, and [`Medium::failure`] tells the
-//! database to refuse work until it is reopened from what is on disk.
 //! | [`Backend::Volatile`] (anonymous memory) | nothing | nothing | nothing (the `none` design) |
+//!
+//! A failed sync (`msync`, or the `fsync` of a growth) is final: the kernel
+//! may have dropped the dirty pages it could not write, or kept them
+//! marked clean, so a later sync that succeeds proves nothing about them.
+//! Every later `fence()` fails, and [`Medium::failure`] tells the database
+//! to refuse work. Reopening recovers from what the file holds; pages
+//! whose write failed may still be in the page cache, so after such a
+//! failure the reliable copy is the one read after a restart of the
+//! machine.
 //!
 //! # Assumptions about the medium
 //! * An aligned 8-byte store is atomic with respect to crashes: after a crash
@@ -146,6 +150,11 @@ impl DiskSync {
     fn failure(&self) -> Option<String> {
         self.state.lock().failed.clone()
     }
+
+    /// Records a failed sync; the first one is kept for good.
+    fn fail(&self, error: &dyn std::fmt::Display) {
+        self.state.lock().failed.get_or_insert(error.to_string());
+    }
 }
 
 /// The persistence medium. Cheap to share behind an `Arc`.
@@ -250,10 +259,15 @@ impl Medium {
         match &self.backend {
             Backend::Volatile => {}
             Backend::PersistentMemory { file, .. } => mapping::allocate(file, new_len)?,
-            Backend::Disk { target, .. } => match target {
+            Backend::Disk { target, sync } => match target {
                 DiskTarget::File(file) => {
                     mapping::allocate(file, new_len)?;
-                    file.sync_all()?;
+                    // A full `fsync` writes the mapping's dirty pages too:
+                    // its failure is a failed sync round's.
+                    if let Err(e) = file.sync_all() {
+                        sync.fail(&e);
+                        return Err(e.into());
+                    }
                 }
                 DiskTarget::Simulated(dev) => dev.grow(new_len),
             },
@@ -518,7 +532,9 @@ impl Medium {
             }
             state.running = true;
             drop(state);
+            let round = RoundGuard(sync);
             let outcome = self.sync_dirty_range(sync);
+            std::mem::forget(round);
             state = sync.state.lock();
             assert!(state.running, "a sync round ended that was not running");
             state.running = false;
@@ -555,6 +571,20 @@ impl Medium {
     /// Reports whether `[off, off+len)` lies inside the usable length.
     pub fn contains(&self, off: u64, len: u64) -> bool {
         off.checked_add(len).is_some_and(|end| end <= self.len())
+    }
+}
+
+/// Ends a sync round that unwound: it counts as failed, so that the
+/// fences waiting for it return instead of waiting for a round that never
+/// completes.
+struct RoundGuard<'a>(&'a DiskSync);
+
+impl Drop for RoundGuard<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock();
+        state.running = false;
+        state.failed.get_or_insert("a sync round panicked".into());
+        self.0.done.notify_all();
     }
 }
 

@@ -271,7 +271,10 @@ impl SimDevice {
         // (Released early, a line written after a later fence could join
         // an image that lacks what that fence made durable.)
         let durable = self.inner.durable.lock();
+        // Growth resizes the durable image before the working one: a
+        // crash in between has only what both hold.
         let mut image = durable.clone();
+        image.truncate(working.len() as usize);
         let mut rng = SplitMix64(seed);
         let (unit, atom) = match self.inner.model {
             Model::Memory => (super::LINE, 8),

@@ -408,6 +408,13 @@ struct Writer {
     next: Option<JoinHandle<Result<Prepared>>>,
 }
 
+/// A writer that unwinds joins its preparation thread too.
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.join_next();
+    }
+}
+
 impl Writer {
     /// Makes the first segment, then runs. The segment is made here, not
     /// in `Log::start`, so that opening waits for none of its syncs; not
@@ -439,17 +446,26 @@ impl Writer {
             let stopping = self.shared.stop.load(Acquire);
             if drained.taken.is_empty() {
                 if stopping {
-                    // Leaves no thread writing into the directory.
-                    if let Some(next) = self.next.take() {
-                        let _ = next.join();
-                    }
+                    self.join_next();
                     return;
                 }
                 continue;
             }
             if let Err(e) = self.write(drained) {
+                // Before anyone learns of the failure (and may reopen the
+                // directory), as on a clean stop.
+                self.join_next();
                 return fail(&self.shared, &e.to_string());
             }
+        }
+    }
+
+    /// Waits for the thread preparing the next segment: a log that stopped
+    /// leaves no thread writing into the directory (a reopen would start
+    /// the same segment, and that thread would then truncate it).
+    fn join_next(&mut self) {
+        if let Some(next) = self.next.take() {
+            let _ = next.join();
         }
     }
 

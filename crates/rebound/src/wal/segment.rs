@@ -29,7 +29,12 @@ pub fn segment_name(number: u64) -> String {
 
 /// Deletes segment `number` and syncs the directory.
 pub fn remove(dir: &WalDir, number: u64) -> Result<()> {
-    dir.remove(&segment_name(number))?;
+    match dir.remove(&segment_name(number)) {
+        // An earlier attempt removed it and then failed to sync the
+        // directory: only the sync is left to do.
+        Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+        outcome => outcome?,
+    }
     dir.sync()
 }
 
