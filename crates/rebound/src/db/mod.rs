@@ -1863,6 +1863,7 @@ fn background_loop(
         // A poisoned database writes nothing more: its medium may have
         // failed a sync, or a thread died halfway through its work.
         if inner.poisoned_by().is_some() {
+            pause = tick;
             continue;
         }
         // Failures are counted in `Stats` by the round itself.
