@@ -56,7 +56,7 @@ use crate::error::{Error, Result};
 use mapping::Mapping;
 use parking_lot::{Condvar, Mutex};
 use std::fs::File;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Size of a cache line, the unit the hardware writes back.
@@ -103,6 +103,9 @@ pub(crate) struct DiskSync {
     dirty: Mutex<DirtyRange>,
     state: Mutex<SyncState>,
     done: Condvar,
+    /// Set with `SyncState::failed`, so that every transaction's check for
+    /// a failure is one load.
+    has_failed: AtomicBool,
 }
 
 #[derive(Clone, Copy)]
@@ -133,6 +136,7 @@ impl DiskSync {
             dirty: Mutex::new(DirtyRange::EMPTY),
             state: Mutex::new(SyncState::default()),
             done: Condvar::new(),
+            has_failed: AtomicBool::new(false),
         }
     }
 
@@ -148,12 +152,21 @@ impl DiskSync {
     }
 
     fn failure(&self) -> Option<String> {
+        if !self.has_failed.load(Ordering::Acquire) {
+            return None;
+        }
         self.state.lock().failed.clone()
     }
 
     /// Records a failed sync; the first one is kept for good.
     fn fail(&self, error: &dyn std::fmt::Display) {
-        self.state.lock().failed.get_or_insert(error.to_string());
+        let mut state = self.state.lock();
+        self.record_failure(&mut state, error);
+    }
+
+    fn record_failure(&self, state: &mut SyncState, error: &dyn std::fmt::Display) {
+        state.failed.get_or_insert_with(|| error.to_string());
+        self.has_failed.store(true, Ordering::Release);
     }
 }
 
@@ -540,7 +553,7 @@ impl Medium {
             state.running = false;
             state.completed_rounds += 1;
             if let Err(e) = outcome {
-                state.failed.get_or_insert(e.to_string());
+                sync.record_failure(&mut state, &e);
             }
             sync.done.notify_all();
         }
@@ -583,7 +596,7 @@ impl Drop for RoundGuard<'_> {
     fn drop(&mut self) {
         let mut state = self.0.state.lock();
         state.running = false;
-        state.failed.get_or_insert("a sync round panicked".into());
+        self.0.record_failure(&mut state, &"a sync round panicked");
         self.0.done.notify_all();
     }
 }
