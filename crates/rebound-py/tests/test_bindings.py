@@ -317,7 +317,8 @@ def test_blocking_calls_release_the_gil():
                 tx.insert(t, b"k%05d" % i, b"v" * 1000)
         # A Python thread notes the time while the main thread scans. Held
         # for a whole scan, the GIL would keep it from running in the
-        # middle of any scan; released, it runs there.
+        # middle of a scan (but for a scan that found the GIL taken at its
+        # start and waited); released, it runs in the middle of most.
         stamps, spans = [], []
         stop = threading.Event()
 
@@ -339,13 +340,11 @@ def test_blocking_calls_release_the_gil():
             stop.set()
             noter.join()
         tx.commit()
-        in_middle = sum(
-            1
+        shared = [
+            any(start + (end - start) / 4 < at < end - (end - start) / 4 for at in stamps)
             for start, end in spans
-            for at in stamps
-            if start + (end - start) / 4 < at < end - (end - start) / 4
-        )
-        assert in_middle > 0, "no other thread ran during a scan"
+        ]
+        assert sum(shared) >= 5, "another thread ran in the middle of %d of 10 scans" % sum(shared)
         db.close()
     finally:
         shutil.rmtree(path)
