@@ -1,6 +1,11 @@
-//! Python bindings for the rebound engine: databases, tables, sessions and
-//! transactions, with the engine's errors as Python exceptions and its
-//! reports as dicts. See README.md for usage.
+//! Python bindings for the rebound engine: databases, tables, secondary
+//! indexes, sessions and transactions, with the engine's errors as Python
+//! exceptions and its reports as dicts. See README.md for usage.
+//!
+//! Every call that can block (open, DDL, commit, reads that may wait for
+//! an index build, checkpoints, close) runs with the GIL released, so
+//! other Python threads run meanwhile; such a call takes its locks only
+//! after releasing the GIL, so a thread waiting for one never holds it.
 
 mod convert;
 mod errors;
@@ -8,7 +13,7 @@ mod txn;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use rebound::{CheckpointMode, Durability, Options, TableOptions};
+use rebound::{CheckpointMode, Durability, IndexOptions, Options, TableOptions};
 
 use convert::to_dict;
 use errors::to_py;
@@ -23,31 +28,91 @@ struct PyDatabase {
 impl PyDatabase {
     /// Opens (or creates) the database in directory `path`.
     #[new]
-    #[pyo3(signature = (path, *, durability = "log-free", checkpoint = "chain", background_thread = true, create_if_missing = true))]
+    #[pyo3(signature = (path, *, durability = "log-free", checkpoint = "chain", background_thread = true, create_if_missing = true, max_size = None))]
     fn new(
+        py: Python<'_>,
         path: &str,
         durability: &str,
         checkpoint: &str,
         background_thread: bool,
         create_if_missing: bool,
+        max_size: Option<u64>,
     ) -> PyResult<Self> {
-        let options = Options::default()
+        let mut options = Options::default()
             .durability(parse_durability(durability)?)
             .checkpoint(parse_checkpoint(checkpoint)?)
             .background_thread(background_thread)
             .create_if_missing(create_if_missing);
-        let db = rebound::Database::open(path, options).map_err(to_py)?;
+        if let Some(max_size) = max_size {
+            options = options.max_size(max_size);
+        }
+        let db = py
+            .detach(|| rebound::Database::open(path, options))
+            .map_err(to_py)?;
         Ok(PyDatabase { db })
     }
 
     /// Creates a table; durable when this returns.
     #[pyo3(signature = (name, *, max_key_len = 64, max_value_len = 1024))]
-    fn create_table(&self, name: &str, max_key_len: u32, max_value_len: u32) -> PyResult<PyTable> {
+    fn create_table(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        max_key_len: u32,
+        max_value_len: u32,
+    ) -> PyResult<PyTable> {
         let options = TableOptions::default()
             .max_key_len(max_key_len)
             .max_value_len(max_value_len);
-        let table = self.db.create_table(name, options).map_err(to_py)?;
+        let table = py
+            .detach(|| self.db.create_table(name, options))
+            .map_err(to_py)?;
         Ok(PyTable { table })
+    }
+
+    /// Creates a secondary index on `table` and builds it; durable when
+    /// this returns. `parts` is a list of `("key" | "value", start, end)`
+    /// byte ranges whose concatenation is the index key.
+    #[pyo3(signature = (table, name, parts, *, unique = false))]
+    fn create_index(
+        &self,
+        py: Python<'_>,
+        table: &PyTable,
+        name: &str,
+        parts: Vec<(String, usize, usize)>,
+        unique: bool,
+    ) -> PyResult<PyIndex> {
+        let mut options = IndexOptions::default().unique(unique);
+        for (source, start, end) in parts {
+            options = match source.as_str() {
+                "key" => options.key_bytes(start..end),
+                "value" => options.value_bytes(start..end),
+                _ => {
+                    return Err(errors::invalid(format!(
+                        "an index part comes from 'key' or 'value', not {source:?}"
+                    )))
+                }
+            };
+        }
+        let index = py
+            .detach(|| self.db.create_index(&table.table, name, options))
+            .map_err(to_py)?;
+        Ok(PyIndex { index })
+    }
+
+    /// The index `name` of `table`, or None.
+    fn index(&self, table: &PyTable, name: &str) -> PyResult<Option<PyIndex>> {
+        let index = self.db.index(&table.table, name).map_err(to_py)?;
+        Ok(index.map(|index| PyIndex { index }))
+    }
+
+    /// Builds every secondary index not rebuilt yet after a restart;
+    /// returns the seconds from the start of open until all were ready.
+    fn wait_for_secondary_indexes(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        let ready = py
+            .detach(|| self.db.wait_for_secondary_indexes())
+            .map_err(to_py)?;
+        Ok(ready.map(|after| after.as_secs_f64()))
     }
 
     /// The table called `name`, or None.
@@ -77,13 +142,19 @@ impl PyDatabase {
 
     /// Takes an index checkpoint now; returns what it did, as a dict.
     fn checkpoint<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let stats = self.db.checkpoint().map_err(to_py)?;
+        let stats = py.detach(|| self.db.checkpoint()).map_err(to_py)?;
         to_dict(py, &stats)
     }
 
     /// Stops accepting work and makes everything durable.
-    fn close(&self) -> PyResult<()> {
-        self.db.close().map_err(to_py)
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.db.close()).map_err(to_py)
+    }
+
+    /// Test hook: makes the background thread panic at its next round,
+    /// after which every call raises `PoisonedError`.
+    fn _inject_background_panic(&self) {
+        self.db.inject_background_panic();
     }
 }
 
@@ -131,10 +202,40 @@ impl PyTable {
     }
 }
 
+/// A secondary index handle (`rebound::Index`).
+#[pyclass(name = "Index", module = "rebound_db", frozen)]
+pub(crate) struct PyIndex {
+    pub(crate) index: rebound::Index,
+}
+
+#[pymethods]
+impl PyIndex {
+    #[getter]
+    fn name(&self) -> String {
+        self.index.name().to_owned()
+    }
+
+    #[getter]
+    fn unique(&self) -> bool {
+        self.index.is_unique()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Index({:?} on {:?})",
+            self.index.name(),
+            self.index.table_name()
+        )
+    }
+}
+
 #[pymodule]
 fn rebound_db(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDatabase>()?;
     m.add_class::<PyTable>()?;
+    m.add_class::<PyIndex>()?;
+    m.add_class::<txn::PyPendingCommit>()?;
+    m.add("DEFAULT_SCAN_LIMIT", txn::DEFAULT_SCAN_LIMIT)?;
     m.add_class::<txn::PySession>()?;
     m.add_class::<txn::PyTransaction>()?;
     errors::register(m)

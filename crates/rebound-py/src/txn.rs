@@ -6,6 +6,10 @@
 //! it runs on (a self-referential pair built by `ouroboros`) and gives it
 //! back to its Python session when it ends; a transaction dropped without
 //! ending aborts and frees its engine session instead.
+//!
+//! Every operation runs with the GIL released and locks the transaction
+//! only then: a second Python thread using the same transaction waits for
+//! the lock without the GIL, so the first can take the GIL back.
 
 use std::ops::Bound as Edge;
 use std::sync::{Mutex, MutexGuard};
@@ -15,9 +19,15 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::errors::{closed, to_py};
-use crate::PyTable;
+use crate::{PyIndex, PyTable};
 
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+type Pairs<'py> = Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>;
+
+/// Entries a scan returns unless its `limit` says otherwise: a scan of a
+/// large range by mistake costs a bounded amount of memory and time.
+/// `limit=None` asks for every entry.
+pub const DEFAULT_SCAN_LIMIT: usize = 1000;
 
 /// Locks `mutex`; a panic elsewhere while it was held leaves nothing half
 /// done that these bindings rely on.
@@ -85,33 +95,41 @@ pub struct PyTransaction {
 }
 
 impl PyTransaction {
-    /// Runs `op` on the transaction if it is still running.
-    fn with_txn<T>(
+    /// Runs `op` on the transaction, if it is still running, with the GIL
+    /// released.
+    fn with_txn<T: Send>(
         &self,
-        op: impl FnOnce(&mut rebound::Transaction<'_>) -> rebound::Result<T>,
+        py: Python<'_>,
+        op: impl FnOnce(&mut rebound::Transaction<'_>) -> rebound::Result<T> + Send,
     ) -> PyResult<T> {
-        let mut running = lock(&self.running);
-        let running = running.as_mut().ok_or_else(closed)?;
-        running.with_txn_mut(|txn| match txn {
-            Some(txn) => op(txn).map_err(to_py),
-            None => Err(closed()),
+        py.detach(|| {
+            let mut running = lock(&self.running);
+            let running = running.as_mut().ok_or_else(closed)?;
+            running.with_txn_mut(|txn| match txn {
+                Some(txn) => op(txn).map_err(to_py),
+                None => Err(closed()),
+            })
         })
     }
 
-    /// Ends the transaction with `outcome` and gives its engine session
-    /// back to the Python session (unless that has one again already).
-    fn end(
+    /// Ends the transaction with `outcome` (the GIL released) and gives
+    /// its engine session back to the Python session (unless that has one
+    /// again already).
+    fn end<T: Send>(
         &self,
-        outcome: impl FnOnce(rebound::Transaction<'_>) -> rebound::Result<()>,
-    ) -> PyResult<()> {
-        let mut running = lock(&self.running).take().ok_or_else(closed)?;
-        let result = running.with_txn_mut(|txn| match txn.take() {
-            Some(txn) => outcome(txn).map_err(to_py),
-            None => Err(closed()),
-        });
-        let session = running.into_heads().session;
-        let _ = lock(&self.home.get().idle).get_or_insert(session);
-        result
+        py: Python<'_>,
+        outcome: impl FnOnce(rebound::Transaction<'_>) -> rebound::Result<T> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| {
+            let mut running = lock(&self.running).take().ok_or_else(closed)?;
+            let result = running.with_txn_mut(|txn| match txn.take() {
+                Some(txn) => outcome(txn).map_err(to_py),
+                None => Err(closed()),
+            });
+            let session = running.into_heads().session;
+            let _ = lock(&self.home.get().idle).get_or_insert(session);
+            result
+        })
     }
 }
 
@@ -129,22 +147,44 @@ fn collect(
 }
 
 /// Entries as a list of `(bytes, bytes)` tuples.
-fn to_pairs<'py>(
-    py: Python<'py>,
-    entries: Entries,
-) -> Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+fn to_pairs(py: Python<'_>, entries: Entries) -> Pairs<'_> {
     entries
         .into_iter()
         .map(|(key, value)| (PyBytes::new(py, &key), PyBytes::new(py, &value)))
         .collect()
 }
 
+/// `start <= key < end`, None meaning no bound.
+fn bounds<'a>(start: Option<&'a [u8]>, end: Option<&'a [u8]>) -> (Edge<&'a [u8]>, Edge<&'a [u8]>) {
+    (
+        start.map_or(Edge::Unbounded, Edge::Included),
+        end.map_or(Edge::Unbounded, Edge::Excluded),
+    )
+}
+
+/// A commit made visible whose durability `wait()` awaits.
+#[pyclass(name = "PendingCommit", module = "rebound_db", frozen)]
+pub struct PyPendingCommit {
+    pending: Mutex<Option<rebound::PendingCommit>>,
+}
+
+#[pymethods]
+impl PyPendingCommit {
+    /// Returns once the commit is durable (the GIL released meanwhile).
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| match lock(&self.pending).take() {
+            Some(pending) => pending.wait().map_err(to_py),
+            None => Ok(()),
+        })
+    }
+}
+
 #[pymethods]
 impl PyTransaction {
     /// This transaction's timestamp (its id).
     #[getter]
-    fn id(&self) -> PyResult<u64> {
-        self.with_txn(|txn| Ok(txn.id()))
+    fn id(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with_txn(py, |txn| Ok(txn.id()))
     }
 
     /// The value of `key`, or None.
@@ -154,33 +194,35 @@ impl PyTransaction {
         table: &PyTable,
         key: &[u8],
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let value = self.with_txn(|txn| txn.get(&table.table, key))?;
+        let value = self.with_txn(py, |txn| txn.get(&table.table, key))?;
         Ok(value.map(|value| PyBytes::new(py, &value)))
     }
 
     /// Inserts a new key; DuplicateKeyError if it exists.
-    fn insert(&self, table: &PyTable, key: &[u8], value: &[u8]) -> PyResult<()> {
-        self.with_txn(|txn| txn.insert(&table.table, key, value))
+    fn insert(&self, py: Python<'_>, table: &PyTable, key: &[u8], value: &[u8]) -> PyResult<()> {
+        self.with_txn(py, |txn| txn.insert(&table.table, key, value))
     }
 
     /// Replaces the value of an existing key; KeyNotFoundError otherwise.
-    fn update(&self, table: &PyTable, key: &[u8], value: &[u8]) -> PyResult<()> {
-        self.with_txn(|txn| txn.update(&table.table, key, value))
+    fn update(&self, py: Python<'_>, table: &PyTable, key: &[u8], value: &[u8]) -> PyResult<()> {
+        self.with_txn(py, |txn| txn.update(&table.table, key, value))
     }
 
     /// Inserts or replaces; returns whether the key existed.
-    fn put(&self, table: &PyTable, key: &[u8], value: &[u8]) -> PyResult<bool> {
-        self.with_txn(|txn| txn.put(&table.table, key, value))
+    fn put(&self, py: Python<'_>, table: &PyTable, key: &[u8], value: &[u8]) -> PyResult<bool> {
+        self.with_txn(py, |txn| txn.put(&table.table, key, value))
     }
 
     /// Deletes a key; returns whether it existed.
-    fn delete(&self, table: &PyTable, key: &[u8]) -> PyResult<bool> {
-        self.with_txn(|txn| txn.delete(&table.table, key))
+    fn delete(&self, py: Python<'_>, table: &PyTable, key: &[u8]) -> PyResult<bool> {
+        self.with_txn(py, |txn| txn.delete(&table.table, key))
     }
 
     /// Live `(key, value)` pairs with `start <= key < end` (None: no
-    /// bound), ascending or with `reverse=True` descending, at most `limit`.
-    #[pyo3(signature = (table, start = None, end = None, *, limit = None, reverse = false))]
+    /// bound), ascending or with `reverse=True` descending: the first
+    /// `limit` of them, `DEFAULT_SCAN_LIMIT` unless given, every one with
+    /// `limit=None`.
+    #[pyo3(signature = (table, start = None, end = None, *, limit = Some(DEFAULT_SCAN_LIMIT), reverse = false))]
     fn scan<'py>(
         &self,
         py: Python<'py>,
@@ -189,21 +231,17 @@ impl PyTransaction {
         end: Option<&[u8]>,
         limit: Option<usize>,
         reverse: bool,
-    ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
-        let start = start.map_or(Edge::Unbounded, Edge::Included);
-        let end = end.map_or(Edge::Unbounded, Edge::Excluded);
-        let entries = self.with_txn(|txn| {
-            collect(
-                txn.range::<&[u8]>(&table.table, (start, end))?,
-                limit,
-                reverse,
-            )
+    ) -> PyResult<Pairs<'py>> {
+        let range = bounds(start, end);
+        let entries = self.with_txn(py, |txn| {
+            collect(txn.range::<&[u8]>(&table.table, range)?, limit, reverse)
         })?;
         Ok(to_pairs(py, entries))
     }
 
-    /// Live `(key, value)` pairs whose keys start with `prefix`.
-    #[pyo3(signature = (table, prefix, *, limit = None, reverse = false))]
+    /// Live `(key, value)` pairs whose keys start with `prefix`, bounded
+    /// as `scan` is.
+    #[pyo3(signature = (table, prefix, *, limit = Some(DEFAULT_SCAN_LIMIT), reverse = false))]
     fn prefix<'py>(
         &self,
         py: Python<'py>,
@@ -211,20 +249,61 @@ impl PyTransaction {
         prefix: &[u8],
         limit: Option<usize>,
         reverse: bool,
-    ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
-        let entries =
-            self.with_txn(|txn| collect(txn.prefix(&table.table, prefix)?, limit, reverse))?;
+    ) -> PyResult<Pairs<'py>> {
+        let entries = self.with_txn(py, |txn| {
+            collect(txn.prefix(&table.table, prefix)?, limit, reverse)
+        })?;
         Ok(to_pairs(py, entries))
     }
 
+    /// The first row `(key, value)` whose index key is `index_key`, or None.
+    fn index_get<'py>(
+        &self,
+        py: Python<'py>,
+        index: &PyIndex,
+        index_key: &[u8],
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+        let row = self.with_txn(py, |txn| txn.index_get(&index.index, index_key))?;
+        Ok(to_pairs(py, row.into_iter().collect()).pop())
+    }
+
+    /// Rows `(key, value)` whose index key lies in `start <= k < end`, in
+    /// index-key order, bounded as `scan` is.
+    #[pyo3(signature = (index, start = None, end = None, *, limit = Some(DEFAULT_SCAN_LIMIT)))]
+    fn index_scan<'py>(
+        &self,
+        py: Python<'py>,
+        index: &PyIndex,
+        start: Option<&[u8]>,
+        end: Option<&[u8]>,
+        limit: Option<usize>,
+    ) -> PyResult<Pairs<'py>> {
+        let range = bounds(start, end);
+        let limit = limit.unwrap_or(usize::MAX);
+        let rows = self.with_txn(py, |txn| {
+            txn.index_scan::<&[u8]>(&index.index, range, limit)
+        })?;
+        Ok(to_pairs(py, rows))
+    }
+
     /// Makes the transaction durable, then visible.
-    fn commit(&self) -> PyResult<()> {
-        self.end(|txn| txn.commit())
+    fn commit(&self, py: Python<'_>) -> PyResult<()> {
+        self.end(py, |txn| txn.commit())
+    }
+
+    /// Makes the transaction visible now; the returned `PendingCommit`'s
+    /// `wait()` returns once it is durable (in the `wal` design the log
+    /// flushes meanwhile; in the others it is durable already).
+    fn commit_deferred(&self, py: Python<'_>) -> PyResult<PyPendingCommit> {
+        let pending = self.end(py, |txn| txn.commit_deferred())?;
+        Ok(PyPendingCommit {
+            pending: Mutex::new(Some(pending)),
+        })
     }
 
     /// Rolls the transaction back.
-    fn abort(&self) -> PyResult<()> {
-        self.end(|txn| {
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.end(py, |txn| {
             txn.abort();
             Ok(())
         })
@@ -238,16 +317,17 @@ impl PyTransaction {
     /// transaction already ended inside the block is left alone.
     fn __exit__(
         &self,
+        py: Python<'_>,
         exc_type: Option<&Bound<'_, PyAny>>,
         _exc_value: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        if lock(&self.running).is_none() {
+        if py.detach(|| lock(&self.running).is_none()) {
             return Ok(false);
         }
         match exc_type {
-            None => self.commit()?,
-            Some(_) => self.abort()?,
+            None => self.commit(py)?,
+            Some(_) => self.abort(py)?,
         }
         Ok(false)
     }

@@ -126,11 +126,6 @@ fn another_programs_directory_is_left_alone() {
     ));
 }
 
-/// The seeds of the default run; `REBOUND_SEED=<n>` replays one (it
-/// drives both the workload and the choice of flips) and `random` draws one. 7287125784506984060
-/// once made the engine allocate 17 GiB.
-const SEEDS: [u64; 4] = [7287125784506984060, 1, 2, 3];
-
 /// Random single-bit flips in the non-zero lines of a crashed database
 /// (checkpoint, GC, redo work after both, an uncommitted transaction): each
 /// must be refused with a typed error or read back exactly — through open,
@@ -139,13 +134,9 @@ const SEEDS: [u64; 4] = [7287125784506984060, 1, 2, 3];
 /// run in a child process (see `flip`).
 #[test]
 fn bit_flips_never_panic_or_serve_wrong_values() {
-    // `REBOUND_SEED` (a number or `random`) is read as every test reads it.
-    let seeds = match std::env::var_os("REBOUND_SEED") {
-        Some(_) => common::seeds(),
-        None => SEEDS.to_vec(),
-    };
     let mut failed = Vec::new();
-    for seed in seeds {
+    for seed in common::seeds() {
+        println!("seed {seed} ({})", common::replay_hint(seed));
         let crashed = flip::build_crashed(flip::Workload {
             seed,
             keys: 100,

@@ -12,6 +12,8 @@ use rebound::{
 };
 use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow, RangeBounds};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
@@ -452,7 +454,9 @@ fn a_cursor_dropped_early_reads_little_more_than_it_returned() {
 
 /// Writers insert keys into a range while readers read it forwards and
 /// backwards in one transaction: a reader that commits saw the same rows
-/// both times (no phantom appeared between its two reads).
+/// both times (no phantom appeared between its two reads). Every insert
+/// either commits or fails with a retryable error or `DuplicateKey`, and
+/// the table ends with exactly the rows whose inserts committed.
 #[test]
 fn concurrent_inserts_never_show_a_reader_a_phantom() {
     common::each_seed(concurrent_inserts_with);
@@ -460,23 +464,18 @@ fn concurrent_inserts_never_show_a_reader_a_phantom() {
 
 fn concurrent_inserts_with(seed: u64) {
     let (db, t) = rows();
-    let committed_reads = std::sync::atomic::AtomicU64::new(0);
+    let committed_reads = AtomicU64::new(0);
+    let inserted = std::sync::Mutex::new(BTreeMap::new());
     std::thread::scope(|scope| {
         for writer in 0..2u64 {
-            let (db, t) = (&db, &t);
+            let (db, t, inserted) = (&db, &t, &inserted);
             scope.spawn(move || {
-                let mut rng = StdRng::seed_from_u64(common::derive(seed, writer));
-                let mut session = db.session().unwrap();
-                for _ in 0..300 {
-                    let key = row(rng.gen_range(0..5000) * 2 + 1);
-                    let mut tx = session.begin();
-                    match tx.insert(t, key.as_bytes(), b"new") {
-                        Ok(()) => {
-                            let _ = tx.commit();
-                        }
-                        Err(e) if e.is_retryable() || matches!(e, Error::DuplicateKey) => {}
-                        Err(e) => panic!("insert: {e}"),
-                    }
+                let rng = StdRng::seed_from_u64(common::derive(seed, writer));
+                let committed = insert_odd_rows(db, t, rng);
+                assert!(!committed.is_empty(), "writer {writer} committed nothing");
+                let mut inserted = inserted.lock().unwrap();
+                for key in committed {
+                    assert!(inserted.insert(key, ()).is_none(), "inserted twice");
                 }
             });
         }
@@ -500,7 +499,7 @@ fn concurrent_inserts_with(seed: u64) {
                     Ok((forward, reverse)) => {
                         assert_eq!(forward, reverse);
                         tx.commit().unwrap();
-                        committed_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        committed_reads.fetch_add(1, Relaxed);
                     }
                     Err(e) => assert!(e.is_retryable(), "{e}"),
                 }
@@ -508,4 +507,38 @@ fn concurrent_inserts_with(seed: u64) {
         });
     });
     assert!(committed_reads.into_inner() > 0, "some reader committed");
+    let inserted = inserted.into_inner().unwrap();
+    let mut session = db.session().unwrap();
+    let mut tx = session.begin();
+    let odd: Vec<Vec<u8>> = tx
+        .scan::<&[u8]>(&t, .., usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|(key, _)| key)
+        .filter(|key| key.last().is_some_and(|digit| digit % 2 == 1))
+        .collect();
+    assert_eq!(odd, inserted.into_keys().collect::<Vec<_>>());
+    tx.commit().unwrap();
+}
+
+/// 300 inserts of random odd rows, each in a transaction of its own;
+/// returns the keys whose inserts committed. A conflict (at the insert or
+/// at the commit) and an insert of a row that exists are expected; any
+/// other error fails the test.
+fn insert_odd_rows(db: &Database, t: &Table, mut rng: StdRng) -> Vec<Vec<u8>> {
+    let mut session = db.session().unwrap();
+    let mut committed = Vec::new();
+    for _ in 0..300 {
+        let key = row(rng.gen_range(0..5000) * 2 + 1);
+        let mut tx = session.begin();
+        match tx.insert(t, key.as_bytes(), b"new") {
+            Ok(()) => match tx.commit() {
+                Ok(()) => committed.push(key.into_bytes()),
+                Err(e) => assert!(e.is_retryable(), "commit: {e}"),
+            },
+            Err(e) if e.is_retryable() || matches!(e, Error::DuplicateKey) => {}
+            Err(e) => panic!("insert: {e}"),
+        }
+    }
+    committed
 }

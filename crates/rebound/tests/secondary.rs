@@ -665,3 +665,96 @@ fn synchronous_builds_beside_the_background_load_enter_every_row() {
     assert_eq!(got.len(), PEOPLE as usize);
     tx.commit().unwrap();
 }
+
+/// A failed creation takes no index number: after more failures than a
+/// table may have indexes, creations still succeed up to the limit, and
+/// the indexes come back with the right definitions after a restart.
+#[test]
+fn failed_creations_do_not_use_up_the_index_limit() {
+    let device = SimDevice::new(1 << 28);
+    let options = sim_options(&device, IndexRecovery::Synchronous);
+    let db = Database::open("unused", options.clone()).unwrap();
+    let t = people(&db);
+    let mut s = db.session().unwrap();
+    let mut tx = s.begin();
+    tx.insert(&t, b"ann", &row("oslo", 30)).unwrap();
+    tx.insert(&t, b"bob", &row("oslo", 40)).unwrap();
+    tx.commit().unwrap();
+    let unique_city = || IndexOptions::default().value_bytes(0..4).unique(true);
+    for _ in 0..12 {
+        let failed = db.create_index(&t, "by_city", unique_city());
+        assert!(matches!(failed, Err(Error::UniqueViolation(_))));
+    }
+    let by_age = db
+        .create_index(&t, "by_age", IndexOptions::default().value_bytes(4..8))
+        .unwrap();
+    for n in 1..8 {
+        let failed = db.create_index(&t, "by_city", unique_city());
+        assert!(matches!(failed, Err(Error::UniqueViolation(_))));
+        let options = IndexOptions::default().value_bytes(0..4).key_bytes(0..1);
+        db.create_index(&t, &format!("i{n}"), options).unwrap();
+    }
+    let ninth = db.create_index(&t, "i8", IndexOptions::default().value_bytes(0..1));
+    assert!(matches!(ninth, Err(Error::InvalidIndex(_))));
+    let mut tx = s.begin();
+    let got = tx.index_get(&by_age, &40u32.to_be_bytes()).unwrap();
+    assert_eq!(got.map(|(k, _)| k), Some(b"bob".to_vec()));
+    tx.commit().unwrap();
+    drop((s, by_age, t));
+    db.close().unwrap();
+    drop(db);
+
+    let db = Database::open("unused", options).unwrap();
+    let t = db.table("people").unwrap().unwrap();
+    let by_age = db.index(&t, "by_age").unwrap().unwrap();
+    assert_eq!(db.index_stats().len(), 8);
+    let mut s = db.session().unwrap();
+    let mut tx = s.begin();
+    let got = tx.index_get(&by_age, &30u32.to_be_bytes()).unwrap();
+    assert_eq!(got.map(|(k, _)| k), Some(b"ann".to_vec()));
+    tx.commit().unwrap();
+}
+
+/// A lookup with a limit reads about as many index entries as it returns,
+/// not the whole range, and stays protected against phantoms among them.
+#[test]
+fn limited_index_scans_stop_reading_at_the_limit() {
+    let device = SimDevice::new(1 << 28);
+    let db = Database::open("unused", sim_options(&device, IndexRecovery::Adaptive)).unwrap();
+    let t = people(&db);
+    let by_city = db
+        .create_index(&t, "by_city", IndexOptions::default().value_bytes(0..4))
+        .unwrap();
+    let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
+    for batch in 0..10u32 {
+        let mut tx = s1.begin();
+        for i in 0..1000 {
+            let n = batch * 1000 + i;
+            tx.insert(&t, format!("p{n:06}").as_bytes(), &row("oslo", n))
+                .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let entries_read = |db: &Database| db.index_stats()[0].entries_read;
+    let oslo: &[u8] = b"oslo";
+    let mut older = s1.begin();
+    let mut younger = s2.begin();
+    let before = entries_read(&db);
+    let first = younger.index_scan(&by_city, oslo..=oslo, 1).unwrap();
+    assert_eq!(keys(&first), ["p000000"]);
+    let read = entries_read(&db) - before;
+    assert!(read <= 64, "a lookup of 1 row read {read} index entries");
+    let ten = younger.index_scan(&by_city, oslo..=oslo, 10).unwrap();
+    assert_eq!(ten.len(), 10);
+    // An older writer cannot put a row before the ones returned.
+    assert!(matches!(
+        older.insert(&t, b"p", &row("oslo", 1)),
+        Err(Error::Conflict)
+    ));
+    older.abort();
+    assert_eq!(younger.index_scan(&by_city, oslo..=oslo, 1).unwrap(), first);
+    younger.commit().unwrap();
+    let mut tx = s1.begin();
+    assert_eq!(tx.index_prefix(&by_city, b"oslo").unwrap().len(), 10_000);
+    tx.commit().unwrap();
+}

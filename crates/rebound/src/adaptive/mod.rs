@@ -492,6 +492,11 @@ impl IndexManager {
         let window_ms = (WINDOW_HALF_LIFE.as_secs_f64() / std::f64::consts::LN_2 * 1000.0) as u64;
         for (_, table) in store.tables.iter() {
             for (_, index) in table.secondaries.iter() {
+                // A dropped entry's number may belong to a live index now
+                // (placeholders all say 0): its zeros must not count there.
+                if index.is_dropped() {
+                    continue;
+                }
                 let key = (table.heap.def.id, index.def.number);
                 let statements = index.usage.statements.load(Relaxed);
                 let saved = index.usage.saved_ns.load(Relaxed);

@@ -136,6 +136,9 @@ pub struct IndexStats {
     pub scans_instead: u64,
     /// Statements that waited for (or performed) its build.
     pub waits: u64,
+    /// Entries lookups read from the index, each then checked against its
+    /// row: about the rows they returned, not the size of the range.
+    pub entries_read: u64,
     /// Estimated time it saved (or would have saved) those statements.
     pub saved_ns: u64,
     /// Its SOFORT rank now, while it is not built.
@@ -165,20 +168,22 @@ impl Database {
         validate_index(rt, name, &options)?;
         let def = IndexDef {
             table: rt.heap.def.id,
-            number: rt.secondaries.count() as u32,
+            number: next_number(rt),
             name: name.to_owned(),
             unique: options.unique,
             parts: options.parts,
         };
         let index = Arc::new(SecondaryRt::new(def, false));
         rt.secondaries.push(index.clone());
-        let built = inner
-            .build_new_index(rt, &index)
-            .and_then(|()| catalog::create_index(&inner.store.medium, &index.def))
-            .and_then(|()| {
-                inner.log_ddl(|buf, ts| crate::wal::record::encode_index(buf, ts, &index.def))
-            });
-        if let Err(e) = built {
+        if let Err(e) = inner.build_new_index(rt, &index) {
+            index.mark_failed();
+            return Err(e);
+        }
+        let recorded = catalog::create_index(&inner.store.medium, &index.def).and_then(|()| {
+            inner.log_ddl(|buf, ts| crate::wal::record::encode_index(buf, ts, &index.def))
+        });
+        if let Err(e) = recorded {
+            // The catalog slot may be written: the number stays taken.
             index.set_state(DROPPED);
             return Err(e);
         }
@@ -224,6 +229,7 @@ impl Database {
                     statements: usage.statements.load(Ordering::Relaxed),
                     scans_instead: usage.scans_instead.load(Ordering::Relaxed),
                     waits: usage.waits.load(Ordering::Relaxed),
+                    entries_read: usage.entries_read.load(Ordering::Relaxed),
                     saved_ns: usage.saved_ns.load(Ordering::Relaxed),
                     rank: (!index.is_ready()).then(|| manager.rank(table, index)),
                     past_statements: past.map_or(0, |p| p.statements),
@@ -304,6 +310,14 @@ impl Database {
     }
 }
 
+/// The catalog number of a table's next index: the one after every
+/// created index and placeholder (they hold 0, 1, ... in order). Failed
+/// creations are skipped, so they use up no number.
+fn next_number(table: &TableRt) -> u32 {
+    let taken = table.secondaries.iter().filter(|(_, i)| !i.is_failed());
+    taken.count() as u32
+}
+
 fn validate_index(table: &TableRt, name: &str, options: &IndexOptions) -> Result<()> {
     let invalid = |why: String| Err(Error::InvalidIndex(why));
     if name.is_empty() || name.len() > MAX_INDEX_NAME_LEN {
@@ -313,7 +327,7 @@ fn validate_index(table: &TableRt, name: &str, options: &IndexOptions) -> Result
     if existing().any(|(_, i)| i.def.name == name) {
         return Err(Error::IndexExists(name.to_owned()));
     }
-    if table.secondaries.count() >= MAX_INDEXES_PER_TABLE {
+    if next_number(table) as usize >= MAX_INDEXES_PER_TABLE {
         return invalid(format!(
             "a table has at most {MAX_INDEXES_PER_TABLE} indexes"
         ));

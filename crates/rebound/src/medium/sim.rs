@@ -158,8 +158,15 @@ impl SimDevice {
 
     /// The device after a clean power-off: everything written survives.
     pub fn clean_copy(&self) -> SimDevice {
+        self.like(self.image())
+    }
+
+    /// The bytes the program sees, as a data file would hold them: the
+    /// image of a device from [`crash`](Self::crash), written to a file,
+    /// opens as the database found after that crash.
+    pub fn image(&self) -> Vec<u8> {
         let len = self.inner.working.len();
-        let image = (0..len / 8)
+        (0..len / 8)
             .flat_map(|w| {
                 self.inner
                     .working
@@ -167,8 +174,7 @@ impl SimDevice {
                     .load(Ordering::Acquire)
                     .to_le_bytes()
             })
-            .collect();
-        self.like(image)
+            .collect()
     }
 
     /// Length of the medium in bytes.

@@ -34,6 +34,7 @@
 //! below it does not carry the key. The removal is conditional on the
 //! entry's value, so a writer that raised it meanwhile keeps it.
 
+use super::cursor::{MAX_BATCH, MIN_BATCH};
 use super::{Store, TableRt, TxnState};
 use crate::catalog::{IndexDef, Source};
 use crate::error::{Error, Result};
@@ -50,8 +51,14 @@ use std::time::Duration;
 pub const NOT_BUILT: u8 = 0;
 /// Complete: every version anyone can see has its entry.
 pub const READY: u8 = 1;
-/// Creation failed; writers ignore it.
+/// Gone, holding its number: a placeholder for a number an earlier
+/// process left unused, or a creation that failed once its number was
+/// in the catalog. Writers ignore it.
 pub const DROPPED: u8 = 2;
+/// Its build failed before its number reached the catalog: writers ignore
+/// it, and the number is free for the next creation, so failures cannot
+/// use up a table's index numbers.
+pub const FAILED: u8 = 3;
 
 /// What statements wanted from an index and what it saved them, in
 /// estimated nanoseconds (SOFORT's Benefit, eq. 1).
@@ -63,6 +70,8 @@ pub struct Usage {
     pub scans_instead: AtomicU64,
     /// Statements that waited for (or performed) its build.
     pub waits: AtomicU64,
+    /// Entries lookups copied out of the tree, to be checked against rows.
+    pub entries_read: AtomicU64,
 }
 
 /// A secondary index at run time.
@@ -118,7 +127,17 @@ impl SecondaryRt {
     }
 
     pub fn is_dropped(&self) -> bool {
-        self.state.load(Acquire) == DROPPED
+        matches!(self.state.load(Acquire), DROPPED | FAILED)
+    }
+
+    /// Whether its creation failed without taking a number (see [`FAILED`]).
+    pub fn is_failed(&self) -> bool {
+        self.state.load(Acquire) == FAILED
+    }
+
+    /// Its build failed before its number reached the catalog.
+    pub fn mark_failed(&self) {
+        self.set_state(FAILED);
     }
 
     pub fn set_state(&self, state: u8) {
@@ -259,6 +278,11 @@ impl TxnState<'_> {
         table.check_damaged()
     }
 
+    /// Rows are checked batch by batch of tree entries, each batch marking
+    /// the leaves it read, so a lookup with a small limit copies about as
+    /// many entries as it returns; the leaves marked cover every entry up
+    /// to the last one read, so no older writer can put a row among the
+    /// rows returned (the same protection as a primary cursor's).
     fn lookup_through_tree(
         &self,
         table: &TableRt,
@@ -266,36 +290,72 @@ impl TxnState<'_> {
         range: (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
         limit: usize,
     ) -> Result<Rows> {
-        let (lower, upper) = entry_bounds(range, index.def.key_len());
-        let mut entries = Vec::new();
+        let (mut lower, upper) = entry_bounds(range, index.def.key_len());
+        let mut rows = Vec::new();
+        let mut want = limit.clamp(MIN_BATCH, MAX_BATCH);
+        while rows.len() < limit {
+            let entries = self.entry_batch(index, (&lower, &upper), want);
+            let exhausted = entries.len() < want;
+            if let Some(last) = entries.last() {
+                lower = Bound::Excluded(last.clone());
+            }
+            for entry in entries {
+                if rows.len() >= limit {
+                    break;
+                }
+                if let Some(row) = self.row_of_entry(table, index, range, &entry)? {
+                    rows.push(row);
+                }
+            }
+            if exhausted {
+                break;
+            }
+            want = (want * 2).min(MAX_BATCH);
+        }
+        Ok(rows)
+    }
+
+    /// Up to `want` tree entries in `bounds`, gap-marking the leaves read.
+    fn entry_batch(
+        &self,
+        index: &SecondaryRt,
+        (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
+        want: usize,
+    ) -> Vec<Vec<u8>> {
+        let mut entries = Vec::with_capacity(want.min(MIN_BATCH));
         index.tree.scan(
-            super::as_slice_bound(&lower),
-            super::as_slice_bound(&upper),
+            super::as_slice_bound(lower),
+            super::as_slice_bound(upper),
             Some(self.ts),
             |entry, _| {
                 entries.push(entry.to_vec());
-                true
+                entries.len() < want
             },
         );
-        let mut rows = Vec::new();
-        let mut secondary = Vec::new();
-        for entry in entries {
-            if rows.len() >= limit {
-                break;
-            }
-            let (wanted, key) = index.split(&entry);
-            if key.is_empty() || !contains(range, wanted) {
-                continue;
-            }
-            let mut value = Vec::new();
-            if self.read_key_into(table, key, &mut value)?
-                && index.secondary_key(key, &value, &mut secondary)
-                && secondary == wanted
-            {
-                rows.push((key.to_vec(), value));
-            }
+        let read = entries.len() as u64;
+        index.usage.entries_read.fetch_add(read, Relaxed);
+        entries
+    }
+
+    /// The row (primary key, value) of a tree entry, read through MVTO,
+    /// if the version this transaction sees still has the entry's key.
+    fn row_of_entry(
+        &self,
+        table: &TableRt,
+        index: &SecondaryRt,
+        range: (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
+        entry: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let (wanted, key) = index.split(entry);
+        if key.is_empty() || !contains(range, wanted) {
+            return Ok(None);
         }
-        Ok(rows)
+        let mut value = Vec::new();
+        let mut secondary = Vec::new();
+        let matches = self.read_key_into(table, key, &mut value)?
+            && index.secondary_key(key, &value, &mut secondary)
+            && secondary == wanted;
+        Ok(matches.then(|| (key.to_vec(), value)))
     }
 
     /// Refuses a write that would give a second live row `key`'s new

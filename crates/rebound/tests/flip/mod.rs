@@ -1,9 +1,9 @@
 //! Bit-flip trials on a crashed database, shared by `bad_input.rs` and
 //! `corruption_sweep.rs`.
 //!
-//! The test (parent) builds a small database, "crashes" it (copies the data
-//! file while the database is open and idle, with one transaction that has
-//! written but not committed) and knows exactly what it must contain. The
+//! The test (parent) builds a small database, "crashes" it (a seeded crash
+//! image of a simulated device, taken while one transaction has written
+//! but not committed) and knows exactly what it must contain. The
 //! trials run in a child process — this test binary re-run as
 //! `--ignored --exact flip::worker` — that flips one bit at a time in place,
 //! opens, reads everything, runs a GC round, reads again (and optionally
@@ -26,7 +26,9 @@
 use cap::Cap;
 use peakmem_alloc::{PeakMemAlloc, PeakMemAllocTrait};
 use rand::{Rng, SeedableRng};
-use rebound::{Database, Error, GcOptions, Options, TableOptions, DATA_FILE};
+use rebound::{
+    Database, Error, GcOptions, MediumChoice, Options, SimDevice, TableOptions, DATA_FILE,
+};
 use std::alloc::System;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -145,11 +147,14 @@ pub fn quiet_options() -> Options {
         .max_size(256 << 20)
 }
 
-/// Runs the workload and copies the data file while the database is open
-/// and idle, one transaction written but not committed: a crash image.
+/// Runs the workload on a simulated device and takes a crash image of it
+/// (seeded by the workload's seed) while one transaction has written but
+/// not committed. Any instant is a crash point, so no background work has
+/// to be waited for.
 pub fn build_crashed(w: Workload) -> Crashed {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let db = Database::open(dir.path(), quiet_options()).unwrap();
+    let device = SimDevice::new(256 << 20);
+    let options = quiet_options().medium(MediumChoice::Simulated(device.clone()));
+    let db = Database::open("unused", options).unwrap();
     let t = db
         .create_table(
             "t",
@@ -215,8 +220,7 @@ pub fn build_crashed(w: Workload) -> Crashed {
     if let Some(k) = existing.get(1) {
         tx.delete(&t, k).unwrap();
     }
-    let file = dir.path().join(DATA_FILE);
-    let image = stable_copy(&file);
+    let image = device.crash(w.seed).image();
     tx.abort();
     drop(s);
     drop(db);
@@ -231,20 +235,6 @@ pub fn build_crashed(w: Workload) -> Crashed {
         absent,
         block_size,
     }
-}
-
-/// Copies a file until two copies taken a while apart agree.
-fn stable_copy(file: &Path) -> Vec<u8> {
-    let mut last = std::fs::read(file).unwrap();
-    for _ in 0..50 {
-        std::thread::sleep(Duration::from_millis(120));
-        let now = std::fs::read(file).unwrap();
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
-    panic!("the data file kept changing while the database was idle");
 }
 
 // ---------------------------------------------------------------------------
