@@ -440,9 +440,10 @@ fn recover_table(
     let lists = section.map(|s| &s.block_lists);
     let mut counts = ScanCounts::default();
     let mut found = Redo::default();
+    let mut vacancies = crate::heap::MAX_SEQ_GAP;
     for (worker, &last_commit) in lctt.iter().enumerate() {
         let listed = lists.map_or(&[][..], |l| l[worker].as_slice());
-        load_blocks(medium, &heap, worker, listed)?;
+        load_blocks(medium, &heap, (worker, &mut vacancies), listed)?;
         counts.blocks += heap.regions[worker].present().count() as u64;
         scan_region(
             medium,
@@ -580,14 +581,30 @@ fn validate_defs(defs: &[TableDef]) -> Result<()> {
 /// Registers a region's blocks: those listed by the checkpoint (bounds
 /// checked only; headers are validated when scanned), then the chain that
 /// continues from the last of them (or from the region head), validated.
-/// Sequence numbers may skip (collected blocks) but always ascend.
+/// Sequence numbers may skip (collected blocks) but always ascend, and
+/// the numbers skipped are charged to `vacancies`, the table's budget:
+/// each costs an entry in the block table, so a file that skips 4 Mi
+/// numbers at every block of every region cannot make recovery allocate
+/// without bound.
 fn load_blocks(
     medium: &Medium,
     heap: &TableHeap,
-    worker: usize,
+    (worker, vacancies): (usize, &mut u64),
     listed: &[(u64, u64)],
 ) -> Result<()> {
     let region = &heap.regions[worker];
+    let mut charge = |seq: u64| -> Result<()> {
+        *vacancies = vacancies
+            .checked_sub(region.vacancies_before(seq))
+            .ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "table {} skips more than {} block sequence numbers",
+                    heap.def.id,
+                    crate::heap::MAX_SEQ_GAP
+                ))
+            })?;
+        Ok(())
+    };
     let block_size = heap.def.block_size as u64;
     for &(seq, offset) in listed {
         if !crate::heap::block::in_data_area(medium, offset, block_size) {
@@ -595,6 +612,7 @@ fn load_blocks(
                 "checkpoint lists a block outside the medium at {offset}"
             )));
         }
+        charge(seq)?;
         region.push(Block::new(offset, seq as u32))?;
     }
     let (mut min_seq, mut offset) = match listed.last() {
@@ -611,6 +629,7 @@ fn load_blocks(
             )));
         }
         let (seq, next, _) = heap.validate_chained(medium, offset, worker, min_seq)?;
+        charge(seq)?;
         region.push(Block::new(offset, seq as u32))?;
         offset = next;
         min_seq = seq + 1;

@@ -853,6 +853,10 @@ impl SnapshotFile {
         }
         self.ts = u64_at(&header, 16);
         self.previous = u64_at(&header, 24);
+        // Timestamps are txn ids; the clock restarts above this one.
+        if self.ts > crate::catalog::MAX_TXN_ID {
+            return Err(self.bad("timestamp out of range"));
+        }
         let footer = self.read_at(self.len - FOOTER, FOOTER)?;
         let sealed = footer.get(..8) == Some(&FOOTER_MAGIC[..])
             && footer.get(..44).map(crc32c::crc32c) == Some(u32_at(&footer, 44));
