@@ -937,3 +937,62 @@ fn block_sequence_gaps_repeated_along_a_chain_are_corrupt() {
         Ok(_) => panic!("opened over gaps of 4 Mi blocks"),
     }
 }
+
+/// The first field of the log named `what`.
+fn wal_field(what: &str) -> WalTarget {
+    *wal_targets(wal_crash())
+        .iter()
+        .find(|t| t.field.what == what)
+        .unwrap_or_else(|| panic!("no {what} in the log"))
+}
+
+/// A timestamp beyond the txn ids once overflowed the reopened clock
+/// (`max_ts + 1`, then `start + LEASE_STEP`): a panic at open.
+#[test]
+fn a_logged_timestamp_past_the_txn_ids_is_corrupt() {
+    for what in ["commit ts", "table ts"] {
+        for ts in [u64::MAX, 1 << 56] {
+            let outcome = wal_case(wal_field(what), Hostile::Any(ts)).unwrap();
+            assert_eq!(outcome, Outcome::Refused, "{what} {ts}");
+        }
+    }
+}
+
+/// A logged table whose limits `create_table` refuses, or a unique index
+/// over rows that repeat its key, once made the open fail with the
+/// caller's error for such a request (`InvalidTable`, `UniqueViolation`):
+/// the files are damaged, and say so.
+#[test]
+fn logged_definitions_the_engine_refuses_are_corrupt() {
+    let cases = [
+        ("table max key", 1024),
+        ("table max value", 1 << 21),
+        ("table slots per block", 3),
+        ("index unique", 1),
+        ("part length", 0),
+    ];
+    for (what, value) in cases {
+        let outcome = wal_case(wal_field(what), Hostile::Any(value)).unwrap();
+        assert_eq!(outcome, Outcome::Refused, "{what} = {value}");
+    }
+}
+
+/// A checkpoint numbered at the end of the u64 range once overflowed
+/// when the next checkpoint was numbered (at close): a panic.
+#[test]
+fn an_image_sequence_number_out_of_range_is_corrupt() {
+    let crash = crashed_file();
+    let root = (u64_at(&crash.image, 128) & OFFSET_MASK) as usize;
+    let target = FileTarget {
+        field: Field {
+            at: root + 8,
+            width: 8,
+            what: "image sequence",
+        },
+        seal: Seal::Checkpoint(root),
+    };
+    for sequence in [u64::MAX, 1 << 56] {
+        let outcome = file_case(crash, target, Hostile::Any(sequence)).unwrap();
+        assert_eq!(outcome, Outcome::Refused, "sequence {sequence}");
+    }
+}
