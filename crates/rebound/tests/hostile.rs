@@ -23,7 +23,9 @@ use cap::Cap;
 use peakmem_alloc::{PeakMemAlloc, PeakMemAllocTrait};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
-use rebound::{Database, Durability, Error, IndexOptions, Options, TableOptions, DATA_FILE};
+use rebound::{
+    CheckpointMode, Database, Durability, Error, IndexOptions, Options, TableOptions, DATA_FILE,
+};
 use std::alloc::System;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -608,18 +610,24 @@ fn quiet_options() -> Options {
 struct FileCrash {
     image: Vec<u8>,
     contents: Contents,
+    /// What it was written with, and is opened with.
+    options: Options,
 }
 
-/// One table of 4-slot blocks, rows written by two sessions around two
-/// checkpoints (a base and a delta), with deletes, copied while open.
-fn file_crash(checkpoints: bool) -> FileCrash {
+/// One table of 4-slot blocks with a secondary index, rows written by
+/// two sessions around two checkpoints of `mode` (a base and a delta),
+/// with deletes, copied while open; no checkpoint for `None`.
+fn file_crash(mode: Option<CheckpointMode>) -> FileCrash {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let db = Database::open(dir.path(), quiet_options()).unwrap();
-    let options = TableOptions::default()
+    let options = quiet_options().checkpoint(mode.unwrap_or(CheckpointMode::Chain));
+    let db = Database::open(dir.path(), options.clone()).unwrap();
+    let table_options = TableOptions::default()
         .max_key_len(8)
         .max_value_len(24)
         .block_slots(4);
-    let t = db.create_table("t", options).unwrap();
+    let t = db.create_table("t", table_options).unwrap();
+    db.create_index(&t, "v", IndexOptions::default().value_bytes(1..3))
+        .unwrap();
     let mut sessions = [db.session().unwrap(), db.session().unwrap()];
     for i in 0..60u64 {
         let mut tx = sessions[(i % 2) as usize].begin();
@@ -633,7 +641,7 @@ fn file_crash(checkpoints: bool) -> FileCrash {
             }
         }
         tx.commit().unwrap();
-        if checkpoints && (i == 20 || i == 40) {
+        if mode.is_some() && (i == 20 || i == 40) {
             db.checkpoint().unwrap();
         }
     }
@@ -641,12 +649,22 @@ fn file_crash(checkpoints: bool) -> FileCrash {
     let contents = read_everything(&db).unwrap();
     let image = std::fs::read(dir.path().join(DATA_FILE)).unwrap();
     drop(db);
-    FileCrash { image, contents }
+    FileCrash {
+        image,
+        contents,
+        options,
+    }
 }
 
 fn crashed_file() -> &'static FileCrash {
     static CRASH: OnceLock<FileCrash> = OnceLock::new();
-    CRASH.get_or_init(|| file_crash(true))
+    CRASH.get_or_init(|| file_crash(Some(CheckpointMode::Chain)))
+}
+
+/// The same with checkpoints of node images (IACoW).
+fn crashed_file_of_nodes() -> &'static FileCrash {
+    static CRASH: OnceLock<FileCrash> = OnceLock::new();
+    CRASH.get_or_init(|| file_crash(Some(CheckpointMode::IaCow)))
 }
 
 /// Blocks of the image: offset → (worker, sequence number).
@@ -677,7 +695,7 @@ fn reseal_descriptor(image: &mut [u8]) {
 fn checkpoints(image: &[u8]) -> Vec<usize> {
     (DATA_START..image.len())
         .step_by(4096)
-        .filter(|&at| &image[at..at + 8] == b"RBCKPT05")
+        .filter(|&at| matches!(&image[at..at + 8], b"RBCKPT05" | b"RBCKPN05"))
         .collect()
 }
 
@@ -757,6 +775,14 @@ enum Seal {
     /// A word with a check byte above a 56-bit value: region heads, block
     /// links, the checkpoint root.
     Packed,
+    Superblock,
+    /// A secondary index slot of the descriptor: crc32c of bytes 12..112.
+    IndexSlot(usize),
+    /// A slot: its txn word's check bits and its checksum.
+    Slot(usize),
+    /// A node image of a node part: word 0 is crc32c of the rest; then
+    /// the image holding it.
+    Node(usize, usize),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -777,6 +803,28 @@ fn file_targets(image: &[u8]) -> Vec<FileTarget> {
             seal,
         })
     };
+    for (off, width, what) in [
+        (8, 4, "format version"),
+        (16, 4, "max workers"),
+        (20, 4, "max tables"),
+        (24, 8, "LCTT offset"),
+        (32, 8, "catalog offset"),
+        (40, 8, "data start"),
+    ] {
+        push(off, width, what, Seal::Superblock);
+    }
+    push(64, 8, "txn-id lease", Seal::Packed);
+    let index = DESCRIPTOR + 128;
+    for (off, width, what) in [
+        (12, 1, "index unique"),
+        (13, 1, "index parts"),
+        (14, 2, "index name length"),
+        (16, 1, "index part source"),
+        (20, 4, "index part first byte"),
+        (24, 4, "index part length"),
+    ] {
+        push(index + off, width, what, Seal::IndexSlot(index));
+    }
     for (off, what) in [
         (16, "max key length"),
         (20, "max value length"),
@@ -802,6 +850,13 @@ fn file_targets(image: &[u8]) -> Vec<FileTarget> {
         push(at + 32, 4, "block capacity", Seal::Block(at));
         push(at + 36, 4, "block slot size", Seal::Block(at));
         push(at + 40, 8, "block min txn", Seal::Packed);
+        let slot_size = u32_at(image, DESCRIPTOR + 24) as usize;
+        for slot in (0..4).map(|i| at + 320 + i * slot_size) {
+            push(slot, 8, "slot txn word", Seal::Slot(slot));
+            push(slot + 12, 2, "slot key length", Seal::Slot(slot));
+            push(slot + 14, 2, "slot flags", Seal::Slot(slot));
+            push(slot + 16, 4, "slot value length", Seal::Slot(slot));
+        }
     }
     for at in checkpoints(image) {
         let seal = Seal::Checkpoint(at);
@@ -832,6 +887,10 @@ fn file_targets(image: &[u8]) -> Vec<FileTarget> {
         }
         let entries_at = lists + 16 * blocks;
         let entries_len = u64_at(image, s + 16) as usize;
+        if &image[at..at + 8] == b"RBCKPN05" {
+            node_targets(image, (at, entries_at), &mut push);
+            continue;
+        }
         let fences_at = entries_at + entries_len;
         for g in 0..u64_at(image, s + 8).div_ceil(64) as usize {
             push(fences_at + 16 * g, 8, "fence offset", seal);
@@ -847,11 +906,76 @@ fn file_targets(image: &[u8]) -> Vec<FileTarget> {
     out
 }
 
+/// A slot's txn word gets the check bits of its (new) txn id and hole
+/// flag, and its checksum is recomputed if its lengths fit the slot.
+fn reseal_file_slot(image: &mut [u8], at: usize) {
+    let word = u64_at(image, at);
+    if word != 0 {
+        let (txn, hole) = (word & ((1 << 56) - 1), word >> 63 == 1);
+        let crc = u64::from(crc32c::crc32c(&txn.to_le_bytes()) & 0x3F);
+        let parity = u64::from((txn.count_ones() + u32::from(hole)) & 1);
+        put_u64(
+            image,
+            at,
+            txn | ((crc << 1 | parity) << 56) | (u64::from(hole) << 63),
+        );
+    }
+    let slot_size = u32_at(image, DESCRIPTOR + 24) as usize;
+    reseal_slot(image, SlotAt { at, len: slot_size });
+}
+
+/// The fields of a node part (IACoW) and of its node images: root, id
+/// limit and count; each node's header, level and id, leftmost child,
+/// and its slots' key meta and payload (child words or addresses).
+fn node_targets(
+    image: &[u8],
+    (checkpoint, part): (usize, usize),
+    push: &mut impl FnMut(usize, usize, &'static str, Seal),
+) {
+    let seal = Seal::Checkpoint(checkpoint);
+    push(part, 8, "node part root id", seal);
+    push(part + 8, 8, "node part id limit", seal);
+    push(part + 16, 8, "node part count", seal);
+    for n in 0..u64_at(image, part + 16) as usize {
+        let node = part + 24 + 4096 * n;
+        let seal = Seal::Node(node, checkpoint);
+        push(node + 8, 2, "node slot count", seal);
+        push(node + 10, 2, "node heap start", seal);
+        push(node + 12, 2, "node dead heap words", seal);
+        push(node + 16, 8, "node leftmost child", seal);
+        push(node + 24, 1, "node level", seal);
+        push(node + 25, 7, "node id", seal);
+        let slots = u16::from_le_bytes([image[node + 8], image[node + 9]]) as usize;
+        for i in 0..slots.min(64) {
+            let slot = node + 8 * (20 + 3 * i);
+            push(slot, 8, "node slot head", seal);
+            push(slot + 8, 2, "node slot key length", seal);
+            push(slot + 10, 2, "node slot tail word", seal);
+            push(slot + 16, 8, "node slot payload", seal);
+        }
+    }
+}
+
 fn reseal(image: &mut [u8], target: FileTarget) {
     match target.seal {
         Seal::Descriptor => reseal_descriptor(image),
         Seal::Block(at) => reseal_block(image, at),
         Seal::Checkpoint(at) => reseal_checkpoint(image, at),
+        Seal::Superblock => {
+            put_u32(image, 12, 0);
+            let crc = crc32c::crc32c(&image[..64]);
+            put_u32(image, 12, crc);
+        }
+        Seal::IndexSlot(at) => {
+            let crc = crc32c::crc32c(&image[at + 12..at + 112]);
+            put_u32(image, at + 8, crc);
+        }
+        Seal::Slot(at) => reseal_file_slot(image, at),
+        Seal::Node(at, checkpoint) => {
+            let crc = crc32c::crc32c(&image[at + 8..at + 4096]);
+            put_u64(image, at, u64::from(crc));
+            reseal_checkpoint(image, checkpoint);
+        }
         Seal::Packed => {
             let at = target.field.at;
             let n = u64_at(image, at) & OFFSET_MASK;
@@ -880,7 +1004,7 @@ fn file_case(
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     std::fs::write(dir.path().join(DATA_FILE), &image).unwrap();
     judge(
-        || Database::open(dir.path(), quiet_options()),
+        || Database::open(dir.path(), crash.options.clone()),
         &crash.contents,
     )
 }
@@ -906,13 +1030,38 @@ fn data_files_with_hostile_fields_open_or_are_refused() {
     });
 }
 
+#[test]
+fn data_files_with_hostile_node_images_open_or_are_refused() {
+    let crash = crashed_file_of_nodes();
+    let targets = file_targets(&crash.image);
+    assert!(
+        targets.iter().any(|t| t.field.what == "node slot payload"),
+        "the crash holds node images"
+    );
+    let nodes: Vec<FileTarget> = targets
+        .into_iter()
+        .filter(|t| t.field.what.starts_with("node"))
+        .collect();
+    let strategy = (0..nodes.len(), hostile());
+    fuzz("node images", strategy, |(i, value)| {
+        let target = nodes[i];
+        let outcome = file_case(crash, target, value).map_err(|e| {
+            TestCaseError::fail(format!(
+                "{} at {target:?} = {value:?}: {e}",
+                target.field.what
+            ))
+        })?;
+        Ok((outcome, target.field.what))
+    });
+}
+
 /// Block sequence numbers that each skip `MAX_SEQ_GAP` (4 Mi, allowed
 /// for one gap) along a region's chain: each skip costs 4 Mi entries of
 /// the region's block table, so a long enough chain once made recovery
 /// allocate without bound. Now the skips of a table are bounded in all.
 #[test]
 fn block_sequence_gaps_repeated_along_a_chain_are_corrupt() {
-    let crash = file_crash(false);
+    let crash = file_crash(None);
     let mut image = crash.image.clone();
     assert_eq!(u64_at(&image, 128), 0, "no checkpoint: the chains are read");
     for worker in 0..2 {
@@ -931,7 +1080,7 @@ fn block_sequence_gaps_repeated_along_a_chain_are_corrupt() {
     }
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     std::fs::write(dir.path().join(DATA_FILE), &image).unwrap();
-    match Database::open(dir.path(), quiet_options()) {
+    match Database::open(dir.path(), crash.options.clone()) {
         Err(Error::Corrupt(why)) => assert!(why.contains("skips"), "{why}"),
         Err(e) => panic!("untyped {e:?}"),
         Ok(_) => panic!("opened over gaps of 4 Mi blocks"),
@@ -995,4 +1144,36 @@ fn an_image_sequence_number_out_of_range_is_corrupt() {
         let outcome = file_case(crash, target, Hostile::Any(sequence)).unwrap();
         assert_eq!(outcome, Outcome::Refused, "sequence {sequence}");
     }
+}
+
+/// A leaf value of a node image naming no block passed every check at
+/// open and then made every read of its key fail with `Conflict`, which
+/// a caller retries forever. Every leaf value of the newest image is
+/// pointed into a region that holds no block.
+#[test]
+fn a_node_image_address_in_no_block_is_corrupt() {
+    let crash = crashed_file_of_nodes();
+    let root = (u64_at(&crash.image, 128) & OFFSET_MASK) as usize;
+    let payloads: Vec<FileTarget> = file_targets(&crash.image)
+        .into_iter()
+        .filter(|t| match t.seal {
+            Seal::Node(node, image) => {
+                t.field.what == "node slot payload" && image == root && crash.image[node + 24] == 0
+            }
+            _ => false,
+        })
+        .collect();
+    assert!(!payloads.is_empty(), "leaves in the newest image");
+    let mut image = crash.image.clone();
+    for (i, target) in payloads.iter().enumerate() {
+        put_u64(&mut image, target.field.at, (100 << 48) | i as u64);
+        reseal(&mut image, *target);
+    }
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    std::fs::write(dir.path().join(DATA_FILE), &image).unwrap();
+    let outcome = judge(
+        || Database::open(dir.path(), crash.options.clone()),
+        &crash.contents,
+    );
+    assert_eq!(outcome.unwrap(), Outcome::Refused);
 }

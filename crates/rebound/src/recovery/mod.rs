@@ -343,6 +343,31 @@ fn load_node_tree(medium: &Medium, chain: &Chain, table: u32) -> Result<BTree> {
         .map_err(|e| bad(format!("{e:?}")))
 }
 
+/// Every leaf value of loaded node images must name a slot of a block
+/// the heap holds: a node passes its checksum and structure checks with
+/// any 64-bit payload, and an address naming no block would otherwise
+/// surface at the first read as a retryable `Conflict` that no retry
+/// clears. One pass over the index in DRAM; slots are not read.
+fn check_node_addresses(heap: &TableHeap, index: &BTree) -> Result<()> {
+    let unknown = std::cell::Cell::new(None);
+    index.walk(
+        |_, _, _, _| unknown.get().is_none(),
+        |_, addr| {
+            if unknown.get().is_none() && heap.block(Addr(addr)).is_none() {
+                unknown.set(Some(addr));
+            }
+        },
+    );
+    match unknown.get() {
+        None => Ok(()),
+        Some(addr) => Err(Error::Corrupt(format!(
+            "checkpoint: table {}'s nodes name {:?}, in no block",
+            heap.def.id,
+            Addr(addr)
+        ))),
+    }
+}
+
 /// A recovered table, its scan counts, its phase times and checkpoint
 /// entries, and the addresses of its redone versions.
 type TableResult = (
@@ -481,6 +506,7 @@ fn recover_table(
     let index = match indexes.node_chain.filter(|chain| chain.has_table(id)) {
         Some(chain) => {
             let index = load_node_tree(medium, chain, id)?;
+            check_node_addresses(&heap, &index)?;
             // Redone versions are newer than the images' (which hold only
             // versions committed by the checkpoint's end), and the image
             // versions they replace are superseded: their bits may have
