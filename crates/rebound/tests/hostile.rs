@@ -269,7 +269,17 @@ struct WalCrash {
 /// deleted over 40 commits, copied while the database is open.
 fn wal_crash() -> &'static WalCrash {
     static CRASH: OnceLock<WalCrash> = OnceLock::new();
-    CRASH.get_or_init(|| {
+    CRASH.get_or_init(|| build_wal_crash(false))
+}
+
+/// The same with a base snapshot after 15 commits and a delta after 30.
+fn wal_crash_with_snapshots() -> &'static WalCrash {
+    static CRASH: OnceLock<WalCrash> = OnceLock::new();
+    CRASH.get_or_init(|| build_wal_crash(true))
+}
+
+fn build_wal_crash(snapshots: bool) -> WalCrash {
+    {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let db = Database::open(dir.path(), wal_options()).unwrap();
         let options = TableOptions::default().max_key_len(8).max_value_len(32);
@@ -293,6 +303,9 @@ fn wal_crash() -> &'static WalCrash {
                 }
             }
             tx.commit().unwrap();
+            if snapshots && (i == 15 || i == 30) {
+                db.checkpoint().unwrap();
+            }
         }
         drop(session);
         let contents = read_everything(&db).unwrap();
@@ -307,7 +320,7 @@ fn wal_crash() -> &'static WalCrash {
             .collect();
         drop(db);
         WalCrash { files, contents }
-    })
+    }
 }
 
 /// A frame of a segment: where its header and payload are.
@@ -413,104 +426,142 @@ fn wal_targets(crash: &WalCrash) -> Vec<WalTarget> {
                 },
                 None,
             );
-            let (mut at, end) = (frame.at + 16, frame.at + 16 + frame.len);
-            while at < end {
-                let f = |off: usize, width: usize, what: &'static str| Field {
-                    at: at + off,
-                    width,
-                    what,
-                };
-                match bytes[at] {
-                    1 => {
-                        push(f(4, 4, "commit entries"), None);
-                        push(f(8, 8, "commit ts"), None);
-                        let count = u32_at(bytes, at + 4);
-                        at += 16;
-                        for _ in 0..count {
-                            let len = u32_at(bytes, at + 4) as usize;
-                            let slot = SlotAt { at: at + 8, len };
-                            push(
-                                Field {
-                                    at,
-                                    width: 4,
-                                    what: "entry table",
-                                },
-                                None,
-                            );
-                            push(
-                                Field {
-                                    at: at + 4,
-                                    width: 4,
-                                    what: "entry length",
-                                },
-                                None,
-                            );
-                            push(
-                                Field {
-                                    at: at + 8,
-                                    width: 8,
-                                    what: "slot txn word",
-                                },
-                                Some(slot),
-                            );
-                            push(
-                                Field {
-                                    at: at + 20,
-                                    width: 2,
-                                    what: "slot key length",
-                                },
-                                Some(slot),
-                            );
-                            push(
-                                Field {
-                                    at: at + 22,
-                                    width: 2,
-                                    what: "slot flags",
-                                },
-                                Some(slot),
-                            );
-                            push(
-                                Field {
-                                    at: at + 24,
-                                    width: 4,
-                                    what: "slot value length",
-                                },
-                                Some(slot),
-                            );
-                            at += 8 + len;
-                        }
-                    }
-                    2 => {
-                        push(f(2, 2, "table name length"), None);
-                        push(f(4, 4, "table id"), None);
-                        push(f(8, 8, "table ts"), None);
-                        push(f(16, 4, "table max key"), None);
-                        push(f(20, 4, "table max value"), None);
-                        push(f(24, 4, "table slots per block"), None);
-                        at += 32 + u16::from_le_bytes([bytes[at + 2], bytes[at + 3]]) as usize;
-                    }
-                    3 => {
-                        push(f(1, 1, "index unique"), None);
-                        push(f(2, 2, "index name length"), None);
-                        push(f(4, 4, "index table"), None);
-                        push(f(16, 4, "index number"), None);
-                        push(f(20, 1, "index parts"), None);
-                        let parts = bytes[at + 20] as usize;
-                        for p in 0..parts {
-                            push(f(24 + 12 * p, 1, "part source"), None);
-                            push(f(28 + 12 * p, 4, "part first byte"), None);
-                            push(f(32 + 12 * p, 4, "part length"), None);
-                        }
-                        at += 24
-                            + 12 * parts
-                            + u16::from_le_bytes([bytes[at + 2], bytes[at + 3]]) as usize;
-                    }
-                    kind => panic!("record kind {kind} in the log"),
-                }
-            }
+            record_fields(bytes, (frame.at + 16, frame.at + 16 + frame.len), &mut push);
         }
     }
     out
+}
+
+/// Pushes the fields of the records in `bytes[at..end]`: counts, lengths,
+/// ids, numbers and timestamps, and the lengths inside commit entries'
+/// slots and snapshot rows.
+fn record_fields(
+    bytes: &[u8],
+    (mut at, end): (usize, usize),
+    push: &mut impl FnMut(Field, Option<SlotAt>),
+) {
+    while at < end {
+        let f = |off: usize, width: usize, what: &'static str| Field {
+            at: at + off,
+            width,
+            what,
+        };
+        match bytes[at] {
+            4 => {
+                push(f(4, 4, "rows table"), None);
+                push(f(8, 4, "rows count"), None);
+                let count = u32_at(bytes, at + 8);
+                at += 16;
+                for _ in 0..count {
+                    let key = u16::from_le_bytes([bytes[at], bytes[at + 1]]) as usize;
+                    push(
+                        Field {
+                            at,
+                            width: 2,
+                            what: "row key length",
+                        },
+                        None,
+                    );
+                    push(
+                        Field {
+                            at: at + 2 + key,
+                            width: 4,
+                            what: "row value length",
+                        },
+                        None,
+                    );
+                    let value = match u32_at(bytes, at + 2 + key) {
+                        u32::MAX => 0,
+                        len => len as usize,
+                    };
+                    at += 6 + key + value;
+                }
+            }
+            1 => {
+                push(f(4, 4, "commit entries"), None);
+                push(f(8, 8, "commit ts"), None);
+                let count = u32_at(bytes, at + 4);
+                at += 16;
+                for _ in 0..count {
+                    let len = u32_at(bytes, at + 4) as usize;
+                    let slot = SlotAt { at: at + 8, len };
+                    push(
+                        Field {
+                            at,
+                            width: 4,
+                            what: "entry table",
+                        },
+                        None,
+                    );
+                    push(
+                        Field {
+                            at: at + 4,
+                            width: 4,
+                            what: "entry length",
+                        },
+                        None,
+                    );
+                    push(
+                        Field {
+                            at: at + 8,
+                            width: 8,
+                            what: "slot txn word",
+                        },
+                        Some(slot),
+                    );
+                    push(
+                        Field {
+                            at: at + 20,
+                            width: 2,
+                            what: "slot key length",
+                        },
+                        Some(slot),
+                    );
+                    push(
+                        Field {
+                            at: at + 22,
+                            width: 2,
+                            what: "slot flags",
+                        },
+                        Some(slot),
+                    );
+                    push(
+                        Field {
+                            at: at + 24,
+                            width: 4,
+                            what: "slot value length",
+                        },
+                        Some(slot),
+                    );
+                    at += 8 + len;
+                }
+            }
+            2 => {
+                push(f(2, 2, "table name length"), None);
+                push(f(4, 4, "table id"), None);
+                push(f(8, 8, "table ts"), None);
+                push(f(16, 4, "table max key"), None);
+                push(f(20, 4, "table max value"), None);
+                push(f(24, 4, "table slots per block"), None);
+                at += 32 + u16::from_le_bytes([bytes[at + 2], bytes[at + 3]]) as usize;
+            }
+            3 => {
+                push(f(1, 1, "index unique"), None);
+                push(f(2, 2, "index name length"), None);
+                push(f(4, 4, "index table"), None);
+                push(f(16, 4, "index number"), None);
+                push(f(20, 1, "index parts"), None);
+                let parts = bytes[at + 20] as usize;
+                for p in 0..parts {
+                    push(f(24 + 12 * p, 1, "part source"), None);
+                    push(f(28 + 12 * p, 4, "part first byte"), None);
+                    push(f(32 + 12 * p, 4, "part length"), None);
+                }
+                at += 24 + 12 * parts + u16::from_le_bytes([bytes[at + 2], bytes[at + 3]]) as usize;
+            }
+            kind => panic!("record kind {kind}"),
+        }
+    }
 }
 
 /// Writes the crash's files into `dir`, with `segment` replaced.
@@ -558,6 +609,141 @@ fn wal_records_with_hostile_fields_open_or_are_refused() {
     fuzz("wal records", strategy, |(i, value)| {
         let target = targets[i];
         let outcome = wal_case(target, value).map_err(|e| {
+            TestCaseError::fail(format!(
+                "{} at {target:?} = {value:?}: {e}",
+                target.field.what
+            ))
+        })?;
+        Ok((outcome, target.field.what))
+    });
+}
+
+/// One field of a snapshot file.
+#[derive(Debug, Clone, Copy)]
+struct SnapshotTarget {
+    file: usize,
+    field: Field,
+}
+
+const SNAPSHOT_FOOTER: usize = 48;
+const DIRECTORY_ENTRY: usize = 28;
+
+/// The fields of every snapshot file: header, catalog records, footer,
+/// directory entries, and the rows records of the groups.
+fn snapshot_targets(crash: &WalCrash) -> Vec<SnapshotTarget> {
+    let mut out = Vec::new();
+    for (file, (name, bytes)) in crash.files.iter().enumerate() {
+        if !name.ends_with(".snapshot") {
+            continue;
+        }
+        let mut push = |field: Field, _: Option<SlotAt>| out.push(SnapshotTarget { file, field });
+        let footer = bytes.len() - SNAPSHOT_FOOTER;
+        let catalog_end = u64_at(bytes, footer + 8) as usize;
+        let directory = u64_at(bytes, footer + 16) as usize;
+        let groups = u32_at(bytes, footer + 32) as usize;
+        for (at, width, what) in [
+            (8, 8, "snapshot number"),
+            (16, 8, "snapshot ts"),
+            (24, 8, "snapshot predecessor"),
+            (footer + 8, 8, "footer catalog end"),
+            (footer + 16, 8, "footer directory"),
+            (footer + 24, 8, "footer directory length"),
+            (footer + 32, 4, "footer groups"),
+        ] {
+            push(Field { at, width, what }, None);
+        }
+        record_fields(bytes, (32, catalog_end), &mut push);
+        let mut entry = directory;
+        for _ in 0..groups {
+            for (off, width, what) in [
+                (0, 8, "group offset"),
+                (8, 4, "group length"),
+                (16, 4, "group table"),
+                (20, 4, "group rows"),
+                (24, 2, "group first key length"),
+            ] {
+                push(
+                    Field {
+                        at: entry + off,
+                        width,
+                        what,
+                    },
+                    None,
+                );
+            }
+            let (at, len) = (
+                u64_at(bytes, entry) as usize,
+                u32_at(bytes, entry + 8) as usize,
+            );
+            record_fields(bytes, (at, at + len), &mut push);
+            entry += DIRECTORY_ENTRY
+                + u16::from_le_bytes([bytes[entry + 24], bytes[entry + 25]]) as usize;
+        }
+    }
+    out
+}
+
+/// Recomputes a snapshot's checksums the way a reader finds its parts
+/// from the (possibly hostile) footer and directory: each group's, the
+/// directory's, the header and catalog's, the footer's.
+fn reseal_snapshot(bytes: &mut [u8]) {
+    let footer = bytes.len() - SNAPSHOT_FOOTER;
+    let part = |at: u64, len: u64| {
+        let at = usize::try_from(at).ok()?;
+        let end = at.checked_add(usize::try_from(len).ok()?)?;
+        (end <= footer).then_some(at..end)
+    };
+    let directory = part(u64_at(bytes, footer + 16), u64_at(bytes, footer + 24));
+    if let Some(directory) = directory.clone() {
+        let mut entry = directory.start;
+        for _ in 0..u32_at(bytes, footer + 32) {
+            if entry + DIRECTORY_ENTRY > directory.end {
+                break;
+            }
+            let group = part(u64_at(bytes, entry), u64::from(u32_at(bytes, entry + 8)));
+            if let Some(group) = group {
+                let crc = crc32c::crc32c(&bytes[group]);
+                put_u32(bytes, entry + 12, crc);
+            }
+            entry += DIRECTORY_ENTRY
+                + u16::from_le_bytes([bytes[entry + 24], bytes[entry + 25]]) as usize;
+        }
+        let crc = crc32c::crc32c(&bytes[directory]);
+        put_u32(bytes, footer + 40, crc);
+    }
+    if let Some(head) = part(0, u64_at(bytes, footer + 8)) {
+        let crc = crc32c::crc32c(&bytes[head]);
+        put_u32(bytes, footer + 36, crc);
+    }
+    let crc = crc32c::crc32c(&bytes[footer..footer + 44]);
+    put_u32(bytes, footer + 44, crc);
+}
+
+fn snapshot_case(target: SnapshotTarget, value: Hostile) -> Result<Outcome, TestCaseError> {
+    let crash = wal_crash_with_snapshots();
+    let mut file = crash.files[target.file].1.clone();
+    value.apply(&mut file, target.field);
+    reseal_snapshot(&mut file);
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    write_wal(dir.path(), crash, (target.file, &file));
+    judge(
+        || Database::open(dir.path(), wal_options()),
+        &crash.contents,
+    )
+}
+
+#[test]
+fn wal_snapshots_with_hostile_fields_open_or_are_refused() {
+    let targets = snapshot_targets(wal_crash_with_snapshots());
+    assert!(
+        targets.iter().any(|t| t.field.what == "row value length"),
+        "{} fields, none in rows",
+        targets.len()
+    );
+    let strategy = (0..targets.len(), hostile());
+    fuzz("wal snapshots", strategy, |(i, value)| {
+        let target = targets[i];
+        let outcome = snapshot_case(target, value).map_err(|e| {
             TestCaseError::fail(format!(
                 "{} at {target:?} = {value:?}: {e}",
                 target.field.what
@@ -1176,4 +1362,19 @@ fn a_node_image_address_in_no_block_is_corrupt() {
         &crash.contents,
     );
     assert_eq!(outcome.unwrap(), Outcome::Refused);
+}
+
+/// A snapshot whose predecessor number names no file once failed the
+/// open with `Io(NotFound)`, as if the directory could not be read.
+#[test]
+fn a_snapshot_linked_to_a_missing_predecessor_is_corrupt() {
+    let crash = wal_crash_with_snapshots();
+    let newest = snapshot_targets(crash)
+        .into_iter()
+        .find(|t| t.field.what == "snapshot predecessor")
+        .expect("a snapshot");
+    for previous in [1, 0x7777, u64::MAX] {
+        let outcome = snapshot_case(newest, Hostile::Any(previous)).unwrap();
+        assert_eq!(outcome, Outcome::Refused, "predecessor {previous:#x}");
+    }
 }

@@ -395,6 +395,12 @@ impl SnapshotChain {
         let mut files = vec![SnapshotFile::open(dir, newest)?];
         while let Some(last) = files.last().filter(|f| f.previous != 0) {
             let (previous, ts, number) = (last.previous, last.ts, last.number);
+            // A link to no file is a damaged link, not a failed read.
+            if !numbers.contains(&previous) {
+                return Err(Error::Corrupt(format!(
+                    "snapshot {number:x} links to {previous:x}, which is missing"
+                )));
+            }
             let older = SnapshotFile::open(dir, previous)?;
             if previous >= number || older.ts > ts || files.len() >= MAX_CHAIN {
                 return Err(Error::Corrupt(format!(
