@@ -283,7 +283,7 @@ fn build_wal_crash(snapshots: bool) -> WalCrash {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let db = Database::open(dir.path(), wal_options()).unwrap();
         let options = TableOptions::default().max_key_len(8).max_value_len(32);
-        let a = db.create_table("a", options.clone()).unwrap();
+        let a = db.create_table("a", options).unwrap();
         let b = db.create_table("b", options).unwrap();
         db.create_index(&b, "b0", IndexOptions::default().value_bytes(0..2))
             .unwrap();
@@ -398,6 +398,16 @@ fn wal_targets(crash: &WalCrash) -> Vec<WalTarget> {
                 at: 8,
                 width: 8,
                 what: "segment number",
+            },
+            slot: None,
+        });
+        out.push(WalTarget {
+            segment,
+            frame: Frame { at: 0, len: 0 },
+            field: Field {
+                at: 16,
+                width: 8,
+                what: "segment first round",
             },
             slot: None,
         });
