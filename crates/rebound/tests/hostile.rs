@@ -101,11 +101,14 @@ enum Outcome {
     Refused,
 }
 
+/// The errors a file can earn; `OutOfSpace` too, for a file whose txn-id
+/// lease says the ids are used up (no transaction can begin).
 fn typed(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Corrupt(_) | Error::NotADatabase(_) | Error::UnsupportedVersion { .. }
-    )
+    match e {
+        Error::Corrupt(_) | Error::NotADatabase(_) | Error::UnsupportedVersion { .. } => true,
+        Error::OutOfSpace(why) => why.contains("transaction ids"),
+        _ => false,
+    }
 }
 
 /// Every table's rows, by table name.
@@ -1386,5 +1389,34 @@ fn a_snapshot_linked_to_a_missing_predecessor_is_corrupt() {
     for previous in [1, 0x7777, u64::MAX] {
         let outcome = snapshot_case(newest, Hostile::Any(previous)).unwrap();
         assert_eq!(outcome, Outcome::Refused, "predecessor {previous:#x}");
+    }
+}
+
+/// A txn-id lease within one lease step of the last txn id once made
+/// the reopened clock lease past it (`start + LEASE_STEP`), which the
+/// packing of the lease word refused with a panic (and in a release
+/// build would have spilled into its check byte). Found by a soak. The
+/// file opens, and a transaction that needs an id beyond the last is
+/// refused with `OutOfSpace`.
+#[test]
+fn a_txn_id_lease_near_the_last_id_opens() {
+    let crash = crashed_file();
+    let lease = FileTarget {
+        field: Field {
+            at: 64,
+            width: 8,
+            what: "txn-id lease",
+        },
+        seal: Seal::Packed,
+    };
+    let mut image = crash.image.clone();
+    Hostile::Max.apply(&mut image, lease.field);
+    reseal(&mut image, lease);
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    std::fs::write(dir.path().join(DATA_FILE), &image).unwrap();
+    let db = Database::open(dir.path(), crash.options.clone()).unwrap();
+    match read_everything(&db) {
+        Err(Error::OutOfSpace(why)) => assert!(why.contains("transaction ids"), "{why}"),
+        other => panic!("{other:?}"),
     }
 }
