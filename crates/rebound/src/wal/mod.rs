@@ -117,6 +117,8 @@
 //! * Renames and directory syncs are taken to be atomic and durable, as
 //!   ext4, xfs and tmpfs provide.
 
+#[cfg(test)]
+mod fuzz_tests;
 pub mod log;
 pub mod newest;
 pub mod record;
