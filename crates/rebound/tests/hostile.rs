@@ -1420,3 +1420,24 @@ fn a_txn_id_lease_near_the_last_id_opens() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A checkpoint section relabelled to a table that does not exist once
+/// opened: its table then had no section, and its rows below the image's
+/// horizon were silently missing from every read.
+#[test]
+fn a_checkpoint_section_of_an_unknown_table_is_corrupt() {
+    let crash = crashed_file();
+    let root = (u64_at(&crash.image, 128) & OFFSET_MASK) as usize;
+    let section = FileTarget {
+        field: Field {
+            at: root + CKPT_HEADER,
+            width: 4,
+            what: "section table",
+        },
+        seal: Seal::Checkpoint(root),
+    };
+    for table in [1, 9, u64::from(u32::MAX)] {
+        let outcome = file_case(crash, section, Hostile::Any(table)).unwrap();
+        assert_eq!(outcome, Outcome::Refused, "section of table {table}");
+    }
+}

@@ -170,6 +170,9 @@ pub fn recover(
             "checkpoint: a chain mixes node images and entries".into(),
         ));
     }
+    if let Some(chain) = &chain {
+        check_sections(chain, &defs)?;
+    }
     report.from_checkpoint = base.is_some();
     report.checkpoint_sequence = base.map_or(0, |i| i.sequence);
     report.redo_from_txn = base.map_or(0, |i| i.t_low);
@@ -571,6 +574,27 @@ fn attach_secondary_indexes(medium: &Medium, table: &TableRt) -> Result<()> {
         table
             .secondaries
             .push(Arc::new(SecondaryRt::new(index, false)));
+    }
+    Ok(())
+}
+
+/// Every section of an image names a created table, once: a section
+/// that names another id would leave its table's entries in no image
+/// (its rows below the horizon silently gone), and a table named twice
+/// would have one of its sections ignored.
+fn check_sections(chain: &Chain, defs: &[TableDef]) -> Result<()> {
+    for image in chain.images() {
+        let mut ids: Vec<u32> = image.sections().iter().map(|s| s.table).collect();
+        let known = ids.iter().all(|&id| defs.iter().any(|d| d.id == id));
+        let count = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        if !known || ids.len() != count {
+            return Err(Error::Corrupt(format!(
+                "checkpoint at {}: sections of unknown or repeated tables",
+                image.offset
+            )));
+        }
     }
     Ok(())
 }
