@@ -177,14 +177,20 @@ impl Chain {
 
     /// Sequential reader of the table's entries as the chain sees them.
     pub fn reader(&self, table: u32) -> ChainReader<'_> {
-        let sections = self.sections(table);
-        // Only a base holds no tombstones: its entries copy as they are.
-        let base_alone = sections.len() == 1
+        let base_alone = self.base_alone(table);
+        ChainReader::new(self.sections(table), false, base_alone)
+    }
+
+    /// True when the base is the only image holding the table. Only a
+    /// base holds no tombstones, so only then may its entries be copied
+    /// as they are; a table created after the base has a delta as its
+    /// oldest section, whose tombstones must still be dropped.
+    fn base_alone(&self, table: u32) -> bool {
+        self.sections(table).len() == 1
             && self
                 .images
                 .last()
-                .is_some_and(|base| base.table(table).is_some());
-        ChainReader::new(sections, false, base_alone)
+                .is_some_and(|base| base.table(table).is_some())
     }
 
     /// Sequential reader of the table's entries with keys in
@@ -246,7 +252,7 @@ impl Chain {
         descending: bool,
     ) -> Result<Vec<(Vec<u8>, u64)>> {
         let sections = self.sections(table);
-        if let [only] = sections.as_slice() {
+        if let ([only], true) = (sections.as_slice(), self.base_alone(table)) {
             return match descending {
                 false => only.range(medium, lower, upper, limit),
                 true => only.range_rev(medium, lower, upper, limit),
@@ -632,10 +638,19 @@ mod tests {
     use std::collections::BTreeMap;
 
     const TABLE: u32 = 3;
+    /// What the images a table was created after hold instead.
+    const OTHER_TABLE: u32 = 4;
 
     /// Writes `images` (oldest first; `None` is a tombstone) as a chain;
     /// returns the medium and the newest image's offset.
     fn write_chain(images: &[BTreeMap<Vec<u8>, Option<u64>>]) -> (Medium, u64) {
+        write_chain_from(images, 0)
+    }
+
+    /// `write_chain` where the first `absent` images hold another table
+    /// instead of `TABLE`: a table created after the base, whose first
+    /// section is a delta that may hold tombstones.
+    fn write_chain_from(images: &[BTreeMap<Vec<u8>, Option<u64>>], absent: usize) -> (Medium, u64) {
         let medium = Medium::volatile(1 << 26, 1 << 26).unwrap();
         let (mut at, mut previous) = (4096u64, 0u64);
         for (i, entries) in images.iter().enumerate() {
@@ -650,11 +665,18 @@ mod tests {
                 depth: i as u32 + 1,
             };
             let mut image = Builder::new(&horizons, link);
-            let mut run = image.begin_section(TABLE, &vec![Vec::new(); MAX_WORKERS]);
-            for (key, addr) in entries {
-                run.push(key, addr.unwrap_or(TOMBSTONE));
+            let lists = vec![Vec::new(); MAX_WORKERS];
+            if i < absent {
+                let mut run = image.begin_section(OTHER_TABLE, &lists);
+                run.push(b"other", 1);
+                run.finish();
+            } else {
+                let mut run = image.begin_section(TABLE, &lists);
+                for (key, addr) in entries {
+                    run.push(key, addr.unwrap_or(TOMBSTONE));
+                }
+                run.finish();
             }
-            run.finish();
             let bytes = image.finish();
             medium.write_bytes(at, &bytes);
             previous = at;
@@ -731,7 +753,7 @@ mod tests {
         cuts: &[Vec<u8>],
     ) -> std::result::Result<RangesRead, TestCaseError> {
         let mut read = Vec::new();
-        let mut reads = vec![0; chain.images().len()];
+        let mut reads = vec![0; chain.sections(TABLE).len()];
         for i in 0..=cuts.len() {
             let lower = i
                 .checked_sub(1)
@@ -767,16 +789,19 @@ mod tests {
         #[test]
         fn a_chain_reads_like_its_images_merged_newest_first(
             images in chain_strategy(),
+            absent in prop_oneof![2 => Just(0usize), 1 => 1usize..4],
             probes in proptest::collection::vec(proptest::collection::vec(0u8..4, 1..4), 1..20),
             lower in proptest::option::of(proptest::collection::vec(0u8..4, 0..4)),
             upper in proptest::option::of(proptest::collection::vec(0u8..4, 0..4)),
             inclusive in any::<(bool, bool)>(),
             limit in 1usize..40,
         ) {
-            let (medium, root) = write_chain(&images);
+            let absent = absent.min(images.len() - 1);
+            let (medium, root) = write_chain_from(&images, absent);
             let chain = Chain::open(&medium, root).unwrap();
             chain.verify(&medium).unwrap();
-            let want = view(&images);
+            let images = &images[absent..];
+            let want = view(images);
 
             let mut reader = chain.reader(TABLE);
             let mut read = Vec::new();
@@ -824,12 +849,14 @@ mod tests {
         #[test]
         fn range_readers_partition_the_chain(
             images in chain_strategy(),
+            absent in prop_oneof![2 => Just(0usize), 1 => 1usize..4],
             cuts in proptest::collection::btree_set(proptest::collection::vec(0u8..4, 1..4), 0..6),
         ) {
-            let (medium, root) = write_chain(&images);
+            let absent = absent.min(images.len() - 1);
+            let (medium, root) = write_chain_from(&images, absent);
             let chain = Chain::open(&medium, root).unwrap();
             chain.verify(&medium).unwrap();
-            let want: Vec<(Vec<u8>, u64)> = view(&images).into_iter().collect();
+            let want: Vec<(Vec<u8>, u64)> = view(&images[absent..]).into_iter().collect();
             let cuts: Vec<Vec<u8>> = cuts.into_iter().collect();
             let (read, reads) = read_in_ranges(&medium, &chain, &cuts)?;
             prop_assert_eq!(read, want);

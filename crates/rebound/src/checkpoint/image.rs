@@ -34,6 +34,9 @@ pub(super) const NODE_IMAGE: u64 = crate::index::NODE_IMAGE_BYTES as u64;
 /// The address a delta image records for a key deleted since its
 /// predecessor (no slot has it: addresses are below the medium's length).
 pub const TOMBSTONE: u64 = u64::MAX;
+/// Image sequence numbers are below this (one per checkpoint, they never
+/// get near it), so the next one is never out of range.
+pub const MAX_SEQUENCE: u64 = 1 << 56;
 /// Images a chain may hold; a longer one is damage, not a chain.
 pub const MAX_CHAIN: u32 = 64;
 /// Where the long regions' published marks start in the header.
@@ -132,6 +135,10 @@ impl CheckpointImage {
         let (previous, depth) = (u64_at(&header, 56), u32_at(&header, 44));
         if !(1..=MAX_CHAIN).contains(&depth) || (depth == 1) != (previous == 0) {
             return Err(corrupt("bad chain link"));
+        }
+        // The next checkpoint is numbered one higher.
+        if u64_at(&header, 8) >= MAX_SEQUENCE {
+            return Err(corrupt("sequence number out of range"));
         }
         let sections = read_sections(medium, (offset, len), u32_at(&header, 32), lists)?;
         Ok(CheckpointImage {
@@ -395,14 +402,17 @@ impl TableSection {
     }
 
     /// `key_at` into `key`'s buffer; false if no entry fits at `rel`.
+    /// `rel` comes from an unverified fence, so sums with it are checked:
+    /// one near `u64::MAX` would wrap past the bounds check.
     fn key_at_into(&self, medium: &Medium, rel: u64, key: &mut Vec<u8>) -> bool {
-        if rel + 2 > self.entries_len {
+        let within = |len: u64| rel.checked_add(len).is_some_and(|e| e <= self.entries_len);
+        if !within(2) {
             return false;
         }
         let mut len = [0u8; 2];
         medium.read_at(self.entries_at + rel, &mut len);
         let key_len = u16::from_le_bytes(len) as u64;
-        if rel + 10 + key_len > self.entries_len {
+        if !within(10 + key_len) {
             return false;
         }
         key.resize(key_len as usize, 0);

@@ -74,6 +74,8 @@ mod chain;
 mod cold;
 mod cost;
 mod fold;
+#[cfg(test)]
+mod fuzz_tests;
 mod image;
 mod nodes;
 mod writer;

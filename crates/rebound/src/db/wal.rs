@@ -427,7 +427,9 @@ impl Database {
     }
 
     fn create_logged_table(&self, spec: &TableSpec) -> Result<Table> {
-        let table = self.create_table(&spec.name, spec_options(spec))?;
+        let table = self
+            .create_table(&spec.name, spec_options(spec))
+            .map_err(refused_from_file)?;
         check_id(&table, spec)?;
         Ok(table)
     }
@@ -454,7 +456,9 @@ impl Database {
                 .push(Arc::new(crate::txn::SecondaryRt::placeholder()));
         }
         let options = IndexOptions::from_parts(def.parts.clone(), def.unique);
-        let index = self.create_index(&table, &def.name, options)?;
+        let index = self
+            .create_index(&table, &def.name, options)
+            .map_err(refused_from_file)?;
         if index.number() != def.number {
             return Err(Error::Corrupt(format!(
                 "index {} recreated out of order",
@@ -896,6 +900,26 @@ fn spec_options(spec: &TableSpec) -> TableOptions {
         .max_key_len(spec.max_key_len)
         .max_value_len(spec.max_value_len)
         .block_slots(spec.slots_per_block)
+}
+
+/// A definition the files hold that the engine refuses to create (limits
+/// out of range, a name twice, a unique index over rows that repeat its
+/// key) was never written by it: the files are damaged, whatever the
+/// caller's error for the same request would be.
+fn refused_from_file(e: Error) -> Error {
+    match e {
+        Error::InvalidTable(why) | Error::InvalidIndex(why) | Error::InvalidOption(why) => {
+            Error::Corrupt(format!("a logged definition is refused: {why}"))
+        }
+        Error::TableExists(name) | Error::IndexExists(name) => {
+            Error::Corrupt(format!("{name} is defined twice"))
+        }
+        Error::TooManyTables(n) => Error::Corrupt(format!("more than {n} tables defined")),
+        Error::UniqueViolation(name) => {
+            Error::Corrupt(format!("unique index {name} holds a key twice"))
+        }
+        e => e,
+    }
 }
 
 fn check_id(table: &Table, spec: &TableSpec) -> Result<()> {

@@ -379,6 +379,16 @@ impl Region {
             .filter(|b| !b.is_vacant())
     }
 
+    /// Vacant entries that pushing block `seq` would add: the numbers it
+    /// skips after the last block (none for a first block, which sets the
+    /// base instead).
+    pub fn vacancies_before(&self, seq: u64) -> u64 {
+        match self.blocks.count() {
+            0 => 0,
+            _ => seq.saturating_sub(self.len() as u64),
+        }
+    }
+
     /// Appends block `seq`, with vacant entries for any numbers skipped
     /// since the previous block; a number that does not ascend, or skips
     /// more than `MAX_SEQ_GAP`, comes from a damaged medium and is refused

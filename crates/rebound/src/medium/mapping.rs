@@ -59,12 +59,22 @@ impl Mapping {
         self.len.store(len, Ordering::Release);
     }
 
+    /// Whether `[off, off + bytes)` lies inside the usable length; `None`
+    /// (a size that overflowed) never does. Checked, not wrapping: an
+    /// offset near `u64::MAX` must not wrap around to pass the bounds
+    /// check in a release build and reach memory outside the mapping.
+    fn holds(&self, off: u64, bytes: Option<u64>) -> bool {
+        bytes
+            .and_then(|b| off.checked_add(b))
+            .is_some_and(|end| end <= self.len())
+    }
+
     /// The word at `off`. Offsets come from validated metadata; a bad one is
     /// an engine bug, so it stops the program instead of reading garbage.
     #[inline]
     pub(crate) fn word(&self, off: u64) -> &AtomicU64 {
         assert!(
-            off.is_multiple_of(8) && off + 8 <= self.len(),
+            off.is_multiple_of(8) && self.holds(off, Some(8)),
             "medium word access at {off} outside 0..{}",
             self.len()
         );
@@ -79,8 +89,9 @@ impl Mapping {
     /// The `count` words from `off`, bounds-checked once for the whole run.
     #[inline]
     pub(crate) fn words(&self, off: u64, count: usize) -> &[AtomicU64] {
+        let bytes = (count as u64).checked_mul(8);
         assert!(
-            off.is_multiple_of(8) && off + 8 * count as u64 <= self.len(),
+            off.is_multiple_of(8) && self.holds(off, bytes),
             "medium access of {count} words at {off} outside 0..{}",
             self.len()
         );
@@ -106,7 +117,7 @@ impl Mapping {
     /// memory goes back to the system and the range reads as zeros.
     pub(crate) fn drop_pages(&self, off: u64, len: u64) {
         assert!(
-            off.is_multiple_of(PAGE) && len.is_multiple_of(PAGE) && off + len <= self.len(),
+            off.is_multiple_of(PAGE) && len.is_multiple_of(PAGE) && self.holds(off, Some(len)),
             "page drop outside the mapping"
         );
         // SAFETY: the range is page-aligned and inside this mapping, which is
@@ -237,4 +248,45 @@ pub(crate) fn on_tmpfs(dir: &std::path::Path) -> bool {
     // SAFETY: `c_path` is NUL-terminated and `stat` is a valid out-pointer.
     let rc = unsafe { libc::statfs(c_path.as_ptr(), &mut stat) };
     rc == 0 && stat.f_type as i64 == TMPFS_MAGIC
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// An offset whose end wraps past `u64::MAX` to a small number must be
+    /// refused as outside the medium, in release builds too, where `+`
+    /// wraps silently instead of panicking.
+    #[test]
+    fn wrapping_ranges_are_outside_the_mapping() {
+        let map = Mapping::anonymous(1 << 20, 1 << 16).unwrap();
+        let near_end = u64::MAX - 7;
+        assert!(near_end.wrapping_add(8) <= map.len(), "the sum wraps");
+        assert!(!map.holds(near_end, Some(8)));
+        assert!(!map.holds(8, (usize::MAX as u64).checked_mul(8)));
+        assert!(!map.holds(4096, Some(u64::MAX - 4095)));
+        assert!(map.holds(0, Some(1 << 16)) && !map.holds(8, Some(1 << 16)));
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn a_word_at_a_wrapping_offset_is_refused() {
+        let map = Mapping::anonymous(1 << 20, 1 << 16).unwrap();
+        map.word(u64::MAX - 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn a_run_of_words_whose_size_wraps_is_refused() {
+        let map = Mapping::anonymous(1 << 20, 1 << 16).unwrap();
+        map.words(8, usize::MAX / 4);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn a_page_drop_that_wraps_is_refused() {
+        let map = Mapping::anonymous(1 << 20, 1 << 16).unwrap();
+        map.drop_pages(4096, u64::MAX - 4095);
+    }
 }

@@ -170,6 +170,9 @@ pub fn recover(
             "checkpoint: a chain mixes node images and entries".into(),
         ));
     }
+    if let Some(chain) = &chain {
+        check_sections(chain, &defs)?;
+    }
     report.from_checkpoint = base.is_some();
     report.checkpoint_sequence = base.map_or(0, |i| i.sequence);
     report.redo_from_txn = base.map_or(0, |i| i.t_low);
@@ -343,6 +346,31 @@ fn load_node_tree(medium: &Medium, chain: &Chain, table: u32) -> Result<BTree> {
         .map_err(|e| bad(format!("{e:?}")))
 }
 
+/// Every leaf value of loaded node images must name a slot of a block
+/// the heap holds: a node passes its checksum and structure checks with
+/// any 64-bit payload, and an address naming no block would otherwise
+/// surface at the first read as a retryable `Conflict` that no retry
+/// clears. One pass over the index in DRAM; slots are not read.
+fn check_node_addresses(heap: &TableHeap, index: &BTree) -> Result<()> {
+    let unknown = std::cell::Cell::new(None);
+    index.walk(
+        |_, _, _, _| unknown.get().is_none(),
+        |_, addr| {
+            if unknown.get().is_none() && heap.block(Addr(addr)).is_none() {
+                unknown.set(Some(addr));
+            }
+        },
+    );
+    match unknown.get() {
+        None => Ok(()),
+        Some(addr) => Err(Error::Corrupt(format!(
+            "checkpoint: table {}'s nodes name {:?}, in no block",
+            heap.def.id,
+            Addr(addr)
+        ))),
+    }
+}
+
 /// A recovered table, its scan counts, its phase times and checkpoint
 /// entries, and the addresses of its redone versions.
 type TableResult = (
@@ -440,9 +468,10 @@ fn recover_table(
     let lists = section.map(|s| &s.block_lists);
     let mut counts = ScanCounts::default();
     let mut found = Redo::default();
+    let mut vacancies = crate::heap::MAX_SEQ_GAP;
     for (worker, &last_commit) in lctt.iter().enumerate() {
         let listed = lists.map_or(&[][..], |l| l[worker].as_slice());
-        load_blocks(medium, &heap, worker, listed)?;
+        load_blocks(medium, &heap, (worker, &mut vacancies), listed)?;
         counts.blocks += heap.regions[worker].present().count() as u64;
         scan_region(
             medium,
@@ -480,6 +509,7 @@ fn recover_table(
     let index = match indexes.node_chain.filter(|chain| chain.has_table(id)) {
         Some(chain) => {
             let index = load_node_tree(medium, chain, id)?;
+            check_node_addresses(&heap, &index)?;
             // Redone versions are newer than the images' (which hold only
             // versions committed by the checkpoint's end), and the image
             // versions they replace are superseded: their bits may have
@@ -548,6 +578,27 @@ fn attach_secondary_indexes(medium: &Medium, table: &TableRt) -> Result<()> {
     Ok(())
 }
 
+/// Every section of an image names a created table, once: a section
+/// that names another id would leave its table's entries in no image
+/// (its rows below the horizon silently gone), and a table named twice
+/// would have one of its sections ignored.
+fn check_sections(chain: &Chain, defs: &[TableDef]) -> Result<()> {
+    for image in chain.images() {
+        let mut ids: Vec<u32> = image.sections().iter().map(|s| s.table).collect();
+        let known = ids.iter().all(|&id| defs.iter().any(|d| d.id == id));
+        let count = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        if !known || ids.len() != count {
+            return Err(Error::Corrupt(format!(
+                "checkpoint at {}: sections of unknown or repeated tables",
+                image.offset
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Table limits are checked against what `create_table` accepts before
 /// anything is sized by them.
 fn validate_defs(defs: &[TableDef]) -> Result<()> {
@@ -580,14 +631,30 @@ fn validate_defs(defs: &[TableDef]) -> Result<()> {
 /// Registers a region's blocks: those listed by the checkpoint (bounds
 /// checked only; headers are validated when scanned), then the chain that
 /// continues from the last of them (or from the region head), validated.
-/// Sequence numbers may skip (collected blocks) but always ascend.
+/// Sequence numbers may skip (collected blocks) but always ascend, and
+/// the numbers skipped are charged to `vacancies`, the table's budget:
+/// each costs an entry in the block table, so a file that skips 4 Mi
+/// numbers at every block of every region cannot make recovery allocate
+/// without bound.
 fn load_blocks(
     medium: &Medium,
     heap: &TableHeap,
-    worker: usize,
+    (worker, vacancies): (usize, &mut u64),
     listed: &[(u64, u64)],
 ) -> Result<()> {
     let region = &heap.regions[worker];
+    let mut charge = |seq: u64| -> Result<()> {
+        *vacancies = vacancies
+            .checked_sub(region.vacancies_before(seq))
+            .ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "table {} skips more than {} block sequence numbers",
+                    heap.def.id,
+                    crate::heap::MAX_SEQ_GAP
+                ))
+            })?;
+        Ok(())
+    };
     let block_size = heap.def.block_size as u64;
     for &(seq, offset) in listed {
         if !crate::heap::block::in_data_area(medium, offset, block_size) {
@@ -595,6 +662,7 @@ fn load_blocks(
                 "checkpoint lists a block outside the medium at {offset}"
             )));
         }
+        charge(seq)?;
         region.push(Block::new(offset, seq as u32))?;
     }
     let (mut min_seq, mut offset) = match listed.last() {
@@ -611,6 +679,7 @@ fn load_blocks(
             )));
         }
         let (seq, next, _) = heap.validate_chained(medium, offset, worker, min_seq)?;
+        charge(seq)?;
         region.push(Block::new(offset, seq as u32))?;
         offset = next;
         min_seq = seq + 1;

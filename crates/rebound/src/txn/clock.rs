@@ -19,7 +19,9 @@ impl Clock {
     /// Restarts after everything below `durable_lease`; raises the lease.
     pub fn recover(medium: &Medium, durable_lease: u64) -> Result<Clock> {
         let start = durable_lease.max(1);
-        let lease_end = start + LEASE_STEP;
+        // A lease near the end of the ids (read from the file) leases what
+        // is left; `next` reports exhaustion once that is handed out.
+        let lease_end = start.saturating_add(LEASE_STEP).min(catalog::MAX_TXN_ID);
         catalog::set_txn_lease(medium, lease_end)?;
         Ok(Clock {
             next: AtomicU64::new(start),

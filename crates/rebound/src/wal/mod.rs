@@ -48,7 +48,7 @@
 //!         8 u64 ts, 16 u32 max key length, 20 u32 max value length,
 //!         24 u32 slots per block, 28 u32 zero, 32 name (UTF-8)
 //! index   0 u8 kind = 3, 1 u8 unique (0/1), 2 u16 name length, 4 u32
-//!         table id, 8 u64 ts, 16 u32 index number, 20 u8 part count
+//!         table id, 8 u64 ts, 16 u32 index number (0..8), 20 u8 part count
 //!         (1..=4), 21 [u8; 3] zero, 24 parts of 12 bytes (u8 source:
 //!         1 = primary key, 2 = value; [u8; 3] zero; u32 first byte; u32
 //!         length), then the name (UTF-8)
@@ -123,6 +123,8 @@
 //!   system can cut the power anywhere (`tests/power_loss_wal.rs`).
 
 pub mod fs;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod log;
 pub mod newest;
 pub mod record;

@@ -3,7 +3,7 @@
 //! length is checked against the bytes that are there.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
-use crate::catalog::{IndexDef, KeyPart, Source, MAX_KEY_PARTS};
+use crate::catalog::{IndexDef, KeyPart, Source, MAX_INDEXES_PER_TABLE, MAX_KEY_PARTS, MAX_TXN_ID};
 
 pub const KIND_COMMIT: u8 = 1;
 pub const KIND_TABLE: u8 = 2;
@@ -266,12 +266,18 @@ pub fn records(payload: &[u8]) -> impl Iterator<Item = Option<Record<'_>>> {
     })
 }
 
+/// A record's timestamp is a txn id; the reopened clock starts above the
+/// largest one, so one out of range is refused here.
+fn txn_ts(ts: u64) -> Option<u64> {
+    (ts <= MAX_TXN_ID).then_some(ts)
+}
+
 fn decode_one<'b>(cursor: &mut Cursor<'b>) -> Option<Record<'b>> {
     match *cursor.bytes.first()? {
         KIND_COMMIT => {
             let header = cursor.take(COMMIT_HEADER)?;
             let count = u32::from_le_bytes(header.get(4..8)?.try_into().ok()?);
-            let ts = u64::from_le_bytes(header.get(8..16)?.try_into().ok()?);
+            let ts = txn_ts(u64::from_le_bytes(header.get(8..16)?.try_into().ok()?))?;
             let writes = Counted::take(cursor, count, parse_entry)?;
             Some(Record::Commit { ts, writes })
         }
@@ -293,7 +299,7 @@ fn decode_table<'b>(cursor: &mut Cursor<'b>) -> Option<Record<'b>> {
     let _zero = cursor.u8()?;
     let name_len = cursor.u16()? as usize;
     let id = cursor.u32()?;
-    let ts = cursor.u64()?;
+    let ts = txn_ts(cursor.u64()?)?;
     let max_key_len = cursor.u32()?;
     let max_value_len = cursor.u32()?;
     let slots_per_block = cursor.u32()?;
@@ -318,11 +324,14 @@ fn decode_index<'b>(cursor: &mut Cursor<'b>) -> Option<Record<'b>> {
     };
     let name_len = cursor.u16()? as usize;
     let table = cursor.u32()?;
-    let ts = cursor.u64()?;
+    let ts = txn_ts(cursor.u64()?)?;
     let number = cursor.u32()?;
     let part_count = cursor.u8()? as usize;
     cursor.take(3)?;
-    if !(1..=MAX_KEY_PARTS).contains(&part_count) {
+    // Recovery recreates indexes up to this number, leaving placeholders
+    // for numbers a failed creation left unused: bound it by what a table
+    // can hold before anything is pushed for it.
+    if !(1..=MAX_KEY_PARTS).contains(&part_count) || number as usize >= MAX_INDEXES_PER_TABLE {
         return None;
     }
     let mut parts = Vec::with_capacity(part_count);

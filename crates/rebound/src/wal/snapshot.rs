@@ -389,6 +389,12 @@ impl SnapshotChain {
         let mut files = vec![SnapshotFile::open(dir, newest)?];
         while let Some(last) = files.last().filter(|f| f.previous != 0) {
             let (previous, ts, number) = (last.previous, last.ts, last.number);
+            // A link to no file is a damaged link, not a failed read.
+            if !numbers.contains(&previous) {
+                return Err(Error::Corrupt(format!(
+                    "snapshot {number:x} links to {previous:x}, which is missing"
+                )));
+            }
             let older = SnapshotFile::open(dir, previous)?;
             if previous >= number || older.ts > ts || files.len() >= MAX_CHAIN {
                 return Err(Error::Corrupt(format!(
@@ -843,6 +849,10 @@ impl SnapshotFile {
         }
         self.ts = u64_at(&header, 16);
         self.previous = u64_at(&header, 24);
+        // Timestamps are txn ids; the clock restarts above this one.
+        if self.ts > crate::catalog::MAX_TXN_ID {
+            return Err(self.bad("timestamp out of range"));
+        }
         let footer = self.read_at(self.len - FOOTER, FOOTER)?;
         let sealed = footer.get(..8) == Some(&FOOTER_MAGIC[..])
             && footer.get(..44).map(crc32c::crc32c) == Some(u32_at(&footer, 44));
