@@ -41,6 +41,8 @@ mod catalog;
 mod checkpoint;
 mod db;
 mod error;
+#[cfg(test)]
+mod fuzz_support;
 mod gc;
 mod heap;
 mod index;

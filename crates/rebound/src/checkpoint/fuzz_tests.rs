@@ -19,9 +19,10 @@ use super::image::{HEADER, TOMBSTONE};
 use super::writer::{Builder, Horizons, Link};
 use crate::catalog::MAX_WORKERS;
 use crate::error::Error;
+use crate::fuzz_support::hostile;
 use crate::medium::Medium;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed, TestRunner};
+use proptest::test_runner::{Config, TestRunner};
 use std::ops::Bound;
 
 /// Cases in the normal suite.
@@ -32,15 +33,7 @@ const FIRST_IMAGE: u64 = 1 << 16;
 const MEDIUM: u64 = 1 << 22;
 
 fn config() -> Config {
-    let cases = std::env::var("REBOUND_FUZZ_CASES").map_or(CASES, |n| n.parse().unwrap());
-    let seed = std::env::var("REBOUND_SEED").map_or(42, |s| s.trim().parse().unwrap());
-    println!("checkpoint fuzz: {cases} cases, seed {seed} (replay: REBOUND_SEED={seed})");
-    Config {
-        cases,
-        rng_seed: RngSeed::Fixed(seed),
-        failure_persistence: None,
-        ..Config::default()
-    }
+    crate::fuzz_support::config("checkpoint", CASES)
 }
 
 fn key(i: u32) -> Vec<u8> {
@@ -180,28 +173,6 @@ fn fields(bytes: &[u8], offsets: &[u64]) -> Vec<Field> {
         }
     }
     out
-}
-
-/// A hostile value for a field of `width` bytes that held `old`.
-fn hostile(choice: u8, old: u64, any: u64, width: usize) -> u64 {
-    let max = if width == 8 {
-        u64::MAX
-    } else {
-        (1 << (8 * width)) - 1
-    };
-    let v = match choice % 10 {
-        0 => 0,
-        1 => 1,
-        2 => max,
-        3 => max - 1,
-        4 => old.wrapping_add(1 + any % 8),
-        5 => old.wrapping_sub(1 + any % 8),
-        6 => old.wrapping_mul(2 + any % 64),
-        7 => 1 << (any % 64),
-        8 => old ^ (1 << (any % (8 * width as u64))),
-        _ => any,
-    };
-    v & max
 }
 
 /// Recomputes the image's checksums from the sizes its (mutated) fields

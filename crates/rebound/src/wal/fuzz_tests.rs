@@ -15,22 +15,15 @@
 
 use super::record::{self, Record, TableSpec};
 use crate::catalog::{IndexDef, KeyPart, Source, MAX_INDEXES_PER_TABLE, MAX_TXN_ID};
+use crate::fuzz_support::hostile;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed, TestRunner};
+use proptest::test_runner::{Config, TestRunner};
 
 /// Cases in the normal suite.
 const CASES: u32 = 20_000;
 
 fn config() -> Config {
-    let cases = std::env::var("REBOUND_FUZZ_CASES").map_or(CASES, |n| n.parse().unwrap());
-    let seed = std::env::var("REBOUND_SEED").map_or(42, |s| s.trim().parse().unwrap());
-    println!("record fuzz: {cases} cases, seed {seed} (replay: REBOUND_SEED={seed})");
-    Config {
-        cases,
-        rng_seed: RngSeed::Fixed(seed),
-        failure_persistence: None,
-        ..Config::default()
-    }
+    crate::fuzz_support::config("record", CASES)
 }
 
 /// A field of the payload: offset, width in bytes, name.
@@ -155,27 +148,6 @@ fn decode_all(payload: &[u8]) -> Result<usize, TestCaseError> {
         }
     }
     Ok(items)
-}
-
-/// A hostile value for a field of `width` bytes that held `old`.
-fn hostile(choice: u8, old: u64, any: u64, width: usize) -> u64 {
-    let max = if width == 8 {
-        u64::MAX
-    } else {
-        (1 << (8 * width)) - 1
-    };
-    let v = match choice % 9 {
-        0 => 0,
-        1 => 1,
-        2 => max,
-        3 => max - 1,
-        4 => old.wrapping_add(1 + any % 8),
-        5 => old.wrapping_sub(1 + any % 8),
-        6 => 1 << (any % 64),
-        7 => old ^ (1 << (any % (8 * width as u64))),
-        _ => any,
-    };
-    v & max
 }
 
 #[test]
