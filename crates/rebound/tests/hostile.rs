@@ -1216,8 +1216,13 @@ fn data_files_with_hostile_fields_open_or_are_refused() {
         targets.iter().any(|t| t.field.what == "fence offset"),
         "the crash holds a checkpoint with entries"
     );
+    fuzz_fields("data file", crash, &targets);
+}
+
+/// Sets one of `targets` to a hostile value per case, reseals and opens.
+fn fuzz_fields(name: &str, crash: &FileCrash, targets: &[FileTarget]) {
     let strategy = (0..targets.len(), hostile());
-    fuzz("data file", strategy, |(i, value)| {
+    fuzz(name, strategy, |(i, value)| {
         let target = targets[i];
         let outcome = file_case(crash, target, value).map_err(|e| {
             TestCaseError::fail(format!(
@@ -1241,17 +1246,7 @@ fn data_files_with_hostile_node_images_open_or_are_refused() {
         .into_iter()
         .filter(|t| t.field.what.starts_with("node"))
         .collect();
-    let strategy = (0..nodes.len(), hostile());
-    fuzz("node images", strategy, |(i, value)| {
-        let target = nodes[i];
-        let outcome = file_case(crash, target, value).map_err(|e| {
-            TestCaseError::fail(format!(
-                "{} at {target:?} = {value:?}: {e}",
-                target.field.what
-            ))
-        })?;
-        Ok((outcome, target.field.what))
-    });
+    fuzz_fields("node images", crash, &nodes);
 }
 
 /// Block sequence numbers that each skip `MAX_SEQ_GAP` (4 Mi, allowed
