@@ -15,7 +15,8 @@
 //! Layers, bottom to top (a layer only calls the ones below it):
 //! `medium` → `catalog` → `heap` → `index` → `wal` (the redo log of the
 //! `wal` design) → `txn` → `checkpoint` → `gc`
-//! → `recovery` → `adaptive` (secondary index recovery) → `db`.
+//! → `recovery` → `adaptive` (secondary index recovery) → `design` (one
+//! folder per durability design, behind one seam) → `db` (the public API).
 #![deny(unsafe_code)]
 
 /// Consuming builder setters, one per field and named after it: option
@@ -40,6 +41,7 @@ mod adaptive;
 mod catalog;
 mod checkpoint;
 mod db;
+mod design;
 mod error;
 #[cfg(test)]
 mod fuzz_support;
@@ -56,10 +58,12 @@ pub use adaptive::IndexRecovery;
 pub use checkpoint::{CheckpointMode, CheckpointStats};
 pub use db::{
     Database, Durability, Index, IndexOptions, IndexStats, MediumChoice, Options, Session, Stats,
-    Table, TableOptions, TableStats, Transaction, DATA_FILE, MAX_VALUE_LEN, MIN_MAX_SIZE,
+    Table, TableStats, Transaction, DATA_FILE, MAX_VALUE_LEN, MIN_MAX_SIZE,
 };
+pub use design::WalStats;
 pub use error::{Error, Result};
 pub use gc::{GcOptions, GcStats};
+pub use heap::TableOptions;
 pub use medium::{Guarantee, SimDevice};
 pub use recovery::RecoveryReport;
 pub use txn::{Cursor, PendingCommit};

@@ -64,22 +64,20 @@ fn parse_value(v: &[u8]) -> (u64, u64) {
 /// The design under test, passed to the child in `REBOUND_KILL_DESIGN`.
 fn design_options(design: &str) -> Options {
     match design {
-        "wal" => options()
+        "wal" => eager_gc()
             .durability(Durability::Wal)
             .wal_log_limit(256 << 10),
-        _ => options(),
+        // Checkpoints every few thousand versions, so that recovery starts
+        // from images listing blocks GC is about to free.
+        _ => eager_gc().checkpoint_after_versions(3_000),
     }
 }
 
-fn options() -> Options {
-    Options::default()
-        .gc(GcOptions::default()
-            .threshold(0.5)
-            .batch_blocks(1)
-            .min_checkpoint_interval(std::time::Duration::from_millis(5)))
-        // Checkpoints every few thousand versions, so that recovery starts
-        // from images listing blocks GC is about to free.
-        .checkpoint_after_versions(3_000)
+fn eager_gc() -> Options {
+    Options::default().gc(GcOptions::default()
+        .threshold(0.5)
+        .batch_blocks(1)
+        .min_checkpoint_interval(std::time::Duration::from_millis(5)))
 }
 
 /// The child: commits forever until killed, reporting intent and commit.

@@ -2,7 +2,10 @@
 //! `InvalidOption` before anything is created, and two processes (or
 //! threads) opening the same new directory never both create it.
 
-use rebound::{Database, Durability, Error, GcOptions, Options, TableOptions};
+use rebound::{
+    CheckpointMode, Database, Durability, Error, FileSystem, GcOptions, MediumChoice, Options,
+    SimFs, TableOptions,
+};
 use std::time::Duration;
 
 fn expect_invalid(options: Options, what: &str) {
@@ -61,6 +64,78 @@ fn options_no_database_can_run_with_are_refused_at_open() {
         defaults().gc(GcOptions::default().space_target(0.5)),
         "space_target",
     );
+}
+
+/// An option that only another design reads, set away from its default,
+/// is refused with an error that names it and the durability: a `wal`
+/// database asked for IACoW checkpoints does not open without a word.
+#[test]
+fn options_another_design_reads_are_refused_with_the_combination_named() {
+    let wal = || Options::default().durability(Durability::Wal);
+    let none = || Options::default().durability(Durability::None);
+    let log_free = Options::default;
+    let cases: Vec<(Options, &str, &str)> = vec![
+        (wal().checkpoint(CheckpointMode::IaCow), "checkpoint", "wal"),
+        (wal().checkpoint(CheckpointMode::Off), "checkpoint", "wal"),
+        (
+            wal().checkpoint_interval(Duration::from_secs(1)),
+            "checkpoint_interval",
+            "wal",
+        ),
+        (
+            wal().checkpoint_after_versions(10),
+            "checkpoint_after_versions",
+            "wal",
+        ),
+        (
+            wal().checkpoint_chain_depth(8),
+            "checkpoint_chain_depth",
+            "wal",
+        ),
+        (wal().medium(MediumChoice::Disk), "medium", "wal"),
+        (wal().persist_latency_ns(100), "persist_latency_ns", "wal"),
+        (
+            log_free().wal_log_limit(1 << 20),
+            "wal_log_limit",
+            "log-free",
+        ),
+        (
+            log_free().file_system(FileSystem::Simulated(SimFs::new())),
+            "file_system",
+            "log-free",
+        ),
+        (
+            none().medium(MediumChoice::PersistentMemory),
+            "medium",
+            "none",
+        ),
+        (
+            none().checkpoint_after_versions(10),
+            "checkpoint_after_versions",
+            "none",
+        ),
+        (none().wal_log_limit(1 << 20), "wal_log_limit", "none"),
+    ];
+    for (options, option, design) in cases {
+        expect_invalid(options.clone(), option);
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let Err(Error::InvalidOption(message)) = Database::open(dir.path(), options) else {
+            panic!("{option} with {design} was accepted");
+        };
+        assert!(
+            message.contains(design),
+            "the error for {option} does not name durability {design}: {message}"
+        );
+    }
+    // What each design reads opens.
+    for options in [
+        wal().wal_log_limit(1 << 20),
+        log_free().checkpoint(CheckpointMode::IaCow),
+        none().checkpoint(CheckpointMode::Off),
+    ] {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        Database::open(dir.path().join("db"), options).unwrap();
+    }
 }
 
 /// The smallest accepted size opens, and a database that outgrows its

@@ -147,13 +147,16 @@ impl ChildSpec {
 /// checkpoints come every 3 000 versions; the wal design snapshots every
 /// 128 KiB of log.
 pub fn eager_options(design: &str) -> BoxResult<Options> {
-    Ok(crate::common::design_options(design)?
-        .wal_log_limit(256 << 10)
-        .gc(GcOptions::default()
-            .threshold(0.5)
-            .batch_blocks(1)
-            .min_checkpoint_interval(Duration::from_millis(5)))
-        .checkpoint_after_versions(3_000))
+    let options = crate::common::design_options(design)?.gc(GcOptions::default()
+        .threshold(0.5)
+        .batch_blocks(1)
+        .min_checkpoint_interval(Duration::from_millis(5)));
+    // Each design takes only the settings it reads.
+    Ok(match options.durability {
+        rebound::Durability::Wal => options.wal_log_limit(256 << 10),
+        rebound::Durability::LogFree => options.checkpoint_after_versions(3_000),
+        _ => options,
+    })
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

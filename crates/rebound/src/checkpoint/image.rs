@@ -32,8 +32,8 @@ pub(super) const NODE_PART_HEAD: u64 = 24;
 /// Bytes of one node image.
 pub(super) const NODE_IMAGE: u64 = crate::index::NODE_IMAGE_BYTES as u64;
 /// The address a delta image records for a key deleted since its
-/// predecessor (no slot has it: addresses are below the medium's length).
-pub const TOMBSTONE: u64 = u64::MAX;
+/// predecessor (the heap's, so that the change log below can name it).
+pub use crate::heap::TOMBSTONE;
 /// Image sequence numbers are below this (one per checkpoint, they never
 /// get near it), so the next one is never out of range.
 pub const MAX_SEQUENCE: u64 = 1 << 56;

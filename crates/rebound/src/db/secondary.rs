@@ -1,14 +1,12 @@
-//! Secondary indexes in the public API, and their recovery after a
-//! restart (the strategies are in `adaptive`).
+//! Secondary indexes in the public API; creating and recovering them is
+//! the design layer's (`design/secondary.rs`, strategies in `adaptive`).
 
-use super::{Database, DbInner, Table, Transaction};
-use crate::adaptive::{IndexRecovery, Plan, Priority};
-use crate::catalog::{
-    self, IndexDef, KeyPart, Source, MAX_INDEXES_PER_TABLE, MAX_INDEX_NAME_LEN, MAX_KEY_PARTS,
-};
+use super::{Database, Table, Transaction};
+use crate::adaptive::{IndexRecovery, Plan};
+use crate::catalog::{KeyPart, Source};
+use crate::design;
 use crate::error::{Error, Result};
-use crate::index::MAX_KEY_LEN;
-use crate::txn::{owned_range, prefix_end, Rows, SecondaryRt, TableRt, TxnState, DROPPED};
+use crate::txn::{owned_range, prefix_end, Rows, SecondaryRt, TableRt};
 use std::ops::{Bound, Range, RangeBounds};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -64,11 +62,6 @@ impl IndexOptions {
         self
     }
 
-    /// The options an index was created with, from its definition.
-    pub(super) fn from_parts(parts: Vec<KeyPart>, unique: bool) -> Self {
-        IndexOptions { parts, unique }
-    }
-
     fn part(mut self, source: Source, bytes: Range<usize>) -> Self {
         let start = u32::try_from(bytes.start).unwrap_or(u32::MAX);
         let len = u32::try_from(bytes.end.saturating_sub(bytes.start)).unwrap_or(0);
@@ -82,13 +75,6 @@ impl IndexOptions {
 pub struct Index {
     table: Arc<TableRt>,
     rt: Arc<SecondaryRt>,
-}
-
-impl Index {
-    /// The index's number within its table (its catalog slot).
-    pub(super) fn number(&self) -> u32 {
-        self.rt.def.number
-    }
 }
 
 impl Index {
@@ -157,40 +143,10 @@ impl Database {
     /// rows that already repeat a key fails with
     /// [`Error::UniqueViolation`] and is not created.
     pub fn create_index(&self, table: &Table, name: &str, options: IndexOptions) -> Result<Index> {
-        self.check_open()?;
-        let inner = &self.inner;
-        let rt = &table.rt;
-        if rt.instance != inner.store.instance {
-            return Err(Error::ForeignTable);
-        }
-        rt.check_damaged()?;
-        let _guard = inner.create_lock.lock();
-        validate_index(rt, name, &options)?;
-        let def = IndexDef {
-            table: rt.heap.def.id,
-            number: next_number(rt),
-            name: name.to_owned(),
-            unique: options.unique,
-            parts: options.parts,
-        };
-        let index = Arc::new(SecondaryRt::new(def, false));
-        rt.secondaries.push(index.clone());
-        if let Err(e) = inner.build_new_index(rt, &index) {
-            index.mark_failed();
-            return Err(e);
-        }
-        let recorded = catalog::create_index(&inner.store.medium, &index.def).and_then(|()| {
-            inner.log_ddl(|buf, ts| crate::wal::record::encode_index(buf, ts, &index.def))
-        });
-        if let Err(e) = recorded {
-            // The catalog slot may be written: the number stays taken.
-            index.set_state(DROPPED);
-            return Err(e);
-        }
-        inner.indexes.publish(&index);
+        let rt = design::create_index(&self.inner, &table.rt, name, options.parts, options.unique)?;
         Ok(Index {
-            table: rt.clone(),
-            rt: index,
+            table: table.rt.clone(),
+            rt,
         })
     }
 
@@ -210,9 +166,9 @@ impl Database {
 
     /// Every secondary index's state and use since open.
     pub fn index_stats(&self) -> Vec<IndexStats> {
-        let manager = &self.inner.indexes;
+        let manager = self.inner.indexes();
         let mut stats = Vec::new();
-        for (_, table) in self.inner.store.tables.iter() {
+        for (_, table) in self.inner.store().tables.iter() {
             for (_, index) in table.secondaries.iter() {
                 if index.is_dropped() {
                     continue;
@@ -245,218 +201,13 @@ impl Database {
     /// start of `open` until all were ready.
     pub fn wait_for_secondary_indexes(&self) -> Result<Option<Duration>> {
         self.check_open()?;
-        let inner = &self.inner;
-        let workers = inner.reserve_workers(inner.indexes.threads);
-        let built = inner.indexes.build_all(&inner.store, &workers);
-        inner.release_workers(&workers);
-        built?;
-        Ok(inner.indexes.all_ready_after())
+        design::build_secondary_indexes(&self.inner)?;
+        Ok(self.inner.indexes().all_ready_after())
     }
 
     /// The strategy the secondary indexes of this open recover with.
     pub fn index_recovery(&self) -> IndexRecovery {
-        self.inner.indexes.strategy()
-    }
-
-    /// Starts the rebuild of the secondary indexes after a restart, as
-    /// the strategy says; synchronous recovery finishes it here.
-    pub(super) fn start_secondary_recovery(&self, in_background: bool) -> Result<()> {
-        let inner = &self.inner;
-        if inner.indexes.all_built(&inner.store) {
-            inner.indexes.note_all_ready();
-            return Ok(());
-        }
-        match inner.indexes.strategy() {
-            IndexRecovery::Synchronous => {
-                let workers = inner.reserve_workers(inner.indexes.threads);
-                let built = inner.indexes.build_all(&inner.store, &workers);
-                inner.release_workers(&workers);
-                built
-            }
-            IndexRecovery::OnDemand => Ok(()),
-            IndexRecovery::Adaptive => {
-                if in_background {
-                    self.spawn_adaptive_recovery();
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn spawn_adaptive_recovery(&self) {
-        let inner = self.inner.clone();
-        let first = inner.indexes.claim_first_build(&inner.store);
-        let handle = std::thread::Builder::new()
-            .name("rebound-index-recovery".into())
-            .spawn(move || {
-                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let workers = inner.reserve_workers(inner.indexes.threads);
-                    let ids: Vec<usize> = workers.iter().flatten().copied().collect();
-                    let built = match ids.is_empty() {
-                        true => Ok(()),
-                        false => inner.indexes.run_adaptive(&inner.store, &ids, first),
-                    };
-                    inner.release_workers(&workers);
-                    built
-                }));
-                match outcome {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => inner.note_index_failure(&e),
-                    Err(panic) => inner.poison("rebound-index-recovery", panic.as_ref()),
-                }
-            })
-            .expect("spawn the index recovery thread");
-        *self.inner.index_recovery.lock() = Some(handle);
-    }
-}
-
-/// The catalog number of a table's next index: the one after every
-/// created index and placeholder (they hold 0, 1, ... in order). Failed
-/// creations are skipped, so they use up no number.
-fn next_number(table: &TableRt) -> u32 {
-    let taken = table.secondaries.iter().filter(|(_, i)| !i.is_failed());
-    taken.count() as u32
-}
-
-fn validate_index(table: &TableRt, name: &str, options: &IndexOptions) -> Result<()> {
-    let invalid = |why: String| Err(Error::InvalidIndex(why));
-    if name.is_empty() || name.len() > MAX_INDEX_NAME_LEN {
-        return invalid(format!("name must be 1..={MAX_INDEX_NAME_LEN} bytes"));
-    }
-    let existing = || table.secondaries.iter().filter(|(_, i)| !i.is_dropped());
-    if existing().any(|(_, i)| i.def.name == name) {
-        return Err(Error::IndexExists(name.to_owned()));
-    }
-    if next_number(table) as usize >= MAX_INDEXES_PER_TABLE {
-        return invalid(format!(
-            "a table has at most {MAX_INDEXES_PER_TABLE} indexes"
-        ));
-    }
-    if !(1..=MAX_KEY_PARTS).contains(&options.parts.len()) {
-        return invalid(format!("a key has 1..={MAX_KEY_PARTS} byte ranges"));
-    }
-    let def = &table.heap.def;
-    for part in &options.parts {
-        let limit = match part.source {
-            Source::PrimaryKey => def.max_key_len,
-            Source::Value => def.max_value_len,
-        };
-        if part.len == 0 || part.start.saturating_add(part.len) > limit {
-            return invalid(format!(
-                "byte range {}..{} is empty or beyond the table's limit of {limit}",
-                part.start,
-                part.start.saturating_add(part.len)
-            ));
-        }
-    }
-    let key_len: u32 = options.parts.iter().map(|p| p.len).sum();
-    if (key_len + def.max_key_len) as usize > MAX_KEY_LEN {
-        return invalid(format!(
-            "index key ({key_len} bytes) plus the table's max key ({}) exceeds {MAX_KEY_LEN}",
-            def.max_key_len
-        ));
-    }
-    Ok(())
-}
-
-impl DbInner {
-    /// Claims up to `n` free session slots for background readers.
-    pub(super) fn reserve_workers(&self, n: usize) -> Vec<Option<usize>> {
-        let mut sessions = self.sessions.lock();
-        let mut workers = Vec::new();
-        for (worker, used) in sessions.iter_mut().enumerate() {
-            if workers.len() == n {
-                break;
-            }
-            if !*used {
-                *used = true;
-                workers.push(Some(worker));
-            }
-        }
-        workers
-    }
-
-    pub(super) fn release_workers(&self, workers: &[Option<usize>]) {
-        let mut sessions = self.sessions.lock();
-        for worker in workers.iter().flatten() {
-            sessions[*worker] = false;
-        }
-    }
-
-    /// Builds a new index over the rows the table holds and, if unique,
-    /// checks that no secondary key repeats among them.
-    fn build_new_index(&self, table: &Arc<TableRt>, index: &Arc<SecondaryRt>) -> Result<()> {
-        let workers = self.reserve_workers(self.indexes.threads);
-        let Some(&Some(first)) = workers.first() else {
-            return Err(Error::TooManySessions(crate::catalog::MAX_SESSIONS));
-        };
-        let outcome = {
-            let _building = index.build_lock.lock();
-            self.indexes
-                .build_locked(&self.store, table, index, &workers, Priority::Now)
-        };
-        let outcome = outcome.and_then(|()| match index.def.unique {
-            true => self.check_no_repeats(table, index, first),
-            false => Ok(()),
-        });
-        self.release_workers(&workers);
-        outcome
-    }
-
-    fn check_no_repeats(&self, table: &TableRt, index: &SecondaryRt, worker: usize) -> Result<()> {
-        let mut repeated = Vec::new();
-        let mut previous: Option<Vec<u8>> = None;
-        index
-            .tree
-            .scan(Bound::Unbounded, Bound::Unbounded, None, |entry, _| {
-                let (secondary, _) = index.split(entry);
-                if previous.as_deref() == Some(secondary) && repeated.last() != Some(&previous) {
-                    repeated.push(previous.clone());
-                }
-                previous = Some(secondary.to_vec());
-                true
-            });
-        let mut txn = TxnState::begin(&self.store, worker);
-        for secondary in repeated.into_iter().flatten() {
-            let range = (
-                Bound::Included(secondary.clone()),
-                Bound::Included(secondary),
-            );
-            if txn
-                .index_lookup(table, index, (&range.0, &range.1), 2)?
-                .len()
-                > 1
-            {
-                return Err(Error::UniqueViolation(index.def.name.clone()));
-            }
-        }
-        txn.commit()
-    }
-
-    /// Maintenance of secondary indexes: stale entries, and (in the
-    /// background thread only) the workload statistics. Those are written
-    /// at wall-clock intervals, so a caller-driven round (crash testing)
-    /// leaves them alone to stay replayable.
-    pub(super) fn maintain_secondaries(&self, background: bool) {
-        {
-            // GC must not free blocks whose chains the vacuum reads.
-            let _gc = self.collector.lock();
-            self.store.vacuum_indexes();
-        }
-        if background {
-            self.indexes.persist_usage(&self.store, false);
-        }
-    }
-
-    pub(super) fn stop_secondary_recovery(&self) {
-        self.indexes.cancel.store(true, Ordering::Release);
-        if let Some(handle) = self.index_recovery.lock().take() {
-            let _ = handle.join();
-        }
-    }
-
-    fn note_index_failure(&self, error: &Error) {
-        self.failures.lock().last_error = Some(format!("index recovery: {error}"));
+        self.inner.indexes().strategy()
     }
 }
 
@@ -506,10 +257,10 @@ impl Transaction<'_> {
         limit: usize,
     ) -> Result<Rows> {
         let db = self.db;
-        if index.table.instance != db.store.instance {
+        if index.table.instance != db.store().instance {
             return Err(Error::ForeignTable);
         }
-        let plan = db.indexes.plan(&db.store, &index.table, &index.rt)?;
+        let plan = db.indexes().plan(db.store(), &index.table, &index.rt)?;
         let range = (&range.0, &range.1);
         let table_rows = index.table.approximate_rows();
         let rows = match plan {
@@ -524,13 +275,14 @@ impl Transaction<'_> {
                 let rows = self
                     .state
                     .index_lookup_by_scan(table, &index.rt, range, limit)?;
-                db.indexes.note_scan(table_rows, started.elapsed(), loading);
+                db.indexes()
+                    .note_scan(table_rows, started.elapsed(), loading);
                 rows
             }
         };
         index
             .rt
-            .record_use(db.indexes.benefit(table_rows, rows.len()));
+            .record_use(db.indexes().benefit(table_rows, rows.len()));
         Ok(rows)
     }
 
@@ -551,7 +303,7 @@ impl Transaction<'_> {
                     .state
                     .keeps_secondary_key(&table.rt, index, key, value)?
             {
-                db.indexes.plan(&db.store, &table.rt, index)?;
+                db.indexes().plan(db.store(), &table.rt, index)?;
             }
         }
         Ok(())

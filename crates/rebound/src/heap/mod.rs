@@ -86,6 +86,41 @@ use reserve::SPARE_ROOM_BLOCKS;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 
+/// Limits of a table; slots are fixed-size, so these size its storage.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct TableOptions {
+    pub max_key_len: u32,
+    pub max_value_len: u32,
+    /// Slots per block (4..=2048), the unit of allocation and, later, of
+    /// garbage collection; 0 chooses blocks of about 1 MiB.
+    pub block_slots: u32,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        TableOptions {
+            max_key_len: 64,
+            max_value_len: 1024,
+            block_slots: 0,
+        }
+    }
+}
+
+setters!(TableOptions {
+    /// Longest key, in bytes (1..=512; default 64).
+    max_key_len: u32,
+    /// Longest value, in bytes (at most [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN); default 1024).
+    max_value_len: u32,
+    /// Slots per block (4..=2048), or 0 for blocks of about 1 MiB.
+    block_slots: u32,
+});
+
+/// An address no slot has (addresses are below the medium's length):
+/// what checkpoint runs and the change log record for a deleted key.
+pub const TOMBSTONE: u64 = u64::MAX;
 pub const BITMAP_OFFSET: u64 = 64;
 pub const BITMAP_BYTES: u64 = 256;
 pub const SLOTS_OFFSET: u64 = BLOCK_HEADER + BITMAP_BYTES;

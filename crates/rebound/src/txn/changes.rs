@@ -25,8 +25,7 @@
 //! the trees stop growing and the log counts as overflowed, as the lists
 //! do.
 
-use crate::checkpoint::TOMBSTONE;
-use crate::heap::Addr;
+use crate::heap::{Addr, TOMBSTONE};
 use crate::index::BTree;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed, Ordering::SeqCst};

@@ -133,6 +133,10 @@ pub const LONG_REQUESTED: u8 = 1;
 pub const LONG_MIGRATED: u8 = 2;
 
 impl Store {
+    pub fn medium(&self) -> &Medium {
+        &self.medium
+    }
+
     /// Frees every table's extents held ready for its next blocks (see
     /// `heap/reserve.rs`); returns how many.
     pub fn release_reserves(&self) -> usize {

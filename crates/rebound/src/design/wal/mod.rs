@@ -1,14 +1,27 @@
-//! The `wal` design at the database level: opening (newest snapshot, then
-//! the log after it), logging table and index creation, and snapshots
-//! that bound the log. Formats and invariants are in `crate::wal`.
+//! The `wal` design (LeanStore's logging; FIR's "DRAM-DB (Log)"):
+//! versions and indexes in DRAM, a redo log with group commit, and
+//! snapshots that bound the log.
+//!
+//! * Write path and durability point: `txn` appends each commit's redo
+//!   record to the log (`crate::wal::log`), and the commit is durable when
+//!   its group's frame is synced.
+//! * Recovery: [`open`] here (newest snapshot chain, then the log after
+//!   it; the rows are served in place and loaded in the background).
+//! * Background work: the snapshot thread, folds of the snapshot chain.
+//!
+//! Formats and invariants of the files are in `crate::wal`.
 
-use super::{Database, DbInner, IndexOptions, Table, TableOptions, DATA_FILE};
-use crate::catalog::{IndexDef, MAX_SESSIONS, MAX_WORKERS};
+use super::engine::{BackgroundWork, ColdLoad, Parts};
+use super::{secondary, Config, Design, Engine, GcGuard, WalConfig, DATA_FILE};
+use crate::catalog::{IndexDef, MAX_WORKERS};
+use crate::checkpoint::CheckpointStats;
 use crate::error::{Error, Result};
 use crate::heap::Addr;
+use crate::heap::TableOptions;
+use crate::index::BTree;
 use crate::medium::{FileView, Guarantee, Medium};
 use crate::parallel;
-use crate::recovery::RecoveryReport;
+use crate::recovery::{self, RecoveryReport};
 use crate::txn::{ColdEntries, Store, TableRt};
 use crate::wal::newest::NewestVersions;
 use crate::wal::record::Entries;
@@ -21,11 +34,11 @@ use std::ops::Bound;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Name of the lock file that marks a directory as a `wal` database.
-pub const WAL_LOCK_FILE: &str = "LOCK";
+const WAL_LOCK_FILE: &str = "LOCK";
 /// The DDL records' buffer, after every worker's.
 const DDL_RING: usize = MAX_WORKERS;
 /// How long a snapshot waits for older transactions before giving up
@@ -40,8 +53,15 @@ const MAX_RECOVERY_THREADS: usize = 16;
 /// a lookup served in place reads at most this many groups and one more).
 const MAX_DELTAS: u64 = 8;
 
+/// The `wal` design's own state: its log and snapshots once replayed,
+/// and what opening did.
+pub struct Wal {
+    state: OnceLock<WalState>,
+    report: OnceLock<RecoveryReport>,
+}
+
 /// The log, the snapshot bookkeeping and the snapshot thread.
-pub(super) struct WalState {
+struct WalState {
     pub log: Arc<Log>,
     dir: WalDir,
     guarantee: Guarantee,
@@ -64,7 +84,7 @@ pub(super) struct WalState {
     /// Folds run in a thread of their own, else in the snapshot's caller
     /// (without background work, so that nothing runs unasked).
     fold_in_background: bool,
-    db: Weak<DbInner>,
+    engine: Weak<Engine>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Test hook: the next fold thread fails to spawn.
@@ -75,7 +95,7 @@ pub(super) struct WalState {
 }
 
 /// What the directory held, read before the store is built.
-pub(super) struct WalFound {
+struct WalFound {
     dir: WalDir,
     lock: Option<File>,
     snapshot: Option<SnapshotChain>,
@@ -98,7 +118,7 @@ impl WalFound {
 }
 
 /// Locks and reads a `wal` database directory (creating it if asked).
-pub(super) fn read_directory(fs: &FileSystem, path: &Path, create: bool) -> Result<WalFound> {
+fn read_directory(fs: &FileSystem, path: &Path, create: bool) -> Result<WalFound> {
     let started = Instant::now();
     let dir = WalDir::new(fs.clone(), path);
     let lock = lock_directory(&dir, create)?;
@@ -251,247 +271,286 @@ fn lock_simulated(dir: &WalDir, create: bool) -> Result<()> {
     dir.sync()
 }
 
-impl Database {
-    /// Rebuilds the tables from what `read_directory` found, then starts
-    /// the log (and the snapshot thread when background work runs). The
-    /// log's newest versions and the snapshots' rows are served in place
-    /// and loaded in the background; nothing is applied before
-    /// transactions are admitted.
-    pub(super) fn open_wal(
-        &self,
-        found: WalFound,
-        options: &super::Options,
-        started: Instant,
-    ) -> Result<RecoveryReport> {
-        let WalFound {
-            dir,
-            lock,
-            snapshot,
-            tables,
-            indexes,
-            newest,
-            resume,
-            log_records,
-            read_time,
-            ..
-        } = found;
-        let mut all_indexes = Vec::new();
-        if let Some(snapshot) = &snapshot {
-            self.create_snapshot_tables(snapshot, &mut all_indexes)?;
-        }
-        let replay_started = Instant::now();
-        for spec in &tables {
-            match self.inner.store.tables.get(spec.id as usize) {
-                // Created after the snapshot's timestamp but before it
-                // captured the catalog: it is in the snapshot already.
-                Some(rt) if rt.heap.def.name == spec.name => {}
-                Some(_) => return Err(Error::Corrupt(format!("table {} logged twice", spec.id))),
-                None => drop(self.create_logged_table(spec)?),
-            }
-        }
-        for def in indexes {
-            let known = all_indexes
-                .iter()
-                .any(|d: &IndexDef| d.table == def.table && d.number == def.number);
-            if !known {
-                all_indexes.push(def);
-            }
-        }
-        let chain = ChainFigures::of(snapshot.as_ref());
-        let mut newest = newest;
-        newest.settle();
-        let recovered = Arc::new(Recovered::new(newest, snapshot));
-        self.serve_recovered(&recovered, &all_indexes)?;
-        let replayed_after = replay_started.elapsed();
-        let indexes_started = Instant::now();
-        for def in &all_indexes {
-            self.create_logged_index(def)?;
-        }
-        let indexes_after = indexes_started.elapsed();
-        let log = Arc::new(Log::start(
-            &dir,
-            MAX_WORKERS + 1,
-            resume,
-            LogConfig {
-                segment_bytes: (options.wal_log_limit / 8).clamp(1 << 16, 64 << 20),
-                sync: true,
-            },
-            self.inner.poisoned.clone(),
-        )?);
-        let _ = self.inner.store.log.set(log.clone());
-        // A simulated file system simulates power loss.
-        let guarantee = match dir.sim().is_none() && crate::medium::on_tmpfs(dir.path()) {
-            true => Guarantee::ProcessCrash,
-            false => Guarantee::PowerLoss,
-        };
-        let state = WalState {
-            log,
-            guarantee,
-            snapshot_after: (options.wal_log_limit / 2).max(1),
-            newest_snapshot: Mutex::new((chain.number, chain.ts)),
-            written_at_snapshot: AtomicU64::new(0),
-            snapshots: AtomicU64::new(0),
-            snapshot_bytes: AtomicU64::new(chain.bytes),
-            base_bytes: AtomicU64::new(chain.base_bytes),
-            deltas_since_fold: AtomicU64::new(chain.deltas),
-            folds: AtomicU64::new(0),
-            fold: Mutex::new(None),
-            fold_in_background: options.background_thread,
-            db: Arc::downgrade(&self.inner),
-            stop: Arc::new((Mutex::new(false), Condvar::new())),
-            thread: Mutex::new(None),
-            #[cfg(test)]
-            fail_fold_spawn: std::sync::atomic::AtomicBool::new(false),
-            dir,
-            _lock: lock,
-        };
-        if self.inner.wal.set(state).is_err() {
-            return Err(Error::InvalidOption("the log was started twice".into()));
-        }
-        if options.background_thread {
-            self.start_snapshot_thread()?;
-        }
-        if self.inner.store.tables.iter().any(|(_, t)| t.is_loading()) {
-            self.start_index_load(
-                super::ColdSource::Recovered(recovered.clone()),
-                options.load_indexes_in_background,
-            );
-        }
-        Ok(RecoveryReport {
-            fresh: chain.number == 0 && log_records == 0,
-            from_checkpoint: chain.number != 0,
-            checkpoint_sequence: chain.number,
-            redo_from_txn: chain.ts,
-            metadata: read_time,
-            undo_redo: replayed_after,
-            index_build: indexes_after,
-            total: started.elapsed(),
-            tables: self.inner.store.tables.count(),
-            versions_scanned: log_records,
-            versions_committed: recovered.log_keys() as u64,
-            checkpoint_entries: chain.rows,
-            ..Default::default()
-        })
-    }
+/// Opens (or creates) a `wal` database: reads the directory, builds an
+/// empty store whose clock starts after everything logged, rebuilds the
+/// tables from the snapshot chain and the log, then starts the log.
+pub fn open(
+    path: &Path,
+    config: &Config,
+    design: &WalConfig,
+    instance: u64,
+    started: Instant,
+) -> Result<Arc<Engine>> {
+    let found = read_directory(&design.file_system, path, config.create_if_missing)?;
+    let medium = Medium::volatile(config.max_size.min(1 << 38), crate::catalog::DATA_START)?;
+    recovery::format(&medium)?;
+    let (store, _) = recovery::fresh(medium, instance, found.next_ts())?;
+    let wal = Wal {
+        state: OnceLock::new(),
+        report: OnceLock::new(),
+    };
+    let engine = Engine::new(
+        config,
+        Parts {
+            store,
+            design: Box::new(wal),
+            path: Some(path.to_path_buf()),
+            gc_enabled: true,
+            indexes_whole: false,
+            started,
+        },
+    );
+    let report = replay(&engine, found, config, design, started)?;
+    let _ = of(&engine).report.set(report);
+    Ok(engine)
+}
 
-    /// Creates the snapshot's tables, empty; its indexes are left in
-    /// `indexes` to be built once the log is applied.
-    fn create_snapshot_tables(
-        &self,
-        snapshot: &SnapshotChain,
-        indexes: &mut Vec<IndexDef>,
-    ) -> Result<()> {
-        let bad = |what: &str| Error::Corrupt(format!("snapshot: {what}"));
-        for rec in snapshot.newest().catalog() {
-            match rec.ok_or_else(|| bad("a catalog record does not decode"))? {
-                Record::Table { spec, .. } => drop(self.create_logged_table(&spec)?),
-                Record::Index { def, .. } => indexes.push(def),
-                Record::Rows { .. } | Record::Commit { .. } => {
-                    return Err(bad("holds rows or commits in its catalog"))
-                }
-            }
-        }
-        match snapshot
-            .tables()
-            .into_iter()
-            .all(|id| self.inner.store.tables.get(id as usize).is_some())
-        {
-            true => Ok(()),
-            false => Err(bad("rows of an unknown table")),
+/// The design of an engine this module opened.
+fn of(engine: &Engine) -> &Wal {
+    engine
+        .design()
+        .as_any()
+        .downcast_ref::<Wal>()
+        .expect("an engine opened by the wal design runs it")
+}
+
+/// Rebuilds the tables from what `read_directory` found, then starts the
+/// log (and the snapshot thread when background work runs). The log's
+/// newest versions and the snapshots' rows are served in place and loaded
+/// in the background; nothing is applied before transactions are
+/// admitted.
+fn replay(
+    engine: &Arc<Engine>,
+    found: WalFound,
+    config: &Config,
+    design: &WalConfig,
+    started: Instant,
+) -> Result<RecoveryReport> {
+    let WalFound {
+        dir,
+        lock,
+        snapshot,
+        tables,
+        indexes,
+        newest,
+        resume,
+        log_records,
+        read_time,
+        ..
+    } = found;
+    let mut all_indexes = Vec::new();
+    if let Some(snapshot) = &snapshot {
+        create_snapshot_tables(engine, snapshot, &mut all_indexes)?;
+    }
+    let replay_started = Instant::now();
+    for spec in &tables {
+        match engine.store().tables.get(spec.id as usize) {
+            // Created after the snapshot's timestamp but before it
+            // captured the catalog: it is in the snapshot already.
+            Some(rt) if rt.heap.def.name == spec.name => {}
+            Some(_) => return Err(Error::Corrupt(format!("table {} logged twice", spec.id))),
+            None => drop(create_logged_table(engine, spec)?),
         }
     }
+    for def in indexes {
+        let known = all_indexes
+            .iter()
+            .any(|d: &IndexDef| d.table == def.table && d.number == def.number);
+        if !known {
+            all_indexes.push(def);
+        }
+    }
+    let chain = ChainFigures::of(snapshot.as_ref());
+    let mut newest = newest;
+    newest.settle();
+    let recovered = Arc::new(Recovered::new(newest, snapshot));
+    serve_recovered(engine, &recovered, &all_indexes)?;
+    let replayed_after = replay_started.elapsed();
+    let indexes_started = Instant::now();
+    for def in &all_indexes {
+        create_logged_index(engine, def)?;
+    }
+    let indexes_after = indexes_started.elapsed();
+    let log = Arc::new(Log::start(
+        &dir,
+        MAX_WORKERS + 1,
+        resume,
+        LogConfig {
+            segment_bytes: (design.log_limit / 8).clamp(1 << 16, 64 << 20),
+            sync: true,
+        },
+        engine.poison_slot(),
+    )?);
+    let _ = engine.store().log.set(log.clone());
+    // A simulated file system simulates power loss.
+    let guarantee = match dir.sim().is_none() && crate::medium::on_tmpfs(dir.path()) {
+        true => Guarantee::ProcessCrash,
+        false => Guarantee::PowerLoss,
+    };
+    let state = WalState {
+        log,
+        guarantee,
+        snapshot_after: (design.log_limit / 2).max(1),
+        newest_snapshot: Mutex::new((chain.number, chain.ts)),
+        written_at_snapshot: AtomicU64::new(0),
+        snapshots: AtomicU64::new(0),
+        snapshot_bytes: AtomicU64::new(chain.bytes),
+        base_bytes: AtomicU64::new(chain.base_bytes),
+        deltas_since_fold: AtomicU64::new(chain.deltas),
+        folds: AtomicU64::new(0),
+        fold: Mutex::new(None),
+        fold_in_background: config.background_thread,
+        engine: Arc::downgrade(engine),
+        stop: Arc::new((Mutex::new(false), Condvar::new())),
+        thread: Mutex::new(None),
+        #[cfg(test)]
+        fail_fold_spawn: std::sync::atomic::AtomicBool::new(false),
+        dir,
+        _lock: lock,
+    };
+    if of(engine).state.set(state).is_err() {
+        return Err(Error::InvalidOption("the log was started twice".into()));
+    }
+    if config.background_thread {
+        start_snapshot_thread(engine)?;
+    }
+    if engine.store().tables.iter().any(|(_, t)| t.is_loading()) {
+        let load = Box::new(RecoveredLoad(recovered.clone()));
+        engine.start_cold_load(load, config.load_indexes_in_background);
+    }
+    Ok(RecoveryReport {
+        fresh: chain.number == 0 && log_records == 0,
+        from_checkpoint: chain.number != 0,
+        checkpoint_sequence: chain.number,
+        redo_from_txn: chain.ts,
+        metadata: read_time,
+        undo_redo: replayed_after,
+        index_build: indexes_after,
+        total: started.elapsed(),
+        tables: engine.store().tables.count(),
+        versions_scanned: log_records,
+        versions_committed: recovered.log_keys() as u64,
+        checkpoint_entries: chain.rows,
+        ..Default::default()
+    })
+}
 
-    /// Makes every table with rows in the log or the snapshots serve them
-    /// in place until they are loaded (the log's newest versions over the
-    /// snapshot chain). Tables with secondary indexes are loaded now:
-    /// building an index reads every row.
-    fn serve_recovered(&self, recovered: &Arc<Recovered>, indexes: &[IndexDef]) -> Result<()> {
-        let mut indexed = Vec::new();
-        for id in recovered.tables() {
-            let table = self
-                .inner
-                .store
-                .tables
-                .get(id as usize)
-                .ok_or_else(|| Error::Corrupt(format!("rows of unknown table {id}")))?;
-            table.set_cold(Arc::new(SnapshotRun {
-                snapshot: recovered.clone(),
-                table: id,
-                db: Arc::downgrade(&self.inner),
-            }));
-            if indexes.iter().any(|def| def.table == id) {
-                indexed.push(table.clone());
+/// Creates the snapshot's tables, empty; its indexes are left in
+/// `indexes` to be built once the log is applied.
+fn create_snapshot_tables(
+    engine: &Engine,
+    snapshot: &SnapshotChain,
+    indexes: &mut Vec<IndexDef>,
+) -> Result<()> {
+    let bad = |what: &str| Error::Corrupt(format!("snapshot: {what}"));
+    for rec in snapshot.newest().catalog() {
+        match rec.ok_or_else(|| bad("a catalog record does not decode"))? {
+            Record::Table { spec, .. } => drop(create_logged_table(engine, &spec)?),
+            Record::Index { def, .. } => indexes.push(def),
+            Record::Rows { .. } | Record::Commit { .. } => {
+                return Err(bad("holds rows or commits in its catalog"))
             }
         }
-        load_tables(&self.inner.store, recovered, &indexed, &|| false)
     }
-
-    fn create_logged_table(&self, spec: &TableSpec) -> Result<Table> {
-        let table = self
-            .create_table(&spec.name, spec_options(spec))
-            .map_err(refused_from_file)?;
-        check_id(&table, spec)?;
-        Ok(table)
+    match snapshot
+        .tables()
+        .into_iter()
+        .all(|id| engine.store().tables.get(id as usize).is_some())
+    {
+        true => Ok(()),
+        false => Err(bad("rows of an unknown table")),
     }
+}
 
-    fn create_logged_index(&self, def: &IndexDef) -> Result<()> {
-        let table = self
-            .inner
-            .store
+/// Makes every table with rows in the log or the snapshots serve them in
+/// place until they are loaded (the log's newest versions over the
+/// snapshot chain). Tables with secondary indexes are loaded now: building
+/// an index reads every row.
+fn serve_recovered(
+    engine: &Arc<Engine>,
+    recovered: &Arc<Recovered>,
+    indexes: &[IndexDef],
+) -> Result<()> {
+    let mut indexed = Vec::new();
+    for id in recovered.tables() {
+        let table = engine
+            .store()
             .tables
-            .get(def.table as usize)
-            .map(|rt| Table { rt: rt.clone() })
-            .ok_or_else(|| Error::Corrupt(format!("index {} of unknown table", def.name)))?;
-        if table.rt.secondaries.count() > def.number as usize {
-            return Err(Error::Corrupt(format!(
-                "index {} recreated out of order",
-                def.name
-            )));
+            .get(id as usize)
+            .ok_or_else(|| Error::Corrupt(format!("rows of unknown table {id}")))?;
+        table.set_cold(Arc::new(SnapshotRun {
+            snapshot: recovered.clone(),
+            table: id,
+            engine: Arc::downgrade(engine),
+        }));
+        if indexes.iter().any(|def| def.table == id) {
+            indexed.push(table.clone());
         }
-        // A failed `create_index` left its number unused.
-        while table.rt.secondaries.count() < def.number as usize {
-            table
-                .rt
-                .secondaries
-                .push(Arc::new(crate::txn::SecondaryRt::placeholder()));
-        }
-        let options = IndexOptions::from_parts(def.parts.clone(), def.unique);
-        let index = self
-            .create_index(&table, &def.name, options)
-            .map_err(refused_from_file)?;
-        if index.number() != def.number {
-            return Err(Error::Corrupt(format!(
-                "index {} recreated out of order",
-                def.name
-            )));
-        }
-        Ok(())
     }
+    load_tables(engine.store(), recovered, &indexed, &|| false)
+}
 
-    /// Starts the snapshot thread; without it the log would grow without
-    /// bound, so a failed spawn fails the open.
-    fn start_snapshot_thread(&self) -> Result<()> {
-        let Some(wal) = self.inner.wal.get() else {
-            return Ok(());
-        };
-        let weak = Arc::downgrade(&self.inner);
-        let stop = wal.stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("rebound-snapshot".into())
-            .spawn(move || watched("rebound-snapshot", weak, |weak| snapshot_loop(weak, stop)))?;
-        *wal.thread.lock() = Some(handle);
-        Ok(())
+fn create_logged_table(engine: &Engine, spec: &TableSpec) -> Result<Arc<TableRt>> {
+    let table = engine
+        .create_table(&spec.name, spec_options(spec))
+        .map_err(refused_from_file)?;
+    check_id(&table, spec)?;
+    Ok(table)
+}
+
+fn create_logged_index(engine: &Engine, def: &IndexDef) -> Result<()> {
+    let table = engine
+        .store()
+        .tables
+        .get(def.table as usize)
+        .cloned()
+        .ok_or_else(|| Error::Corrupt(format!("index {} of unknown table", def.name)))?;
+    if table.secondaries.count() > def.number as usize {
+        return Err(Error::Corrupt(format!(
+            "index {} recreated out of order",
+            def.name
+        )));
     }
+    // A failed `create_index` left its number unused.
+    while table.secondaries.count() < def.number as usize {
+        table
+            .secondaries
+            .push(Arc::new(crate::txn::SecondaryRt::placeholder()));
+    }
+    let index = secondary::create_index(engine, &table, &def.name, def.parts.clone(), def.unique)
+        .map_err(refused_from_file)?;
+    if index.def.number != def.number {
+        return Err(Error::Corrupt(format!(
+            "index {} recreated out of order",
+            def.name
+        )));
+    }
+    Ok(())
+}
+
+/// Starts the snapshot thread; without it the log would grow without
+/// bound, so a failed spawn fails the open.
+fn start_snapshot_thread(engine: &Arc<Engine>) -> Result<()> {
+    let Some(wal) = of(engine).state.get() else {
+        return Ok(());
+    };
+    let weak = Arc::downgrade(engine);
+    let stop = wal.stop.clone();
+    let handle = std::thread::Builder::new()
+        .name("rebound-snapshot".into())
+        .spawn(move || watched("rebound-snapshot", weak, |weak| snapshot_loop(weak, stop)))?;
+    *wal.thread.lock() = Some(handle);
+    Ok(())
 }
 
 /// Runs `body`; a panic in it poisons the database (nobody else would
 /// notice: the log would grow without bound, or a fold stop halfway) and
 /// stops the log, so that commits under way fail too.
-fn watched(name: &str, weak: Weak<DbInner>, body: impl FnOnce(Weak<DbInner>)) {
+fn watched(name: &str, weak: Weak<Engine>, body: impl FnOnce(Weak<Engine>)) {
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| body(weak.clone())));
-    if let (Err(panic), Some(inner)) = (outcome, weak.upgrade()) {
-        inner.poison(name, panic.as_ref());
-        if let Some(wal) = inner.wal.get() {
+    if let (Err(panic), Some(engine)) = (outcome, weak.upgrade()) {
+        engine.poison(name, panic.as_ref());
+        if let Some(wal) = of(&engine).state.get() {
             let why = crate::wal::log::panic_message(panic.as_ref());
             wal.log.stop_failed(&format!("{name} panicked: {why}"));
         }
@@ -499,7 +558,7 @@ fn watched(name: &str, weak: Weak<DbInner>, body: impl FnOnce(Weak<DbInner>)) {
 }
 
 /// Takes a snapshot whenever enough log was written since the last one.
-fn snapshot_loop(weak: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, Condvar)>) {
+fn snapshot_loop(weak: Weak<Engine>, stop: Arc<(Mutex<bool>, Condvar)>) {
     loop {
         {
             let mut stopped = stop.0.lock();
@@ -511,21 +570,22 @@ fn snapshot_loop(weak: std::sync::Weak<DbInner>, stop: Arc<(Mutex<bool>, Condvar
                 return;
             }
         }
-        let Some(inner) = weak.upgrade() else {
+        let Some(engine) = weak.upgrade() else {
             return;
         };
-        let Some(wal) = inner.wal.get() else {
+        let design = of(&engine);
+        let Some(wal) = design.state.get() else {
             return;
         };
         // A poisoned database takes no more snapshots: each would only
         // fail on the stopped log.
-        if inner.poisoned.lock().is_some() {
+        if engine.poisoned_by().is_some() {
             return;
         }
         let since = wal.log.written() - wal.written_at_snapshot.load(Ordering::Acquire);
         if since >= wal.snapshot_after {
-            if let Err(e) = inner.take_snapshot() {
-                inner.note_failure(super::BackgroundWork::Checkpoint, &e);
+            if let Err(e) = design.take_snapshot(&engine) {
+                engine.note_failure(BackgroundWork::Checkpoint, &e);
             }
         }
     }
@@ -540,31 +600,31 @@ pub struct SnapshotStats {
     pub bytes: u64,
 }
 
-impl DbInner {
+impl Wal {
     /// Writes a snapshot of what changed since the one in force (the
     /// first one holds everything), puts it in place, recycles the log it
     /// covers, and starts a fold if the chain grew long.
-    pub(super) fn take_snapshot(&self) -> Result<SnapshotStats> {
+    fn take_snapshot(&self, engine: &Engine) -> Result<SnapshotStats> {
         let wal = self
-            .wal
+            .state
             .get()
             .ok_or_else(|| Error::InvalidOption("not a wal database".into()))?;
         let mut newest = wal.newest_snapshot.lock();
         let (previous, since) = *newest;
         let number = previous + 1;
-        let worker = self.claim_worker()?;
-        let outcome = self.write_snapshot(wal, worker, number, (previous, since));
+        let worker = engine.claim_worker()?;
+        let outcome = self.write_snapshot(engine, wal, worker, number, (previous, since));
         // The background thread may have flagged the slot as a long
         // transaction; the next session must not inherit that.
-        self.store.long[worker].store(crate::txn::LONG_NONE, Ordering::SeqCst);
-        self.sessions.lock()[worker] = false;
+        engine.store().long[worker].store(crate::txn::LONG_NONE, Ordering::SeqCst);
+        engine.release_worker(worker);
         let (stats, written) = outcome?;
         // In force from its rename on: the next one builds on it, even if
         // recycling the log it covers fails below (a retry from the
         // previous one would miss what the recycled segments held).
         *newest = (number, stats.ts);
         wal.snapshots.fetch_add(1, Ordering::AcqRel);
-        self.checkpoints.fetch_add(1, Ordering::AcqRel);
+        engine.count_checkpoint();
         wal.snapshot_bytes.fetch_add(stats.bytes, Ordering::AcqRel);
         match previous {
             0 => wal.base_bytes.store(stats.bytes, Ordering::Release),
@@ -573,13 +633,14 @@ impl DbInner {
         wal.written_at_snapshot.store(written, Ordering::Release);
         let recycled = wal.log.recycle_before(stats.ts);
         drop(newest);
-        self.fold_if_due(wal);
+        self.fold_if_due(engine, wal);
         recycled?;
         Ok(stats)
     }
 
     fn write_snapshot(
         &self,
+        engine: &Engine,
         wal: &WalState,
         worker: usize,
         number: u64,
@@ -588,11 +649,11 @@ impl DbInner {
         let written = wal.log.written();
         // Announced as a transaction's begin is, so that the transactions
         // it waits for are exactly those older than it.
-        self.store.active[worker].store(self.store.clock.peek(), Ordering::SeqCst);
-        let at = self.store.clock.peek();
-        self.store.active[worker].store(at, Ordering::SeqCst);
-        let outcome = self.write_changes(wal, worker, number, previous, at);
-        self.store.active[worker].store(0, Ordering::SeqCst);
+        engine.store().active[worker].store(engine.store().clock.peek(), Ordering::SeqCst);
+        let at = engine.store().clock.peek();
+        engine.store().active[worker].store(at, Ordering::SeqCst);
+        let outcome = self.write_changes(engine, wal, worker, number, previous, at);
+        engine.store().active[worker].store(0, Ordering::SeqCst);
         let (rows, bytes) = outcome?;
         let stats = SnapshotStats {
             number,
@@ -609,6 +670,7 @@ impl DbInner {
     /// (deletions included, except in a base, which has no predecessor).
     fn write_changes(
         &self,
+        engine: &Engine,
         wal: &WalState,
         worker: usize,
         number: u64,
@@ -616,8 +678,8 @@ impl DbInner {
         at: u64,
     ) -> Result<(u64, u64)> {
         let deadline = Instant::now() + SNAPSHOT_PATIENCE;
-        while self
-            .store
+        while engine
+            .store()
             .oldest_running_except(worker)
             .is_some_and(|ts| ts < at)
         {
@@ -634,8 +696,8 @@ impl DbInner {
         // `at`. Replay skips the records of tables and indexes the
         // snapshot already has.
         let catalog = {
-            let _ddl = self.create_lock.lock();
-            self.catalog_records(at)
+            let _ddl = engine.create_lock();
+            catalog_records(engine, at)
         };
         let mut changed = NewestVersions::default();
         segment::scan(&wal.dir, |rec| match rec {
@@ -666,7 +728,7 @@ impl DbInner {
     /// of the deltas into one once there are `MAX_DELTAS` (so that a
     /// lookup served in place reads few files, at a cost that follows the
     /// changes, not the table).
-    fn fold_if_due(&self, wal: &WalState) {
+    fn fold_if_due(&self, engine: &Engine, wal: &WalState) {
         let mut fold = wal.fold.lock();
         if fold.as_ref().is_some_and(|f| !f.is_finished()) {
             return;
@@ -686,15 +748,15 @@ impl DbInner {
             // Under the lock: two callers must not fold at once.
             let outcome = fold_chain(&dir, whole);
             drop(fold);
-            self.fold_done(outcome);
+            self.fold_done(engine, outcome);
             return;
         }
-        let weak = wal.db.clone();
+        let weak = wal.engine.clone();
         let spawned = spawn_fold(wal, move || {
             watched("rebound-snapshot-fold", weak, |weak| {
                 let outcome = fold_chain(&dir, whole);
-                if let Some(inner) = weak.upgrade() {
-                    inner.fold_done(outcome);
+                if let Some(engine) = weak.upgrade() {
+                    of(&engine).fold_done(&engine, outcome);
                 }
             })
         });
@@ -702,14 +764,14 @@ impl DbInner {
         // tries again.
         match spawned {
             Ok(handle) => *fold = Some(handle),
-            Err(e) => self.note_failure(super::BackgroundWork::Checkpoint, &e.into()),
+            Err(e) => engine.note_failure(BackgroundWork::Checkpoint, &e.into()),
         }
     }
 
     /// Takes a fold's result: the chain's bytes and deltas start over from
     /// its base.
-    fn fold_done(&self, outcome: Result<FoldStats>) {
-        let Some(wal) = self.wal.get() else {
+    fn fold_done(&self, engine: &Engine, outcome: Result<FoldStats>) {
+        let Some(wal) = self.state.get() else {
             return;
         };
         match outcome {
@@ -730,13 +792,13 @@ impl DbInner {
                     Ordering::Release,
                 );
             }
-            Err(e) => self.note_failure(super::BackgroundWork::Checkpoint, &e),
+            Err(e) => engine.note_failure(BackgroundWork::Checkpoint, &e),
         }
     }
 
     /// Waits for a running fold.
-    pub(super) fn join_snapshot_fold(&self) {
-        let Some(wal) = self.wal.get() else {
+    fn join_snapshot_fold(&self) {
+        let Some(wal) = self.state.get() else {
             return;
         };
         let handle = wal.fold.lock().take();
@@ -746,10 +808,10 @@ impl DbInner {
     }
 
     /// A snapshot taken on request, reported like a checkpoint.
-    pub(super) fn snapshot_as_checkpoint(&self) -> Result<crate::checkpoint::CheckpointStats> {
+    fn snapshot_as_checkpoint(&self, engine: &Engine) -> Result<CheckpointStats> {
         let started = Instant::now();
-        let taken = self.take_snapshot()?;
-        let stats = crate::checkpoint::CheckpointStats {
+        let taken = self.take_snapshot(engine)?;
+        let stats = CheckpointStats {
             sequence: taken.number,
             t_low: taken.ts,
             duration: started.elapsed(),
@@ -758,69 +820,25 @@ impl DbInner {
             chain_length: 1,
             ..Default::default()
         };
-        *self.last_checkpoint.lock() = Some(stats.clone());
+        engine.set_last_checkpoint(&stats);
         Ok(stats)
-    }
-
-    /// Encoded table and index records of the whole catalog.
-    fn catalog_records(&self, ts: u64) -> Vec<Vec<u8>> {
-        let mut records = Vec::new();
-        for (_, table) in self.store.tables.iter() {
-            let mut buf = Vec::new();
-            record::encode_table(&mut buf, ts, &table_spec(&table.heap.def));
-            records.push(buf);
-        }
-        for (_, table) in self.store.tables.iter() {
-            for (_, index) in table.secondaries.iter() {
-                if !index.is_dropped() {
-                    let mut buf = Vec::new();
-                    record::encode_index(&mut buf, ts, &index.def);
-                    records.push(buf);
-                }
-            }
-        }
-        records
-    }
-
-    fn claim_worker(&self) -> Result<usize> {
-        let mut sessions = self.sessions.lock();
-        let worker = sessions
-            .iter()
-            .position(|used| !used)
-            .ok_or(Error::TooManySessions(MAX_SESSIONS))?;
-        sessions[worker] = true;
-        Ok(worker)
-    }
-
-    /// Logs a created table or index and waits until the record is
-    /// durable; nothing to do outside the `wal` design or during replay.
-    pub(super) fn log_ddl(&self, encode: impl FnOnce(&mut Vec<u8>, u64)) -> Result<()> {
-        let Some(wal) = self.wal.get() else {
-            return Ok(());
-        };
-        let ts = self.store.clock.next(&self.store.medium)?;
-        let ticket = wal.log.append(DDL_RING, |buf| {
-            encode(buf, ts);
-            ts
-        });
-        wal.log.wait(ticket)
     }
 
     /// At close: a last snapshot if anything was logged since the one in
     /// force and no transaction is open (so the next open replays
     /// nothing), then the log stops.
-    pub(super) fn close_wal(&self) -> Result<()> {
-        let Some(wal) = self.wal.get() else {
+    fn close_wal(&self, engine: &Engine) -> Result<()> {
+        let Some(wal) = self.state.get() else {
             return Ok(());
         };
         self.stop_snapshot_thread();
         // A transaction still open can no longer commit (its commit meets
         // the closed log); a snapshot would wait for it, so the next open
         // replays the log instead.
-        let idle = self.store.oldest_running().is_none();
+        let idle = engine.store().oldest_running().is_none();
         let snapshot =
             match idle && wal.log.written() > wal.written_at_snapshot.load(Ordering::Acquire) {
-                true => self.take_snapshot().map(|_| ()),
+                true => self.take_snapshot(engine).map(|_| ()),
                 false => Ok(()),
             };
         self.join_snapshot_fold();
@@ -829,8 +847,8 @@ impl DbInner {
         snapshot.and(stopped)
     }
 
-    pub(super) fn stop_snapshot_thread(&self) {
-        let Some(wal) = self.wal.get() else {
+    fn stop_snapshot_thread(&self) {
+        let Some(wal) = self.state.get() else {
             return;
         };
         *wal.stop.0.lock() = true;
@@ -842,19 +860,19 @@ impl DbInner {
     }
 
     /// Bytes on disk: the segments kept and the snapshot in force.
-    pub(super) fn wal_bytes(&self) -> Option<u64> {
-        self.wal
+    fn wal_bytes(&self) -> Option<u64> {
+        self.state
             .get()
             .map(|w| w.log.retained_bytes() + w.snapshot_bytes.load(Ordering::Acquire))
     }
 
-    pub(super) fn wal_guarantee(&self) -> Option<Guarantee> {
-        self.wal.get().map(|w| w.guarantee)
+    fn wal_guarantee(&self) -> Option<Guarantee> {
+        self.state.get().map(|w| w.guarantee)
     }
 
     /// Log and snapshot figures, for `Stats`.
-    pub(super) fn wal_stats(&self) -> Option<WalStats> {
-        self.wal.get().map(|w| WalStats {
+    fn log_figures(&self) -> Option<WalStats> {
+        self.state.get().map(|w| WalStats {
             log_bytes_written: w.log.written(),
             group_commits: w.log.frames(),
             log_bytes_retained: w.log.retained_bytes(),
@@ -863,6 +881,26 @@ impl DbInner {
             snapshot_bytes: w.snapshot_bytes.load(Ordering::Acquire),
         })
     }
+}
+
+/// Encoded table and index records of the whole catalog.
+fn catalog_records(engine: &Engine, ts: u64) -> Vec<Vec<u8>> {
+    let mut records = Vec::new();
+    for (_, table) in engine.store().tables.iter() {
+        let mut buf = Vec::new();
+        record::encode_table(&mut buf, ts, &table_spec(&table.heap.def));
+        records.push(buf);
+    }
+    for (_, table) in engine.store().tables.iter() {
+        for (_, index) in table.secondaries.iter() {
+            if !index.is_dropped() {
+                let mut buf = Vec::new();
+                record::encode_index(&mut buf, ts, &index.def);
+                records.push(buf);
+            }
+        }
+    }
+    records
 }
 
 /// Figures of the `wal` design's log.
@@ -885,7 +923,7 @@ pub struct WalStats {
     pub snapshot_bytes: u64,
 }
 
-pub(super) fn table_spec(def: &crate::catalog::TableDef) -> TableSpec {
+pub fn table_spec(def: &crate::catalog::TableDef) -> TableSpec {
     TableSpec {
         id: def.id,
         name: def.name.clone(),
@@ -922,12 +960,12 @@ fn refused_from_file(e: Error) -> Error {
     }
 }
 
-fn check_id(table: &Table, spec: &TableSpec) -> Result<()> {
-    match table.rt.heap.def.id == spec.id {
+fn check_id(table: &TableRt, spec: &TableSpec) -> Result<()> {
+    match table.heap.def.id == spec.id {
         true => Ok(()),
         false => Err(Error::Corrupt(format!(
             "table {} was logged as id {} but recreated as {}",
-            spec.name, spec.id, table.rt.heap.def.id
+            spec.name, spec.id, table.heap.def.id
         ))),
     }
 }
@@ -997,7 +1035,7 @@ fn copy_row(
 struct SnapshotRun {
     snapshot: Arc<Recovered>,
     table: u32,
-    db: Weak<DbInner>,
+    engine: Weak<Engine>,
 }
 
 impl SnapshotRun {
@@ -1005,9 +1043,9 @@ impl SnapshotRun {
     /// reaches rows already taken in must not copy them again: GC leaves a
     /// loading table alone, so such copies would pile up).
     fn copy_in(&self, rows: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<(Vec<u8>, u64)>> {
-        let db = self.db.upgrade().ok_or(Error::Closed)?;
-        let table = db
-            .store
+        let engine = self.engine.upgrade().ok_or(Error::Closed)?;
+        let table = engine
+            .store()
             .tables
             .get(self.table as usize)
             .ok_or_else(|| Error::Corrupt(format!("snapshot: unknown table {}", self.table)))?;
@@ -1016,7 +1054,7 @@ impl SnapshotRun {
         for (key, value) in rows {
             if table.index.get(&key).is_none() {
                 let row = (key.as_slice(), value.as_slice());
-                let addr = copy_row(&db.store, table, COPY_REGION, row, false, &mut slot)?;
+                let addr = copy_row(engine.store(), table, COPY_REGION, row, false, &mut slot)?;
                 copied.push((key, addr.0));
             }
         }
@@ -1078,21 +1116,111 @@ const COPY_REGION: usize = 0;
 /// Groups a loader thread takes at a time.
 const LOAD_PIECE: usize = 64;
 
-impl DbInner {
+/// The rows a restart serves in place (the log's newest versions over
+/// the snapshot chain), loaded into the heap and the DRAM indexes.
+struct RecoveredLoad(Arc<Recovered>);
+
+impl ColdLoad for RecoveredLoad {
     /// Loads every table still serving the snapshot in place.
-    pub(super) fn load_snapshot_rows(
-        &self,
-        snapshot: &Recovered,
-        cancelled: &(dyn Fn() -> bool + Sync),
-    ) -> Result<()> {
-        let tables: Vec<Arc<TableRt>> = self
-            .store
+    fn load(&self, engine: &Engine, cancelled: &(dyn Fn() -> bool + Sync)) -> Result<()> {
+        let tables: Vec<Arc<TableRt>> = engine
+            .store()
             .tables
             .iter()
             .map(|(_, table)| table.clone())
             .filter(|table| table.is_loading())
             .collect();
-        load_tables(&self.store, snapshot, &tables, cancelled)
+        load_tables(engine.store(), &self.0, &tables, cancelled)
+    }
+}
+
+impl Design for Wal {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn report(&self) -> &RecoveryReport {
+        static OPENING: OnceLock<RecoveryReport> = OnceLock::new();
+        self.report
+            .get()
+            .unwrap_or_else(|| OPENING.get_or_init(RecoveryReport::default))
+    }
+
+    fn guarantee(&self, engine: &Engine) -> Guarantee {
+        self.wal_guarantee()
+            .unwrap_or_else(|| engine.store().medium().guarantee())
+    }
+
+    /// The segments kept and the snapshot in force.
+    fn bytes(&self, engine: &Engine) -> u64 {
+        self.wal_bytes()
+            .unwrap_or_else(|| engine.store().medium().len())
+    }
+
+    fn new_index(&self) -> BTree {
+        BTree::new()
+    }
+
+    /// Logs a created table or index and waits until the record is
+    /// durable; nothing to do during replay (the log has not started).
+    fn log_ddl(&self, engine: &Engine, encode: &mut dyn FnMut(&mut Vec<u8>, u64)) -> Result<()> {
+        let Some(wal) = self.state.get() else {
+            return Ok(());
+        };
+        let store = engine.store();
+        let ts = store.clock.next(store.medium())?;
+        let ticket = wal.log.append(DDL_RING, |buf| {
+            encode(buf, ts);
+            ts
+        });
+        wal.log.wait(ticket)
+    }
+
+    /// A snapshot, which recycles the log it covers (`entries` are its
+    /// rows).
+    fn checkpoint(&self, engine: &Engine) -> Result<CheckpointStats> {
+        self.snapshot_as_checkpoint(engine)
+    }
+
+    /// Versions live in DRAM only: GC's copies need nothing to be durable
+    /// (the log holds the rows; a snapshot writes what is live).
+    fn gc_guard(&self) -> Box<dyn GcGuard + '_> {
+        Box::new(NothingToPersist)
+    }
+
+    fn gc_copy_budget(&self) -> u64 {
+        u64::MAX
+    }
+
+    /// Snapshots have a thread of their own, paced by the log.
+    fn maintain(&self, _: &Engine, _: bool) -> Result<()> {
+        Ok(())
+    }
+
+    fn after_round(&self, _: &Arc<Engine>) {}
+
+    fn tick(&self) -> Duration {
+        Duration::from_millis(50)
+    }
+
+    fn close(&self, engine: &Engine) -> Result<()> {
+        self.close_wal(engine)
+    }
+
+    fn stop(&self, _: &Engine) {
+        self.stop_snapshot_thread();
+    }
+
+    fn wal_stats(&self) -> Option<WalStats> {
+        self.log_figures()
+    }
+}
+
+struct NothingToPersist;
+
+impl GcGuard for NothingToPersist {
+    fn persist_copies(&mut self, _: &Engine) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -1316,7 +1444,7 @@ fn fold_chain(dir: &WalDir, whole: bool) -> Result<FoldStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::TableOptions;
+    use crate::{Database, Table, TableOptions};
 
     /// A `wal` database on tmpfs with no background thread, and a table.
     fn wal_table() -> (tempfile::TempDir, Database, Table) {
@@ -1345,7 +1473,7 @@ mod tests {
     #[test]
     fn logged_versions_are_served_in_place_then_loaded_deletions_included() {
         let (_dir, db, table) = wal_table();
-        let id = table.rt.heap.def.id;
+        let id = table.rt().heap.def.id;
         let mut newest = NewestVersions::default();
         for key in 0..600u64 {
             let value = (key % 7 != 3).then(|| (key * 11).to_le_bytes());
@@ -1356,8 +1484,8 @@ mod tests {
         }
         newest.settle();
         let recovered = Arc::new(Recovered::new(newest, None));
-        db.serve_recovered(&recovered, &[]).unwrap();
-        assert!(table.rt.is_loading());
+        serve_recovered(db.engine(), &recovered, &[]).unwrap();
+        assert!(table.rt().is_loading());
         let expected: Vec<_> = (0..600u64)
             .filter(|key| key % 7 != 3)
             .map(|key| {
@@ -1376,8 +1504,10 @@ mod tests {
         );
         tx.commit().unwrap();
         assert_eq!(scan_all(&db, &table), expected, "served in place");
-        db.inner.load_snapshot_rows(&recovered, &|| false).unwrap();
-        assert!(!table.rt.is_loading());
+        RecoveredLoad(recovered.clone())
+            .load(db.engine(), &|| false)
+            .unwrap();
+        assert!(!table.rt().is_loading());
         assert_eq!(scan_all(&db, &table), expected, "loaded");
     }
 
@@ -1394,7 +1524,7 @@ mod tests {
         let db = Database::open("unused", options).unwrap();
         let table_options = TableOptions::default().max_key_len(8).max_value_len(8);
         let table = db.create_table("kv", table_options).unwrap();
-        let wal = db.inner.wal.get().unwrap();
+        let wal = of(db.engine()).state.get().unwrap();
         wal.fail_fold_spawn.store(true, Ordering::Release);
         let mut session = db.session().unwrap();
         let mut snapshot = |round: u64| {
@@ -1405,7 +1535,7 @@ mod tests {
             }
             tx.commit().unwrap();
             db.checkpoint().unwrap();
-            db.inner.join_snapshot_fold();
+            of(db.engine()).join_snapshot_fold();
         };
         // A base, then deltas as big as it: a fold is due at the second.
         for round in 0..2 {
@@ -1430,12 +1560,11 @@ mod tests {
     #[test]
     fn logged_rows_the_table_cannot_hold_are_damage() {
         let (_dir, db, table) = wal_table();
-        let id = table.rt.heap.def.id;
+        let id = table.rt().heap.def.id;
         let mut newest = NewestVersions::default();
         newest.push(id, 1, &[1; 8], Some(&[0; 9]));
         newest.settle();
-        db.serve_recovered(&Arc::new(Recovered::new(newest, None)), &[])
-            .unwrap();
+        serve_recovered(db.engine(), &Arc::new(Recovered::new(newest, None)), &[]).unwrap();
         let mut session = db.session().unwrap();
         let mut tx = session.begin();
         assert!(matches!(tx.get(&table, &[1; 8]), Err(Error::Corrupt(_))));

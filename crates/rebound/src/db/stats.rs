@@ -1,0 +1,130 @@
+//! Statistics of an open database, gathered from the engine and its
+//! design.
+
+use crate::catalog::MAX_WORKERS;
+use crate::design::{Engine, WalStats};
+use crate::gc::GcStats;
+use crate::medium::Medium;
+use crate::txn::TableRt;
+use std::sync::atomic::Ordering;
+
+/// What the database holds and has done since it was opened.
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Stats {
+    pub commits: u64,
+    /// Transactions that hit a serialization conflict.
+    pub conflicts: u64,
+    /// Versions written by committed transactions.
+    pub versions_written: u64,
+    pub checkpoints: u64,
+    /// Size of the medium (the data file) in bytes.
+    pub medium_bytes: u64,
+    pub tables: Vec<TableStats>,
+    pub gc: GcStats,
+    /// Transactions that ran past `long_transaction_after` and moved their
+    /// versions to a long-transaction region.
+    pub long_transactions: u64,
+    /// Background GC rounds that failed (the error is in `last_error`).
+    pub gc_failures: u64,
+    /// Background checkpoints that failed.
+    pub checkpoint_failures: u64,
+    /// The most recent background failure, if any.
+    pub last_error: Option<String>,
+    /// Why the database is poisoned (a background thread panicked), if it is.
+    pub poisoned: Option<String>,
+    /// The log of the `wal` design (`None` for the other designs).
+    pub wal: Option<WalStats>,
+}
+
+/// Storage of one table. Versions are fixed-size slots; an obsolete version
+/// has a committed successor (or is a hole left by an abort, or a deleted
+/// key's tombstone nobody needs) and is what garbage collection reclaims.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct TableStats {
+    pub name: String,
+    pub index_entries: u64,
+    pub blocks: u64,
+    /// Regions holding at least one block. Each keeps its current block,
+    /// which GC never takes, until that region writes again.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub regions: u64,
+    pub block_bytes: u64,
+    pub versions: u64,
+    pub obsolete_versions: u64,
+    pub live_bytes: u64,
+    pub obsolete_bytes: u64,
+    /// DRAM tiles of version headers allocated (recycled when GC frees a
+    /// block, so bounded by the blocks alive at once).
+    pub tiles: u64,
+    /// Blocks from the medium whose slots are still verified on every read:
+    /// the background scrub has not reached them yet, they are their
+    /// region's last block, or they hold a damaged slot. Blocks this
+    /// process formatted never count.
+    pub unverified_blocks: u64,
+    /// Extents held ready for the table's next blocks (at most two, while
+    /// it grows; given back when it stops, or when the medium is full):
+    /// space in use that holds no versions yet.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub reserved_blocks: u64,
+}
+
+fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
+    let heap = &table.heap;
+    let versions: u64 = (0..MAX_WORKERS).map(|w| heap.used_slots(w)).sum();
+    let (mut blocks, mut obsolete, mut unverified) = (0u64, 0u64, 0u64);
+    let mut regions = 0;
+    for region in heap.regions.iter() {
+        regions += u64::from(region.present().next().is_some());
+        for block in region.present() {
+            blocks += 1;
+            obsolete += heap.obsolete_in(medium, block);
+            unverified += u64::from(!block.is_trusted());
+        }
+    }
+    let slot = heap.def.slot_size as u64;
+    TableStats {
+        name: heap.def.name.clone(),
+        index_entries: table.index.len() as u64,
+        blocks,
+        regions,
+        block_bytes: blocks * heap.def.block_size as u64,
+        versions,
+        obsolete_versions: obsolete,
+        live_bytes: versions.saturating_sub(obsolete) * slot,
+        obsolete_bytes: obsolete * slot,
+        tiles: heap.tiles.allocated() as u64,
+        unverified_blocks: unverified,
+        reserved_blocks: heap.reserved_blocks() as u64,
+    }
+}
+
+/// Counters and storage figures; walks every block's obsolete bitmap.
+pub(super) fn of(engine: &Engine) -> Stats {
+    let store = engine.store();
+    let (commits, conflicts) = store.outcomes();
+    let failures = engine.failures();
+    Stats {
+        gc_failures: failures.gc,
+        checkpoint_failures: failures.checkpoint,
+        last_error: failures.last_error,
+        poisoned: engine.poisoned_by(),
+        commits,
+        conflicts,
+        versions_written: store.versions_written(),
+        checkpoints: engine.checkpoints(),
+        medium_bytes: store.medium().len(),
+        tables: store
+            .tables
+            .iter()
+            .map(|(_, t)| table_stats(store.medium(), t))
+            .collect(),
+        gc: engine.gc_stats(),
+        long_transactions: store.long_moved.load(Ordering::Acquire),
+        wal: engine.design().wal_stats(),
+    }
+}
