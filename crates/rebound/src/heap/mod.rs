@@ -68,12 +68,14 @@
 //!   the index, so a damaged bit can delay collection but never lose data.
 
 pub mod block;
+mod recover;
 mod reserve;
 pub mod slot;
 mod space;
 pub mod tile;
 
 pub use block::{next_of, set_next, BLOCK_ALIGN, BLOCK_HEADER, MIN_TXN_AT};
+pub use recover::{Held, RegionBlocks, RegionHorizon, RegionVisitor, SeqGapBudget, SlotFate};
 pub use slot::{decode_bytes, SlotHeader, SlotWord, FLAG_TOMBSTONE, SLOT_HEADER, TXN_EMPTY};
 pub use space::Space;
 pub use tile::VersionHeader;
