@@ -67,14 +67,18 @@
 //!   crash), so a set bit means what it says; GC still judges each slot by
 //!   the index, so a damaged bit can delay collection but never lose data.
 
-pub mod block;
+mod block;
+mod recover;
 mod reserve;
-pub mod slot;
+mod slot;
 mod space;
 pub mod tile;
 
-pub use block::{next_of, set_next, BLOCK_ALIGN, BLOCK_HEADER, MIN_TXN_AT};
-pub use slot::{decode_bytes, SlotHeader, SlotWord, FLAG_TOMBSTONE, SLOT_HEADER, TXN_EMPTY};
+pub use block::{next_of, set_next, BLOCK_ALIGN};
+use block::{BLOCK_HEADER, MIN_TXN_AT};
+pub use recover::{Held, RegionBlocks, RegionHorizon, RegionVisitor, SeqGapBudget, SlotFate};
+pub use slot::{decode_bytes, SlotWord};
+use slot::{SlotHeader, FLAG_TOMBSTONE, SLOT_HEADER, TXN_EMPTY};
 pub use space::Space;
 pub use tile::VersionHeader;
 
@@ -121,17 +125,17 @@ setters!(TableOptions {
 /// An address no slot has (addresses are below the medium's length):
 /// what checkpoint runs and the change log record for a deleted key.
 pub const TOMBSTONE: u64 = u64::MAX;
-pub const BITMAP_OFFSET: u64 = 64;
-pub const BITMAP_BYTES: u64 = 256;
-pub const SLOTS_OFFSET: u64 = BLOCK_HEADER + BITMAP_BYTES;
+const BITMAP_OFFSET: u64 = 64;
+const BITMAP_BYTES: u64 = 256;
+const SLOTS_OFFSET: u64 = BLOCK_HEADER + BITMAP_BYTES;
 pub const MAX_SLOTS_PER_BLOCK: u32 = 2048;
 pub const MIN_SLOTS_PER_BLOCK: u32 = 4;
 /// Target block size; blocks of tables with large slots hold fewer slots.
-pub const TARGET_BLOCK_BYTES: u64 = 1 << 20;
+const TARGET_BLOCK_BYTES: u64 = 1 << 20;
 /// A region's block table holds an entry per sequence number; a gap wider
 /// than this between consecutive blocks (collected blocks in between) is
 /// taken for damage rather than allocated.
-pub const MAX_SEQ_GAP: u64 = 1 << 22;
+const MAX_SEQ_GAP: u64 = 1 << 22;
 
 /// A logical address: region | block | slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -187,7 +191,7 @@ pub struct Block {
 
 impl Block {
     /// A block found on the medium: its slots are verified when read.
-    pub fn new(offset: u64, seq: u32) -> Block {
+    fn new(offset: u64, seq: u32) -> Block {
         Block {
             offset: AtomicU64::new(offset),
             seq,
@@ -417,7 +421,7 @@ impl Region {
     /// Vacant entries that pushing block `seq` would add: the numbers it
     /// skips after the last block (none for a first block, which sets the
     /// base instead).
-    pub fn vacancies_before(&self, seq: u64) -> u64 {
+    fn vacancies_before(&self, seq: u64) -> u64 {
         match self.blocks.count() {
             0 => 0,
             _ => seq.saturating_sub(self.len() as u64),
@@ -428,7 +432,7 @@ impl Region {
     /// since the previous block; a number that does not ascend, or skips
     /// more than `MAX_SEQ_GAP`, comes from a damaged medium and is refused
     /// before anything is allocated for it.
-    pub fn push(&self, block: Block) -> Result<()> {
+    fn push(&self, block: Block) -> Result<()> {
         let seq = block.seq as u64;
         if self.blocks.count() == 0 && seq < u32::MAX as u64 {
             self.base.store(block.seq, Release);
@@ -750,7 +754,7 @@ impl TableHeap {
 
     /// Checks a block header found by following a link during recovery;
     /// returns (next block offset, min txn).
-    pub fn validate_block(
+    fn validate_block(
         &self,
         medium: &Medium,
         offset: u64,
@@ -763,7 +767,7 @@ impl TableHeap {
     /// Checks a block reached by following a link whose sequence number is
     /// not known in advance (it must be at least `min_seq`, as numbers of
     /// collected blocks are skipped); returns (seq, next, min txn).
-    pub fn validate_chained(
+    fn validate_chained(
         &self,
         medium: &Medium,
         offset: u64,
@@ -931,12 +935,7 @@ impl TableHeap {
     /// value) in `buf`; returns the key length and whether it is a
     /// tombstone. Lengths are checked against the table's limits before
     /// anything is sized by them.
-    pub fn verify_into(
-        &self,
-        medium: &Medium,
-        addr: Addr,
-        buf: &mut Vec<u8>,
-    ) -> Option<(usize, bool)> {
+    fn verify_into(&self, medium: &Medium, addr: Addr, buf: &mut Vec<u8>) -> Option<(usize, bool)> {
         let at = self.slot_offset(addr)?;
         let header = SlotHeader::read(medium, at);
         let live = matches!(
@@ -968,7 +967,7 @@ impl TableHeap {
     }
 
     /// The raw txn word stored in a slot (see `SlotWord`).
-    pub fn slot_txn(&self, medium: &Medium, addr: Addr) -> u64 {
+    fn slot_txn(&self, medium: &Medium, addr: Addr) -> u64 {
         self.slot_offset(addr)
             .map_or(TXN_EMPTY, |at| medium.load(at))
     }
@@ -1006,7 +1005,7 @@ impl TableHeap {
     }
 
     /// Clears a slot written by a transaction that never committed.
-    pub fn clear_slot(&self, medium: &Medium, addr: Addr) {
+    fn clear_slot(&self, medium: &Medium, addr: Addr) {
         let Some(at) = self.slot_offset(addr) else {
             return;
         };

@@ -9,16 +9,19 @@
 //! * **Full scan** (`CheckpointMode::Off`, the Zen-style design and a
 //!   cross-check): every region is walked from its first block.
 //!
-//! A slot is committed iff `min_txn(block) ≤ txn ≤ LCTT[worker]` and it is
-//! not a hole. The first slot that is not (and is not a hole) starts the
-//! region's tail; every written slot after it is cleared, and a committed
-//! slot after it means the medium broke the prefix invariant: `Corrupt`.
-//! Tables are recovered in parallel.
+//! Each region is recovered by the heap (`TableHeap::recover_region`),
+//! which knows the slot layout and decides each slot's fate from the
+//! region's LCTT entry and the checkpoint's horizons; recovery collects
+//! the committed versions to redo, counts, and checks the fates against
+//! its invariants. Tables are recovered in parallel.
 
-use crate::catalog::{self, TableDef, MAX_TXN_ID, MAX_WORKERS};
+use crate::catalog::{self, TableDef, MAX_WORKERS};
 use crate::checkpoint::{Chain, CheckpointImage, Durable, Extend, TableSection};
 use crate::error::{Error, Result};
-use crate::heap::{Addr, Block, Cursor, SlotWord, Space, TableHeap};
+use crate::heap::{
+    Addr, Held, RegionBlocks, RegionHorizon, RegionVisitor, SeqGapBudget, SlotFate, Space,
+    TableHeap,
+};
 use crate::index::{key_prefix, BTree, TreeLoader, MAX_KEY_LEN};
 use crate::medium::Medium;
 use crate::parallel;
@@ -87,6 +90,8 @@ struct ScanCounts {
     scanned: u64,
     committed: u64,
     undone: u64,
+    /// The largest txn id of a committed version the scan met.
+    newest_committed: u64,
 }
 
 /// Formats a zeroed medium of at least `DATA_START` bytes.
@@ -183,7 +188,9 @@ pub fn recover(
         node_chain,
         node_versions: node_versions || node_chain.is_some(),
     };
-    let results = recover_tables(&medium, defs, &lctt, base, (instance, indexes))?;
+    let committed = Committed { lctt: &lctt, lease };
+    let results = recover_tables(&medium, defs, committed, base, (instance, indexes))?;
+    let mut newest_committed = 0;
     let mut extents = Vec::new();
     let tables = boxcar::Vec::new();
     let mut redone = Vec::new();
@@ -201,6 +208,7 @@ pub fn recover(
         report.versions_scanned += counts.scanned;
         report.versions_committed += counts.committed;
         report.versions_undone += counts.undone;
+        newest_committed = newest_committed.max(counts.newest_committed);
         report.undo_redo = report.undo_redo.max(times.0);
         report.index_build = report.index_build.max(times.1);
         report.checkpoint_entries += base.map_or(0, |_| {
@@ -225,6 +233,12 @@ pub fn recover(
         .map(Arc::new);
     medium.fence()?;
     let clock = Clock::recover(&medium, lease)?;
+    // Every id the new clock hands out is above every committed one.
+    assert!(
+        lctt.iter().all(|&t| t < clock.peek()) && newest_committed < clock.peek(),
+        "the recovered clock starts at {} with commits up to {newest_committed}",
+        clock.peek()
+    );
     let space = Space::new(catalog::DATA_START, extents, medium.len());
     let store = Store::new(medium, space, clock, tables, instance);
     store.publish_recovered(&lctt);
@@ -380,18 +394,33 @@ type TableResult = (
     Vec<Addr>,
 );
 
+/// What the catalog says was committed: each region's LCTT entry, and
+/// the txn-id lease, validated above all of them.
+#[derive(Clone, Copy)]
+struct Committed<'l> {
+    lctt: &'l [u64],
+    lease: u64,
+}
+
 /// Recovers every table, in parallel.
 fn recover_tables(
     medium: &Medium,
     defs: Vec<TableDef>,
-    lctt: &[u64],
+    committed: Committed<'_>,
     base: Option<&CheckpointImage>,
     (instance, indexes): (u64, IndexSource<'_>),
 ) -> Result<Vec<TableResult>> {
     parallel::map(defs, |def| {
         let section = base.and_then(|img| img.table(def.id));
         let horizons = base.map_or(Horizons::default(), Horizons::of);
-        recover_table(medium, def, lctt, section, horizons, (instance, indexes))
+        recover_table(
+            medium,
+            def,
+            committed,
+            section,
+            horizons,
+            (instance, indexes),
+        )
     })
     .into_iter()
     .collect()
@@ -457,7 +486,7 @@ impl RedoRange {
 fn recover_table(
     medium: &Medium,
     def: TableDef,
-    lctt: &[u64],
+    Committed { lctt, lease }: Committed<'_>,
     section: Option<&TableSection>,
     horizons: Horizons,
     (instance, indexes): (u64, IndexSource<'_>),
@@ -468,20 +497,25 @@ fn recover_table(
     let lists = section.map(|s| &s.block_lists);
     let mut counts = ScanCounts::default();
     let mut found = Redo::default();
-    let mut vacancies = crate::heap::MAX_SEQ_GAP;
+    let mut budget = SeqGapBudget::default();
     for (worker, &last_commit) in lctt.iter().enumerate() {
         let listed = lists.map_or(&[][..], |l| l[worker].as_slice());
-        load_blocks(medium, &heap, (worker, &mut vacancies), listed)?;
-        counts.blocks += heap.regions[worker].present().count() as u64;
-        scan_region(
+        let range = horizons.of_region(worker);
+        let mut region = RegionRedo::new(last_commit, lease, range, &mut found, &mut counts);
+        let blocks = heap.recover_region(
             medium,
-            &heap,
             worker,
-            last_commit,
-            horizons.of_region(worker),
-            &mut found,
-            &mut counts,
+            RegionBlocks {
+                listed,
+                budget: &mut budget,
+            },
+            RegionHorizon {
+                last_commit,
+                redo_from: range.from,
+            },
+            &mut region,
         )?;
+        counts.blocks += blocks;
     }
     let undo_redo = phase.elapsed();
     let phase = Instant::now();
@@ -628,212 +662,124 @@ fn validate_defs(defs: &[TableDef]) -> Result<()> {
     Ok(())
 }
 
-/// Registers a region's blocks: those listed by the checkpoint (bounds
-/// checked only; headers are validated when scanned), then the chain that
-/// continues from the last of them (or from the region head), validated.
-/// Sequence numbers may skip (collected blocks) but always ascend, and
-/// the numbers skipped are charged to `vacancies`, the table's budget:
-/// each costs an entry in the block table, so a file that skips 4 Mi
-/// numbers at every block of every region cannot make recovery allocate
-/// without bound.
-fn load_blocks(
-    medium: &Medium,
-    heap: &TableHeap,
-    (worker, vacancies): (usize, &mut u64),
-    listed: &[(u64, u64)],
-) -> Result<()> {
-    let region = &heap.regions[worker];
-    let mut charge = |seq: u64| -> Result<()> {
-        *vacancies = vacancies
-            .checked_sub(region.vacancies_before(seq))
-            .ok_or_else(|| {
-                Error::Corrupt(format!(
-                    "table {} skips more than {} block sequence numbers",
-                    heap.def.id,
-                    crate::heap::MAX_SEQ_GAP
-                ))
-            })?;
-        Ok(())
-    };
-    let block_size = heap.def.block_size as u64;
-    for &(seq, offset) in listed {
-        if !crate::heap::block::in_data_area(medium, offset, block_size) {
-            return Err(Error::Corrupt(format!(
-                "checkpoint lists a block outside the medium at {offset}"
-            )));
-        }
-        charge(seq)?;
-        region.push(Block::new(offset, seq as u32))?;
-    }
-    let (mut min_seq, mut offset) = match listed.last() {
-        None => (0, catalog::region_head(medium, heap.def.id, worker)?),
-        Some(&(seq, at)) => (seq + 1, heap.validate_block(medium, at, worker, seq)?.0),
-    };
-    let max_blocks = medium.len() / block_size;
-    let mut chained = 0;
-    while offset != 0 {
-        if chained >= max_blocks {
-            return Err(Error::Corrupt(format!(
-                "block chain of table {} region {worker} loops",
-                heap.def.id
-            )));
-        }
-        let (seq, next, _) = heap.validate_chained(medium, offset, worker, min_seq)?;
-        charge(seq)?;
-        region.push(Block::new(offset, seq as u32))?;
-        offset = next;
-        min_seq = seq + 1;
-        chained += 1;
-    }
-    Ok(())
-}
-
-/// Position (among the region's present blocks) of the first block that
-/// can hold a slot with txn id ≥ `t_low`: the block before the first one
-/// allocated at or after `t_low`.
-fn first_block_from(
-    medium: &Medium,
-    heap: &TableHeap,
-    worker: usize,
-    blocks: &[&Block],
-    t_low: u64,
-) -> Result<usize> {
-    let (mut lo, mut hi) = (0usize, blocks.len());
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        let block = &blocks[mid];
-        let (_, min_txn) = heap.validate_block(medium, block.offset(), worker, block.seq as u64)?;
-        if min_txn < t_low {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok(lo.saturating_sub(1))
-}
-
-/// Redo (collect committed versions the checkpoint lacks) and undo
-/// (clear the tail) of one region.
-fn scan_region(
-    medium: &Medium,
-    heap: &TableHeap,
-    worker: usize,
+/// Recovery's side of one region's recovery: collects the committed
+/// versions the checkpoint lacks, counts for the report, and checks each
+/// fate the heap decided against the invariants (DESIGN.md, Invariants 1;
+/// Recovery 2). Everything checked here was decided from validated words,
+/// so a failure is a bug, never damage.
+struct RegionRedo<'r> {
+    /// The region's LCTT entry, validated below the lease.
     last_commit: u64,
+    /// Where the recovered clock restarts: the txn-id lease (at least 1).
+    clock_start: u64,
     range: RedoRange,
-    found: &mut Redo,
-    counts: &mut ScanCounts,
-) -> Result<()> {
-    let t_low = range.from;
-    let region = &heap.regions[worker];
-    let capacity = heap.def.slots_per_block;
-    let blocks: Vec<&Block> = region.present().collect();
-    let first = if t_low == 0 {
-        0
-    } else {
-        first_block_from(medium, heap, worker, &blocks, t_low)?
-    };
-    let mut tail: Option<Cursor> = None;
-    let mut buf = Vec::new();
-    for block in &blocks[first.min(blocks.len())..] {
-        let b = block.seq as usize;
-        let (_, min_txn) = heap.validate_block(medium, block.offset(), worker, b as u64)?;
-        for s in 0..capacity {
-            let addr = Addr::new(worker, b as u32, s);
-            let word = heap.slot_txn(medium, addr);
-            let (txn, hole) = match SlotWord::decode(word) {
-                SlotWord::Empty => (0, false),
-                SlotWord::Written { txn, hole } => (txn, hole),
-                SlotWord::Invalid => {
-                    return Err(Error::Corrupt(format!(
-                        "slot {addr:?} of table {} has a damaged txn word",
-                        heap.def.id
-                    )))
-                }
-            };
-            let current = word != 0 && txn >= min_txn;
-            let committed = current && !hole && txn <= last_commit;
-            if tail.is_some() {
-                if committed {
-                    return Err(Error::Corrupt(format!(
-                        "committed version after the uncommitted tail at {addr:?}"
-                    )));
-                }
-                undo(medium, heap, addr, word, current, counts);
-                continue;
-            }
-            if (current && hole && txn < t_low) || (committed && range.in_checkpoint(txn)) {
-                continue;
-            }
-            counts.scanned += current as u64;
-            if current && hole {
-                continue;
-            }
-            if !committed {
-                tail = Some(Cursor {
-                    block: b as u32,
-                    slot: s,
-                });
-                undo(medium, heap, addr, word, current, counts);
-                continue;
-            }
-            let (key_len, tombstone) =
-                heap.verify_into(medium, addr, &mut buf).ok_or_else(|| {
-                    Error::Corrupt(format!("committed version at {addr:?} fails its checksum"))
-                })?;
-            counts.committed += 1;
-            let key_at = found.keys.len();
-            found.keys.extend_from_slice(&buf[12..12 + key_len]);
-            found.found.push(Found {
-                prefix: key_prefix(&buf[12..12 + key_len]),
-                key_at,
-                key_len: key_len as u16,
-                txn,
-                addr,
-                tombstone,
-            });
+    found: &'r mut Redo,
+    counts: &'r mut ScanCounts,
+    /// The last slot visited: slots come in address order.
+    last: Option<Addr>,
+    /// The tail started: nothing committed may follow.
+    in_tail: bool,
+}
+
+impl<'r> RegionRedo<'r> {
+    fn new(
+        last_commit: u64,
+        lease: u64,
+        range: RedoRange,
+        found: &'r mut Redo,
+        counts: &'r mut ScanCounts,
+    ) -> RegionRedo<'r> {
+        let clock_start = lease.max(1);
+        assert!(
+            last_commit < clock_start,
+            "LCTT entry validated below the lease"
+        );
+        RegionRedo {
+            last_commit,
+            clock_start,
+            range,
+            found,
+            counts,
+            last: None,
+            in_tail: false,
         }
     }
-    if let Some(tail) = tail {
-        unstamp_blocks_after(medium, &blocks, tail.block);
-    }
-    *region.cursor.lock() = tail.unwrap_or(match blocks.last() {
-        Some(last) => Cursor {
-            block: last.seq,
-            slot: capacity,
-        },
-        None => Cursor::default(),
-    });
-    Ok(())
 }
 
-/// Blocks after the tail's block were linked by a transaction that did
-/// not survive; the region will continue in them after filling the tail's
-/// block. Redo finds its start by the blocks' min txn, which must never be
-/// below a slot of the block before, so until a transaction writes into
-/// them (and stamps its own id) they carry the largest id: nothing in them
-/// counts, and a later redo always starts at or before the tail's block.
-fn unstamp_blocks_after(medium: &Medium, blocks: &[&Block], tail_block: u32) {
-    for block in blocks.iter().filter(|b| b.seq > tail_block) {
-        let at = block.offset() + crate::heap::MIN_TXN_AT;
-        medium.store(at, catalog::pack(MAX_TXN_ID));
-        medium.persist(at, 8);
+impl RegionVisitor for RegionRedo<'_> {
+    fn in_checkpoint(&self, txn: u64) -> bool {
+        self.range.in_checkpoint(txn)
     }
-}
 
-fn undo(
-    medium: &Medium,
-    heap: &TableHeap,
-    addr: Addr,
-    word: u64,
-    current: bool,
-    counts: &mut ScanCounts,
-) {
-    // The slot will be written again and must not inherit a bit: an abort
-    // cut short can leave a hole's bit without the hole (or the slot).
-    heap.clear_obsolete(medium, addr);
-    if word != 0 {
-        heap.clear_slot(medium, addr);
-        counts.undone += current as u64;
+    fn visit(&mut self, fate: SlotFate<'_>) {
+        let addr = fate.addr();
+        // Time order (invariant 1): one region's slots, each once, in order,
+        // committed ones (and holes) a prefix, the tail after it.
+        assert!(
+            self.last.is_none_or(|last| last < addr),
+            "slot {addr:?} visited out of order"
+        );
+        self.last = Some(addr);
+        let counts = &mut *self.counts;
+        match fate {
+            SlotFate::Redo(version) => {
+                // Redo: a version redone is committed, the checkpoint
+                // lacks it, and its ts is below the recovered clock.
+                assert!(!self.in_tail, "committed version redone after the tail");
+                assert!(
+                    version.txn <= self.last_commit
+                        && version.txn < self.clock_start
+                        && !self.range.in_checkpoint(version.txn),
+                    "redone version {addr:?} of txn {} is not committed after the \
+                     checkpoint (LCTT {}, clock from {})",
+                    version.txn,
+                    self.last_commit,
+                    self.clock_start
+                );
+                counts.scanned += 1;
+                counts.committed += 1;
+                counts.newest_committed = counts.newest_committed.max(version.txn);
+                let found = &mut *self.found;
+                let key_at = found.keys.len();
+                found.keys.extend_from_slice(version.key);
+                found.found.push(Found {
+                    prefix: key_prefix(version.key),
+                    key_at,
+                    key_len: version.key.len() as u16,
+                    txn: version.txn,
+                    addr,
+                    tombstone: version.tombstone,
+                });
+            }
+            SlotFate::InCheckpoint { txn, .. } => {
+                assert!(!self.in_tail && txn <= self.last_commit && self.range.in_checkpoint(txn));
+                counts.newest_committed = counts.newest_committed.max(txn);
+            }
+            SlotFate::Hole { txn, .. } => {
+                assert!(!self.in_tail, "hole kept after the tail's start");
+                counts.scanned += (txn >= self.range.from) as u64;
+            }
+            SlotFate::Undone {
+                held, starts_tail, ..
+            } => {
+                // Undo: the tail starts once, and a slot cleared held no
+                // committed version.
+                assert_eq!(
+                    starts_tail, !self.in_tail,
+                    "the tail starts once, at {addr:?}"
+                );
+                self.in_tail = true;
+                if let Held::Uncommitted { txn } = held {
+                    assert!(
+                        txn > self.last_commit,
+                        "cleared a committed version at {addr:?}"
+                    );
+                }
+                let current = held.is_current() as u64;
+                counts.scanned += current * starts_tail as u64;
+                counts.undone += current;
+            }
+        }
     }
 }
 
