@@ -345,10 +345,12 @@ impl Checkpointer {
         self.release_deferred(store);
         self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
-        let mut base = self
-            .current
-            .clone()
-            .filter(|c| c.extend != Extend::Nothing && !c.nodes);
+        // A chain found at its longest (a file may hold one; this process
+        // merges before) takes no delta: one more image would be one more
+        // than a reader accepts. The next image replaces it.
+        let mut base = self.current.clone().filter(|c| {
+            c.extend != Extend::Nothing && !c.nodes && c.extents.len() < MAX_CHAIN as usize
+        });
         let samples: Vec<_> = store
             .tables
             .iter()
