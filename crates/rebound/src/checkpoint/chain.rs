@@ -47,10 +47,18 @@ impl Chain {
             link = image.previous;
             images.push(image);
         }
-        match images.len() <= MAX_CHAIN as usize {
-            true => Ok(Chain { images }),
-            false => Err(bad_link()),
+        if images.len() > MAX_CHAIN as usize {
+            return Err(bad_link());
         }
+        // What the link checks above promise: the newest image counts the
+        // chain's images, and the walk ended at a base.
+        let (newest, base) = (images.first(), images.last());
+        assert!(
+            newest.is_some_and(|n| n.depth as usize == images.len())
+                && base.is_some_and(|b| b.depth == 1 && b.previous == 0),
+            "a checkpoint chain's depth counts its images down to a base"
+        );
+        Ok(Chain { images })
     }
 
     /// The image recovery starts from: its horizons and block lists are

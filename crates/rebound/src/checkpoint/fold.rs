@@ -58,6 +58,7 @@ impl FoldJob {
         let (offset, _) = store.space.allocate(&store.medium, len)?;
         store.medium.write_bytes(offset, &bytes);
         store.medium.persist_now(offset, bytes.len() as u64)?;
+        super::image::assert_reads_back(&store.medium, offset, &bytes);
         Ok(Folded {
             top: self.top,
             extent: (offset, len),

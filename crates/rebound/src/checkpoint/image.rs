@@ -198,6 +198,37 @@ impl CheckpointImage {
     }
 }
 
+/// Reads back the image just written at `offset` from `bytes` and checks
+/// that its header and section count say what the builder wrote: the
+/// writer and the reader agree on the layout before the image can be put
+/// in force. Engine-written bytes, so a mismatch is a bug, not damage.
+pub(super) fn assert_reads_back(medium: &Medium, offset: u64, bytes: &[u8]) {
+    let image = match CheckpointImage::open_predecessor(medium, offset) {
+        Ok(image) => image,
+        Err(e) => panic!("a checkpoint image reads back as written at {offset:#x}: {e}"),
+    };
+    let written = (
+        bytes.len() as u64,
+        u64_at(bytes, 8),
+        u64_at(bytes, 16),
+        u32_at(bytes, 44),
+        u64_at(bytes, 56),
+        u32_at(bytes, 32) as usize,
+    );
+    let read = (
+        image.len,
+        image.sequence,
+        image.t_low,
+        image.depth,
+        image.previous,
+        image.sections.len(),
+    );
+    assert_eq!(
+        read, written,
+        "a checkpoint image's header and counts read back as written at {offset:#x}"
+    );
+}
+
 /// Whether opening an image parses its block lists.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Lists {

@@ -253,6 +253,9 @@ pub struct Checkpointer {
     /// freezes had moved the epochs on, so changes of theirs may be in no
     /// image.
     rebase: bool,
+    /// The long regions' published marks of the last image this process
+    /// wrote from the store's horizons (they only grow).
+    published: Vec<u64>,
 }
 
 impl Checkpointer {
@@ -274,6 +277,7 @@ impl Checkpointer {
             deferred: Vec::new(),
             revisit: Vec::new(),
             rebase: false,
+            published: Vec::new(),
         }
     }
 
@@ -341,10 +345,12 @@ impl Checkpointer {
         self.release_deferred(store);
         self.install_fold(store)?;
         let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
-        let mut base = self
-            .current
-            .clone()
-            .filter(|c| c.extend != Extend::Nothing && !c.nodes);
+        // A chain found at its longest (a file may hold one; this process
+        // merges before) takes no delta: one more image would be one more
+        // than a reader accepts. The next image replaces it.
+        let mut base = self.current.clone().filter(|c| {
+            c.extend != Extend::Nothing && !c.nodes && c.extents.len() < MAX_CHAIN as usize
+        });
         let samples: Vec<_> = store
             .tables
             .iter()
@@ -515,6 +521,34 @@ impl Checkpointer {
         horizons: &writer::Horizons,
         delta_of: Option<Durable>,
     ) -> Result<Durable> {
+        // Horizons of images this process writes: numbered upwards, a
+        // delta after the image it extends, t_low no later than the clock,
+        // and the long regions' published marks never back.
+        let last = self.current.as_ref().map_or(0, |c| c.sequence);
+        let of = delta_of.as_ref().map_or(0, |c| c.sequence);
+        assert!(
+            horizons.sequence > last && horizons.sequence > of,
+            "checkpoint sequence numbers ascend, a delta's above its predecessor's: {} after {last} (delta of {of})",
+            horizons.sequence
+        );
+        assert!(
+            horizons.long_t_low <= horizons.t_low && horizons.t_low <= store.clock.peek(),
+            "checkpoint redo horizons: long_t_low {} <= t_low {} <= clock",
+            horizons.long_t_low,
+            horizons.t_low
+        );
+        for (i, (&now, &before)) in horizons
+            .long_published
+            .iter()
+            .zip(&self.published)
+            .enumerate()
+        {
+            assert!(
+                now >= before,
+                "a long region's published mark never moves back: region {i} {before} -> {now}"
+            );
+        }
+        self.published.clone_from(&horizons.long_published);
         let (offset, len) = install(store, bytes)?;
         let mut written = Durable {
             offset,
@@ -560,6 +594,7 @@ fn install(store: &Store, bytes: &[u8]) -> Result<(u64, u64)> {
     let (offset, _) = store.space.allocate(&store.medium, len)?;
     store.medium.write_bytes(offset, bytes);
     store.medium.persist_now(offset, bytes.len() as u64)?;
+    image::assert_reads_back(&store.medium, offset, bytes);
     catalog::set_checkpoint_root(&store.medium, offset)?;
     Ok((offset, len))
 }

@@ -2,7 +2,9 @@
 //! built in DRAM, sealed with its checksums, then written to a fresh
 //! extent by the checkpointer.
 
-use super::image::{header_crc, FENCE_EVERY, HEADER, LONG_PUBLISHED_AT, MAGIC, NODES_MAGIC};
+use super::image::{
+    header_crc, FENCE_EVERY, HEADER, LONG_PUBLISHED_AT, MAGIC, MAX_CHAIN, MAX_SEQUENCE, NODES_MAGIC,
+};
 use crate::txn::TableRt;
 
 /// What an image records about the store's redo horizons.
@@ -43,6 +45,23 @@ impl Builder {
             long_t_low,
             ref long_published,
         } = *horizons;
+        // What `CheckpointImage::open` demands of a header, checked where
+        // it is written: a violation here is the engine's, not damage.
+        assert!(
+            (1..=MAX_CHAIN).contains(&link.depth) && (link.depth == 1) == (link.previous == 0),
+            "checkpoint chain depth within 1..={MAX_CHAIN}, 1 exactly for a base: depth {} previous {:#x}",
+            link.depth,
+            link.previous
+        );
+        assert!(
+            sequence < MAX_SEQUENCE && long_t_low <= t_low,
+            "checkpoint horizons in range: sequence {sequence}, long_t_low {long_t_low} <= t_low {t_low}"
+        );
+        assert!(
+            LONG_PUBLISHED_AT + 8 * long_published.len() <= HEADER as usize,
+            "checkpoint published marks fit the header: {}",
+            long_published.len()
+        );
         let mut bytes = vec![0u8; HEADER as usize];
         bytes[0..8].copy_from_slice(&MAGIC);
         bytes[8..16].copy_from_slice(&sequence.to_le_bytes());
@@ -131,6 +150,10 @@ impl Builder {
     /// Seals the image: length and checksums.
     pub fn finish(mut self) -> Vec<u8> {
         let len = self.bytes.len() as u64;
+        assert!(
+            len >= HEADER,
+            "a checkpoint image holds its header: {len} bytes"
+        );
         self.bytes[24..32].copy_from_slice(&len.to_le_bytes());
         self.bytes[32..36].copy_from_slice(&self.tables.to_le_bytes());
         let body_crc = crc32c::crc32c(&self.bytes[HEADER as usize..]);
@@ -156,6 +179,11 @@ impl RunWriter<'_> {
     /// Appends an entry; a key not above the previous one is dropped (a
     /// concurrent walk can report a range twice) and `false` returned.
     pub fn push(&mut self, key: &[u8], addr: u64) -> bool {
+        assert!(
+            key.len() <= u16::MAX as usize,
+            "checkpoint run keys fit their u16 length: {}",
+            key.len()
+        );
         if !self.above_last(key) {
             return false;
         }
@@ -201,6 +229,11 @@ impl RunWriter<'_> {
     /// checksum.
     pub fn finish(self) {
         let entry_bytes = (self.bytes.len() - self.entries_at) as u64;
+        assert_eq!(
+            self.fences.len() as u64,
+            self.count.div_ceil(FENCE_EVERY),
+            "a checkpoint run has one fence per group of {FENCE_EVERY} entries"
+        );
         let at = self.header_at;
         self.bytes[at + 8..at + 16].copy_from_slice(&self.count.to_le_bytes());
         self.bytes[at + 16..at + 24].copy_from_slice(&entry_bytes.to_le_bytes());
@@ -247,5 +280,77 @@ impl NodeWriter<'_> {
         let at = self.count_at;
         self.run.bytes[at..at + 8].copy_from_slice(&self.count.to_le_bytes());
         self.run.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::MAX_WORKERS;
+    use crate::medium::Medium;
+
+    fn horizons(t_low: u64, long_t_low: u64) -> Horizons {
+        Horizons {
+            sequence: 7,
+            t_low,
+            long_t_low,
+            long_published: vec![3; 4],
+        }
+    }
+
+    /// A one-table image of three entries, linked as `link`.
+    fn image(link: Link) -> Vec<u8> {
+        let mut image = Builder::new(&horizons(10, 9), link);
+        let mut run = image.begin_section(2, &vec![Vec::new(); MAX_WORKERS]);
+        for key in [b"a", b"b", b"c"] {
+            assert!(run.push(key, 4096));
+        }
+        run.finish();
+        image.finish()
+    }
+
+    #[test]
+    #[should_panic(expected = "checkpoint chain depth within")]
+    fn a_delta_without_a_predecessor_trips() {
+        image(Link {
+            previous: 0,
+            depth: 2,
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "checkpoint chain depth within")]
+    fn a_chain_deeper_than_a_reader_accepts_trips() {
+        image(Link {
+            previous: 1 << 20,
+            depth: MAX_CHAIN + 1,
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "checkpoint horizons in range")]
+    fn long_regions_redone_from_above_t_low_trip() {
+        Builder::new(&horizons(10, 11), Link::BASE);
+    }
+
+    #[test]
+    fn an_image_reads_back_as_it_was_written() {
+        let medium = Medium::volatile(1 << 22, 1 << 22).unwrap();
+        let bytes = image(Link::BASE);
+        medium.write_bytes(8192, &bytes);
+        super::super::image::assert_reads_back(&medium, 8192, &bytes);
+    }
+
+    #[test]
+    #[should_panic(expected = "read back as written")]
+    fn an_image_that_reads_back_otherwise_trips() {
+        let medium = Medium::volatile(1 << 22, 1 << 22).unwrap();
+        let bytes = image(Link::BASE);
+        medium.write_bytes(8192, &bytes);
+        let other = image(Link {
+            previous: 1 << 20,
+            depth: 2,
+        });
+        super::super::image::assert_reads_back(&medium, 8192, &other);
     }
 }

@@ -294,6 +294,12 @@ impl Collector {
         catalog::set_gc_freed(&store.medium)?;
         self.retired.sort_by_key(|b| (b.table, b.region, b.seq));
         for id in &self.retired {
+            let block =
+                store.tables[id.table as usize].heap.regions[id.region].get(id.seq as usize);
+            assert!(
+                block.is_some_and(|b| b.is_retired() && b.offset() == id.offset),
+                "only retired blocks are unlinked: {id:?}"
+            );
             unlink(store, *id);
         }
         store.medium.fence()?;
@@ -317,8 +323,14 @@ impl Collector {
             .drain(..)
             .partition(|&(_, after)| oldest.is_none_or(|o| o > after));
         self.releasing = waiting;
-        for (id, _) in &ready {
+        for &(id, after) in &ready {
             let table = &store.tables[id.table as usize];
+            let block = table.heap.regions[id.region].get(id.seq as usize);
+            assert!(
+                block.is_some_and(|b| b.is_retired() && b.offset() == id.offset)
+                    && oldest.is_none_or(|o| o > after),
+                "only retired blocks below every running transaction are freed: {id:?} unlinked at {after}, oldest {oldest:?}"
+            );
             let size = table.heap.def.block_size as u64;
             table.heap.vacate(id.region, id.seq as usize);
             store.space.free(&store.medium, id.offset, size);
@@ -446,6 +458,12 @@ fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied
             Batch::Busy => return Ok(Emptied::Busy(copied)),
         }
     }
+    let current = table.heap.regions[id.region].cursor.lock().block;
+    assert!(
+        block.seq < current && !block.is_retired(),
+        "GC retires only blocks before their region's current one, once: block {} of {current}",
+        block.seq
+    );
     block.retire();
     Ok(Emptied::Retired(copied))
 }
@@ -470,18 +488,41 @@ fn relocate_batch(
     if !others_younger_than(store, txn.id(), patience) {
         return Ok(Batch::OlderTransactionRuns);
     }
+    let ts = txn.id();
+    let mut copied = Vec::with_capacity(batch.len());
     for &addr in batch {
         // A head that moved since it was classified was written by
         // someone else: the old version is dead now, or the block
         // waits (a pending write over it may still abort).
-        if !txn.relocate(table, addr)?
-            && !matches!(classify(store, table, candidate, addr.slot()), Slot::Dead)
-        {
+        if txn.relocate(table, addr)? {
+            copied.push(addr);
+        } else if !matches!(classify(store, table, candidate, addr.slot()), Slot::Dead) {
             return Ok(Batch::Busy);
         }
     }
     txn.commit()?;
+    for addr in copied {
+        assert_superseded(store, table, candidate.block, addr, ts);
+    }
     Ok(Batch::Committed)
+}
+
+/// Checks that a version GC copied is dead once the copy committed: its
+/// DRAM header names the copy's commit as its successor, and its
+/// obsolete bit is set (the block can go once every slot is dead).
+fn assert_superseded(store: &Store, table: &TableRt, block: &Block, addr: Addr, ts: u64) {
+    let end = table.heap.header(addr).map(|h| h.end.load(Acquire));
+    assert_eq!(
+        end,
+        Some(ts),
+        "a relocated version is superseded by its committed copy ({addr:?})"
+    );
+    let slot = u64::from(addr.slot());
+    let word = block.offset() + heap::BITMAP_OFFSET + slot / 64 * 8;
+    assert!(
+        store.medium.load(word) & (1 << (slot % 64)) != 0,
+        "a relocated version is obsolete after its copy committed ({addr:?})"
+    );
 }
 
 /// Publishes the running GC transaction's timestamp for its lifetime.

@@ -931,6 +931,13 @@ impl<'s> TxnState<'s> {
         // Reset in place: the vectors keep their capacity between transactions.
         let (buf, spare_keys) = {
             let mut set = store.write_sets[worker].lock();
+            // One transaction at a time per worker, ids from one counter:
+            // the worker's slots are in txn-id order (invariant 1).
+            assert!(
+                poisoned.is_some() || ts > set.ts,
+                "txn ids ascend per worker: {} !< {ts} (worker {worker})",
+                set.ts
+            );
             set.ts = ts;
             set.region = worker;
             set.writes.clear();
@@ -1069,11 +1076,22 @@ impl<'s> TxnState<'s> {
     /// Finds the version of a chain visible at `ts`, recording the read.
     fn visible(&self, table: &TableRt, head: Addr) -> Result<Visible> {
         let mut addr = head;
+        // Commit stamp of the newer committed version just passed: a chain
+        // descends in commit order (a successor commits after its
+        // predecessor's writer began, checked at publish).
+        let mut newer = u64::MAX;
         loop {
             let header = self.version(table, addr)?;
             let begin = header.begin.load(Acquire);
             if begin == PENDING | self.ts {
                 return Ok(Visible::Version(addr));
+            }
+            if begin & PENDING == 0 {
+                assert!(
+                    begin < newer,
+                    "a version chain descends in commit order: {begin} !< {newer} at {addr:?}"
+                );
+                newer = begin;
             }
             let older_than_us = if begin == ABORTED {
                 false
@@ -1563,6 +1581,16 @@ impl<'s> TxnState<'s> {
         let mut set = store.write_sets[self.worker].lock();
         let mut ticket = None;
         if !set.writes.is_empty() {
+            assert_eq!(
+                set.ts, self.ts,
+                "the write set committed belongs to the committing transaction"
+            );
+            assert!(
+                set.region == self.worker || set.region == catalog::long_region(self.worker),
+                "a write set's region is its worker's own or its long region: {} of worker {}",
+                set.region,
+                self.worker
+            );
             if let Err(e) = self.make_durable(&mut set) {
                 drop(set);
                 self.rollback();
@@ -1610,7 +1638,7 @@ impl<'s> TxnState<'s> {
     fn log_commit(&self, log: &crate::wal::Log, set: &WriteSet) -> crate::wal::Ticket {
         use crate::wal::record;
         let store = self.store;
-        log.append(self.worker, |buf| {
+        log.append_ordered(self.worker, |buf| {
             let at = record::start_commit(buf, self.ts);
             let mut count = 0;
             for w in &set.writes {
@@ -1671,6 +1699,15 @@ impl<'s> TxnState<'s> {
         for w in &set.writes {
             let heap = &store.tables[w.table as usize].heap;
             if let Some(header) = heap.header(w.new) {
+                // Durable (commit steps 1 and 2) and still this writer's
+                // pending version: only now may anyone see it committed.
+                let begin = header.begin.load(Acquire);
+                assert_eq!(
+                    begin,
+                    PENDING | self.ts,
+                    "a version is pending under its writer until it is published ({:?})",
+                    w.new
+                );
                 header.begin.store(self.ts, Release);
             }
             if set.deletes(w, heap, &store.medium) {
@@ -1678,6 +1715,19 @@ impl<'s> TxnState<'s> {
             }
             if let Some(prev) = w.prev {
                 if let Some(header) = heap.header(prev) {
+                    // Obsolete bits go only to versions this commit
+                    // supersedes: locked by this writer since the write.
+                    let (begin, end) = (header.begin.load(Acquire), header.end.load(Acquire));
+                    assert_eq!(
+                        end,
+                        LOCKED | self.ts,
+                        "a superseded version stays locked by its successor's writer until publish ({prev:?})"
+                    );
+                    assert!(
+                        begin & PENDING == 0 && begin < self.ts,
+                        "a predecessor committed before its successor's writer began: {begin:#x} !< {}",
+                        self.ts
+                    );
                     header.end.store(self.ts, Release);
                 }
                 if let Some(word) = heap.mark_obsolete(&store.medium, prev) {

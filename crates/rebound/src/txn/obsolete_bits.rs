@@ -27,7 +27,18 @@
 //! worker between two checkpoints) writes them back itself, so the memory
 //! and what a crash can lose stay bounded.
 
+use crate::heap::{BITMAP_BYTES, BITMAP_OFFSET, BLOCK_ALIGN};
 use crate::medium::{Medium, LINE};
+
+/// Checks that `word` is a word of a block's obsolete bitmap: the only
+/// words a commit sets bits in and a write-back may touch.
+fn assert_bitmap_word(word: u64) {
+    let in_block = word % BLOCK_ALIGN;
+    assert!(
+        word.is_multiple_of(8) && (BITMAP_OFFSET..BITMAP_OFFSET + BITMAP_BYTES).contains(&in_block),
+        "obsolete-bit words lie in a block's bitmap: {word:#x}"
+    );
+}
 
 /// Words remembered before they are sorted and deduplicated.
 const COMPACT_AT: usize = 8192;
@@ -48,6 +59,7 @@ pub(crate) struct ObsoleteBits {
 impl ObsoleteBits {
     /// Remembers a bit that must be written back with the next commit.
     pub(crate) fn remember_for_next_commit(&mut self, word: u64) {
+        assert_bitmap_word(word);
         self.next_commit.push(word);
     }
 
@@ -62,6 +74,7 @@ impl ObsoleteBits {
     /// remembered (no checkpoint will take them any more, and this thread
     /// may not fence again soon).
     pub(crate) fn remember(&mut self, medium: &Medium, word: u64) {
+        assert_bitmap_word(word);
         self.words.push(word);
         if self.words.len() < COMPACT_AT {
             return;
@@ -101,6 +114,7 @@ impl ObsoleteBits {
 fn write_back_lines(medium: &Medium, words: &mut Vec<u64>) {
     compact(words);
     for &word in words.iter() {
+        assert_bitmap_word(word);
         medium.persist(word, 8);
     }
     words.clear();
@@ -127,11 +141,27 @@ mod tests {
     /// The words of `words` that hold `value` after each of 32 simulated
     /// crashes (a line that was not made durable is lost in about a third).
     fn surviving(device: &SimDevice, words: &[u64], value: u64) -> Vec<u64> {
-        let crashes: Vec<Medium> = (1..=32)
-            .map(|seed| Medium::simulated(device.crash(seed)))
-            .collect();
-        let survives = |word: u64| crashes.iter().all(|m| m.load(word) == value);
-        words.iter().copied().filter(|&w| survives(w)).collect()
+        let mut kept = words.to_vec();
+        for seed in 1..=32 {
+            let crashed = Medium::simulated(device.crash(seed));
+            kept.retain(|&word| crashed.load(word) == value);
+        }
+        kept
+    }
+
+    /// The offset of bitmap line `n`, counting the 4 lines of each
+    /// block's obsolete bitmap one block after another.
+    fn bitmap_line(n: u64) -> u64 {
+        let per_block = BITMAP_BYTES / LINE;
+        (n / per_block) * BLOCK_ALIGN + BITMAP_OFFSET + (n % per_block) * LINE
+    }
+
+    #[test]
+    #[should_panic(expected = "obsolete-bit words lie in a block's bitmap")]
+    fn remembering_a_word_outside_a_bitmap_trips() {
+        let (_, medium) = sim(1 << 20);
+        // A slot's first word, not a bitmap word.
+        ObsoleteBits::default().remember(&medium, BLOCK_ALIGN + crate::heap::SLOTS_OFFSET);
     }
 
     #[test]
@@ -139,16 +169,16 @@ mod tests {
         let (device, medium) = sim(1 << 20);
         let mut bits = ObsoleteBits::default();
         // Two words in one line, one in another, and a repeat.
-        for word in [64, 72, 4096, 64] {
+        for word in [64, 72, 4096 + 64, 64] {
             medium.store(word, 1);
             bits.remember(&medium, word);
         }
         assert_eq!(bits.lines(), 2);
         // One kept for the next commit, which a checkpoint takes too.
-        medium.store(8192, 1);
-        bits.remember_for_next_commit(8192);
+        medium.store(8192 + 64, 1);
+        bits.remember_for_next_commit(8192 + 64);
         assert!(
-            surviving(&device, &[4096], 1).is_empty(),
+            surviving(&device, &[4096 + 64], 1).is_empty(),
             "nothing was written back yet"
         );
         let mut drained = ObsoleteBits::default();
@@ -157,33 +187,34 @@ mod tests {
         drained.write_back(&medium);
         medium.fence().unwrap();
         assert_eq!(
-            surviving(&device, &[64, 72, 4096, 8192], 1),
-            [64, 72, 4096, 8192]
+            surviving(&device, &[64, 72, 4096 + 64, 8192 + 64], 1),
+            [64, 72, 4096 + 64, 8192 + 64]
         );
         // A commit writes back what was kept for it, and its fence makes
         // it durable.
-        medium.store(12288, 1);
-        bits.remember_for_next_commit(12288);
+        medium.store(12288 + 64, 1);
+        bits.remember_for_next_commit(12288 + 64);
         bits.write_back_with_commit(&medium);
         medium.fence().unwrap();
-        assert_eq!(surviving(&device, &[12288], 1), [12288]);
+        assert_eq!(surviving(&device, &[12288 + 64], 1), [12288 + 64]);
         assert!(bits.next_commit.is_empty());
     }
 
     #[test]
     fn a_worker_writes_back_itself_past_the_limit_and_keeps_memory_bounded() {
-        let (device, medium) = sim(1 << 20);
-        let mut bits = ObsoleteBits::default();
         let distinct = COMPACT_AT as u64 + 10;
+        let hot_at = bitmap_line(distinct).next_multiple_of(BLOCK_ALIGN);
+        let (device, medium) = sim(hot_at + 4 * BLOCK_ALIGN);
+        let mut bits = ObsoleteBits::default();
         for line in 0..distinct {
-            let word = line * LINE;
+            let word = bitmap_line(line);
             medium.store(word, 1);
             bits.remember(&medium, word);
             assert!(bits.words.len() < COMPACT_AT, "memory must stay bounded");
         }
         medium.fence().unwrap();
         // Every line is either written back or still remembered.
-        let words: Vec<u64> = (0..distinct).map(|line| line * LINE).collect();
+        let words: Vec<u64> = (0..distinct).map(bitmap_line).collect();
         let written = surviving(&device, &words, 1).len();
         assert_eq!(written, COMPACT_AT, "the first compaction writes all back");
         assert_eq!(bits.lines(), 10);
@@ -191,12 +222,12 @@ mod tests {
         // Repeats of a few lines never reach the limit: nothing goes back.
         let mut hot = ObsoleteBits::default();
         for i in 0..4 * COMPACT_AT as u64 {
-            let word = (768 << 10) + (i % 16) * LINE;
+            let word = hot_at + bitmap_line(i % 16);
             medium.store(word, 2);
             hot.remember(&medium, word);
         }
         medium.fence().unwrap();
         assert!(hot.lines() <= 16);
-        assert!(surviving(&device, &[768 << 10], 2).is_empty());
+        assert!(surviving(&device, &[hot_at + bitmap_line(0)], 2).is_empty());
     }
 }

@@ -51,13 +51,33 @@ impl TxnState<'_> {
         let read = header.read.load(SeqCst);
         let at = Target { head, hint: None };
         let deleted = slot.tombstone;
-        self.append_successor(
+        let copied = self.append_successor(
             table,
             &slot.key,
             value,
             (at, header, deleted),
             read,
             &mut set,
-        )
+        )?;
+        if copied {
+            // The copy is the original's content under a newer timestamp,
+            // written over it (checked again once committed: `gc`).
+            let copy = set.writes.last().map(|w| (w.new, w.prev));
+            let Some((new, prev)) = copy else {
+                unreachable!("a relocation that succeeded recorded its copy")
+            };
+            assert_eq!(prev, Some(head), "a relocated version's copy supersedes it");
+            assert!(
+                begin < self.ts,
+                "a relocated version's copy is newer than it: {begin} !< {}",
+                self.ts
+            );
+            assert!(
+                table.heap.read_key(medium, new) == slot.key
+                    && table.heap.tombstone(medium, new) == Some(slot.tombstone),
+                "a relocated version keeps its key and kind ({head:?} -> {new:?})"
+            );
+        }
+        Ok(copied)
     }
 }

@@ -63,6 +63,8 @@ struct RingBuf {
     max_ts: u64,
     /// Oldest timestamp among the records in `bytes`, 0 if none.
     oldest_ts: u64,
+    /// Timestamp of the last record `append_ordered` took.
+    last_ordered_ts: u64,
 }
 
 #[derive(Default)]
@@ -141,6 +143,21 @@ impl Log {
         sink: FailureSink,
     ) -> Result<Log> {
         let segments = resume.segments;
+        // What replay validated (else `Corrupt`): the segments kept are
+        // numbered one after another, and the next one follows them.
+        let numbers = segments.iter().map(|s| s.number);
+        assert!(
+            numbers
+                .chain([resume.next_segment])
+                .try_fold(None, |prev: Option<u64>, n| match prev {
+                    Some(p) if p.checked_add(1) != Some(n) => Err(()),
+                    _ => Ok(Some(n)),
+                })
+                .is_ok()
+                && resume.next_round >= 1,
+            "log segments are numbered contiguously up to the next one ({}), rounds from 1",
+            resume.next_segment
+        );
         let shared = Arc::new(Shared {
             rings: (0..rings)
                 .map(|_| CachePadded::new(Ring::default()))
@@ -189,10 +206,33 @@ impl Log {
     /// Appends one record to `ring` through `encode`, which returns the
     /// record's timestamp; the record is durable once `wait` returns.
     pub fn append(&self, ring: usize, encode: impl FnOnce(&mut Vec<u8>) -> u64) -> Ticket {
+        self.append_checked(ring, false, encode)
+    }
+
+    /// `append` for a ring whose records ascend by timestamp (a worker's
+    /// commits: one transaction at a time), which is checked.
+    pub fn append_ordered(&self, ring: usize, encode: impl FnOnce(&mut Vec<u8>) -> u64) -> Ticket {
+        self.append_checked(ring, true, encode)
+    }
+
+    fn append_checked(
+        &self,
+        ring: usize,
+        ordered: bool,
+        encode: impl FnOnce(&mut Vec<u8>) -> u64,
+    ) -> Ticket {
         let slot = &self.shared.rings[ring];
         let seq = {
             let mut buf = slot.buf.lock();
             let ts = encode(&mut buf.bytes);
+            if ordered {
+                assert!(
+                    ts > buf.last_ordered_ts,
+                    "a worker's log records ascend by ts: {} !< {ts} (ring {ring})",
+                    buf.last_ordered_ts
+                );
+                buf.last_ordered_ts = ts;
+            }
             buf.max_ts = buf.max_ts.max(ts);
             buf.oldest_ts = oldest(buf.oldest_ts, ts);
             let pending = &self.shared.pending[ring];
@@ -330,6 +370,14 @@ impl Log {
         let mut segments = self.shared.segments.lock();
         let mut recycled = 0;
         while let Some(oldest) = segments.first().filter(|s| s.closed && s.max_ts < ts) {
+            assert!(
+                segments
+                    .get(1)
+                    .is_none_or(|next| next.number == oldest.number + 1),
+                "log segments are numbered contiguously: {} then {:?}",
+                oldest.number,
+                segments.get(1).map(|s| s.number)
+            );
             // One at a time and each durably, so that a crash leaves the
             // newest segments, never a gap.
             segment::remove(&self.dir, oldest.number)?;
@@ -528,6 +576,7 @@ impl Writer {
         // One group commit, in as many frames as its size needs: recovery
         // keeps a group only once its last frame is there.
         let parts = drained.payload.chunks(MAX_FRAME).count();
+        assert!(parts >= 1, "a log frame holds at least one record");
         for (i, part) in drained.payload.chunks(MAX_FRAME).enumerate() {
             record::push_frame(&mut frame, self.round + i as u64, part, i + 1 < parts);
         }
@@ -610,6 +659,11 @@ impl Writer {
             _ => segment::prepare(&self.dir, number, self.config.segment_bytes)?,
         };
         let next = prepared.install(&self.dir, self.round)?;
+        assert_eq!(
+            next.number(),
+            self.file.number() + 1,
+            "log segments are numbered contiguously"
+        );
         self.shared.segments.lock().push(next.segment());
         self.file = next;
         Ok(())
@@ -622,6 +676,42 @@ mod tests {
 
     use crate::wal::fs::FileSystem;
     use std::path::Path;
+
+    #[test]
+    #[should_panic(expected = "a worker's log records ascend by ts")]
+    fn a_worker_record_not_above_the_last_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = started_log(dir.path(), 1);
+        for ts in [5u64, 6, 6] {
+            let _ = log.append_ordered(0, |buf| {
+                buf.extend_from_slice(&ts.to_le_bytes());
+                ts
+            });
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "log segments are numbered contiguously")]
+    fn a_resume_with_a_gap_between_segments_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let segment = |number| Segment {
+            number,
+            bytes: 32,
+            max_ts: 1,
+            closed: true,
+        };
+        let resume = Resume {
+            segments: vec![segment(1), segment(3)],
+            next_segment: 4,
+            next_round: 9,
+        };
+        let config = LogConfig {
+            segment_bytes: 1 << 20,
+            sync: true,
+        };
+        let dir = WalDir::new(FileSystem::Real, dir.path());
+        let _ = Log::start(&dir, 1, resume, config, FailureSink::default());
+    }
 
     fn started_log(dir: &Path, rings: usize) -> Log {
         let resume = Resume {

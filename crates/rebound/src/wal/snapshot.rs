@@ -51,6 +51,9 @@ pub struct SnapshotWriter {
     directory: Vec<u8>,
     groups: u64,
     rows: u64,
+    /// The last row's table and key: rows ascend by (table, key).
+    last_table: Option<u32>,
+    last_key: Vec<u8>,
 }
 
 impl SnapshotWriter {
@@ -75,6 +78,8 @@ impl SnapshotWriter {
             directory: Vec::new(),
             groups: 0,
             rows: 0,
+            last_table: None,
+            last_key: Vec::new(),
         };
         let mut header = Vec::with_capacity(HEADER as usize);
         header.extend_from_slice(&SNAPSHOT_MAGIC);
@@ -107,6 +112,19 @@ impl SnapshotWriter {
     /// come together, in strictly ascending key order, and tables in
     /// ascending id order.
     pub fn row(&mut self, table: u32, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        // The reader refuses a file whose groups break this (`Corrupt`).
+        let ascends = match self.last_table {
+            None => true,
+            Some(last) => last < table || (last == table && self.last_key.as_slice() < key),
+        };
+        assert!(
+            ascends,
+            "snapshot rows ascend by (table, key): ({:?}, {:?}) !< ({table}, {key:?})",
+            self.last_table, self.last_key
+        );
+        self.last_table = Some(table);
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
         if self.group_table.is_some_and(|(t, _, _)| t != table) || self.group.len() >= GROUP {
             self.flush_group()?;
         }
@@ -766,6 +784,18 @@ impl<'c> ChainCursor<'c> {
             return Ok(false);
         }
         if let Some((key, value)) = self.files.get(newest).and_then(Source::current) {
+            // Each source was verified in order (groups at read, the log's
+            // versions sorted): the merge walks keys strictly one way.
+            // `self.key` is the last key returned (keys are never empty).
+            let last = self.key.as_slice();
+            assert!(
+                last.is_empty()
+                    || match self.reverse {
+                        false => last < key,
+                        true => last > key,
+                    },
+                "snapshot chain rows come in strict key order: {last:?} then {key:?}"
+            );
             visit(key, value);
         }
         // Kept past the advance, which may replace the buffer it is in.
@@ -1053,5 +1083,33 @@ impl Recovered {
             Some(chain) => chain.split_keys(table, parts),
             None => Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::wal::fs::FileSystem;
+
+    #[test]
+    #[should_panic(expected = "snapshot rows ascend by (table, key)")]
+    fn a_row_below_the_last_one_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = WalDir::new(FileSystem::Real, dir.path());
+        let mut writer = SnapshotWriter::create(&dir, 1, 10, 0).unwrap();
+        writer.row(1, b"a", Some(b"1")).unwrap();
+        writer.row(2, b"a", Some(b"2")).unwrap();
+        writer.row(1, b"b", Some(b"3")).unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "snapshot rows ascend by (table, key)")]
+    fn a_repeated_key_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = WalDir::new(FileSystem::Real, dir.path());
+        let mut writer = SnapshotWriter::create(&dir, 1, 10, 0).unwrap();
+        writer.row(1, b"a", Some(b"1")).unwrap();
+        writer.row(1, b"a", None).unwrap();
     }
 }
