@@ -502,7 +502,7 @@ fn relocate_batch(
     }
     txn.commit()?;
     for addr in copied {
-        assert_superseded(store, table, candidate.block, addr, ts);
+        assert_superseded(store, table, addr, ts);
     }
     Ok(Batch::Committed)
 }
@@ -510,17 +510,15 @@ fn relocate_batch(
 /// Checks that a version GC copied is dead once the copy committed: its
 /// DRAM header names the copy's commit as its successor, and its
 /// obsolete bit is set (the block can go once every slot is dead).
-fn assert_superseded(store: &Store, table: &TableRt, block: &Block, addr: Addr, ts: u64) {
+fn assert_superseded(store: &Store, table: &TableRt, addr: Addr, ts: u64) {
     let end = table.heap.header(addr).map(|h| h.end.load(Acquire));
     assert_eq!(
         end,
         Some(ts),
         "a relocated version is superseded by its committed copy ({addr:?})"
     );
-    let slot = u64::from(addr.slot());
-    let word = block.offset() + heap::BITMAP_OFFSET + slot / 64 * 8;
     assert!(
-        store.medium.load(word) & (1 << (slot % 64)) != 0,
+        table.heap.is_obsolete(&store.medium, addr),
         "a relocated version is obsolete after its copy committed ({addr:?})"
     );
 }

@@ -1155,6 +1155,15 @@ impl TableHeap {
             .sum()
     }
 
+    /// Whether a slot's obsolete bit is set (false for an address of no
+    /// block).
+    pub fn is_obsolete(&self, medium: &Medium, addr: Addr) -> bool {
+        self.block(addr).is_some_and(|block| {
+            let (word, bit) = bitmap_bit(block, addr.slot());
+            medium.load(word) & bit != 0
+        })
+    }
+
     /// Marks a slot obsolete in its block's bitmap and starts writing the
     /// word back; the caller's next fence makes it durable.
     pub fn set_obsolete(&self, medium: &Medium, addr: Addr) {
@@ -1177,6 +1186,25 @@ impl TableHeap {
         Some(word)
     }
 }
+
+/// Whether `offset` is a word of a block's obsolete bitmap: the only
+/// words a commit sets bits in and a write-back may touch.
+pub fn is_bitmap_word(offset: u64) -> bool {
+    let in_block = offset % BLOCK_ALIGN;
+    offset.is_multiple_of(8) && (BITMAP_OFFSET..BITMAP_OFFSET + BITMAP_BYTES).contains(&in_block)
+}
+
+/// The offset of bitmap line `n` (of `line` bytes), counting the lines of
+/// each block's obsolete bitmap one block after another.
+#[cfg(test)]
+pub fn bitmap_line(n: u64, line: u64) -> u64 {
+    let per_block = BITMAP_BYTES / line;
+    (n / per_block) * BLOCK_ALIGN + BITMAP_OFFSET + (n % per_block) * line
+}
+
+/// The first slot's offset in a block at `BLOCK_ALIGN`: not a bitmap word.
+#[cfg(test)]
+pub const FIRST_SLOT_OF_SECOND_BLOCK: u64 = BLOCK_ALIGN + SLOTS_OFFSET;
 
 /// The medium offset of the bitmap word holding a slot's obsolete bit,
 /// and the bit.

@@ -27,15 +27,14 @@
 //! worker between two checkpoints) writes them back itself, so the memory
 //! and what a crash can lose stay bounded.
 
-use crate::heap::{BITMAP_BYTES, BITMAP_OFFSET, BLOCK_ALIGN};
+use crate::heap::is_bitmap_word;
 use crate::medium::{Medium, LINE};
 
 /// Checks that `word` is a word of a block's obsolete bitmap: the only
 /// words a commit sets bits in and a write-back may touch.
 fn assert_bitmap_word(word: u64) {
-    let in_block = word % BLOCK_ALIGN;
     assert!(
-        word.is_multiple_of(8) && (BITMAP_OFFSET..BITMAP_OFFSET + BITMAP_BYTES).contains(&in_block),
+        is_bitmap_word(word),
         "obsolete-bit words lie in a block's bitmap: {word:#x}"
     );
 }
@@ -129,6 +128,7 @@ fn compact(words: &mut Vec<u64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::heap::BLOCK_ALIGN;
     use crate::medium::SimDevice;
 
     fn sim(bytes: u64) -> (SimDevice, Medium) {
@@ -152,8 +152,7 @@ mod tests {
     /// The offset of bitmap line `n`, counting the 4 lines of each
     /// block's obsolete bitmap one block after another.
     fn bitmap_line(n: u64) -> u64 {
-        let per_block = BITMAP_BYTES / LINE;
-        (n / per_block) * BLOCK_ALIGN + BITMAP_OFFSET + (n % per_block) * LINE
+        crate::heap::bitmap_line(n, LINE)
     }
 
     #[test]
@@ -161,7 +160,7 @@ mod tests {
     fn remembering_a_word_outside_a_bitmap_trips() {
         let (_, medium) = sim(1 << 20);
         // A slot's first word, not a bitmap word.
-        ObsoleteBits::default().remember(&medium, BLOCK_ALIGN + crate::heap::SLOTS_OFFSET);
+        ObsoleteBits::default().remember(&medium, crate::heap::FIRST_SLOT_OF_SECOND_BLOCK);
     }
 
     #[test]
