@@ -72,7 +72,8 @@ def main():
             continue
         for line in code_lines(f):
             if branch.search(line):
-                outside[module_of(f)] = outside.get(module_of(f), 0) + 1
+                rel = os.path.relpath(f, SRC)
+                outside[rel] = outside.get(rel, 0) + 1
     print("lines naming a design (Durability::/CheckpointMode::) outside design/ and checkpoint/:",
           sum(outside.values()), outside)
 
