@@ -14,7 +14,7 @@ SRC = sys.argv[1] if len(sys.argv) > 1 else "crates/rebound/src"
 
 # Bottom to top; a module may only `use crate::<m>` of modules before it.
 LAYERS = ["error", "parallel", "medium", "catalog", "heap", "index", "wal",
-          "txn", "checkpoint", "gc", "recovery", "adaptive", "design", "db"]
+          "txn", "checkpoint", "gc", "adaptive", "design", "db"]
 
 
 def rust_files(root):

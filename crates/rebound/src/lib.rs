@@ -15,8 +15,9 @@
 //! Layers, bottom to top (a layer only calls the ones below it):
 //! `medium` → `catalog` → `heap` → `index` → `wal` (the redo log of the
 //! `wal` design) → `txn` → `checkpoint` → `gc`
-//! → `recovery` → `adaptive` (secondary index recovery) → `design` (one
-//! folder per durability design, behind one seam) → `db` (the public API).
+//! → `adaptive` (secondary index recovery) → `design` (one folder per
+//! durability design behind one seam, each with its own recovery) → `db`
+//! (the public API).
 #![deny(unsafe_code)]
 
 /// Consuming builder setters, one per field and named after it: option
@@ -50,7 +51,6 @@ mod heap;
 mod index;
 mod medium;
 mod parallel;
-mod recovery;
 mod txn;
 mod wal;
 
@@ -60,12 +60,12 @@ pub use db::{
     Database, Durability, Index, IndexOptions, IndexStats, MediumChoice, Options, Session, Stats,
     Table, TableStats, Transaction, DATA_FILE, MAX_VALUE_LEN, MIN_MAX_SIZE,
 };
+pub use design::RecoveryReport;
 pub use design::WalStats;
 pub use error::{Error, Result};
 pub use gc::{GcOptions, GcStats};
 pub use heap::TableOptions;
 pub use medium::{Guarantee, SimDevice};
-pub use recovery::RecoveryReport;
 pub use txn::{Cursor, PendingCommit};
 pub use wal::{FileSystem, SimFault, SimFs, SimOp};
 

@@ -18,7 +18,6 @@ const LAYERS: &[&str] = &[
     "txn",
     "checkpoint",
     "gc",
-    "recovery",
     "adaptive",
     "design",
     "db",

@@ -12,13 +12,13 @@ pub use secondary::{Index, IndexOptions, IndexStats};
 pub use stats::{Stats, TableStats};
 
 use crate::checkpoint::CheckpointStats;
+use crate::design::RecoveryReport;
 use crate::design::{self, Engine};
 use crate::error::Result;
 use crate::gc::GcStats;
 use crate::heap::TableOptions;
 use crate::index::MAX_KEY_LEN;
 use crate::medium::Guarantee;
-use crate::recovery::RecoveryReport;
 use crate::txn::{owned_range, prefix_end, Cursor, PendingCommit, TableRt, TxnState};
 use std::ops::{Bound, ControlFlow, RangeBounds};
 use std::path::Path;

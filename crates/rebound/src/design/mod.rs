@@ -21,6 +21,7 @@
 
 mod engine;
 mod log_free;
+mod report;
 mod secondary;
 mod wal;
 
@@ -35,8 +36,8 @@ use crate::error::{Error, Result};
 use crate::gc::GcOptions;
 use crate::index::BTree;
 use crate::medium::{Guarantee, SimDevice};
-use crate::recovery::RecoveryReport;
 use crate::wal::FileSystem;
+pub use report::RecoveryReport;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

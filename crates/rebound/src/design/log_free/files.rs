@@ -3,11 +3,11 @@
 //! `msync` elsewhere), or a simulated device for crash testing. The data
 //! file's format is in `catalog` and `docs/DESIGN.md`.
 
+use super::super::report;
 use super::super::{ensure_directory, Config, LogFreeConfig, MediumKind, DATA_FILE};
 use crate::catalog;
 use crate::error::{Error, Result};
 use crate::medium::Medium;
-use crate::recovery;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
@@ -18,7 +18,7 @@ pub const MAX_PERSIST_LATENCY_NS: u64 = 1_000_000_000;
 /// Anonymous memory for the `none` baseline, formatted.
 pub fn volatile_medium(max_size: u64) -> Result<Medium> {
     let medium = Medium::volatile(max_size.min(1 << 38), catalog::DATA_START)?;
-    recovery::format(&medium)?;
+    report::format(&medium)?;
     Ok(medium)
 }
 
@@ -39,7 +39,7 @@ pub fn open_medium(
         medium.grow(initial)?;
         medium.zero(0, initial);
         medium.persist_now(0, initial)?;
-        recovery::format(&medium)?;
+        report::format(&medium)?;
         return Ok((medium, None, false));
     }
     Ok((medium, None, true))
@@ -126,7 +126,7 @@ fn create_data_file(
         .open(&temp_path)?;
     let medium = map_file(dir, file.try_clone()?, config, design)?;
     medium.grow(catalog::DATA_START)?;
-    recovery::format(&medium)?;
+    report::format(&medium)?;
     file.sync_all()?;
     drop(medium);
     std::fs::rename(&temp_path, file_path)?;

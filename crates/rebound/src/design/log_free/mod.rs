@@ -17,11 +17,13 @@
 //! kept, so nothing is recovered and no checkpoint is due.
 
 mod files;
+mod recovery;
 mod scrub;
 #[cfg(test)]
 mod tests;
 
 use super::engine::{BackgroundWork, ColdLoad, Parts, GC_COPY_SHARE};
+use super::report::{self, RecoveryReport};
 use super::{Config, Design, Engine, GcGuard, LogFreeConfig, WalStats};
 use crate::checkpoint::{
     load_cold, Chain, CheckpointMode, CheckpointStats, Checkpointer, ColdRun, FoldJob,
@@ -30,9 +32,9 @@ use crate::error::{Error, Result};
 use crate::heap::Addr;
 use crate::index::BTree;
 use crate::medium::{Guarantee, Medium};
-use crate::recovery::{self, Recovered, RecoveryReport};
 use crate::txn::{Capture, Committed, Store};
 use parking_lot::{Mutex, MutexGuard};
+use recovery::Recovered;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -111,7 +113,7 @@ pub fn open_volatile(
 }
 
 fn fresh(medium: Medium, instance: u64) -> Result<Recovered> {
-    let (store, report) = recovery::fresh(medium, instance, 1)?;
+    let (store, report) = report::fresh(medium, instance, 1)?;
     Ok(Recovered {
         store,
         report,

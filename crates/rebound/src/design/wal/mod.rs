@@ -12,6 +12,7 @@
 //! Formats and invariants of the files are in `crate::wal`.
 
 use super::engine::{BackgroundWork, ColdLoad, Parts};
+use super::report::{self, RecoveryReport};
 use super::{secondary, Config, Design, Engine, GcGuard, WalConfig, DATA_FILE};
 use crate::catalog::{IndexDef, MAX_WORKERS};
 use crate::checkpoint::CheckpointStats;
@@ -21,7 +22,6 @@ use crate::heap::TableOptions;
 use crate::index::BTree;
 use crate::medium::{FileView, Guarantee, Medium};
 use crate::parallel;
-use crate::recovery::{self, RecoveryReport};
 use crate::txn::{ColdEntries, Store, TableRt};
 use crate::wal::newest::NewestVersions;
 use crate::wal::record::Entries;
@@ -283,8 +283,8 @@ pub fn open(
 ) -> Result<Arc<Engine>> {
     let found = read_directory(&design.file_system, path, config.create_if_missing)?;
     let medium = Medium::volatile(config.max_size.min(1 << 38), crate::catalog::DATA_START)?;
-    recovery::format(&medium)?;
-    let (store, _) = recovery::fresh(medium, instance, found.next_ts())?;
+    report::format(&medium)?;
+    let (store, _) = report::fresh(medium, instance, found.next_ts())?;
     let wal = Wal {
         state: OnceLock::new(),
         report: OnceLock::new(),

@@ -1,4 +1,5 @@
-//! Restart: turn whatever the medium holds into a consistent store (FIR 4.4).
+//! The log-free design's restart: turn whatever the medium holds into a
+//! consistent store (FIR 4.4).
 //!
 //! Two designs share this code:
 //! * **From an index checkpoint** (default): load each table's sorted run
@@ -15,6 +16,7 @@
 //! the committed versions to redo, counts, and checks the fates against
 //! its invariants. Tables are recovered in parallel.
 
+use super::super::report::RecoveryReport;
 use crate::catalog::{self, TableDef, MAX_WORKERS};
 use crate::checkpoint::{Chain, CheckpointImage, Durable, Extend, TableSection};
 use crate::error::{Error, Result};
@@ -28,41 +30,6 @@ use crate::parallel;
 use crate::txn::{Clock, SecondaryRt, Store, TableRt};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What recovery did and how long each phase took.
-#[derive(Debug, Clone, Default)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(default))]
-#[non_exhaustive]
-pub struct RecoveryReport {
-    /// True when the medium was freshly formatted (nothing to recover).
-    pub fresh: bool,
-    /// True when an index checkpoint was the starting point.
-    pub from_checkpoint: bool,
-    /// Sequence number of that checkpoint.
-    pub checkpoint_sequence: u64,
-    /// Versions with txn ids from here on were redone.
-    pub redo_from_txn: u64,
-    /// Superblock, catalog, LCTT, checkpoint image. `wal`: reading and
-    /// verifying the snapshot and the log (analysis).
-    pub metadata: Duration,
-    /// Scanning regions: redo of committed versions and undo of the tails.
-    /// `wal`: applying the log after the snapshot (redo).
-    pub undo_redo: Duration,
-    /// Merging checkpoint runs with redo and bulk-loading the indexes.
-    /// `wal`: loading the snapshot's rows, building the primary indexes
-    /// bottom-up and the secondary ones.
-    pub index_build: Duration,
-    /// From the start of `open` until transactions are accepted.
-    pub total: Duration,
-    pub tables: usize,
-    pub blocks: u64,
-    pub versions_scanned: u64,
-    pub versions_committed: u64,
-    pub versions_undone: u64,
-    pub checkpoint_entries: u64,
-    pub index_entries: u64,
-}
 
 /// A committed version found by the scan; its key is in `Redo::keys`.
 struct Found {
@@ -92,30 +59,6 @@ struct ScanCounts {
     undone: u64,
     /// The largest txn id of a committed version the scan met.
     newest_committed: u64,
-}
-
-/// Formats a zeroed medium of at least `DATA_START` bytes.
-pub fn format(medium: &Medium) -> Result<()> {
-    catalog::format(medium, unix_now())
-}
-
-/// Builds an empty store on a freshly formatted medium.
-pub fn fresh(medium: Medium, instance: u64, first_ts: u64) -> Result<(Store, RecoveryReport)> {
-    let start = Instant::now();
-    let clock = Clock::recover(&medium, first_ts)?;
-    let store = Store::new(
-        medium,
-        Space::new(catalog::DATA_START, Vec::new(), catalog::DATA_START),
-        clock,
-        boxcar::Vec::new(),
-        instance,
-    );
-    let report = RecoveryReport {
-        fresh: true,
-        total: start.elapsed(),
-        ..Default::default()
-    };
-    Ok((store, report))
 }
 
 /// What recovery hands to the database.
@@ -820,11 +763,4 @@ fn newest_versions(redo: &mut Redo, keep_tombstones: bool) -> Newest<'_> {
         }
     }
     kept
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
