@@ -221,7 +221,7 @@ fn slices(runs: &[EntryRun], parts: usize) -> Vec<Slice<'_>> {
 
 /// Cuts the table's key range into at most `parts` ranges.
 fn split_range(store: &Store, table: &TableRt, parts: usize) -> Vec<KeyRange> {
-    let mut cuts = table.split_keys(&store.medium, parts);
+    let mut cuts = table.split_keys(store.medium(), parts);
     cuts.sort();
     cuts.dedup();
     let mut ranges = Vec::with_capacity(parts);

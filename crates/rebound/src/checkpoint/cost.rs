@@ -45,7 +45,7 @@ impl CostModel {
         let resolve = self.ns_per_resolved.unwrap_or(INITIAL_RESOLVE_NS);
         let copy = self.ns_per_copied.unwrap_or(resolve / 4.0);
         let (mut full_ns, mut incremental_ns, mut alpha_sum, mut written) = (0.0, 0.0, 0.0, 0.0);
-        for ((_, table), sample) in store.tables.iter().zip(samples) {
+        for (table, sample) in store.tables().zip(samples) {
             let entries = table.index.len() as f64;
             let per_leaf = (entries / table.index.node_count().max(1) as f64).max(1.0);
             let touched = sample.touched_fraction(table.index.len());

@@ -85,7 +85,7 @@ impl Checkpointer {
         let mut image = Builder::new(&horizons, link).of_nodes();
         let mut deleted: DeletedKeys = Vec::new();
         let mut tables = Vec::new();
-        for (_, table) in store.tables.iter() {
+        for table in store.tables() {
             let id = table.heap.def.id;
             tables.push(id);
             let snapshot = table.index.freeze().ok_or_else(|| {
@@ -205,7 +205,7 @@ fn write_nodes(
             if settled(table, head, settled_below) {
                 return Some(head);
             }
-            let committed = table.committed_version(&store.medium, Addr(head));
+            let committed = table.committed_version(store.medium(), Addr(head));
             as_live &= committed == Some(Addr(head));
             committed.map(|addr| addr.0)
         });

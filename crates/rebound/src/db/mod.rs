@@ -164,9 +164,8 @@ impl Database {
     pub fn table_names(&self) -> Vec<String> {
         self.inner
             .store()
-            .tables
-            .iter()
-            .map(|(_, t)| t.heap.def.name.clone())
+            .tables()
+            .map(|t| t.heap.def.name.clone())
             .collect()
     }
 

@@ -88,41 +88,41 @@ pub struct WorkerCounters {
 
 /// Everything transactions share: the medium, free space, the clock, tables.
 pub struct Store {
-    pub medium: Medium,
-    pub space: Space,
-    pub clock: Clock,
-    pub tables: boxcar::Vec<Arc<TableRt>>,
+    medium: Medium,
+    space: Space,
+    clock: Clock,
+    tables: boxcar::Vec<Arc<TableRt>>,
     /// Distinguishes table handles of different open databases.
-    pub instance: u64,
+    instance: u64,
     /// Per worker: timestamp of its running transaction, 0 when idle.
-    pub active: Box<[AtomicU64]>,
+    active: Box<[AtomicU64]>,
     /// Per worker: what its transactions did (each on its own cache line).
-    pub counters: Box<[CachePadded<WorkerCounters>]>,
+    counters: Box<[CachePadded<WorkerCounters>]>,
     /// Tombstones committed since the last reaping: (table, address).
-    pub deleted: parking_lot::Mutex<Vec<(u32, Addr)>>,
+    deleted: parking_lot::Mutex<Vec<(u32, Addr)>>,
     /// Per worker: whether its running transaction is a long one (LONG_*).
-    pub long: Box<[AtomicU8]>,
+    long: Box<[AtomicU8]>,
     /// Transactions moved to a long-transaction region since open.
-    pub long_moved: AtomicU64,
+    long_moved: AtomicU64,
     /// Per long-transaction region (indexed from `LONG_REGIONS`): the
     /// newest of its commits whose versions are visible in the index
     /// (published, paths re-marked). A checkpoint that reads these after
     /// taking its horizons sees every commit up to them, so recovery need
     /// not redo them (see `checkpoint_horizon`).
-    pub long_published: Box<[AtomicU64]>,
+    long_published: Box<[AtomicU64]>,
     /// Per worker: its running transaction's write set. The transaction
     /// holds it while it writes, commits or rolls back; the background
     /// thread takes it to move an idle long transaction.
-    pub write_sets: Box<[parking_lot::Mutex<WriteSet>]>,
+    write_sets: Box<[parking_lot::Mutex<WriteSet>]>,
     /// Timestamp of GC's running system transaction, 0 when none runs:
     /// writers that meet its locks wait for it instead of conflicting.
-    pub gc_txn: AtomicU64,
+    gc_txn: AtomicU64,
     /// Secondary index entries that may be stale (see `secondary`).
-    pub index_garbage: parking_lot::Mutex<Vec<Stale>>,
+    index_garbage: parking_lot::Mutex<Vec<Stale>>,
     /// Versions committed since the last checkpoint (for delta ones).
-    pub changes: ChangeLog,
+    changes: ChangeLog,
     /// The redo log of the `wal` design, once recovery has replayed it.
-    pub log: std::sync::OnceLock<Arc<crate::wal::Log>>,
+    log: std::sync::OnceLock<Arc<crate::wal::Log>>,
 }
 
 /// A transaction running for less than the long-transaction threshold.
@@ -133,8 +133,115 @@ pub const LONG_REQUESTED: u8 = 1;
 pub const LONG_MIGRATED: u8 = 2;
 
 impl Store {
+    #[inline]
     pub fn medium(&self) -> &Medium {
         &self.medium
+    }
+
+    /// Free space of the medium.
+    #[inline]
+    pub fn space(&self) -> &Space {
+        &self.space
+    }
+
+    /// The timestamp clock.
+    #[inline]
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Every table, in creation order (a table's id is its position).
+    pub fn tables(&self) -> impl Iterator<Item = &Arc<TableRt>> {
+        self.tables.iter().map(|(_, table)| table)
+    }
+
+    /// How many tables exist.
+    #[inline]
+    pub fn table_count(&self) -> usize {
+        self.tables.count()
+    }
+
+    /// The table with id `id`; panics if there is none (for ids taken
+    /// from the store's own tables or versions).
+    #[inline]
+    #[track_caller]
+    pub fn table(&self, id: u32) -> &Arc<TableRt> {
+        &self.tables[id as usize]
+    }
+
+    /// The table with id `id`, if it exists.
+    #[inline]
+    pub fn get_table(&self, id: u32) -> Option<&Arc<TableRt>> {
+        self.tables.get(id as usize)
+    }
+
+    /// Adds a table; its id is the table count before the call.
+    pub fn add_table(&self, table: Arc<TableRt>) {
+        self.tables.push(table);
+    }
+
+    /// Distinguishes table handles of different open databases.
+    #[inline]
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// Whether `table` is a table of this store (not a handle from another
+    /// open database).
+    #[inline]
+    pub fn owns(&self, table: &TableRt) -> bool {
+        table.instance == self.instance
+    }
+
+    /// Versions committed since the last checkpoint.
+    #[inline]
+    pub fn changes(&self) -> &ChangeLog {
+        &self.changes
+    }
+
+    /// The redo log of the `wal` design, once started.
+    #[inline]
+    pub fn log(&self) -> Option<&Arc<crate::wal::Log>> {
+        self.log.get()
+    }
+
+    /// Hands the store the redo log recovery replayed; commits record
+    /// themselves in it from now on. False if a log was started already.
+    pub fn start_log(&self, log: Arc<crate::wal::Log>) -> bool {
+        self.log.set(log).is_ok()
+    }
+
+    /// Announces that `worker` runs a transaction that began at `ts`:
+    /// horizons and low water stay at or below it until `retire`.
+    pub fn announce(&self, worker: usize, ts: u64) {
+        self.active[worker].store(ts, SeqCst);
+    }
+
+    /// Announces that `worker` runs no transaction any more.
+    pub fn retire(&self, worker: usize) {
+        self.active[worker].store(0, SeqCst);
+    }
+
+    /// Clears a long-transaction flag the background thread may have left
+    /// on `worker`'s slot, so the next transaction there starts short.
+    pub fn clear_long_flag(&self, worker: usize) {
+        self.long[worker].store(LONG_NONE, SeqCst);
+    }
+
+    /// Transactions moved to a long-transaction region since open.
+    pub fn long_transactions_moved(&self) -> u64 {
+        self.long_moved.load(Acquire)
+    }
+
+    /// Publishes the timestamp of GC's running system transaction: writers
+    /// that meet its locks wait for it until `end_gc_txn`.
+    pub fn begin_gc_txn(&self, ts: u64) {
+        self.gc_txn.store(ts, Release);
+    }
+
+    /// GC's system transaction ended.
+    pub fn end_gc_txn(&self) {
+        self.gc_txn.store(0, Release);
     }
 
     /// Frees every table's extents held ready for its next blocks (see
@@ -1574,10 +1681,7 @@ impl<'s> TxnState<'s> {
             });
         }
         let store = self.store;
-        let log = store
-            .log
-            .get()
-            .filter(|_| self.worker != catalog::GC_WORKER);
+        let log = store.log().filter(|_| self.worker != catalog::GC_WORKER);
         let mut set = store.write_sets[self.worker].lock();
         let mut ticket = None;
         if !set.writes.is_empty() {
