@@ -153,14 +153,9 @@ fn collect(
         return Ok(Collected::Done);
     }
     let bounds = (&mut share.range.0, &share.range.1);
-    let outcome = store.collect_index_entries(
-        build,
-        share.worker,
-        bounds,
-        ROUND_ROWS,
-        share.run,
-        cancelled,
-    )?;
+    let outcome = share
+        .run
+        .collect(store, build, share.worker, bounds, ROUND_ROWS, cancelled)?;
     *share.done = outcome == Collected::Done;
     share.run.sort_dedup();
     Ok(outcome)

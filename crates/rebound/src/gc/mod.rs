@@ -44,7 +44,7 @@ use crate::catalog::{self, GC_WORKER};
 use crate::error::{Error, Result};
 use crate::heap::tile::{LOCKED, PENDING, REAPED};
 use crate::heap::{self, Addr, Block, SlotWord};
-use crate::txn::{Store, TableRt, TxnState};
+use crate::txn::{relocate, Store, TableRt, TxnState};
 use std::sync::atomic::Ordering::Acquire;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -493,7 +493,7 @@ fn relocate_batch(
         // A head that moved since it was classified was written by
         // someone else: the old version is dead now, or the block
         // waits (a pending write over it may still abort).
-        if txn.relocate(table, addr)? {
+        if relocate(&mut txn, table, addr)? {
             copied.push(addr);
         } else if !matches!(classify(store, table, candidate, addr.slot()), Slot::Dead) {
             return Ok(Batch::Busy);

@@ -58,6 +58,7 @@ pub use clock::Clock;
 pub use cursor::{prefix_end, Cursor, Order};
 pub use index_build::{Collected, EntryRun};
 use obsolete_bits::ObsoleteBits;
+pub use relocate::relocate;
 pub use sampler::{Sample, UpdateSampler};
 pub use secondary::{Rows, SecondaryRt, Stale, DROPPED, READY};
 
@@ -417,6 +418,22 @@ impl Store {
             }
         }
         flagged
+    }
+
+    /// Moves every flagged long transaction that is idle right now; returns
+    /// how many moved. The others move at their next call.
+    pub fn move_idle_long_transactions(&self) -> usize {
+        let mut moved = 0;
+        for worker in 0..crate::catalog::MAX_SESSIONS {
+            if self.long[worker].load(Acquire) != LONG_REQUESTED {
+                continue;
+            }
+            let Some(mut set) = self.write_sets[worker].try_lock() else {
+                continue;
+            };
+            moved += matches!(long::move_to_long_region(self, worker, &mut set), Ok(true)) as usize;
+        }
+        moved
     }
 
     /// The lower bound announced by the oldest running transaction, `None`
@@ -1075,7 +1092,7 @@ impl<'s> TxnState<'s> {
     }
 
     fn check_usable(&mut self) -> Result<()> {
-        if let Err(e) = self.migrate_if_asked() {
+        if let Err(e) = long::migrate_if_asked(self.store, self.worker) {
             self.poisoned = Some(e);
         }
         match self.poisoned.take() {
@@ -1277,6 +1294,21 @@ impl<'s> TxnState<'s> {
             spins = spins.saturating_add(1);
         }
         Ok(())
+    }
+
+    /// A cursor over the live entries of `range` (see [`Cursor`]).
+    pub fn range(
+        &mut self,
+        table: Arc<TableRt>,
+        range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+        first_batch: usize,
+    ) -> Result<Cursor<'_, 's>> {
+        self.check_usable()?;
+        if !self.store.owns(&table) {
+            return Err(Error::ForeignTable);
+        }
+        table.check_damaged()?;
+        Ok(Cursor::new(self, table, range, first_batch))
     }
 
     pub fn insert(&mut self, table: &TableRt, key: &[u8], value: &[u8]) -> Result<()> {
@@ -1670,7 +1702,7 @@ impl<'s> TxnState<'s> {
     /// wait for before it may be acknowledged (the log's flush, in the
     /// `wal` design). On error it is aborted.
     pub fn commit_deferred(mut self) -> Result<PendingCommit> {
-        if let Err(e) = self.migrate_if_asked() {
+        if let Err(e) = long::migrate_if_asked(self.store, self.worker) {
             self.poisoned.get_or_insert(e);
         }
         if let Some(e) = self.poisoned.take() {
@@ -1718,7 +1750,7 @@ impl<'s> TxnState<'s> {
                 .add_publishing(self.worker, self.committed(&set));
             self.publish(&mut set);
             if set.region != self.worker {
-                self.touch_written_keys(&set);
+                long::touch_written_keys(self.store, &set);
                 store.long_published[set.region - crate::catalog::LONG_REGIONS]
                     .fetch_max(self.ts, SeqCst);
             }
