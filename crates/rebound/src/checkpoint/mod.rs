@@ -248,7 +248,7 @@ pub struct Checkpointer {
     deferred: Vec<(u64, u64)>,
     /// Per table (IACoW): node ids the next checkpoint writes although
     /// they may not change (`nodes`).
-    revisit: Vec<Vec<u64>>,
+    revisit: nodes::Revisits,
     /// The next IACoW checkpoint writes a base: one failed after its
     /// freezes had moved the epochs on, so changes of theirs may be in no
     /// image.
@@ -275,7 +275,7 @@ impl Checkpointer {
             cost: CostModel::default(),
             pinned: None,
             deferred: Vec::new(),
-            revisit: Vec::new(),
+            revisit: nodes::Revisits::default(),
             rebase: false,
             published: Vec::new(),
         }
@@ -339,7 +339,7 @@ impl Checkpointer {
 
     fn take_once(&mut self, store: &Store) -> Result<CheckpointStats> {
         if self.mode == CheckpointMode::IaCow {
-            return self.take_nodes(store);
+            return nodes::checkpoint(self, store);
         }
         let started = Instant::now();
         self.release_deferred(store);
