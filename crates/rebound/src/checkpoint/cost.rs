@@ -53,7 +53,7 @@ impl CostModel {
             full_ns += entries * resolve;
             incremental_ns +=
                 entries * (in_touched_leaves * resolve + (1.0 - in_touched_leaves) * copy);
-            let updates: f64 = sample.counts.iter().map(|&c| c as f64).sum();
+            let updates = sample.updates();
             alpha_sum += sample.alpha() * updates;
             written += updates;
         }

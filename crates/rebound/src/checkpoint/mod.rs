@@ -351,7 +351,7 @@ impl Checkpointer {
         let mut base = self.current.clone().filter(|c| {
             c.extend != Extend::Nothing && !c.nodes && c.extents.len() < MAX_CHAIN as usize
         });
-        let samples: Vec<_> = store.tables().map(|t| t.sampler.drain()).collect();
+        let samples: Vec<_> = store.tables().map(|t| t.drain_sample()).collect();
         let mut stats = CheckpointStats {
             t_low,
             ..Default::default()

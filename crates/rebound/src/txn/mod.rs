@@ -81,10 +81,10 @@ const WAIT_SPINS: u32 = 1 << 14;
 #[derive(Default)]
 pub struct WorkerCounters {
     /// Versions written by committed transactions.
-    pub written: AtomicU64,
-    pub commits: AtomicU64,
+    written: AtomicU64,
+    commits: AtomicU64,
     /// Transactions that hit a serialization conflict.
-    pub conflicts: AtomicU64,
+    conflicts: AtomicU64,
 }
 
 /// Everything transactions share: the medium, free space, the clock, tables.
@@ -549,8 +549,8 @@ pub trait ColdEntries: Send + Sync {
 pub struct TableRt {
     pub heap: TableHeap,
     pub index: BTree,
-    pub instance: u64,
-    pub sampler: UpdateSampler,
+    instance: u64,
+    sampler: UpdateSampler,
     /// Secondary indexes, in creation order (`IndexDef::number`).
     pub secondaries: boxcar::Vec<Arc<SecondaryRt>>,
     cold: parking_lot::RwLock<Option<Arc<dyn ColdEntries>>>,
@@ -570,6 +570,12 @@ impl TableRt {
             cold_active: std::sync::atomic::AtomicBool::new(false),
             damaged: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Update counts of the sampled keys since the previous call (for the
+    /// checkpoint cost model).
+    pub fn drain_sample(&self) -> Sample {
+        self.sampler.drain()
     }
 
     /// The value of the version at `addr` into `out`; false if it is a

@@ -16,9 +16,9 @@ use crate::heap::Addr;
 use std::sync::atomic::Ordering::{Acquire, SeqCst};
 
 /// Copies `head`, the index head of its key, into the region of `txn`
-/// (GC's system transaction). `Ok(false)` when that cannot be done now: the head moved or
-/// is being written. Unlike a user write it may go under younger
-/// readers' marks, since the content does not change.
+/// (GC's system transaction). `Ok(false)` when that cannot be done now:
+/// the head moved or is being written. Unlike a user write it may go
+/// under younger readers' marks, since the content does not change.
 pub fn relocate(txn: &mut TxnState<'_>, table: &TableRt, head: Addr) -> Result<bool> {
     txn.check_usable()?;
     let store = txn.store;

@@ -183,9 +183,9 @@ impl SecondaryRt {
 
 /// A stale-entry candidate: removed once nothing can need it.
 pub struct Stale {
-    pub table: u32,
-    pub index: Arc<SecondaryRt>,
-    pub entry: Vec<u8>,
+    table: u32,
+    index: Arc<SecondaryRt>,
+    entry: Vec<u8>,
 }
 
 /// Tree bounds that contain every entry whose secondary key lies in
