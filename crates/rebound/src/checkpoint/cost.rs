@@ -46,9 +46,9 @@ impl CostModel {
         let copy = self.ns_per_copied.unwrap_or(resolve / 4.0);
         let (mut full_ns, mut incremental_ns, mut alpha_sum, mut written) = (0.0, 0.0, 0.0, 0.0);
         for (table, sample) in store.tables().zip(samples) {
-            let entries = table.index.len() as f64;
-            let per_leaf = (entries / table.index.node_count().max(1) as f64).max(1.0);
-            let touched = sample.touched_fraction(table.index.len());
+            let entries = table.index().len() as f64;
+            let per_leaf = (entries / table.index().node_count().max(1) as f64).max(1.0);
+            let touched = sample.touched_fraction(table.index().len());
             let in_touched_leaves = 1.0 - (1.0 - touched).powf(per_leaf);
             full_ns += entries * resolve;
             incremental_ns +=

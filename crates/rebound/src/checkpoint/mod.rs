@@ -656,7 +656,7 @@ impl Collect<'_, '_> {
 /// All leaf entries, each resolved to its newest committed version.
 fn write_full(medium: &Medium, table: &TableRt, out: &mut Collect) {
     table
-        .index
+        .index()
         .scan(Bound::Unbounded, Bound::Unbounded, None, |key, head| {
             out.live(medium, table, key, head);
             true
@@ -673,7 +673,7 @@ fn write_incremental(
     out: &mut Collect,
 ) {
     let state = std::cell::RefCell::new((out, previous.reader(table.heap.def.id)));
-    table.index.walk(
+    table.index().walk(
         |lower, upper, update_time, _is_leaf| {
             if update_time >= base_t_low {
                 return true;

@@ -87,7 +87,7 @@ pub(super) fn checkpoint(cp: &mut Checkpointer, store: &Store) -> Result<Checkpo
     for table in store.tables() {
         let id = table.heap.def.id;
         tables.push(id);
-        let snapshot = table.index.freeze().ok_or_else(|| {
+        let snapshot = table.index().freeze().ok_or_else(|| {
             Error::InvalidOption(format!("table {id}'s index has no node versions"))
         })?;
         let revisit = cp.revisit.take(id);

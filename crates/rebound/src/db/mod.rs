@@ -54,7 +54,7 @@ impl Table {
     /// Number of keys in the primary index (including keys deleted by
     /// transactions whose index clean-up is deferred).
     pub fn approximate_len(&self) -> usize {
-        self.rt.index.len()
+        self.rt.index().len()
     }
 
     #[cfg(test)]

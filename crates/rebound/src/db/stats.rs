@@ -88,7 +88,7 @@ fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
     let slot = heap.def.slot_size as u64;
     TableStats {
         name: heap.def.name.clone(),
-        index_entries: table.index.len() as u64,
+        index_entries: table.index().len() as u64,
         blocks,
         regions,
         block_bytes: blocks * heap.def.block_size as u64,

@@ -596,7 +596,7 @@ fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u3
     if header.end.load(Acquire) != end {
         return Slot::Busy;
     }
-    let Some(head) = table.index.get(&slot.key) else {
+    let Some(head) = table.index().get(&slot.key) else {
         return Slot::Dead;
     };
     if head == addr.0 {

@@ -548,7 +548,7 @@ pub trait ColdEntries: Send + Sync {
 /// A table at run time: its heap and its primary index.
 pub struct TableRt {
     pub heap: TableHeap,
-    pub index: BTree,
+    index: BTree,
     instance: u64,
     sampler: UpdateSampler,
     /// Secondary indexes, in creation order (`IndexDef::number`).
@@ -570,6 +570,12 @@ impl TableRt {
             cold_active: std::sync::atomic::AtomicBool::new(false),
             damaged: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The primary index: each key's newest version.
+    #[inline]
+    pub fn index(&self) -> &BTree {
+        &self.index
     }
 
     /// Update counts of the sampled keys since the previous call (for the

@@ -1051,7 +1051,7 @@ impl SnapshotRun {
         let mut slot = Vec::new();
         let mut copied = Vec::with_capacity(rows.len());
         for (key, value) in rows {
-            if table.index.get(&key).is_none() {
+            if table.index().get(&key).is_none() {
                 let row = (key.as_slice(), value.as_slice());
                 let addr = copy_row(engine.store(), table, COPY_REGION, row, false, &mut slot)?;
                 copied.push((key, addr.0));
@@ -1312,7 +1312,7 @@ fn load_range(
         let Some(value) = value else {
             return;
         };
-        if failed.is_some() || table.index.get(key).is_some() {
+        if failed.is_some() || table.index().get(key).is_some() {
             return;
         }
         match copy_row(store, table, region, (key, value), false, &mut slot) {
