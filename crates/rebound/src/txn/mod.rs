@@ -152,6 +152,7 @@ impl Store {
     }
 
     /// Every table, in creation order (a table's id is its position).
+    #[inline]
     pub fn tables(&self) -> impl Iterator<Item = &Arc<TableRt>> {
         self.tables.iter().map(|(_, table)| table)
     }
@@ -214,33 +215,39 @@ impl Store {
 
     /// Announces that `worker` runs a transaction that began at `ts`:
     /// horizons and low water stay at or below it until `retire`.
+    #[inline]
     pub fn announce(&self, worker: usize, ts: u64) {
         self.active[worker].store(ts, SeqCst);
     }
 
     /// Announces that `worker` runs no transaction any more.
+    #[inline]
     pub fn retire(&self, worker: usize) {
         self.active[worker].store(0, SeqCst);
     }
 
     /// Clears a long-transaction flag the background thread may have left
     /// on `worker`'s slot, so the next transaction there starts short.
+    #[inline]
     pub fn clear_long_flag(&self, worker: usize) {
         self.long[worker].store(LONG_NONE, SeqCst);
     }
 
     /// Transactions moved to a long-transaction region since open.
+    #[inline]
     pub fn long_transactions_moved(&self) -> u64 {
         self.long_moved.load(Acquire)
     }
 
     /// Publishes the timestamp of GC's running system transaction: writers
     /// that meet its locks wait for it until `end_gc_txn`.
+    #[inline]
     pub fn begin_gc_txn(&self, ts: u64) {
         self.gc_txn.store(ts, Release);
     }
 
     /// GC's system transaction ended.
+    #[inline]
     pub fn end_gc_txn(&self) {
         self.gc_txn.store(0, Release);
     }
@@ -580,6 +587,7 @@ impl TableRt {
 
     /// Update counts of the sampled keys since the previous call (for the
     /// checkpoint cost model).
+    #[inline]
     pub fn drain_sample(&self) -> Sample {
         self.sampler.drain()
     }
@@ -1059,7 +1067,7 @@ impl<'s> TxnState<'s> {
     pub fn begin(store: &'s Store, worker: usize) -> Self {
         // Announce a lower bound before taking the timestamp, so that
         // `low_water` never misses a transaction that is just starting.
-        store.active[worker].store(store.clock.peek(), SeqCst);
+        store.announce(worker, store.clock.peek());
         let (ts, poisoned) = match store.clock.next(&store.medium) {
             Ok(ts) => (ts, None),
             Err(e) => (0, Some(e)),
@@ -1940,7 +1948,7 @@ impl Drop for TxnState<'_> {
         if self.store.long[self.worker].load(Relaxed) != LONG_NONE {
             self.store.long[self.worker].store(LONG_NONE, SeqCst);
         }
-        self.store.active[self.worker].store(0, SeqCst);
+        self.store.retire(self.worker);
     }
 }
 
