@@ -153,14 +153,9 @@ fn collect(
         return Ok(Collected::Done);
     }
     let bounds = (&mut share.range.0, &share.range.1);
-    let outcome = store.collect_index_entries(
-        build,
-        share.worker,
-        bounds,
-        ROUND_ROWS,
-        share.run,
-        cancelled,
-    )?;
+    let outcome = share
+        .run
+        .collect(store, build, share.worker, bounds, ROUND_ROWS, cancelled)?;
     *share.done = outcome == Collected::Done;
     share.run.sort_dedup();
     Ok(outcome)
@@ -221,7 +216,7 @@ fn slices(runs: &[EntryRun], parts: usize) -> Vec<Slice<'_>> {
 
 /// Cuts the table's key range into at most `parts` ranges.
 fn split_range(store: &Store, table: &TableRt, parts: usize) -> Vec<KeyRange> {
-    let mut cuts = table.split_keys(&store.medium, parts);
+    let mut cuts = table.split_keys(store.medium(), parts);
     cuts.sort();
     cuts.dedup();
     let mut ranges = Vec::with_capacity(parts);

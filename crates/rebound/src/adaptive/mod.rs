@@ -203,7 +203,7 @@ impl IndexManager {
 
     /// Whether every secondary index of the store is ready.
     pub fn all_built(&self, store: &Store) -> bool {
-        let tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
+        let tables: Vec<Arc<TableRt>> = store.tables().cloned().collect();
         all_ready(&tables)
     }
 
@@ -252,7 +252,7 @@ impl IndexManager {
     /// far as calls to this tell (the first call after a pause says no).
     fn workload_idle(&self, store: &Store) -> bool {
         let now = self.opened.elapsed().as_nanos() as u64;
-        let ts = store.clock.peek();
+        let ts = store.clock().peek();
         if self.clock_seen.swap(ts, Relaxed) != ts {
             self.clock_moved_at.store(now, Relaxed);
             return false;
@@ -363,7 +363,7 @@ impl IndexManager {
     /// start, if its rank is positive: statements arriving before they
     /// run then see its build under way and may wait for it.
     pub fn claim_first_build(&self, store: &Store) -> Option<FirstBuild> {
-        let tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
+        let tables: Vec<Arc<TableRt>> = store.tables().cloned().collect();
         let (table, index, rank) = self.next_to_rebuild(&tables)?;
         if rank <= 0.0 {
             return None;
@@ -417,7 +417,7 @@ impl IndexManager {
         workers: &[usize],
         first: Option<FirstBuild>,
     ) -> Result<()> {
-        let tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
+        let tables: Vec<Arc<TableRt>> = store.tables().cloned().collect();
         let all: Vec<Option<usize>> = workers.iter().map(|&w| Some(w)).collect();
         if let Some(FirstBuild { table, index, lock }) = first {
             self.build_locked(store, &table, &index, &all, Priority::Now)?;
@@ -459,7 +459,7 @@ impl IndexManager {
     /// (synchronous recovery, and `wait_for_secondary_indexes`).
     pub fn build_all(&self, store: &Store, workers: &[Option<usize>]) -> Result<()> {
         self.hurry.store(true, Release);
-        let mut tables: Vec<Arc<TableRt>> = store.tables.iter().map(|(_, t)| t.clone()).collect();
+        let mut tables: Vec<Arc<TableRt>> = store.tables().cloned().collect();
         // Tables the loader has warmed first: builds on the others wait.
         tables.sort_by_key(|table| self.waits_for_load(table));
         for table in &tables {
@@ -490,7 +490,7 @@ impl IndexManager {
         ring.written_at = Instant::now();
         let decay = 0.5f64.powf(elapsed.as_secs_f64() / WINDOW_HALF_LIFE.as_secs_f64());
         let window_ms = (WINDOW_HALF_LIFE.as_secs_f64() / std::f64::consts::LN_2 * 1000.0) as u64;
-        for (_, table) in store.tables.iter() {
+        for table in store.tables() {
             for (_, index) in table.secondaries.iter() {
                 // A dropped entry's number may belong to a live index now
                 // (placeholders all say 0): its zeros must not count there.
@@ -523,7 +523,7 @@ impl IndexManager {
                 };
                 let seq = ring.next_seq;
                 ring.next_seq += 1;
-                catalog::write_usage(&store.medium, seq, &record);
+                catalog::write_usage(store.medium(), seq, &record);
             }
         }
     }

@@ -78,13 +78,12 @@ pub fn load_cold(
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<()> {
     let threads = parallel::cores().min(MAX_THREADS);
-    let verified = chain.verify_parallel(&store.medium, threads);
+    let verified = chain.verify_parallel(store.medium(), threads);
     let mut loads: Vec<TableLoad> = store
-        .tables
-        .iter()
-        .map(|(_, t)| t.clone())
+        .tables()
         .filter(|t| t.is_loading())
-        .map(|table| TableLoad::new(&store.medium, chain, table, threads))
+        .cloned()
+        .map(|table| TableLoad::new(store.medium(), chain, table, threads))
         .collect();
     // Smallest first: a table serves lookups at full speed once its whole
     // run is in, and this makes that happen to most tables soonest.
@@ -114,7 +113,7 @@ pub fn load_cold(
                 load.range_done(range, Err(load.bad("another range failed")));
                 continue;
             }
-            let outcome = load_range(&store.medium, chain, load, range, cancelled);
+            let outcome = load_range(store.medium(), chain, load, range, cancelled);
             if cancelled() {
                 return;
             }

@@ -45,15 +45,15 @@ impl CostModel {
         let resolve = self.ns_per_resolved.unwrap_or(INITIAL_RESOLVE_NS);
         let copy = self.ns_per_copied.unwrap_or(resolve / 4.0);
         let (mut full_ns, mut incremental_ns, mut alpha_sum, mut written) = (0.0, 0.0, 0.0, 0.0);
-        for ((_, table), sample) in store.tables.iter().zip(samples) {
-            let entries = table.index.len() as f64;
-            let per_leaf = (entries / table.index.node_count().max(1) as f64).max(1.0);
-            let touched = sample.touched_fraction(table.index.len());
+        for (table, sample) in store.tables().zip(samples) {
+            let entries = table.index().len() as f64;
+            let per_leaf = (entries / table.index().node_count().max(1) as f64).max(1.0);
+            let touched = sample.touched_fraction(table.index().len());
             let in_touched_leaves = 1.0 - (1.0 - touched).powf(per_leaf);
             full_ns += entries * resolve;
             incremental_ns +=
                 entries * (in_touched_leaves * resolve + (1.0 - in_touched_leaves) * copy);
-            let updates: f64 = sample.counts.iter().map(|&c| c as f64).sum();
+            let updates = sample.updates();
             alpha_sum += sample.alpha() * updates;
             written += updates;
         }

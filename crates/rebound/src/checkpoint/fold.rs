@@ -41,8 +41,8 @@ impl FoldJob {
     /// without making it the root. Reads only images, which nothing frees
     /// while the job runs.
     pub fn run(self, store: &Store) -> Result<Folded> {
-        let chain = Chain::open(&store.medium, self.top)?;
-        chain.verify(&store.medium)?;
+        let chain = Chain::open(store.medium(), self.top)?;
+        chain.verify(store.medium())?;
         let newest = chain.newest();
         let mut image = Builder::new(&horizons_of(newest, newest.sequence), Link::BASE);
         let mut entries = 0;
@@ -50,15 +50,15 @@ impl FoldJob {
             let mut run = image.begin_section(section.table, &section.block_lists);
             entries += chain
                 .reader(section.table)
-                .copy_until(&store.medium, None, &mut run);
+                .copy_until(store.medium(), None, &mut run);
             run.finish();
         }
         let bytes = image.finish();
         let len = (bytes.len() as u64).next_multiple_of(crate::heap::BLOCK_ALIGN);
-        let (offset, _) = store.space.allocate(&store.medium, len)?;
-        store.medium.write_bytes(offset, &bytes);
-        store.medium.persist_now(offset, bytes.len() as u64)?;
-        super::image::assert_reads_back(&store.medium, offset, &bytes);
+        let (offset, _) = store.space().allocate(store.medium(), len)?;
+        store.medium().write_bytes(offset, &bytes);
+        store.medium().persist_now(offset, bytes.len() as u64)?;
+        super::image::assert_reads_back(store.medium(), offset, &bytes);
         Ok(Folded {
             top: self.top,
             extent: (offset, len),
@@ -93,7 +93,7 @@ fn merge_newest(
         entries +=
             chain
                 .newest_reader(section.table, newest)
-                .copy_until(&store.medium, None, &mut run);
+                .copy_until(store.medium(), None, &mut run);
         run.finish();
     }
     Ok((install(store, &image.finish())?, entries))
@@ -109,7 +109,7 @@ impl Checkpointer {
         let Some(current) = self.current.clone() else {
             return Ok(0);
         };
-        let chain = Chain::open(&store.medium, current.offset)?;
+        let chain = Chain::open(store.medium(), current.offset)?;
         let images = chain.images();
         let sizes = chain.sizes();
         // A running fold's images stay out; once a copying checkpoint
@@ -126,7 +126,7 @@ impl Checkpointer {
         while merged > 2 && sizes[merged - 1] > sizes[..merged - 1].iter().sum::<u64>() {
             merged -= 1;
         }
-        chain.verify_newest(&store.medium, merged)?;
+        chain.verify_newest(store.medium(), merged)?;
         let below = &images[merged];
         let onto = Link {
             previous: below.offset,
@@ -184,7 +184,7 @@ impl Checkpointer {
         let Some(current) = self.current.clone() else {
             return Ok(());
         };
-        let chain = Chain::open(&store.medium, current.offset)?;
+        let chain = Chain::open(store.medium(), current.offset)?;
         let Some(above) = chain.images().iter().position(|i| i.offset == folded.top) else {
             // The chain was replaced meanwhile (a full checkpoint).
             self.release(store, folded.extent);
@@ -192,11 +192,11 @@ impl Checkpointer {
         };
         let (root, extents, delta_entries) = match above {
             0 => {
-                crate::catalog::set_checkpoint_root(&store.medium, folded.extent.0)?;
+                crate::catalog::set_checkpoint_root(store.medium(), folded.extent.0)?;
                 (folded.extent.0, vec![folded.extent], 0)
             }
             _ => {
-                chain.verify_newest(&store.medium, above)?;
+                chain.verify_newest(store.medium(), above)?;
                 let onto = Link {
                     previous: folded.extent.0,
                     depth: 2,

@@ -248,7 +248,7 @@ pub struct Checkpointer {
     deferred: Vec<(u64, u64)>,
     /// Per table (IACoW): node ids the next checkpoint writes although
     /// they may not change (`nodes`).
-    revisit: Vec<Vec<u64>>,
+    revisit: nodes::Revisits,
     /// The next IACoW checkpoint writes a base: one failed after its
     /// freezes had moved the epochs on, so changes of theirs may be in no
     /// image.
@@ -275,7 +275,7 @@ impl Checkpointer {
             cost: CostModel::default(),
             pinned: None,
             deferred: Vec::new(),
-            revisit: Vec::new(),
+            revisit: nodes::Revisits::default(),
             rebase: false,
             published: Vec::new(),
         }
@@ -297,7 +297,7 @@ impl Checkpointer {
             .filter(|(chain, offsets)| chain.strong_count() > 0 && offsets.contains(&offset));
         match pinned {
             Some(_) => self.deferred.push((offset, len)),
-            None => store.space.free(&store.medium, offset, len),
+            None => store.space().free(store.medium(), offset, len),
         }
     }
 
@@ -312,7 +312,7 @@ impl Checkpointer {
         }
         self.pinned = None;
         for (offset, len) in std::mem::take(&mut self.deferred) {
-            store.space.free(&store.medium, offset, len);
+            store.space().free(store.medium(), offset, len);
         }
     }
 
@@ -331,7 +331,7 @@ impl Checkpointer {
         let taken = self.take_once(store);
         if taken.is_err() {
             // The changes it took may not be in any image.
-            store.changes.lose();
+            store.changes().lose();
             self.rebase = true;
         }
         taken
@@ -339,7 +339,7 @@ impl Checkpointer {
 
     fn take_once(&mut self, store: &Store) -> Result<CheckpointStats> {
         if self.mode == CheckpointMode::IaCow {
-            return self.take_nodes(store);
+            return nodes::checkpoint(self, store);
         }
         let started = Instant::now();
         self.release_deferred(store);
@@ -351,11 +351,7 @@ impl Checkpointer {
         let mut base = self.current.clone().filter(|c| {
             c.extend != Extend::Nothing && !c.nodes && c.extents.len() < MAX_CHAIN as usize
         });
-        let samples: Vec<_> = store
-            .tables
-            .iter()
-            .map(|(_, t)| t.sampler.drain())
-            .collect();
+        let samples: Vec<_> = store.tables().map(|t| t.drain_sample()).collect();
         let mut stats = CheckpointStats {
             t_low,
             ..Default::default()
@@ -363,13 +359,13 @@ impl Checkpointer {
         // After the horizons: every version older than them was published
         // and recorded by now (a delta needs that), and before any walk
         // (which then covers what this take drops).
-        store.changes.record(self.mode.capture());
-        let changes = store.changes.take(store.tables.count());
+        store.changes().record(self.mode.capture());
+        let changes = store.changes().take(store.table_count());
         // A commit recorded before this take must be published before the
         // walk below, which skips versions not yet committed: otherwise
         // neither this image nor the next delta (whose record we just
         // took) would hold it.
-        store.changes.wait_for_publishing();
+        store.changes().wait_for_publishing();
         let kind = match (base.as_ref().map(|b| b.extend), &changes) {
             (Some(extend), Changes::Complete(_) | Changes::Trees(_)) => {
                 match self.choose(store, &samples, &mut stats) {
@@ -390,8 +386,8 @@ impl Checkpointer {
         }
         let previous = match (kind, &base) {
             (Kind::Incremental, Some(b)) => {
-                let chain = Chain::open(&store.medium, b.offset)?;
-                chain.verify(&store.medium)?;
+                let chain = Chain::open(store.medium(), b.offset)?;
+                chain.verify(store.medium())?;
                 Some(chain)
             }
             _ => None,
@@ -405,7 +401,7 @@ impl Checkpointer {
         let mut image = writer::Builder::new(&horizons, link);
         let mut deleted = Vec::new();
         let mut tables = Vec::new();
-        for (_, table) in store.tables.iter() {
+        for table in store.tables() {
             let id = table.heap.def.id;
             tables.push(id);
             let mut run = image.begin_table(table);
@@ -425,13 +421,13 @@ impl Checkpointer {
             };
             match (delta, &base, &previous) {
                 (Some(Delta::Log(changed)), _, _) => {
-                    write_delta(&store.medium, table, changed, &mut collect)
+                    write_delta(store.medium(), table, changed, &mut collect)
                 }
                 (Some(Delta::Tree(head)), _, _) => write_head_tree(head, &mut collect),
                 (None, Some(b), Some(chain)) if chain.has_table(id) => {
-                    write_incremental(&store.medium, table, chain, b.t_low, &mut collect)
+                    write_incremental(store.medium(), table, chain, b.t_low, &mut collect)
                 }
-                _ => write_full(&store.medium, table, &mut collect),
+                _ => write_full(store.medium(), table, &mut collect),
             }
             deleted.push((table.clone(), std::mem::take(&mut collect.deleted)));
             run.finish();
@@ -532,7 +528,7 @@ impl Checkpointer {
             horizons.sequence
         );
         assert!(
-            horizons.long_t_low <= horizons.t_low && horizons.t_low <= store.clock.peek(),
+            horizons.long_t_low <= horizons.t_low && horizons.t_low <= store.clock().peek(),
             "checkpoint redo horizons: long_t_low {} <= t_low {} <= clock",
             horizons.long_t_low,
             horizons.t_low
@@ -591,11 +587,11 @@ impl Checkpointer {
 /// the extent. A crash before the root switch leaves the previous root.
 fn install(store: &Store, bytes: &[u8]) -> Result<(u64, u64)> {
     let len = (bytes.len() as u64).next_multiple_of(crate::heap::BLOCK_ALIGN);
-    let (offset, _) = store.space.allocate(&store.medium, len)?;
-    store.medium.write_bytes(offset, bytes);
-    store.medium.persist_now(offset, bytes.len() as u64)?;
-    image::assert_reads_back(&store.medium, offset, bytes);
-    catalog::set_checkpoint_root(&store.medium, offset)?;
+    let (offset, _) = store.space().allocate(store.medium(), len)?;
+    store.medium().write_bytes(offset, bytes);
+    store.medium().persist_now(offset, bytes.len() as u64)?;
+    image::assert_reads_back(store.medium(), offset, bytes);
+    catalog::set_checkpoint_root(store.medium(), offset)?;
     Ok((offset, len))
 }
 
@@ -660,7 +656,7 @@ impl Collect<'_, '_> {
 /// All leaf entries, each resolved to its newest committed version.
 fn write_full(medium: &Medium, table: &TableRt, out: &mut Collect) {
     table
-        .index
+        .index()
         .scan(Bound::Unbounded, Bound::Unbounded, None, |key, head| {
             out.live(medium, table, key, head);
             true
@@ -677,7 +673,7 @@ fn write_incremental(
     out: &mut Collect,
 ) {
     let state = std::cell::RefCell::new((out, previous.reader(table.heap.def.id)));
-    table.index.walk(
+    table.index().walk(
         |lower, upper, update_time, _is_leaf| {
             if update_time >= base_t_low {
                 return true;
@@ -784,16 +780,16 @@ struct ChangedKey {
 /// running transaction, still the head).
 fn reap(store: &Store, deleted: DeletedKeys) -> u64 {
     let low_water = store.low_water();
-    let ut = store.clock.peek();
+    let ut = store.clock().peek();
     let mut removed = 0;
     for (table, keys) in deleted {
         for (key, head) in keys {
-            removed += table.reap_tombstone(&store.medium, &key, head, low_water, ut) as u64;
+            removed += table.reap_tombstone(store.medium(), &key, head, low_water, ut) as u64;
         }
     }
     if removed > 0 {
         // The reaped tombstones' obsolete bits.
-        let _ = store.medium.fence();
+        let _ = store.medium().fence();
     }
     removed
 }

@@ -53,87 +53,93 @@ use crate::txn::{Store, TableRt};
 use std::sync::atomic::Ordering::Acquire;
 use std::time::Instant;
 
-impl Checkpointer {
-    /// One IACoW checkpoint of every table: a delta of the node chain in
-    /// force, or a base that replaces whatever chain is in force.
-    pub(super) fn take_nodes(&mut self, store: &Store) -> Result<CheckpointStats> {
-        let started = Instant::now();
-        self.release_deferred(store);
-        // A fold of the entries chain this mode took over, started before.
-        self.install_fold(store)?;
-        let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
-        let rebase = std::mem::take(&mut self.rebase);
-        let base = self.current.clone().filter(|c| {
-            !rebase
-                && c.nodes
-                && c.extend == Extend::Anything
-                && c.extents.len() + 1 < self.compact_depth
-                && !c.wants_fold()
-        });
-        let mut stats = CheckpointStats {
-            t_low,
-            delta: base.is_some(),
-            ..Default::default()
+/// One IACoW checkpoint of every table: a delta of the node chain in
+/// force, or a base that replaces whatever chain is in force.
+pub(super) fn checkpoint(cp: &mut Checkpointer, store: &Store) -> Result<CheckpointStats> {
+    let started = Instant::now();
+    cp.release_deferred(store);
+    // A fold of the entries chain this mode took over, started before.
+    cp.install_fold(store)?;
+    let (t_low, long_t_low, long_published) = store.checkpoint_horizon();
+    let rebase = std::mem::take(&mut cp.rebase);
+    let base = cp.current.clone().filter(|c| {
+        !rebase
+            && c.nodes
+            && c.extend == Extend::Anything
+            && c.extents.len() + 1 < cp.compact_depth
+            && !c.wants_fold()
+    });
+    let mut stats = CheckpointStats {
+        t_low,
+        delta: base.is_some(),
+        ..Default::default()
+    };
+    // Values committed before the previous checkpoint's horizon were
+    // resolved by it already (or, if tombstones, are harmless as they
+    // are: see `write_nodes`).
+    let settled_below = cp.current.as_ref().map_or(0, |c| c.t_low);
+    let horizons = cp.next_horizons((t_low, long_t_low, long_published));
+    let link = base.as_ref().map_or(writer::Link::BASE, Durable::next_link);
+    let collect_start = Instant::now();
+    let mut image = Builder::new(&horizons, link).of_nodes();
+    let mut deleted: DeletedKeys = Vec::new();
+    let mut tables = Vec::new();
+    for table in store.tables() {
+        let id = table.heap.def.id;
+        tables.push(id);
+        let snapshot = table.index().freeze().ok_or_else(|| {
+            Error::InvalidOption(format!("table {id}'s index has no node versions"))
+        })?;
+        let revisit = cp.revisit.take(id);
+        let whole = base.as_ref().is_none_or(|b| !b.tables.contains(&id));
+        let nodes = Nodes {
+            whole,
+            revisit: &revisit,
+            settled_below,
         };
-        // Values committed before the previous checkpoint's horizon were
-        // resolved by it already (or, if tombstones, are harmless as they
-        // are: see `write_nodes`).
-        let settled_below = self.current.as_ref().map_or(0, |c| c.t_low);
-        let horizons = self.next_horizons((t_low, long_t_low, long_published));
-        let link = base.as_ref().map_or(writer::Link::BASE, Durable::next_link);
-        let collect_start = Instant::now();
-        let mut image = Builder::new(&horizons, link).of_nodes();
-        let mut deleted: DeletedKeys = Vec::new();
-        let mut tables = Vec::new();
-        for (_, table) in store.tables.iter() {
-            let id = table.heap.def.id;
-            tables.push(id);
-            let snapshot = table.index.freeze().ok_or_else(|| {
-                Error::InvalidOption(format!("table {id}'s index has no node versions"))
-            })?;
-            let revisit = self.revisit_of(id);
-            let whole = base.as_ref().is_none_or(|b| !b.tables.contains(&id));
-            let nodes = Nodes {
-                whole,
-                revisit: &revisit,
-                settled_below,
-            };
-            let outcome = write_nodes(store, table, &snapshot, &mut image, nodes);
-            stats.entries += outcome.nodes;
-            self.set_revisit(id, outcome.revisit);
-            deleted.push((table.clone(), outcome.deleted));
-        }
-        stats.collect_time = collect_start.elapsed();
-        let bytes = image.finish();
-        stats.bytes = bytes.len() as u64;
-        stats.sequence = horizons.sequence;
-        // After every entry is resolved, and made durable by this image's
-        // fence before it is in force (see `Store::write_back_obsolete_bits`).
-        store.write_back_obsolete_bits();
-        let written = self.write(store, (&bytes, true), &horizons, base)?;
-        self.current = Some(Durable {
-            tables,
-            ..written.counting(stats.entries)
-        });
-        stats.tombstones_removed = reap(store, deleted);
-        stats.chain_length = self.current.as_ref().map_or(0, |c| c.extents.len() as u32);
-        stats.duration = started.elapsed();
-        Ok(stats)
+        let outcome = write_nodes(store, table, &snapshot, &mut image, nodes);
+        stats.entries += outcome.nodes;
+        cp.revisit.set(id, outcome.revisit);
+        deleted.push((table.clone(), outcome.deleted));
     }
+    stats.collect_time = collect_start.elapsed();
+    let bytes = image.finish();
+    stats.bytes = bytes.len() as u64;
+    stats.sequence = horizons.sequence;
+    // After every entry is resolved, and made durable by this image's
+    // fence before it is in force (see `Store::write_back_obsolete_bits`).
+    store.write_back_obsolete_bits();
+    let written = cp.write(store, (&bytes, true), &horizons, base)?;
+    cp.current = Some(Durable {
+        tables,
+        ..written.counting(stats.entries)
+    });
+    stats.tombstones_removed = reap(store, deleted);
+    stats.chain_length = cp.current.as_ref().map_or(0, |c| c.extents.len() as u32);
+    stats.duration = started.elapsed();
+    Ok(stats)
+}
 
-    fn revisit_of(&mut self, table: u32) -> Vec<u64> {
-        self.revisit
+/// Per table: node ids the next checkpoint writes although they may not
+/// change (leaves written with a value resolved otherwise than the live
+/// one).
+#[derive(Default)]
+pub(super) struct Revisits(Vec<Vec<u64>>);
+
+impl Revisits {
+    fn take(&mut self, table: u32) -> Vec<u64> {
+        self.0
             .get_mut(table as usize)
             .map(std::mem::take)
             .unwrap_or_default()
     }
 
-    fn set_revisit(&mut self, table: u32, ids: Vec<u64>) {
+    fn set(&mut self, table: u32, ids: Vec<u64>) {
         let at = table as usize;
-        if self.revisit.len() <= at {
-            self.revisit.resize_with(at + 1, Vec::new);
+        if self.0.len() <= at {
+            self.0.resize_with(at + 1, Vec::new);
         }
-        self.revisit[at] = ids;
+        self.0[at] = ids;
     }
 }
 
@@ -205,7 +211,7 @@ fn write_nodes(
             if settled(table, head, settled_below) {
                 return Some(head);
             }
-            let committed = table.committed_version(&store.medium, Addr(head));
+            let committed = table.committed_version(store.medium(), Addr(head));
             as_live &= committed == Some(Addr(head));
             committed.map(|addr| addr.0)
         });

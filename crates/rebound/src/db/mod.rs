@@ -54,7 +54,7 @@ impl Table {
     /// Number of keys in the primary index (including keys deleted by
     /// transactions whose index clean-up is deferred).
     pub fn approximate_len(&self) -> usize {
-        self.rt.index.len()
+        self.rt.index().len()
     }
 
     #[cfg(test)]
@@ -164,9 +164,8 @@ impl Database {
     pub fn table_names(&self) -> Vec<String> {
         self.inner
             .store()
-            .tables
-            .iter()
-            .map(|(_, t)| t.heap.def.name.clone())
+            .tables()
+            .map(|t| t.heap.def.name.clone())
             .collect()
     }
 

@@ -168,7 +168,7 @@ impl Database {
     pub fn index_stats(&self) -> Vec<IndexStats> {
         let manager = self.inner.indexes();
         let mut stats = Vec::new();
-        for (_, table) in self.inner.store().tables.iter() {
+        for table in self.inner.store().tables() {
             for (_, index) in table.secondaries.iter() {
                 if index.is_dropped() {
                     continue;
@@ -257,7 +257,7 @@ impl Transaction<'_> {
         limit: usize,
     ) -> Result<Rows> {
         let db = self.db;
-        if index.table.instance != db.store().instance {
+        if !db.store().owns(&index.table) {
             return Err(Error::ForeignTable);
         }
         let plan = db.indexes().plan(db.store(), &index.table, &index.rt)?;

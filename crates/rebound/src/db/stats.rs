@@ -6,7 +6,6 @@ use crate::design::{Engine, WalStats};
 use crate::gc::GcStats;
 use crate::medium::Medium;
 use crate::txn::TableRt;
-use std::sync::atomic::Ordering;
 
 /// What the database holds and has done since it was opened.
 #[derive(Debug, Clone, Default)]
@@ -89,7 +88,7 @@ fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
     let slot = heap.def.slot_size as u64;
     TableStats {
         name: heap.def.name.clone(),
-        index_entries: table.index.len() as u64,
+        index_entries: table.index().len() as u64,
         blocks,
         regions,
         block_bytes: blocks * heap.def.block_size as u64,
@@ -119,12 +118,11 @@ pub(super) fn of(engine: &Engine) -> Stats {
         checkpoints: engine.checkpoints(),
         medium_bytes: store.medium().len(),
         tables: store
-            .tables
-            .iter()
-            .map(|(_, t)| table_stats(store.medium(), t))
+            .tables()
+            .map(|t| table_stats(store.medium(), t))
             .collect(),
         gc: engine.gc_stats(),
-        long_transactions: store.long_moved.load(Ordering::Acquire),
+        long_transactions: store.long_transactions_moved(),
         wal: engine.design().wal_stats(),
     }
 }

@@ -414,7 +414,7 @@ impl Engine {
             return Err(Error::TableExists(name.to_owned()));
         }
         let store = &self.store;
-        let id = store.tables.count();
+        let id = store.table_count();
         if id >= MAX_TABLES {
             return Err(Error::TooManyTables(MAX_TABLES));
         }
@@ -425,17 +425,16 @@ impl Engine {
         self.design.log_ddl(self, &mut |buf, ts| {
             crate::wal::record::encode_table(buf, ts, &super::wal::table_spec(&def));
         })?;
-        let rt = Arc::new(TableRt::new(heap, index, store.instance));
-        store.tables.push(rt.clone());
+        let rt = Arc::new(TableRt::new(heap, index, store.instance()));
+        store.add_table(rt.clone());
         Ok(rt)
     }
 
     pub fn find_table(&self, name: &str) -> Option<Arc<TableRt>> {
         self.store
-            .tables
-            .iter()
-            .find(|(_, t)| t.heap.def.name == name)
-            .map(|(_, t)| t.clone())
+            .tables()
+            .find(|t| t.heap.def.name == name)
+            .cloned()
     }
 }
 
@@ -498,7 +497,7 @@ impl Engine {
         let mut history = self.clock_history.lock();
         self.store.reap_deleted();
         secondary::maintain(self, &self.collector, background);
-        history.push_back((Instant::now(), self.store.clock.peek()));
+        history.push_back((Instant::now(), self.store.clock().peek()));
         while history.len() > 1 && history[1].0.elapsed() >= self.long_after {
             history.pop_front();
         }
@@ -612,7 +611,7 @@ impl Background {
         *self.shared.0.lock() = true;
         self.shared.1.notify_all();
         if let Some(engine) = self.engine.upgrade() {
-            engine.store.space.wake_preparer();
+            engine.store.space().wake_preparer();
         }
         for thread in [self.thread.take(), self.blocks.take()]
             .into_iter()
@@ -660,8 +659,8 @@ fn block_loop(engine: Weak<Engine>, stop: Arc<(Mutex<bool>, Condvar)>) {
             return;
         }
         let mut tiles_pending = false;
-        let (medium, space) = (engine.store.medium(), &engine.store.space);
-        for (_, table) in engine.store.tables.iter() {
+        let (medium, space) = (engine.store.medium(), engine.store.space());
+        for table in engine.store.tables() {
             // A full medium fails here first: the table keeps no reserve
             // then, and the writer that needs a block meets (and reports)
             // the same error itself.

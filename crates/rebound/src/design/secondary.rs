@@ -28,7 +28,7 @@ pub fn create_index(
     unique: bool,
 ) -> Result<Arc<SecondaryRt>> {
     engine.check_open()?;
-    if table.instance != engine.store().instance {
+    if !engine.store().owns(table) {
         return Err(Error::ForeignTable);
     }
     table.check_damaged()?;

@@ -44,8 +44,8 @@ use crate::catalog::{self, GC_WORKER};
 use crate::error::{Error, Result};
 use crate::heap::tile::{LOCKED, PENDING, REAPED};
 use crate::heap::{self, Addr, Block, SlotWord};
-use crate::txn::{Store, TableRt, TxnState};
-use std::sync::atomic::Ordering::{Acquire, Release};
+use crate::txn::{relocate, Store, TableRt, TxnState};
+use std::sync::atomic::Ordering::Acquire;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -291,19 +291,18 @@ impl Collector {
             return Ok(());
         }
         let started = Instant::now();
-        catalog::set_gc_freed(&store.medium)?;
+        catalog::set_gc_freed(store.medium())?;
         self.retired.sort_by_key(|b| (b.table, b.region, b.seq));
         for id in &self.retired {
-            let block =
-                store.tables[id.table as usize].heap.regions[id.region].get(id.seq as usize);
+            let block = store.table(id.table).heap.regions[id.region].get(id.seq as usize);
             assert!(
                 block.is_some_and(|b| b.is_retired() && b.offset() == id.offset),
                 "only retired blocks are unlinked: {id:?}"
             );
             unlink(store, *id);
         }
-        store.medium.fence()?;
-        let now = store.clock.peek();
+        store.medium().fence()?;
+        let now = store.clock().peek();
         self.releasing
             .extend(self.retired.drain(..).map(|id| (id, now)));
         self.last_checkpoint = Some(Instant::now());
@@ -324,7 +323,7 @@ impl Collector {
             .partition(|&(_, after)| oldest.is_none_or(|o| o > after));
         self.releasing = waiting;
         for &(id, after) in &ready {
-            let table = &store.tables[id.table as usize];
+            let table = store.table(id.table);
             let block = table.heap.regions[id.region].get(id.seq as usize);
             assert!(
                 block.is_some_and(|b| b.is_retired() && b.offset() == id.offset)
@@ -333,7 +332,7 @@ impl Collector {
             );
             let size = table.heap.def.block_size as u64;
             table.heap.vacate(id.region, id.seq as usize);
-            store.space.free(&store.medium, id.offset, size);
+            store.space().free(store.medium(), id.offset, size);
             self.stats.bytes_freed += size;
         }
         self.stats.blocks_freed += ready.len() as u64;
@@ -351,7 +350,7 @@ const SPACE_THRESHOLD: f64 = 0.5;
 /// `SPACE_THRESHOLD`.
 fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
     let mut found = Vec::new();
-    for (_, table) in store.tables.iter() {
+    for table in store.tables() {
         if table.is_loading() || table.is_damaged() {
             continue;
         }
@@ -364,7 +363,7 @@ fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
                 if block.seq >= current || block.is_retired() {
                     continue;
                 }
-                let obsolete = heap.obsolete_in(&store.medium, block);
+                let obsolete = heap.obsolete_in(store.medium(), block);
                 let id = BlockId {
                     table: heap.def.id,
                     region: region_no,
@@ -391,7 +390,7 @@ fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
 /// empty: present at the same place, not retired, and before its
 /// region's current block.
 fn still_candidate(store: &Store, id: &BlockId) -> bool {
-    let Some(table) = store.tables.get(id.table as usize) else {
+    let Some(table) = store.get_table(id.table) else {
         return false;
     };
     if table.is_loading() || table.is_damaged() {
@@ -418,12 +417,12 @@ const RELOCATIONS_PER_TXN: usize = 32;
 /// classified before any is locked, and the copies commit in small
 /// transactions, so GC holds each key only for a moment.
 fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied> {
-    let table = store.tables[id.table as usize].clone();
+    let table = store.table(id.table).clone();
     let Some(block) = table.heap.regions[id.region].get(id.seq as usize) else {
         return Ok(Emptied::Busy(0));
     };
     // Slots below the min txn count as dead: a damaged word must stop GC.
-    let min_txn = table.heap.min_txn(&store.medium, block).ok_or_else(|| {
+    let min_txn = table.heap.min_txn(store.medium(), block).ok_or_else(|| {
         Error::Corrupt(format!(
             "table {} region {} block {}: min txn fails its check",
             id.table, id.region, id.seq
@@ -494,7 +493,7 @@ fn relocate_batch(
         // A head that moved since it was classified was written by
         // someone else: the old version is dead now, or the block
         // waits (a pending write over it may still abort).
-        if txn.relocate(table, addr)? {
+        if relocate(&mut txn, table, addr)? {
             copied.push(addr);
         } else if !matches!(classify(store, table, candidate, addr.slot()), Slot::Dead) {
             return Ok(Batch::Busy);
@@ -518,7 +517,7 @@ fn assert_superseded(store: &Store, table: &TableRt, addr: Addr, ts: u64) {
         "a relocated version is superseded by its committed copy ({addr:?})"
     );
     assert!(
-        table.heap.is_obsolete(&store.medium, addr),
+        table.heap.is_obsolete(store.medium(), addr),
         "a relocated version is obsolete after its copy committed ({addr:?})"
     );
 }
@@ -528,14 +527,14 @@ struct GcTxn<'s>(&'s Store);
 
 impl<'s> GcTxn<'s> {
     fn announce(store: &'s Store, ts: u64) -> GcTxn<'s> {
-        store.gc_txn.store(ts, Release);
+        store.begin_gc_txn(ts);
         GcTxn(store)
     }
 }
 
 impl Drop for GcTxn<'_> {
     fn drop(&mut self) {
-        self.0.gc_txn.store(0, Release);
+        self.0.end_gc_txn();
     }
 }
 
@@ -564,7 +563,7 @@ fn others_younger_than(store: &Store, ts: u64, patience: Duration) -> bool {
 /// only chose the block); a slot that fails its checks is `Damaged`.
 fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u32) -> Slot {
     let Candidate { id, block, min_txn } = *candidate;
-    let medium = &store.medium;
+    let medium = store.medium();
     let heap = &table.heap;
     let addr = Addr::new(id.region, id.seq, slot);
     match heap.slot_word(medium, addr) {
@@ -597,7 +596,7 @@ fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u3
     if header.end.load(Acquire) != end {
         return Slot::Busy;
     }
-    let Some(head) = table.index.get(&slot.key) else {
+    let Some(head) = table.index().get(&slot.key) else {
         return Slot::Dead;
     };
     if head == addr.0 {
@@ -614,8 +613,8 @@ fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u3
 
 /// Takes a retired block out of its region's chain (the caller fences).
 fn unlink(store: &Store, id: BlockId) {
-    let medium = &store.medium;
-    let table = &store.tables[id.table as usize];
+    let medium = store.medium();
+    let table = store.table(id.table);
     let region = &table.heap.regions[id.region];
     // The chain as the DRAM block table has it, not the medium's link
     // (links of listed blocks are not validated at recovery): the next
@@ -638,8 +637,8 @@ fn unlink(store: &Store, id: BlockId) {
 /// crash between a checkpoint and the unlinking fence leaves a link to a
 /// block that recovery already treats as free.
 fn repair_links(store: &Store) -> Result<()> {
-    let medium = &store.medium;
-    for (_, table) in store.tables.iter() {
+    let medium = store.medium();
+    for table in store.tables() {
         for (region_no, region) in table.heap.regions.iter().enumerate() {
             let blocks: Vec<_> = region.present().filter(|b| !b.is_retired()).collect();
             let Some(first) = blocks.first() else {

@@ -111,7 +111,7 @@ impl<'t, 's> Cursor<'t, 's> {
         let answer = found.map(|key| {
             key.map(|key| {
                 let result = read(&key, &value);
-                self.txn.recycle_key(key);
+                recycle_key(self.txn, key);
                 result
             })
         });
@@ -140,7 +140,7 @@ impl<'t, 's> Cursor<'t, 's> {
                 .read_chain_into(&self.table, &key, Addr(head), value)
             {
                 Ok(true) => return Some(Ok(key)),
-                Ok(false) => self.txn.recycle_key(key),
+                Ok(false) => recycle_key(self.txn, key),
                 Err(e) => return Some(self.fail(e)),
             }
         }
@@ -168,9 +168,13 @@ impl<'t, 's> Cursor<'t, 's> {
     fn fetch(&mut self, order: Order) -> Result<()> {
         let want = self.batch;
         self.batch = (want * 2).min(MAX_BATCH);
-        let batch = self
-            .txn
-            .index_batch(&self.table, (&self.lower, &self.upper), want, order)?;
+        let batch = index_batch(
+            self.txn,
+            &self.table,
+            (&self.lower, &self.upper),
+            want,
+            order,
+        )?;
         self.exhausted = batch.len() < want;
         if let Some((key, _)) = batch.last() {
             let position = Bound::Excluded(key.clone());
@@ -209,56 +213,39 @@ impl DoubleEndedIterator for Cursor<'_, '_> {
 
 impl FusedIterator for Cursor<'_, '_> {}
 
-impl<'s> TxnState<'s> {
-    /// Keeps a returned or skipped entry's key buffer for the next index
-    /// batch, up to one full batch of them.
-    fn recycle_key(&mut self, key: Vec<u8>) {
-        if self.spare_keys.len() < MAX_BATCH {
-            self.spare_keys.push(key);
-        }
+/// Keeps a returned or skipped entry's key buffer for the next index
+/// batch, up to one full batch of them.
+fn recycle_key(txn: &mut TxnState<'_>, key: Vec<u8>) {
+    if txn.spare_keys.len() < MAX_BATCH {
+        txn.spare_keys.push(key);
     }
+}
 
-    /// A cursor over the live entries of `range` (see [`Cursor`]).
-    pub fn range(
-        &mut self,
-        table: Arc<TableRt>,
-        range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
-        first_batch: usize,
-    ) -> Result<Cursor<'_, 's>> {
-        self.check_usable()?;
-        if table.instance != self.store.instance {
-            return Err(Error::ForeignTable);
-        }
-        table.check_damaged()?;
-        Ok(Cursor::new(self, table, range, first_batch))
+/// Up to `want` index entries of the range from its `order` end,
+/// marking every leaf read (phantom protection).
+fn index_batch(
+    txn: &mut TxnState<'_>,
+    table: &TableRt,
+    (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
+    want: usize,
+    order: Order,
+) -> Result<Vec<Entry>> {
+    table.warm_range(&txn.store.medium, (lower, upper), want, order)?;
+    let mut batch = Vec::with_capacity(want);
+    let (ts, spare_keys) = (txn.ts, &mut txn.spare_keys);
+    let visit = |key: &[u8], head| {
+        let mut owned = spare_keys.pop().unwrap_or_default();
+        owned.clear();
+        owned.extend_from_slice(key);
+        batch.push((owned, head));
+        batch.len() < want
+    };
+    let (lower, upper) = (as_slice_bound(lower), as_slice_bound(upper));
+    match order {
+        Order::Ascending => table.index.scan(lower, upper, Some(ts), visit),
+        Order::Descending => table.index.scan_rev(lower, upper, Some(ts), visit),
     }
-
-    /// Up to `want` index entries of the range from its `order` end,
-    /// marking every leaf read (phantom protection).
-    fn index_batch(
-        &mut self,
-        table: &TableRt,
-        (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
-        want: usize,
-        order: Order,
-    ) -> Result<Vec<Entry>> {
-        table.warm_range(&self.store.medium, (lower, upper), want, order)?;
-        let mut batch = Vec::with_capacity(want);
-        let (ts, spare_keys) = (self.ts, &mut self.spare_keys);
-        let visit = |key: &[u8], head| {
-            let mut owned = spare_keys.pop().unwrap_or_default();
-            owned.clear();
-            owned.extend_from_slice(key);
-            batch.push((owned, head));
-            batch.len() < want
-        };
-        let (lower, upper) = (as_slice_bound(lower), as_slice_bound(upper));
-        match order {
-            Order::Ascending => table.index.scan(lower, upper, Some(ts), visit),
-            Order::Descending => table.index.scan_rev(lower, upper, Some(ts), visit),
-        }
-        Ok(batch)
-    }
+    Ok(batch)
 }
 
 /// The least key above every key that starts with `prefix`; `None` when

@@ -19,6 +19,7 @@ use super::{SecondaryRt, Store, TableRt};
 use crate::error::Result;
 use crate::heap::tile::{ABORTED, PENDING};
 use crate::heap::{Addr, SlotRead};
+use crate::medium::Medium;
 use std::ops::{Bound, Range};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
@@ -135,20 +136,20 @@ pub enum Collected {
     Cancelled,
 }
 
-impl Store {
-    /// Adds to `run` the entries of up to about `max_rows` primary keys
+impl EntryRun {
+    /// Adds the entries of up to about `max_rows` primary keys
     /// from the start of `range`, moving its lower bound past them: for
     /// each key, its chain head unless aborted, and the newest committed
     /// version. Versions written later enter themselves. Runs as worker
     /// `worker`, announced per batch (`None`: the caller's transaction
     /// protects it); `cancelled` is asked between batches.
-    pub fn collect_index_entries(
-        &self,
+    pub fn collect(
+        &mut self,
+        store: &Store,
         (table, index): (&TableRt, &SecondaryRt),
         worker: Option<usize>,
         (lower, upper): (&mut Bound<Vec<u8>>, &Bound<Vec<u8>>),
         max_rows: usize,
-        run: &mut EntryRun,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Collected> {
         let mut batch = Vec::with_capacity(BUILD_BATCH);
@@ -158,12 +159,12 @@ impl Store {
             if cancelled() {
                 return Ok(Collected::Cancelled);
             }
-            let _reader = worker.map(|w| ChainReader::new(self, w));
+            let _reader = worker.map(|w| ChainReader::new(store, w));
             let end =
-                table.heads_in_range(&self.medium, (lower, upper), BUILD_BATCH, &mut batch)?;
+                table.heads_in_range(&store.medium, (lower, upper), BUILD_BATCH, &mut batch)?;
             for (key, head) in &batch {
                 let buffers = (&mut value, &mut secondary);
-                self.versions_to_enter(table, index, (key, Addr(*head)), buffers, run);
+                self.enter_versions(&store.medium, table, index, (key, Addr(*head)), buffers);
             }
             rows += batch.len();
             index.build_progress.fetch_add(batch.len() as u64, Relaxed);
@@ -175,15 +176,15 @@ impl Store {
         Ok(Collected::More)
     }
 
-    /// Adds to `run` the entries of `key`'s versions a build must cover
-    /// (see `collect_index_entries`), with their writers' timestamps.
-    fn versions_to_enter(
-        &self,
+    /// Adds the entries of `key`'s versions a build must cover (see
+    /// `collect`), with their writers' timestamps.
+    fn enter_versions(
+        &mut self,
+        medium: &Medium,
         table: &TableRt,
         index: &SecondaryRt,
         (key, head): (&[u8], Addr),
         (value, secondary): (&mut Vec<u8>, &mut Vec<u8>),
-        run: &mut EntryRun,
     ) {
         let mut addr = head;
         loop {
@@ -192,12 +193,9 @@ impl Store {
             };
             let begin = header.begin.load(Acquire);
             if begin != ABORTED {
-                let live = matches!(
-                    table.heap.read_live(&self.medium, addr, value),
-                    SlotRead::Value
-                );
+                let live = matches!(table.heap.read_live(medium, addr, value), SlotRead::Value);
                 if live && index.secondary_key(key, value, secondary) {
-                    run.push(secondary, key, begin & !PENDING);
+                    self.push(secondary, key, begin & !PENDING);
                 }
                 if begin & PENDING == 0 {
                     return;

@@ -18,59 +18,43 @@
 //! deciding without this transaction; the transaction itself reads the
 //! same content through either address.
 
-use super::{Store, TxnState, Write, WriteSet, LONG_MIGRATED, LONG_REQUESTED};
+use super::{Store, Write, WriteSet, LONG_MIGRATED, LONG_REQUESTED};
 use crate::catalog;
 use crate::error::{Error, Result};
 use crate::heap::tile::PENDING;
 use crate::heap::Addr;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
-impl Store {
-    /// Moves every flagged long transaction that is idle right now; returns
-    /// how many moved. The others move at their next call.
-    pub fn move_idle_long_transactions(&self) -> usize {
-        let mut moved = 0;
-        for worker in 0..crate::catalog::MAX_SESSIONS {
-            if self.long[worker].load(Acquire) != LONG_REQUESTED {
-                continue;
-            }
-            let Some(mut set) = self.write_sets[worker].try_lock() else {
-                continue;
-            };
-            moved += matches!(move_to_long_region(self, worker, &mut set), Ok(true)) as usize;
-        }
-        moved
+/// Moves `worker`'s running transaction to its long region if it was
+/// flagged.
+pub(super) fn migrate_if_asked(store: &Store, worker: usize) -> Result<()> {
+    if store.long[worker].load(Acquire) != LONG_REQUESTED {
+        return Ok(());
     }
+    let mut set = store.write_sets[worker].lock();
+    move_to_long_region(store, worker, &mut set).map(|_| ())
 }
 
-impl TxnState<'_> {
-    /// Moves this transaction to its long region if it was flagged.
-    pub(super) fn migrate_if_asked(&mut self) -> Result<()> {
-        if self.store.long[self.worker].load(Acquire) != LONG_REQUESTED {
-            return Ok(());
-        }
-        let mut set = self.store.write_sets[self.worker].lock();
-        move_to_long_region(self.store, self.worker, &mut set).map(|_| ())
-    }
-
-    /// After a moved transaction committed: its index changes carry its
-    /// old timestamp, which incremental checkpoints may already treat as
-    /// settled; re-marking the paths with the current time makes the next
-    /// checkpoint read them.
-    pub(super) fn touch_written_keys(&self, set: &WriteSet) {
-        let store = self.store;
-        let now = store.clock.peek();
-        for w in &set.writes {
-            let table = &store.tables[w.table as usize];
-            let key = table.heap.read_key(&store.medium, w.new);
-            let _ = table.index.compare_and_set(&key, w.new.0, w.new.0, now);
-        }
+/// After a moved transaction committed: its index changes carry its
+/// old timestamp, which incremental checkpoints may already treat as
+/// settled; re-marking the paths with the current time makes the next
+/// checkpoint read them.
+pub(super) fn touch_written_keys(store: &Store, set: &WriteSet) {
+    let now = store.clock.peek();
+    for w in &set.writes {
+        let table = &store.tables[w.table as usize];
+        let key = table.heap.read_key(&store.medium, w.new);
+        let _ = table.index.compare_and_set(&key, w.new.0, w.new.0, now);
     }
 }
 
 /// Moves a flagged transaction's versions; false if it was not (or no
 /// longer) flagged or had moved already.
-fn move_to_long_region(store: &Store, worker: usize, set: &mut WriteSet) -> Result<bool> {
+pub(super) fn move_to_long_region(
+    store: &Store,
+    worker: usize,
+    set: &mut WriteSet,
+) -> Result<bool> {
     // The flag is re-read under the write set: the transaction may have
     // ended (and the flag been cleared) before the lock was taken.
     if store.long[worker].load(Acquire) != LONG_REQUESTED || set.region != worker {

@@ -58,6 +58,7 @@ pub use clock::Clock;
 pub use cursor::{prefix_end, Cursor, Order};
 pub use index_build::{Collected, EntryRun};
 use obsolete_bits::ObsoleteBits;
+pub use relocate::relocate;
 pub use sampler::{Sample, UpdateSampler};
 pub use secondary::{Rows, SecondaryRt, Stale, DROPPED, READY};
 
@@ -80,49 +81,49 @@ const WAIT_SPINS: u32 = 1 << 14;
 #[derive(Default)]
 pub struct WorkerCounters {
     /// Versions written by committed transactions.
-    pub written: AtomicU64,
-    pub commits: AtomicU64,
+    written: AtomicU64,
+    commits: AtomicU64,
     /// Transactions that hit a serialization conflict.
-    pub conflicts: AtomicU64,
+    conflicts: AtomicU64,
 }
 
 /// Everything transactions share: the medium, free space, the clock, tables.
 pub struct Store {
-    pub medium: Medium,
-    pub space: Space,
-    pub clock: Clock,
-    pub tables: boxcar::Vec<Arc<TableRt>>,
+    medium: Medium,
+    space: Space,
+    clock: Clock,
+    tables: boxcar::Vec<Arc<TableRt>>,
     /// Distinguishes table handles of different open databases.
-    pub instance: u64,
+    instance: u64,
     /// Per worker: timestamp of its running transaction, 0 when idle.
-    pub active: Box<[AtomicU64]>,
+    active: Box<[AtomicU64]>,
     /// Per worker: what its transactions did (each on its own cache line).
-    pub counters: Box<[CachePadded<WorkerCounters>]>,
+    counters: Box<[CachePadded<WorkerCounters>]>,
     /// Tombstones committed since the last reaping: (table, address).
-    pub deleted: parking_lot::Mutex<Vec<(u32, Addr)>>,
+    deleted: parking_lot::Mutex<Vec<(u32, Addr)>>,
     /// Per worker: whether its running transaction is a long one (LONG_*).
-    pub long: Box<[AtomicU8]>,
+    long: Box<[AtomicU8]>,
     /// Transactions moved to a long-transaction region since open.
-    pub long_moved: AtomicU64,
+    long_moved: AtomicU64,
     /// Per long-transaction region (indexed from `LONG_REGIONS`): the
     /// newest of its commits whose versions are visible in the index
     /// (published, paths re-marked). A checkpoint that reads these after
     /// taking its horizons sees every commit up to them, so recovery need
     /// not redo them (see `checkpoint_horizon`).
-    pub long_published: Box<[AtomicU64]>,
+    long_published: Box<[AtomicU64]>,
     /// Per worker: its running transaction's write set. The transaction
     /// holds it while it writes, commits or rolls back; the background
     /// thread takes it to move an idle long transaction.
-    pub write_sets: Box<[parking_lot::Mutex<WriteSet>]>,
+    write_sets: Box<[parking_lot::Mutex<WriteSet>]>,
     /// Timestamp of GC's running system transaction, 0 when none runs:
     /// writers that meet its locks wait for it instead of conflicting.
-    pub gc_txn: AtomicU64,
+    gc_txn: AtomicU64,
     /// Secondary index entries that may be stale (see `secondary`).
-    pub index_garbage: parking_lot::Mutex<Vec<Stale>>,
+    index_garbage: parking_lot::Mutex<Vec<Stale>>,
     /// Versions committed since the last checkpoint (for delta ones).
-    pub changes: ChangeLog,
+    changes: ChangeLog,
     /// The redo log of the `wal` design, once recovery has replayed it.
-    pub log: std::sync::OnceLock<Arc<crate::wal::Log>>,
+    log: std::sync::OnceLock<Arc<crate::wal::Log>>,
 }
 
 /// A transaction running for less than the long-transaction threshold.
@@ -133,8 +134,122 @@ pub const LONG_REQUESTED: u8 = 1;
 pub const LONG_MIGRATED: u8 = 2;
 
 impl Store {
+    #[inline]
     pub fn medium(&self) -> &Medium {
         &self.medium
+    }
+
+    /// Free space of the medium.
+    #[inline]
+    pub fn space(&self) -> &Space {
+        &self.space
+    }
+
+    /// The timestamp clock.
+    #[inline]
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Every table, in creation order (a table's id is its position).
+    #[inline]
+    pub fn tables(&self) -> impl Iterator<Item = &Arc<TableRt>> {
+        self.tables.iter().map(|(_, table)| table)
+    }
+
+    /// How many tables exist.
+    #[inline]
+    pub fn table_count(&self) -> usize {
+        self.tables.count()
+    }
+
+    /// The table with id `id`; panics if there is none (for ids taken
+    /// from the store's own tables or versions).
+    #[inline]
+    #[track_caller]
+    pub fn table(&self, id: u32) -> &Arc<TableRt> {
+        &self.tables[id as usize]
+    }
+
+    /// The table with id `id`, if it exists.
+    #[inline]
+    pub fn get_table(&self, id: u32) -> Option<&Arc<TableRt>> {
+        self.tables.get(id as usize)
+    }
+
+    /// Adds a table; its id is the table count before the call.
+    pub fn add_table(&self, table: Arc<TableRt>) {
+        self.tables.push(table);
+    }
+
+    /// Distinguishes table handles of different open databases.
+    #[inline]
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// Whether `table` is a table of this store (not a handle from another
+    /// open database).
+    #[inline]
+    pub fn owns(&self, table: &TableRt) -> bool {
+        table.instance == self.instance
+    }
+
+    /// Versions committed since the last checkpoint.
+    #[inline]
+    pub fn changes(&self) -> &ChangeLog {
+        &self.changes
+    }
+
+    /// The redo log of the `wal` design, once started.
+    #[inline]
+    pub fn log(&self) -> Option<&Arc<crate::wal::Log>> {
+        self.log.get()
+    }
+
+    /// Hands the store the redo log recovery replayed; commits record
+    /// themselves in it from now on. False if a log was started already.
+    pub fn start_log(&self, log: Arc<crate::wal::Log>) -> bool {
+        self.log.set(log).is_ok()
+    }
+
+    /// Announces that `worker` runs a transaction that began at `ts`:
+    /// horizons and low water stay at or below it until `retire`.
+    #[inline]
+    pub fn announce(&self, worker: usize, ts: u64) {
+        self.active[worker].store(ts, SeqCst);
+    }
+
+    /// Announces that `worker` runs no transaction any more.
+    #[inline]
+    pub fn retire(&self, worker: usize) {
+        self.active[worker].store(0, SeqCst);
+    }
+
+    /// Clears a long-transaction flag the background thread may have left
+    /// on `worker`'s slot, so the next transaction there starts short.
+    #[inline]
+    pub fn clear_long_flag(&self, worker: usize) {
+        self.long[worker].store(LONG_NONE, SeqCst);
+    }
+
+    /// Transactions moved to a long-transaction region since open.
+    #[inline]
+    pub fn long_transactions_moved(&self) -> u64 {
+        self.long_moved.load(Acquire)
+    }
+
+    /// Publishes the timestamp of GC's running system transaction: writers
+    /// that meet its locks wait for it until `end_gc_txn`.
+    #[inline]
+    pub fn begin_gc_txn(&self, ts: u64) {
+        self.gc_txn.store(ts, Release);
+    }
+
+    /// GC's system transaction ended.
+    #[inline]
+    pub fn end_gc_txn(&self) {
+        self.gc_txn.store(0, Release);
     }
 
     /// Frees every table's extents held ready for its next blocks (see
@@ -312,6 +427,22 @@ impl Store {
         flagged
     }
 
+    /// Moves every flagged long transaction that is idle right now; returns
+    /// how many moved. The others move at their next call.
+    pub fn move_idle_long_transactions(&self) -> usize {
+        let mut moved = 0;
+        for worker in 0..crate::catalog::MAX_SESSIONS {
+            if self.long[worker].load(Acquire) != LONG_REQUESTED {
+                continue;
+            }
+            let Some(mut set) = self.write_sets[worker].try_lock() else {
+                continue;
+            };
+            moved += matches!(long::move_to_long_region(self, worker, &mut set), Ok(true)) as usize;
+        }
+        moved
+    }
+
     /// The lower bound announced by the oldest running transaction, `None`
     /// when none runs. A transaction that started before the clock read
     /// `t` announced at most `t`.
@@ -424,9 +555,9 @@ pub trait ColdEntries: Send + Sync {
 /// A table at run time: its heap and its primary index.
 pub struct TableRt {
     pub heap: TableHeap,
-    pub index: BTree,
-    pub instance: u64,
-    pub sampler: UpdateSampler,
+    index: BTree,
+    instance: u64,
+    sampler: UpdateSampler,
     /// Secondary indexes, in creation order (`IndexDef::number`).
     pub secondaries: boxcar::Vec<Arc<SecondaryRt>>,
     cold: parking_lot::RwLock<Option<Arc<dyn ColdEntries>>>,
@@ -446,6 +577,19 @@ impl TableRt {
             cold_active: std::sync::atomic::AtomicBool::new(false),
             damaged: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The primary index: each key's newest version.
+    #[inline]
+    pub fn index(&self) -> &BTree {
+        &self.index
+    }
+
+    /// Update counts of the sampled keys since the previous call (for the
+    /// checkpoint cost model).
+    #[inline]
+    pub fn drain_sample(&self) -> Sample {
+        self.sampler.drain()
     }
 
     /// The value of the version at `addr` into `out`; false if it is a
@@ -923,7 +1067,7 @@ impl<'s> TxnState<'s> {
     pub fn begin(store: &'s Store, worker: usize) -> Self {
         // Announce a lower bound before taking the timestamp, so that
         // `low_water` never misses a transaction that is just starting.
-        store.active[worker].store(store.clock.peek(), SeqCst);
+        store.announce(worker, store.clock.peek());
         let (ts, poisoned) = match store.clock.next(&store.medium) {
             Ok(ts) => (ts, None),
             Err(e) => (0, Some(e)),
@@ -968,7 +1112,7 @@ impl<'s> TxnState<'s> {
     }
 
     fn check_usable(&mut self) -> Result<()> {
-        if let Err(e) = self.migrate_if_asked() {
+        if let Err(e) = long::migrate_if_asked(self.store, self.worker) {
             self.poisoned = Some(e);
         }
         match self.poisoned.take() {
@@ -1170,6 +1314,21 @@ impl<'s> TxnState<'s> {
             spins = spins.saturating_add(1);
         }
         Ok(())
+    }
+
+    /// A cursor over the live entries of `range` (see [`Cursor`]).
+    pub fn range(
+        &mut self,
+        table: Arc<TableRt>,
+        range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+        first_batch: usize,
+    ) -> Result<Cursor<'_, 's>> {
+        self.check_usable()?;
+        if !self.store.owns(&table) {
+            return Err(Error::ForeignTable);
+        }
+        table.check_damaged()?;
+        Ok(Cursor::new(self, table, range, first_batch))
     }
 
     pub fn insert(&mut self, table: &TableRt, key: &[u8], value: &[u8]) -> Result<()> {
@@ -1563,7 +1722,7 @@ impl<'s> TxnState<'s> {
     /// wait for before it may be acknowledged (the log's flush, in the
     /// `wal` design). On error it is aborted.
     pub fn commit_deferred(mut self) -> Result<PendingCommit> {
-        if let Err(e) = self.migrate_if_asked() {
+        if let Err(e) = long::migrate_if_asked(self.store, self.worker) {
             self.poisoned.get_or_insert(e);
         }
         if let Some(e) = self.poisoned.take() {
@@ -1574,10 +1733,7 @@ impl<'s> TxnState<'s> {
             });
         }
         let store = self.store;
-        let log = store
-            .log
-            .get()
-            .filter(|_| self.worker != catalog::GC_WORKER);
+        let log = store.log().filter(|_| self.worker != catalog::GC_WORKER);
         let mut set = store.write_sets[self.worker].lock();
         let mut ticket = None;
         if !set.writes.is_empty() {
@@ -1614,7 +1770,7 @@ impl<'s> TxnState<'s> {
                 .add_publishing(self.worker, self.committed(&set));
             self.publish(&mut set);
             if set.region != self.worker {
-                self.touch_written_keys(&set);
+                long::touch_written_keys(self.store, &set);
                 store.long_published[set.region - crate::catalog::LONG_REGIONS]
                     .fetch_max(self.ts, SeqCst);
             }
@@ -1792,7 +1948,7 @@ impl Drop for TxnState<'_> {
         if self.store.long[self.worker].load(Relaxed) != LONG_NONE {
             self.store.long[self.worker].store(LONG_NONE, SeqCst);
         }
-        self.store.active[self.worker].store(0, SeqCst);
+        self.store.retire(self.worker);
     }
 }
 

@@ -15,69 +15,67 @@ use crate::heap::tile::{LOCKED, PENDING};
 use crate::heap::Addr;
 use std::sync::atomic::Ordering::{Acquire, SeqCst};
 
-impl TxnState<'_> {
-    /// Copies `head`, the index head of its key, into this transaction's
-    /// region. `Ok(false)` when that cannot be done now: the head moved or
-    /// is being written. Unlike a user write it may go under younger
-    /// readers' marks, since the content does not change.
-    pub fn relocate(&mut self, table: &TableRt, head: Addr) -> Result<bool> {
-        self.check_usable()?;
-        let store = self.store;
-        let mut set = store.write_sets[self.worker].lock();
-        let medium = &self.store.medium;
-        let Some(slot) = table.heap.decode_checked(medium, head) else {
-            return Ok(false);
-        };
-        if table.index.get(&slot.key) != Some(head.0) {
-            return Ok(false);
-        }
-        let header = self.version(table, head)?;
-        let begin = header.begin.load(Acquire);
-        if begin & PENDING != 0 || begin > self.ts {
-            return Ok(false);
-        }
-        if header
-            .end
-            .compare_exchange(0, LOCKED | self.ts, SeqCst, SeqCst)
-            .is_err()
-        {
-            return Ok(false);
-        }
-        let value = (!slot.tombstone).then_some(slot.value.as_slice());
-        // Younger readers of the original read this very content, so the
-        // copy may sit below them in the serial order; their marks move
-        // with it. Marks made after our lock cannot exist: such readers
-        // wait for us and then read the copy.
-        let read = header.read.load(SeqCst);
-        let at = Target { head, hint: None };
-        let deleted = slot.tombstone;
-        let copied = self.append_successor(
-            table,
-            &slot.key,
-            value,
-            (at, header, deleted),
-            read,
-            &mut set,
-        )?;
-        if copied {
-            // The copy is the original's content under a newer timestamp,
-            // written over it (checked again once committed: `gc`).
-            let copy = set.writes.last().map(|w| (w.new, w.prev));
-            let Some((new, prev)) = copy else {
-                unreachable!("a relocation that succeeded recorded its copy")
-            };
-            assert_eq!(prev, Some(head), "a relocated version's copy supersedes it");
-            assert!(
-                begin < self.ts,
-                "a relocated version's copy is newer than it: {begin} !< {}",
-                self.ts
-            );
-            assert!(
-                table.heap.read_key(medium, new) == slot.key
-                    && table.heap.tombstone(medium, new) == Some(slot.tombstone),
-                "a relocated version keeps its key and kind ({head:?} -> {new:?})"
-            );
-        }
-        Ok(copied)
+/// Copies `head`, the index head of its key, into the region of `txn`
+/// (GC's system transaction). `Ok(false)` when that cannot be done now:
+/// the head moved or is being written. Unlike a user write it may go
+/// under younger readers' marks, since the content does not change.
+pub fn relocate(txn: &mut TxnState<'_>, table: &TableRt, head: Addr) -> Result<bool> {
+    txn.check_usable()?;
+    let store = txn.store;
+    let mut set = store.write_sets[txn.worker].lock();
+    let medium = &txn.store.medium;
+    let Some(slot) = table.heap.decode_checked(medium, head) else {
+        return Ok(false);
+    };
+    if table.index.get(&slot.key) != Some(head.0) {
+        return Ok(false);
     }
+    let header = txn.version(table, head)?;
+    let begin = header.begin.load(Acquire);
+    if begin & PENDING != 0 || begin > txn.ts {
+        return Ok(false);
+    }
+    if header
+        .end
+        .compare_exchange(0, LOCKED | txn.ts, SeqCst, SeqCst)
+        .is_err()
+    {
+        return Ok(false);
+    }
+    let value = (!slot.tombstone).then_some(slot.value.as_slice());
+    // Younger readers of the original read this very content, so the
+    // copy may sit below them in the serial order; their marks move
+    // with it. Marks made after our lock cannot exist: such readers
+    // wait for us and then read the copy.
+    let read = header.read.load(SeqCst);
+    let at = Target { head, hint: None };
+    let deleted = slot.tombstone;
+    let copied = txn.append_successor(
+        table,
+        &slot.key,
+        value,
+        (at, header, deleted),
+        read,
+        &mut set,
+    )?;
+    if copied {
+        // The copy is the original's content under a newer timestamp,
+        // written over it (checked again once committed: `gc`).
+        let copy = set.writes.last().map(|w| (w.new, w.prev));
+        let Some((new, prev)) = copy else {
+            unreachable!("a relocation that succeeded recorded its copy")
+        };
+        assert_eq!(prev, Some(head), "a relocated version's copy supersedes it");
+        assert!(
+            begin < txn.ts,
+            "a relocated version's copy is newer than it: {begin} !< {}",
+            txn.ts
+        );
+        assert!(
+            table.heap.read_key(medium, new) == slot.key
+                && table.heap.tombstone(medium, new) == Some(slot.tombstone),
+            "a relocated version keeps its key and kind ({head:?} -> {new:?})"
+        );
+    }
+    Ok(copied)
 }

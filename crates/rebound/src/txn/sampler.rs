@@ -16,7 +16,7 @@ pub struct UpdateSampler {
 
 /// Update counts of the sampled keys since the previous drain.
 pub struct Sample {
-    pub counts: Vec<u32>,
+    counts: Vec<u32>,
 }
 
 impl UpdateSampler {
@@ -37,6 +37,11 @@ impl UpdateSampler {
 }
 
 impl Sample {
+    /// Updates counted over all sampled keys.
+    pub fn updates(&self) -> f64 {
+        self.counts.iter().map(|&c| c as f64).sum()
+    }
+
     /// FIR's skew coefficient α = 1 − Σ (uᵢ / C)² over the sampled keys
     /// that were updated (0 when nothing was).
     pub fn alpha(&self) -> f64 {

@@ -42,7 +42,7 @@ use crate::heap::tile::{ABORTED, PENDING};
 use crate::heap::{Addr, SlotRead};
 use crate::index::{BTree, InsertError};
 use std::ops::Bound;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU64, AtomicU8};
 use std::sync::Arc;
 use std::time::Duration;
@@ -183,9 +183,9 @@ impl SecondaryRt {
 
 /// A stale-entry candidate: removed once nothing can need it.
 pub struct Stale {
-    pub table: u32,
-    pub index: Arc<SecondaryRt>,
-    pub entry: Vec<u8>,
+    table: u32,
+    index: Arc<SecondaryRt>,
+    entry: Vec<u8>,
 }
 
 /// Tree bounds that contain every entry whose secondary key lies in
@@ -591,14 +591,14 @@ pub struct ChainReader<'s> {
 
 impl<'s> ChainReader<'s> {
     pub fn new(store: &'s Store, worker: usize) -> Self {
-        store.active[worker].store(store.clock.peek().max(1), SeqCst);
+        store.announce(worker, store.clock.peek().max(1));
         ChainReader { store, worker }
     }
 }
 
 impl Drop for ChainReader<'_> {
     fn drop(&mut self) {
-        self.store.active[self.worker].store(0, SeqCst);
+        self.store.retire(self.worker);
     }
 }
 

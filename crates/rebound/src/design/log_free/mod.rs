@@ -160,7 +160,7 @@ fn assemble(
     if mode.chains() && persistent {
         // Before any commit: the first delta after a restart must hold
         // the redone versions and everything committed from now on.
-        store.changes.record(mode.capture());
+        store.changes().record(mode.capture());
         record_redone(&store, &redone, mode);
     }
     // Recovered from node images (IACoW), the indexes are whole already.
@@ -199,7 +199,7 @@ fn assemble(
 fn serve_chain(engine: &Arc<Engine>, chain: Arc<Chain>, background: bool) {
     let design = log_free(engine);
     design.checkpointer.lock().pin(&chain);
-    for (_, table) in engine.store().tables.iter() {
+    for table in engine.store().tables() {
         if chain.has_table(table.heap.def.id) {
             table.set_cold(Arc::new(ColdRun::new(chain.clone(), table.heap.def.id)));
         }
@@ -236,13 +236,13 @@ fn record_redone(store: &Store, redone: &[(u32, Addr)], mode: CheckpointMode) {
         deletes: false,
     };
     if mode.capture() != Capture::HeadTrees {
-        store.changes.add(0, redone.iter().map(as_logged));
+        store.changes().add(0, redone.iter().map(as_logged));
         return;
     }
     let mut keys = Vec::new();
     let mut found = Vec::with_capacity(redone.len());
     for &(table, addr) in redone {
-        let heap = &store.tables[table as usize].heap;
+        let heap = &store.table(table).heap;
         let at = keys.len();
         let len = heap.read_key_into(store.medium(), addr, &mut keys);
         let deletes = heap.tombstone(store.medium(), addr) != Some(false);
@@ -254,7 +254,7 @@ fn record_redone(store: &Store, redone: &[(u32, Addr)], mode: CheckpointMode) {
         key: keys.get(key.clone()).unwrap_or_default(),
         deletes: *deletes,
     });
-    store.changes.add(0, versions);
+    store.changes().add(0, versions);
 }
 
 impl LogFree {

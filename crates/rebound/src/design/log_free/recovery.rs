@@ -159,7 +159,7 @@ pub fn recover(
                 .as_ref()
                 .map_or(0, |c| c.entry_count(table.heap.def.id))
         });
-        report.index_entries += table.index.len() as u64;
+        report.index_entries += table.index().len() as u64;
         attach_secondary_indexes(&medium, &table)?;
         tables.push(table);
     }

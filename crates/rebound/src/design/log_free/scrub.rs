@@ -29,10 +29,9 @@ pub fn step(store: &Store, cursor: &mut ScrubCursor) {
     if cursor.finished {
         return;
     }
-    let tables = &store.tables;
     let mut budget = SCRUB_BLOCKS_PER_ROUND;
     while budget > 0 {
-        let Some(table) = tables.get(cursor.table) else {
+        let Some(table) = store.get_table(cursor.table as u32) else {
             let left = cursor.left;
             *cursor = ScrubCursor {
                 left_by_last_pass: Some(left),

@@ -34,7 +34,7 @@ fn blocks_made_ready_ahead_serve_writers_and_leave_nothing_after_a_crash() {
         table
             .rt()
             .heap
-            .prepare_blocks(store.medium(), &store.space, idle_after)
+            .prepare_blocks(store.medium(), store.space(), idle_after)
     };
     let blocks = |name: &str| {
         let stats = db.stats();
@@ -74,16 +74,20 @@ fn blocks_made_ready_ahead_serve_writers_and_leave_nothing_after_a_crash() {
         .max()
         .unwrap();
     assert!(freed > 0, "GC freed blocks");
-    let length = store.medium.len();
+    let length = store.medium().len();
     for key in 33..100 {
         write(key, key);
         prepare(&growing).unwrap();
     }
-    assert_eq!(store.medium.len(), length, "the reserve reused freed space");
+    assert_eq!(
+        store.medium().len(),
+        length,
+        "the reserve reused freed space"
+    );
     assert_eq!(blocks("growing").1, 2);
     assert_eq!(blocks("idle"), (0, 0));
     let heap = &growing.rt().heap;
-    heap.prepare_blocks(store.medium(), &store.space, Duration::ZERO)
+    heap.prepare_blocks(store.medium(), store.space(), Duration::ZERO)
         .unwrap();
     assert_eq!(
         blocks("growing").1,
@@ -151,7 +155,7 @@ fn a_replaced_chain_merges_while_a_stale_fold_runs() {
         })
         .unwrap();
     // What the next take holds was not recorded whole: it copies.
-    db.engine().store().changes.lose();
+    db.engine().store().changes().lose();
     write(0, 1000);
     assert!(!db.checkpoint().unwrap().delta);
     for round in 0..100 {

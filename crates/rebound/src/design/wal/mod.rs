@@ -344,7 +344,7 @@ fn replay(
     }
     let replay_started = Instant::now();
     for spec in &tables {
-        match engine.store().tables.get(spec.id as usize) {
+        match engine.store().get_table(spec.id) {
             // Created after the snapshot's timestamp but before it
             // captured the catalog: it is in the snapshot already.
             Some(rt) if rt.heap.def.name == spec.name => {}
@@ -381,7 +381,7 @@ fn replay(
         },
         engine.poison_slot(),
     )?);
-    let _ = engine.store().log.set(log.clone());
+    engine.store().start_log(log.clone());
     // A simulated file system simulates power loss.
     let guarantee = match dir.sim().is_none() && crate::medium::on_tmpfs(dir.path()) {
         true => Guarantee::ProcessCrash,
@@ -414,7 +414,7 @@ fn replay(
     if config.background_thread {
         start_snapshot_thread(engine)?;
     }
-    if engine.store().tables.iter().any(|(_, t)| t.is_loading()) {
+    if engine.store().tables().any(|t| t.is_loading()) {
         let load = Box::new(RecoveredLoad(recovered.clone()));
         engine.start_cold_load(load, config.load_indexes_in_background);
     }
@@ -427,7 +427,7 @@ fn replay(
         undo_redo: replayed_after,
         index_build: indexes_after,
         total: started.elapsed(),
-        tables: engine.store().tables.count(),
+        tables: engine.store().table_count(),
         versions_scanned: log_records,
         versions_committed: recovered.log_keys() as u64,
         checkpoint_entries: chain.rows,
@@ -455,7 +455,7 @@ fn create_snapshot_tables(
     match snapshot
         .tables()
         .into_iter()
-        .all(|id| engine.store().tables.get(id as usize).is_some())
+        .all(|id| engine.store().get_table(id).is_some())
     {
         true => Ok(()),
         false => Err(bad("rows of an unknown table")),
@@ -475,8 +475,7 @@ fn serve_recovered(
     for id in recovered.tables() {
         let table = engine
             .store()
-            .tables
-            .get(id as usize)
+            .get_table(id)
             .ok_or_else(|| Error::Corrupt(format!("rows of unknown table {id}")))?;
         table.set_cold(Arc::new(SnapshotRun {
             snapshot: recovered.clone(),
@@ -501,8 +500,7 @@ fn create_logged_table(engine: &Engine, spec: &TableSpec) -> Result<Arc<TableRt>
 fn create_logged_index(engine: &Engine, def: &IndexDef) -> Result<()> {
     let table = engine
         .store()
-        .tables
-        .get(def.table as usize)
+        .get_table(def.table)
         .cloned()
         .ok_or_else(|| Error::Corrupt(format!("index {} of unknown table", def.name)))?;
     if table.secondaries.count() > def.number as usize {
@@ -616,7 +614,7 @@ impl Wal {
         let outcome = self.write_snapshot(engine, wal, worker, number, (previous, since));
         // The background thread may have flagged the slot as a long
         // transaction; the next session must not inherit that.
-        engine.store().long[worker].store(crate::txn::LONG_NONE, Ordering::SeqCst);
+        engine.store().clear_long_flag(worker);
         engine.release_worker(worker);
         let (stats, written) = outcome?;
         // In force from its rename on: the next one builds on it, even if
@@ -649,11 +647,13 @@ impl Wal {
         let written = wal.log.written();
         // Announced as a transaction's begin is, so that the transactions
         // it waits for are exactly those older than it.
-        engine.store().active[worker].store(engine.store().clock.peek(), Ordering::SeqCst);
-        let at = engine.store().clock.peek();
-        engine.store().active[worker].store(at, Ordering::SeqCst);
+        engine
+            .store()
+            .announce(worker, engine.store().clock().peek());
+        let at = engine.store().clock().peek();
+        engine.store().announce(worker, at);
         let outcome = self.write_changes(engine, wal, worker, number, previous, at);
-        engine.store().active[worker].store(0, Ordering::SeqCst);
+        engine.store().retire(worker);
         let (rows, bytes) = outcome?;
         let stats = SnapshotStats {
             number,
@@ -886,12 +886,12 @@ impl Wal {
 /// Encoded table and index records of the whole catalog.
 fn catalog_records(engine: &Engine, ts: u64) -> Vec<Vec<u8>> {
     let mut records = Vec::new();
-    for (_, table) in engine.store().tables.iter() {
+    for table in engine.store().tables() {
         let mut buf = Vec::new();
         record::encode_table(&mut buf, ts, &table_spec(&table.heap.def));
         records.push(buf);
     }
-    for (_, table) in engine.store().tables.iter() {
+    for table in engine.store().tables() {
         for (_, index) in table.secondaries.iter() {
             if !index.is_dropped() {
                 let mut buf = Vec::new();
@@ -1026,7 +1026,7 @@ fn copy_row(
     table.heap.encode(slot, LOADED_TXN, key, value, tombstone);
     table
         .heap
-        .append_older(&store.medium, &store.space, region, LOADED_TXN, slot)
+        .append_older(store.medium(), store.space(), region, LOADED_TXN, slot)
 }
 
 /// A table's rows in the snapshot in force, served in place: a lookup
@@ -1046,13 +1046,12 @@ impl SnapshotRun {
         let engine = self.engine.upgrade().ok_or(Error::Closed)?;
         let table = engine
             .store()
-            .tables
-            .get(self.table as usize)
+            .get_table(self.table)
             .ok_or_else(|| Error::Corrupt(format!("snapshot: unknown table {}", self.table)))?;
         let mut slot = Vec::new();
         let mut copied = Vec::with_capacity(rows.len());
         for (key, value) in rows {
-            if table.index.get(&key).is_none() {
+            if table.index().get(&key).is_none() {
                 let row = (key.as_slice(), value.as_slice());
                 let addr = copy_row(engine.store(), table, COPY_REGION, row, false, &mut slot)?;
                 copied.push((key, addr.0));
@@ -1125,10 +1124,9 @@ impl ColdLoad for RecoveredLoad {
     fn load(&self, engine: &Engine, cancelled: &(dyn Fn() -> bool + Sync)) -> Result<()> {
         let tables: Vec<Arc<TableRt>> = engine
             .store()
-            .tables
-            .iter()
-            .map(|(_, table)| table.clone())
+            .tables()
             .filter(|table| table.is_loading())
+            .cloned()
             .collect();
         load_tables(engine.store(), &self.0, &tables, cancelled)
     }
@@ -1168,7 +1166,7 @@ impl Design for Wal {
             return Ok(());
         };
         let store = engine.store();
-        let ts = store.clock.next(store.medium())?;
+        let ts = store.clock().next(store.medium())?;
         let ticket = wal.log.append(DDL_RING, |buf| {
             encode(buf, ts);
             ts
@@ -1314,7 +1312,7 @@ fn load_range(
         let Some(value) = value else {
             return;
         };
-        if failed.is_some() || table.index.get(key).is_some() {
+        if failed.is_some() || table.index().get(key).is_some() {
             return;
         }
         match copy_row(store, table, region, (key, value), false, &mut slot) {
@@ -1343,7 +1341,7 @@ fn adopt_batch(store: &Store, table: &TableRt, batch: &mut Vec<(Vec<u8>, u64)>) 
     let mut superseded = Vec::new();
     table.adopt_sorted(&entries, &mut superseded);
     for addr in superseded {
-        table.heap.set_obsolete(&store.medium, Addr(addr));
+        table.heap.set_obsolete(store.medium(), Addr(addr));
     }
     batch.clear();
 }
