@@ -53,6 +53,15 @@ impl IndexManager {
             // Every session slot is taken: no reader slot to announce in.
             return Err(Error::TooManySessions(crate::catalog::MAX_SESSIONS));
         }
+        // Each thread announces its reads in a session slot of its own:
+        // two sharing one would hide the older reader from GC.
+        assert!(
+            workers
+                .iter()
+                .enumerate()
+                .all(|(i, w)| { w.is_none_or(|w| !workers[..i].contains(&Some(w))) }),
+            "a build's threads read under distinct session slots: {workers:?}"
+        );
         self.wait_for_primary(table);
         let started = Instant::now();
         index.build_progress.store(0, Relaxed);

@@ -153,6 +153,16 @@ impl IndexManager {
     /// Reads the workload statistics the medium kept across the restart.
     pub fn new(strategy: IndexRecovery, threads: usize, opened: Instant, medium: &Medium) -> Self {
         let (past, top) = catalog::read_usage(medium);
+        // What validation leaves: one record, the newest, per index.
+        assert!(
+            past.len() <= catalog::STATS_SLOTS
+                && past.iter().enumerate().all(|(i, r)| {
+                    past[..i]
+                        .iter()
+                        .all(|o| (o.table, o.number) != (r.table, r.number))
+                }),
+            "statistics ring read back: one record per index, at most one per slot"
+        );
         let sums = past
             .iter()
             .map(|r| {
@@ -207,13 +217,22 @@ impl IndexManager {
         all_ready(&tables)
     }
 
-    /// Makes a built index usable by lookups.
+    /// Makes a built index usable by lookups: the build that built it
+    /// publishes it, holding its build lock; creation publishes it again
+    /// once the catalog holds it. A dropped or failed index is never
+    /// published. When it was built is recorded before it turns ready, so
+    /// that whoever finds it ready finds that too (`ready_and_built`).
     pub fn publish(&self, index: &SecondaryRt) {
+        let mut built_after = index.built_after.lock();
+        assert!(
+            !index.is_dropped() && (index.build_lock.is_locked() || built_after.is_some()),
+            "an index is published ready only once built: by its build (under the build lock) or again after it, never once dropped (index {} of table {})",
+            index.def.number,
+            index.def.table
+        );
+        built_after.get_or_insert_with(|| self.opened.elapsed());
+        drop(built_after);
         index.set_state(READY);
-        index
-            .built_after
-            .lock()
-            .get_or_insert_with(|| self.opened.elapsed());
     }
 
     fn build_cost_per_row(&self) -> u64 {
@@ -330,7 +349,7 @@ impl IndexManager {
         index.waiting.fetch_add(1, AcqRel);
         let _building = index.build_lock.lock();
         index.waiting.fetch_sub(1, AcqRel);
-        if index.is_ready() {
+        if ready_and_built(index) {
             return Ok(());
         }
         self.build_locked(store, table, index, &[None], Priority::Now)
@@ -356,7 +375,17 @@ impl IndexManager {
             .map_or(0.0, |r| r.saved_ns as f64);
         let restart = index.usage.saved_ns.load(Relaxed) as f64;
         let rebuild = (table.approximate_rows() * self.build_cost_per_row()) as f64;
-        alpha * past + (1.0 - alpha) * restart - rebuild
+        let rank = alpha * past + (1.0 - alpha) * restart - rebuild;
+        // Eq. 3: α(n) a weight in (0, 1], the benefits and the rebuild
+        // cost non-negative; the rank may be negative, never NaN (the
+        // order of `next_to_rebuild` compares it).
+        let terms = [past, restart, rebuild];
+        assert!(
+            alpha > 0.0 && alpha <= 1.0 && terms.iter().all(|t| *t >= 0.0) && rank.is_finite(),
+            "rank(s, t) of index {} of table {key:?}: α {alpha}, past {past}, restart {restart}, rebuild {rebuild}, rank {rank}",
+            index.def.number
+        );
+        rank
     }
 
     /// Claims the best-ranked index for the recovery threads about to
@@ -447,7 +476,7 @@ impl IndexManager {
             let Some(_building) = index.build_lock.try_lock() else {
                 continue;
             };
-            if index.is_ready() {
+            if ready_and_built(&index) {
                 continue;
             }
             self.build_locked(store, &table, &index, &all, priority)?;
@@ -468,7 +497,7 @@ impl IndexManager {
                     continue;
                 }
                 let _building = index.build_lock.lock();
-                if !index.is_ready() {
+                if !ready_and_built(index) {
                     self.build_locked(store, table, index, workers, Priority::Now)?;
                 }
             }
@@ -489,6 +518,10 @@ impl IndexManager {
         }
         ring.written_at = Instant::now();
         let decay = 0.5f64.powf(elapsed.as_secs_f64() / WINDOW_HALF_LIFE.as_secs_f64());
+        assert!(
+            (0.0..=1.0).contains(&decay),
+            "statistics ring: decay {decay} is a factor in [0, 1]"
+        );
         let window_ms = (WINDOW_HALF_LIFE.as_secs_f64() / std::f64::consts::LN_2 * 1000.0) as u64;
         for table in store.tables() {
             for (_, index) in table.secondaries.iter() {
@@ -514,6 +547,16 @@ impl IndexManager {
                     sums.saved_ns * decay + saved.saturating_sub(sums.seen_saved) as f64;
                 sums.seen_statements = statements;
                 sums.seen_saved = saved;
+                // What the next open reads back as WoPast (eq. 3).
+                assert!(
+                    [sums.statements, sums.saved_ns]
+                        .iter()
+                        .all(|sum| sum.is_finite() && *sum >= 0.0)
+                        && window_ms > 0,
+                    "statistics ring record of index {key:?}: decayed sums finite and non-negative ({} statements, {} ns), window {window_ms} ms",
+                    sums.statements,
+                    sums.saved_ns
+                );
                 let record = UsageRecord {
                     table: key.0,
                     number: key.1,
@@ -529,10 +572,85 @@ impl IndexManager {
     }
 }
 
+/// Whether an index is ready; the read side of `publish`: a ready index
+/// was published by its build, which recorded when. Checked where a build
+/// is skipped because the index is ready (not on the lookup path).
+fn ready_and_built(index: &SecondaryRt) -> bool {
+    let ready = index.is_ready();
+    assert!(
+        !ready || index.built_after.lock().is_some(),
+        "an index found ready was published by its build (index {} of table {})",
+        index.def.number,
+        index.def.table
+    );
+    ready
+}
+
 fn all_ready(tables: &[Arc<TableRt>]) -> bool {
     tables.iter().all(|t| {
         t.secondaries
             .iter()
             .all(|(_, i)| i.is_ready() || i.is_dropped())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{IndexDef, KeyPart, Source, DATA_START};
+    use crate::txn::DROPPED;
+
+    fn manager() -> IndexManager {
+        let medium = Medium::volatile(1 << 24, DATA_START).expect("a volatile medium");
+        IndexManager::new(IndexRecovery::Adaptive, 2, Instant::now(), &medium)
+    }
+
+    fn index() -> SecondaryRt {
+        let def = IndexDef {
+            table: 0,
+            number: 0,
+            name: "by_value".into(),
+            unique: false,
+            parts: vec![KeyPart {
+                source: Source::Value,
+                start: 0,
+                len: 4,
+            }],
+        };
+        SecondaryRt::new(def, false)
+    }
+
+    #[test]
+    fn a_built_index_is_published_by_its_build_and_again_after_it() {
+        let (indexes, index) = (manager(), index());
+        let building = index.build_lock.lock();
+        indexes.publish(&index);
+        drop(building);
+        assert!(ready_and_built(&index));
+        indexes.publish(&index);
+        assert!(index.is_ready());
+    }
+
+    #[test]
+    #[should_panic(expected = "published ready only once built")]
+    fn an_index_nobody_built_is_never_published() {
+        manager().publish(&index());
+    }
+
+    #[test]
+    #[should_panic(expected = "published ready only once built")]
+    fn a_dropped_index_is_never_published() {
+        let (indexes, index) = (manager(), index());
+        let _building = index.build_lock.lock();
+        index.set_state(DROPPED);
+        indexes.publish(&index);
+    }
+
+    #[test]
+    #[should_panic(expected = "found ready was published by its build")]
+    fn an_index_ready_without_its_build_fails_the_read_side() {
+        let index = index();
+        index.set_state(READY);
+        ready_and_built(&index);
+    }
 }

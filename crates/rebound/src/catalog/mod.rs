@@ -63,7 +63,7 @@ mod words;
 pub use descriptor::{create_table, read_tables, region_head, set_region_head};
 pub use indexes::{
     create_index, read_indexes, read_usage, write_usage, IndexDef, KeyPart, Source, UsageRecord,
-    MAX_INDEXES_PER_TABLE, MAX_INDEX_NAME_LEN, MAX_KEY_PARTS,
+    MAX_INDEXES_PER_TABLE, MAX_INDEX_NAME_LEN, MAX_KEY_PARTS, STATS_SLOTS,
 };
 pub use superblock::{format, is_unformatted, validate_superblock};
 pub use words::{

@@ -50,12 +50,17 @@ pub struct Engine {
     loader: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// What is still to be loaded; held locked while it loads.
     cold: Mutex<Option<Box<dyn ColdLoad>>>,
+    /// A cold load ran to its end (it does at most once).
+    cold_finished: AtomicBool,
     open_started: Instant,
     index_loaded_after: Mutex<Option<Duration>>,
     /// Checkpoints (or snapshots) taken since open, and the last one.
     checkpoints: AtomicU64,
     last_checkpoint: Mutex<Option<CheckpointStats>>,
     collector: Mutex<Collector>,
+    /// A GC round is relocating versions, its design's guard held:
+    /// checkpoints must not run now (see `gc_round`).
+    gc_relocating: AtomicBool,
     gc: GcOptions,
     /// The last GC round stopped at its copy budget with candidates left:
     /// the background thread comes back sooner than a tick.
@@ -112,11 +117,13 @@ impl Engine {
             cancel_load: AtomicBool::new(false),
             loader: Mutex::new(None),
             cold: Mutex::new(None),
+            cold_finished: AtomicBool::new(false),
             open_started: parts.started,
             index_loaded_after: Mutex::new(parts.indexes_whole.then(|| parts.started.elapsed())),
             checkpoints: AtomicU64::new(0),
             last_checkpoint: Mutex::new(None),
             collector: Mutex::new(Collector::default()),
+            gc_relocating: AtomicBool::new(false),
             gc: GcOptions {
                 enabled: config.gc.enabled && parts.gc_enabled,
                 ..config.gc
@@ -239,8 +246,16 @@ impl Engine {
         self.failures.lock().clone()
     }
 
-    /// Records a checkpoint (or snapshot) taken.
+    /// Records a checkpoint taken; its callers hold the checkpointer, so
+    /// checkpoints arrive here in the order they were taken and their
+    /// sequence numbers only grow.
     pub(super) fn checkpoint_taken(&self, stats: &CheckpointStats) {
+        let previous = self.last_checkpoint.lock().as_ref().map(|c| c.sequence);
+        assert!(
+            previous.is_none_or(|p| stats.sequence > p),
+            "checkpoint sequence numbers only grow: {} after {previous:?}",
+            stats.sequence
+        );
         self.count_checkpoint();
         self.set_last_checkpoint(stats);
     }
@@ -277,7 +292,12 @@ impl Engine {
     }
 
     pub fn release_worker(&self, worker: usize) {
-        self.sessions.lock()[worker] = false;
+        let mut sessions = self.sessions.lock();
+        assert!(
+            sessions[worker],
+            "a session slot is released once, by its holder: slot {worker} was free"
+        );
+        sessions[worker] = false;
     }
 
     /// Claims up to `n` free session slots for background readers.
@@ -296,10 +316,15 @@ impl Engine {
         workers
     }
 
+    /// Gives back the slots `reserve_workers` claimed (a build's readers).
     pub(super) fn release_workers(&self, workers: &[Option<usize>]) {
         let mut sessions = self.sessions.lock();
-        for worker in workers.iter().flatten() {
-            sessions[*worker] = false;
+        for &worker in workers.iter().flatten() {
+            assert!(
+                sessions[worker],
+                "a build's session slots are released once: slot {worker} was free"
+            );
+            sessions[worker] = false;
         }
     }
 
@@ -313,7 +338,14 @@ impl Engine {
     /// Serves `source` cold until it is loaded, in the background when
     /// asked (else at the first checkpoint, or when someone waits).
     pub(super) fn start_cold_load(self: &Arc<Self>, source: Box<dyn ColdLoad>, background: bool) {
-        *self.cold.lock() = Some(source);
+        {
+            let mut cold = self.cold.lock();
+            assert!(
+                cold.is_none() && !self.cold_finished.load(Ordering::Acquire),
+                "a cold load is started once, at open"
+            );
+            *cold = Some(source);
+        }
         if !background {
             return;
         }
@@ -352,6 +384,9 @@ impl Engine {
         if outcome.is_ok() {
             *self.index_loaded_after.lock() = Some(self.open_started.elapsed());
         }
+        // Read back as `pending` being empty: nothing loads again.
+        let finished_before = self.cold_finished.swap(true, Ordering::AcqRel);
+        assert!(!finished_before, "a cold load finishes at most once");
         *pending = None;
     }
 
@@ -364,6 +399,13 @@ impl Engine {
         if !self.cancel_load.load(Ordering::Acquire) {
             self.finish_cold_load();
         }
+    }
+
+    /// Whether a GC round is between relocating versions and retiring
+    /// their blocks; a checkpoint that holds what the design's GC guard
+    /// holds never sees it (`LogFree::take_checkpoint` asserts so).
+    pub(super) fn gc_relocating(&self) -> bool {
+        self.gc_relocating.load(Ordering::Acquire)
     }
 
     pub fn indexes_loaded_after(&self) -> Option<Duration> {
@@ -561,7 +603,12 @@ impl Engine {
             collector.forget_pending();
         }
         let limits = (min_candidates, max_copies);
-        let (retired, left) = collector.relocate(&self.store, &self.gc, limits, patience)?;
+        let (retired, left) = {
+            // Relocation and retirement happen under the guard: the flag
+            // is up only while it is held (a checkpoint asserts it down).
+            let _relocating = Relocating::start(&self.gc_relocating);
+            collector.relocate(&self.store, &self.gc, limits, patience)?
+        };
         // Only a round that got somewhere makes the next come sooner.
         let left = left && retired > 0;
         // Candidates left: the copies are made durable (and their blocks
@@ -574,6 +621,27 @@ impl Engine {
         drop(guard);
         collector.release(&self.store);
         Ok(left)
+    }
+}
+
+/// Raises `Engine::gc_relocating` for a GC round's relocation and lowers
+/// it when dropped (also when the relocation fails or panics).
+struct Relocating<'a>(&'a AtomicBool);
+
+impl<'a> Relocating<'a> {
+    fn start(flag: &'a AtomicBool) -> Relocating<'a> {
+        let before = flag.swap(true, Ordering::AcqRel);
+        assert!(
+            !before,
+            "GC rounds do not overlap: one is relocating already"
+        );
+        Relocating(flag)
+    }
+}
+
+impl Drop for Relocating<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -719,5 +787,46 @@ fn background_loop(engine: Weak<Engine>, stop: Arc<(Mutex<bool>, Condvar)>, tick
             true => tick / 25,
             false => tick,
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_relocation_flag_is_up_only_while_relocating() {
+        let flag = AtomicBool::new(false);
+        {
+            let _relocating = Relocating::start(&flag);
+            assert!(flag.load(Ordering::Acquire));
+        }
+        assert!(!flag.load(Ordering::Acquire));
+        let _again = Relocating::start(&flag);
+    }
+
+    #[test]
+    #[should_panic(expected = "GC rounds do not overlap")]
+    fn overlapping_relocations_panic() {
+        let flag = AtomicBool::new(false);
+        let _first = Relocating::start(&flag);
+        let _second = Relocating::start(&flag);
+    }
+
+    #[test]
+    #[should_panic(expected = "released once")]
+    fn a_session_slot_released_twice_panics() {
+        let db = crate::Database::open(
+            "unused",
+            crate::Options::default()
+                .medium(crate::MediumChoice::Simulated(crate::SimDevice::new(
+                    1 << 26,
+                )))
+                .background_thread(false),
+        )
+        .unwrap();
+        let worker = db.engine().claim_worker().unwrap();
+        db.engine().release_worker(worker);
+        db.engine().release_worker(worker);
     }
 }

@@ -123,6 +123,12 @@ fn build_new(engine: &Engine, table: &Arc<TableRt>, index: &Arc<SecondaryRt>) ->
         let _building = index.build_lock.lock();
         indexes.build_locked(engine.store(), table, index, &workers, Priority::Now)
     };
+    // A build that close cancelled returns without publishing the index:
+    // it is not built, so it is neither recorded nor published.
+    let outcome = outcome.and_then(|()| match index.is_ready() {
+        true => Ok(()),
+        false => Err(Error::Closed),
+    });
     let outcome = outcome.and_then(|()| match index.def.unique {
         true => check_no_repeats(engine, table, index, first),
         false => Ok(()),

@@ -84,7 +84,7 @@ pub use tile::VersionHeader;
 
 use crate::catalog::{self, TableDef, MAX_WORKERS};
 use crate::error::{Error, Result};
-use crate::medium::{HugeSlice, Medium, HUGE_PAGE_BYTES};
+use crate::medium::{Guarantee, HugeSlice, Medium, HUGE_PAGE_BYTES};
 use parking_lot::Mutex;
 use reserve::SPARE_ROOM_BLOCKS;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -396,9 +396,59 @@ pub struct Region {
     base: AtomicU32,
     blocks: boxcar::Vec<Block>,
     pub cursor: Mutex<Cursor>,
+    /// The largest txn id appended to the region by this process, and the
+    /// first one a transaction of this process appended (0: none yet);
+    /// written under `cursor`'s lock, for the time-order assertions.
+    newest_txn: AtomicU64,
+    first_txn: AtomicU64,
+}
+
+/// What an append promises about its txn id (see `TableHeap::append_older`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Age {
+    /// A transaction of this process: at least every txn id appended to
+    /// the region before (invariant 1).
+    Newest,
+    /// A version older than every transaction of this process.
+    Older,
 }
 
 impl Region {
+    /// Checks and records the txn id of an append; the caller holds the
+    /// cursor lock. Invariant 1 (time order): a transaction's slots never
+    /// go below a slot already appended to the region. A version appended
+    /// as older than every transaction of this process must be below the
+    /// first such transaction's id.
+    fn note_append(&self, txn: u64, age: Age) {
+        let newest = self.newest_txn.load(Relaxed);
+        match age {
+            Age::Newest => {
+                assert!(
+                    txn >= newest,
+                    "time order: txn {txn} appended to a region after txn {newest}"
+                );
+                if self.first_txn.load(Relaxed) == 0 {
+                    self.first_txn.store(txn, Relaxed);
+                }
+                self.newest_txn.store(txn, Relaxed);
+            }
+            Age::Older => {
+                let first = self.first_txn.load(Relaxed);
+                assert!(
+                    first == 0 || txn < first,
+                    "append_older: txn {txn} is not older than txn {first}, the region's first of this process"
+                );
+                self.newest_txn.store(newest.max(txn), Relaxed);
+            }
+        }
+    }
+
+    /// The largest txn id of a slot appended to the region so far by this
+    /// process (0: none).
+    fn newest_txn(&self) -> u64 {
+        self.newest_txn.load(Relaxed)
+    }
+
     /// Number of sequence numbers handed out (vacant ones included).
     pub fn len(&self) -> usize {
         self.base.load(Acquire) as usize + self.blocks.count()
@@ -639,12 +689,25 @@ impl TableHeap {
     /// Appends an encoded slot to `worker`'s region and returns its address.
     /// Not persisted: the commit persists and fences it.
     /// `txn` is the appending transaction; it becomes a new block's min txn.
+    /// It must not be below any txn id appended to the region before
+    /// (invariant 1; asserted).
     pub fn append(
         &self,
         medium: &Medium,
         space: &Space,
         worker: usize,
         txn: u64,
+        slot: &[u8],
+    ) -> Result<Addr> {
+        self.append_aged(medium, space, worker, (txn, Age::Newest), slot)
+    }
+
+    fn append_aged(
+        &self,
+        medium: &Medium,
+        space: &Space,
+        worker: usize,
+        (txn, age): (u64, Age),
         slot: &[u8],
     ) -> Result<Addr> {
         let region = &self.regions[worker];
@@ -662,6 +725,7 @@ impl TableHeap {
             let Some(block) = region.get(cursor.block as usize) else {
                 return Err(Error::Corrupt("a linked block vanished".into()));
             };
+            assert_min_txn_bounds_block_before(region, txn, age);
             medium.store(block.offset() + MIN_TXN_AT, catalog::pack(txn));
             medium.persist_now(block.offset() + MIN_TXN_AT, 8)?;
             // Recovery emptied it: whatever it holds from now on is ours.
@@ -670,8 +734,9 @@ impl TableHeap {
         let current = region.get(cursor.block as usize);
         let block = match current {
             Some(block) if cursor.slot < self.def.slots_per_block => block,
-            _ => self.add_block(medium, space, worker, txn, &mut cursor)?,
+            _ => self.add_block(medium, space, worker, (txn, age), &mut cursor)?,
         };
+        region.note_append(txn, age);
         let addr = Addr::new(worker, cursor.block, cursor.slot);
         cursor.slot += 1;
         let next = cursor.slot;
@@ -692,7 +757,11 @@ impl TableHeap {
     /// into a region a session may have opened a block in): the block's min
     /// txn is lowered to `txn` if it is above, so that GC does not take the
     /// slot for a leftover of the space's earlier use. Only for the
-    /// volatile medium, where nothing is recovered from min txns.
+    /// volatile medium, where nothing is recovered from min txns (the
+    /// lowered min txn, and a block such a version starts, break
+    /// invariant 3). Both promises are asserted: the medium is volatile,
+    /// and `txn` is below the first txn id a transaction of this process
+    /// appended to the region.
     pub fn append_older(
         &self,
         medium: &Medium,
@@ -701,7 +770,11 @@ impl TableHeap {
         txn: u64,
         slot: &[u8],
     ) -> Result<Addr> {
-        let addr = self.append(medium, space, worker, txn, slot)?;
+        assert!(
+            matches!(medium.guarantee(), Guarantee::None),
+            "append_older on a medium that persists: min txns would break invariant 3"
+        );
+        let addr = self.append_aged(medium, space, worker, (txn, Age::Older), slot)?;
         if let Some(block) = self.block(addr) {
             if self.min_txn(medium, block).is_none_or(|min| min > txn) {
                 medium.store(block.offset() + MIN_TXN_AT, catalog::pack(txn));
@@ -716,7 +789,7 @@ impl TableHeap {
         medium: &Medium,
         space: &Space,
         worker: usize,
-        txn: u64,
+        (txn, age): (u64, Age),
         cursor: &mut Cursor,
     ) -> Result<&Block> {
         let region = &self.regions[worker];
@@ -726,10 +799,27 @@ impl TableHeap {
             None => self.allocate_cleared(medium, space, false)?,
         };
         space.wake_preparer();
+        // Invariant 2, checked where it costs no page the writes do not
+        // touch anyway: the first slot shares the header's page.
+        assert_eq!(
+            medium.load(offset + SLOTS_OFFSET),
+            TXN_EMPTY,
+            "no stale slots: the first slot of a block about to be linked at {offset} was not zeroed"
+        );
+        assert_min_txn_bounds_block_before(region, txn, age);
         medium.zero(offset + BITMAP_OFFSET, BITMAP_BYTES);
         medium.persist(offset + BITMAP_OFFSET, BITMAP_BYTES);
         medium.write_bytes(offset, &block::header(&self.def, worker, seq, txn));
         medium.persist_now(offset, BLOCK_HEADER)?;
+        // Invariant 4: what a link will lead recovery to is a header that
+        // validates (fenced by `persist_now` above), and a clear bitmap.
+        let header = block::validate(medium, &self.def, offset, worker, seq);
+        assert!(
+            matches!(header, Ok((0, min)) if min == txn)
+                && medium.load(offset + BITMAP_OFFSET) == 0,
+            "links follow headers: block {seq} of table {} region {worker} at {offset} does not read back before it is linked: {header:?}",
+            self.def.id
+        );
         // The region's last block is never collected, so it is the one
         // the chain ends in.
         match seq
@@ -1069,6 +1159,15 @@ impl TableHeap {
                 space.free(medium, offset, block);
                 return Err(e);
             }
+            // Invariant 2 for extents held ready: their first and last
+            // slots (the pages were just faulted in) hold no txn id.
+            let last = offset
+                + SLOTS_OFFSET
+                + (self.def.slots_per_block as u64 - 1) * self.def.slot_size as u64;
+            assert!(
+                medium.load(offset + SLOTS_OFFSET) == TXN_EMPTY && medium.load(last) == TXN_EMPTY,
+                "no stale slots: an extent made ready at {offset} was not zeroed"
+            );
             self.reserve.put(offset);
         }
         Ok(missing)
@@ -1185,6 +1284,18 @@ impl TableHeap {
         medium.fetch_or(word, bit);
         Some(word)
     }
+}
+
+/// Invariant 3, where a block's min txn is stamped: every slot of the
+/// block before (and of the region before it) is at most `txn`. Not for a
+/// version appended as older than the process's transactions (volatile
+/// medium only; see `TableHeap::append_older`).
+fn assert_min_txn_bounds_block_before(region: &Region, txn: u64, age: Age) {
+    let newest = region.newest_txn();
+    assert!(
+        age == Age::Older || txn >= newest,
+        "min txns bound the block before: a block stamped with txn {txn} follows a slot of txn {newest}"
+    );
 }
 
 /// Whether `offset` is a word of a block's obsolete bitmap: the only
@@ -1335,6 +1446,98 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A small table on a volatile medium, with its free space.
+    fn small_heap() -> (TableHeap, Medium, Space) {
+        let def = TableDef {
+            id: 0,
+            name: "t".into(),
+            max_key_len: 8,
+            max_value_len: 8,
+            slot_size: 48,
+            slots_per_block: 4,
+            block_size: 4096,
+        };
+        let medium = Medium::volatile(1 << 24, catalog::DATA_START).unwrap();
+        let space = Space::new(catalog::DATA_START, Vec::new(), catalog::DATA_START);
+        (TableHeap::new(def), medium, space)
+    }
+
+    fn append_one(heap: &TableHeap, medium: &Medium, space: &Space, txn: u64) -> Result<Addr> {
+        let mut buf = Vec::new();
+        heap.encode(&mut buf, txn, b"k", b"v", false);
+        heap.append(medium, space, 0, txn, &buf)
+    }
+
+    #[test]
+    fn appends_in_txn_order_across_blocks_pass_their_checks() {
+        let (heap, medium, space) = small_heap();
+        for txn in [3, 3, 4, 9, 9, 10, 12] {
+            append_one(&heap, &medium, &space, txn).unwrap();
+        }
+        assert_eq!(heap.regions[0].newest_txn(), 12);
+        let second = heap.regions[0].get(1).unwrap();
+        assert_eq!(heap.min_txn(&medium, second), Some(9));
+    }
+
+    #[test]
+    #[should_panic(expected = "time order")]
+    fn an_append_below_the_regions_newest_txn_panics() {
+        let (heap, medium, space) = small_heap();
+        append_one(&heap, &medium, &space, 7).unwrap();
+        let _ = append_one(&heap, &medium, &space, 6);
+    }
+
+    #[test]
+    #[should_panic(expected = "min txns bound the block before")]
+    fn a_block_stamped_below_the_block_before_panics() {
+        let (heap, medium, space) = small_heap();
+        for _ in 0..4 {
+            append_one(&heap, &medium, &space, 7).unwrap();
+        }
+        // The region is full: the next append adds a block stamped with
+        // its txn, below the slots of the block before.
+        let _ = append_one(&heap, &medium, &space, 5);
+    }
+
+    #[test]
+    #[should_panic(expected = "append_older: txn 8 is not older")]
+    fn an_older_version_not_older_than_the_process_panics() {
+        let (heap, medium, space) = small_heap();
+        append_one(&heap, &medium, &space, 7).unwrap();
+        let mut buf = Vec::new();
+        heap.encode(&mut buf, 8, b"k", b"v", false);
+        let _ = heap.append_older(&medium, &space, 0, 8, &buf);
+    }
+
+    #[test]
+    fn older_versions_go_below_the_processes_transactions() {
+        let (heap, medium, space) = small_heap();
+        let mut buf = Vec::new();
+        heap.encode(&mut buf, 1, b"k", b"v", false);
+        heap.append_older(&medium, &space, 0, 1, &buf).unwrap();
+        append_one(&heap, &medium, &space, 7).unwrap();
+        heap.append_older(&medium, &space, 0, 1, &buf).unwrap();
+        assert_eq!(heap.regions[0].newest_txn(), 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "no stale slots")]
+    fn a_ready_extent_with_a_slot_left_in_it_is_never_linked() {
+        let (heap, medium, space) = small_heap();
+        let (offset, _) = space.allocate(&medium, 4096).unwrap();
+        medium.store(offset + SLOTS_OFFSET, SlotWord::encode(3, false));
+        heap.reserve.put(offset);
+        let _ = append_one(&heap, &medium, &space, 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "held once")]
+    fn an_extent_held_ready_twice_panics() {
+        let (heap, _, _) = small_heap();
+        heap.reserve.put(BLOCK_ALIGN * 8);
+        heap.reserve.put(BLOCK_ALIGN * 8);
     }
 
     #[test]

@@ -286,9 +286,19 @@ impl TableHeap {
         };
         let mut tail: Option<Cursor> = None;
         let mut buf = Vec::new();
+        // The newest committed txn id so far: the read side of the time
+        // order `append` asserts (invariants 1 and 3), checked on what the
+        // medium holds, so a breach is damage (`Corrupt`).
+        let mut newest = 0;
         for block in &blocks[first.min(blocks.len())..] {
             let b = block.seq;
             let (_, min_txn) = self.validate_block(medium, block.offset(), worker, b as u64)?;
+            if newest > min_txn && tail.is_none() {
+                return Err(Error::Corrupt(format!(
+                    "table {} region {worker}: block {b}'s min txn {min_txn} is below txn {newest} of a block before",
+                    self.def.id
+                )));
+            }
             for s in 0..capacity {
                 let addr = Addr::new(worker, b, s);
                 let word = self.slot_txn(medium, addr);
@@ -298,6 +308,14 @@ impl TableHeap {
                         self.def.id
                     ))
                 })?;
+                if let (Class::Committed { txn }, None) = (class, tail) {
+                    if txn < newest {
+                        return Err(Error::Corrupt(format!(
+                            "committed version of txn {txn} at {addr:?} follows one of txn {newest}"
+                        )));
+                    }
+                    newest = txn;
+                }
                 let txn = match (class, tail.is_some()) {
                     (Class::Committed { .. }, true) => {
                         return Err(Error::Corrupt(format!(

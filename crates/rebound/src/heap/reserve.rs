@@ -67,8 +67,15 @@ impl Reserve {
             .is_some_and(|at| at.elapsed() >= after)
     }
 
+    /// Holds a cleared and fenced extent ready. An extent held twice would
+    /// become two blocks.
     pub fn put(&self, offset: u64) {
-        self.ready.lock().push(offset);
+        let mut ready = self.ready.lock();
+        assert!(
+            offset.is_multiple_of(super::BLOCK_ALIGN) && !ready.contains(&offset),
+            "an extent held ready is aligned and held once: {offset} in {ready:?}"
+        );
+        ready.push(offset);
     }
 
     /// Empties the reserve until the table grows again.

@@ -262,6 +262,14 @@ impl LogFree {
     fn take_checkpoint(&self, engine: &Engine) -> Result<CheckpointStats> {
         engine.wait_for_indexes();
         let mut checkpointer = self.checkpointer.lock();
+        // GC holds the checkpointer from relocation to retirement
+        // (`HeldCheckpoints`): a checkpoint in between could list the
+        // blocks without the retired one yet hold an entry read before
+        // the copy.
+        assert!(
+            !engine.gc_relocating(),
+            "the GC guard is held across relocation: a checkpoint ran while GC relocated"
+        );
         self.checkpoint_with(engine, &mut checkpointer)
     }
 

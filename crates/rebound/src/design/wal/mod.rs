@@ -361,6 +361,14 @@ fn replay(
         }
     }
     let chain = ChainFigures::of(snapshot.as_ref());
+    // The store's clock starts after everything the files hold (their
+    // timestamps validated as txn ids), so every snapshot taken from now
+    // on is above the chain's newest (`take_snapshot` asserts the order).
+    assert!(
+        engine.store().clock.peek() > chain.ts,
+        "the clock restarts above the newest snapshot's ts {}",
+        chain.ts
+    );
     let mut newest = newest;
     newest.settle();
     let recovered = Arc::new(Recovered::new(newest, snapshot));
@@ -617,6 +625,17 @@ impl Wal {
         engine.store().clear_long_flag(worker);
         engine.release_worker(worker);
         let (stats, written) = outcome?;
+        // A snapshot holds the versions from its predecessor's timestamp
+        // to its own, so timestamps never go back (equal when no
+        // transaction began in between); the chain's files are checked
+        // for the same order when read back (`SnapshotChain`), and the
+        // clock restarts above the newest (`replay`).
+        assert!(
+            stats.ts >= since && stats.number == previous + 1,
+            "snapshot {} at ts {} follows snapshot {previous} at ts {since}",
+            stats.number,
+            stats.ts
+        );
         // In force from its rename on: the next one builds on it, even if
         // recycling the log it covers fails below (a retry from the
         // previous one would miss what the recycled segments held).
