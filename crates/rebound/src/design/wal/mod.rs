@@ -365,7 +365,7 @@ fn replay(
     // timestamps validated as txn ids), so every snapshot taken from now
     // on is above the chain's newest (`take_snapshot` asserts the order).
     assert!(
-        engine.store().clock.peek() > chain.ts,
+        engine.store().clock().peek() > chain.ts,
         "the clock restarts above the newest snapshot's ts {}",
         chain.ts
     );
