@@ -419,6 +419,9 @@ impl Engine {
         if let Some(background) = self.background.lock().take() {
             background.stop();
         }
+        // A running fold (or snapshot thread) ends first: the last
+        // checkpoint installs the fold, and nothing writes beside it.
+        self.design.stop(self);
         // The next open ranks index rebuilds by these (SOFORT's WoPast).
         self.indexes.persist_usage(&self.store, true);
         self.design.close(self)?;
@@ -551,6 +554,7 @@ impl Engine {
                 self.store.move_idle_long_transactions();
             }
         }
+        self.design.before_gc(self);
         let gc = match self.gc.enabled {
             true => self.gc_round(
                 self.gc.batch_blocks.max(1),
@@ -604,8 +608,8 @@ impl Engine {
         }
         let limits = (min_candidates, max_copies);
         let (retired, left) = {
-            // Relocation and retirement happen under the guard: the flag
-            // is up only while it is held (a checkpoint asserts it down).
+            // Relocation happens under the guard with the flag up; a
+            // checkpoint asserts it down, so none runs amid a relocation.
             let _relocating = Relocating::start(&self.gc_relocating);
             collector.relocate(&self.store, &self.gc, limits, patience)?
         };

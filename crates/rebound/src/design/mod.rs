@@ -130,8 +130,12 @@ pub trait Design: Send + Sync {
     /// The most a GC round may copy before it stops.
     fn gc_copy_budget(&self) -> u64;
 
-    /// The design's part of a maintenance round (after GC): verification
-    /// of recovered blocks, a checkpoint when one is due.
+    /// The design's part of a maintenance round before GC: verification
+    /// of recovered blocks.
+    fn before_gc(&self, engine: &Engine);
+
+    /// The design's part of a maintenance round after GC: a checkpoint
+    /// when one is due.
     fn maintain(&self, engine: &Engine, background: bool) -> Result<()>;
 
     /// After a background round: work the design runs on threads of its
@@ -141,8 +145,9 @@ pub trait Design: Send + Sync {
     /// How often the maintenance thread wakes at most.
     fn tick(&self) -> Duration;
 
-    /// At close, after background work stopped: what leaves the next open
-    /// nothing to redo. Every commit is durable already.
+    /// At close, after background work and the design's own threads
+    /// stopped: what leaves the next open nothing to redo. Every commit is
+    /// durable already.
     fn close(&self, engine: &Engine) -> Result<()>;
 
     /// When the last handle goes: stops and joins the design's threads.
@@ -174,7 +179,12 @@ pub fn open(path: &Path, config: Config) -> Result<Arc<Engine>> {
         }
         DesignConfig::Wal(design) => wal::open(path, &config, design, instance, started)?,
     };
-    engine.start(&config)?;
+    if let Err(e) = engine.start(&config) {
+        // The design's threads (a loader holds the engine, and with it
+        // the directory's lock) must not outlive a failed open.
+        engine.drop_handle();
+        return Err(e);
+    }
     Ok(engine)
 }
 

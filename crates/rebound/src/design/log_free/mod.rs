@@ -415,8 +415,11 @@ impl Design for LogFree {
             .map_or(u64::MAX, |(_, volume)| (volume / GC_COPY_SHARE).max(1))
     }
 
-    fn maintain(&self, engine: &Engine, background: bool) -> Result<()> {
+    fn before_gc(&self, engine: &Engine) {
         scrub::step(engine.store(), &mut self.scrub.lock());
+    }
+
+    fn maintain(&self, engine: &Engine, background: bool) -> Result<()> {
         let checkpoint = self.checkpoint_if_due(engine);
         if let (true, Err(e)) = (background, &checkpoint) {
             engine.note_failure(BackgroundWork::Checkpoint, e);

@@ -300,7 +300,14 @@ pub fn open(
             started,
         },
     );
-    let report = replay(&engine, found, config, design, started)?;
+    let report = match replay(&engine, found, config, design, started) {
+        Ok(report) => report,
+        Err(e) => {
+            // Nothing started may outlive a failed open.
+            engine.drop_handle();
+            return Err(e);
+        }
+    };
     let _ = of(&engine).report.set(report);
     Ok(engine)
 }
@@ -1208,6 +1215,8 @@ impl Design for Wal {
     fn gc_copy_budget(&self) -> u64 {
         u64::MAX
     }
+
+    fn before_gc(&self, _: &Engine) {}
 
     /// Snapshots have a thread of their own, paced by the log.
     fn maintain(&self, _: &Engine, _: bool) -> Result<()> {
