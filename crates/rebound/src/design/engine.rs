@@ -415,7 +415,7 @@ impl Engine {
     /// Stops accepting work and makes everything durable.
     pub fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
-        secondary::stop_recovery(self);
+        self.stop_index_recovery_thread();
         if let Some(background) = self.background.lock().take() {
             background.stop();
         }
@@ -431,7 +431,7 @@ impl Engine {
     /// Stops and joins every background thread.
     fn stop_background(&self) {
         self.cancel_load.store(true, Ordering::Release);
-        secondary::stop_recovery(self);
+        self.stop_index_recovery_thread();
         self.wait_for_indexes();
         if let Some(background) = self.background.lock().take() {
             background.stop();
@@ -439,7 +439,7 @@ impl Engine {
         self.design.stop(self);
     }
 
-    pub(super) fn stop_index_recovery_thread(&self) {
+    fn stop_index_recovery_thread(&self) {
         self.indexes.cancel.store(true, Ordering::Release);
         if let Some(handle) = self.index_recovery.lock().take() {
             let _ = handle.join();

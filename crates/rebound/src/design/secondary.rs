@@ -230,10 +230,6 @@ fn spawn_adaptive_recovery(engine: &Arc<Engine>) {
     engine.set_index_recovery_thread(handle);
 }
 
-pub fn stop_recovery(engine: &Engine) {
-    engine.stop_index_recovery_thread();
-}
-
 /// Maintenance of secondary indexes: stale entries, and (in the
 /// background thread only) the workload statistics. Those are written at
 /// wall-clock intervals, so a caller-driven round (crash testing) leaves

@@ -24,7 +24,7 @@ mod tests;
 
 use super::engine::{BackgroundWork, ColdLoad, Parts, GC_COPY_SHARE};
 use super::report::{self, RecoveryReport};
-use super::{Config, Design, Engine, GcGuard, LogFreeConfig, WalStats};
+use super::{Config, Design, Engine, GcGuard, LogFreeConfig};
 use crate::checkpoint::{
     load_cold, Chain, CheckpointMode, CheckpointStats, Checkpointer, ColdRun, FoldJob,
 };
@@ -452,9 +452,5 @@ impl Design for LogFree {
 
     fn stop(&self, _: &Engine) {
         self.join_fold();
-    }
-
-    fn wal_stats(&self) -> Option<WalStats> {
-        None
     }
 }
