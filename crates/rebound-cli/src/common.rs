@@ -6,7 +6,9 @@ use crate::engines::{self, Ack, Engine, Guarantee, Session, Tx};
 use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use rebound::{CheckpointMode, Database, Durability, GcOptions, IndexRecovery, Options};
+use rebound::{
+    CheckpointMode, Concurrency, Database, Durability, GcOptions, IndexRecovery, Options,
+};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,11 +51,23 @@ pub fn designs() -> Vec<(&'static str, Options)> {
         // DRAM versions and indexes, a redo log with group commit and
         // snapshots bounding it (LeanStore; FIR's "DRAM-DB (Log)").
         ("wal", d().durability(Durability::Wal)),
+        // FOEDUS's optimistic concurrency control over the same designs;
+        // any design's name takes the `-occ` suffix.
+        ("none-occ", occ(d().durability(Durability::None))),
+        ("log-free-occ", occ(d())),
+        ("wal-occ", occ(d().durability(Durability::Wal))),
     ]
+}
+
+fn occ(options: Options) -> Options {
+    options.concurrency(Concurrency::Occ)
 }
 
 /// The [`Options`] of design `name`.
 pub fn design_options(name: &str) -> BoxResult<Options> {
+    if let Some(base) = name.strip_suffix("-occ") {
+        return design_options(base).map(occ);
+    }
     designs()
         .into_iter()
         .find(|(n, _)| *n == name)

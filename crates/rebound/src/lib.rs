@@ -66,7 +66,7 @@ pub use error::{Error, Result};
 pub use gc::{GcOptions, GcStats};
 pub use heap::TableOptions;
 pub use medium::{Guarantee, SimDevice};
-pub use txn::{Cursor, PendingCommit};
+pub use txn::{Concurrency, Cursor, PendingCommit};
 pub use wal::{FileSystem, SimFault, SimFs, SimOp};
 
 /// The DRAM index on its own, for the index micro-benchmark

@@ -9,6 +9,7 @@ use crate::design::{Config, DesignConfig, LogFreeConfig, MediumKind, WalConfig};
 use crate::error::{Error, Result};
 use crate::gc::GcOptions;
 use crate::medium::SimDevice;
+use crate::txn::Concurrency;
 use crate::wal::FileSystem;
 use std::time::Duration;
 
@@ -56,6 +57,8 @@ pub enum MediumChoice {
 #[non_exhaustive]
 pub struct Options {
     pub durability: Durability,
+    /// How transactions are kept serializable.
+    pub concurrency: Concurrency,
     pub medium: MediumChoice,
     /// Injected latency per persisted 256-byte line, emulating slower NVM.
     pub persist_latency_ns: u64,
@@ -122,6 +125,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             durability: Durability::LogFree,
+            concurrency: Concurrency::Mvto,
             medium: MediumChoice::Auto,
             persist_latency_ns: 0,
             create_if_missing: true,
@@ -146,6 +150,10 @@ impl Default for Options {
 setters!(Options {
     /// How commits are made durable (default: [`Durability::LogFree`]).
     durability: Durability,
+    /// How transactions are kept serializable (default:
+    /// [`Concurrency::Mvto`]; [`Concurrency::Occ`] is FOEDUS's optimistic
+    /// scheme, which does not maintain secondary indexes yet).
+    concurrency: Concurrency,
     /// Where the data lives (default: [`MediumChoice::Auto`]).
     medium: MediumChoice,
     /// Injected latency per persisted 256-byte line, emulating slower NVM.
@@ -232,6 +240,7 @@ impl Options {
             index_recovery: self.index_recovery,
             index_recovery_threads: self.index_recovery_threads,
             index_recovery_in_background: self.index_recovery_in_background,
+            concurrency: self.concurrency,
             design,
         })
     }

@@ -140,7 +140,7 @@ impl Engine {
             failures: Mutex::new(BackgroundFailures::default()),
             panic_requested: AtomicBool::new(false),
             index_recovery: Mutex::new(None),
-            store: parts.store,
+            store: parts.store.with_concurrency(config.concurrency),
         })
     }
 

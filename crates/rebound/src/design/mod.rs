@@ -59,6 +59,7 @@ pub struct Config {
     pub index_recovery: IndexRecovery,
     pub index_recovery_threads: usize,
     pub index_recovery_in_background: bool,
+    pub concurrency: crate::txn::Concurrency,
     pub design: DesignConfig,
 }
 

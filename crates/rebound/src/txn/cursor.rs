@@ -168,7 +168,7 @@ impl<'t, 's> Cursor<'t, 's> {
     fn fetch(&mut self, order: Order) -> Result<()> {
         let want = self.batch;
         self.batch = (want * 2).min(MAX_BATCH);
-        let batch = index_batch(
+        let mut batch = index_batch(
             self.txn,
             &self.table,
             (&self.lower, &self.upper),
@@ -176,6 +176,7 @@ impl<'t, 's> Cursor<'t, 's> {
             order,
         )?;
         self.exhausted = batch.len() < want;
+        let span = self.txn.is_occ().then(|| self.span(order, &batch));
         if let Some((key, _)) = batch.last() {
             let position = Bound::Excluded(key.clone());
             match order {
@@ -183,11 +184,33 @@ impl<'t, 's> Cursor<'t, 's> {
                 Order::Descending => self.upper = position,
             }
         }
+        if let Some(span) = span {
+            self.txn.occ_fetched(&self.table, span, order, &mut batch);
+        }
         match order {
             Order::Ascending => self.front = batch.into(),
             Order::Descending => self.back = batch.into(),
         }
         Ok(())
+    }
+
+    /// The keys a fetch of `batch` covered, as ascending bounds: from the
+    /// `order` end to its last entry, or to the far end once exhausted.
+    fn span(&self, order: Order, batch: &[Entry]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+        let reached = match (self.exhausted, batch.last()) {
+            (false, Some((key, _))) => Some(Bound::Included(key.clone())),
+            _ => None,
+        };
+        match order {
+            Order::Ascending => (
+                self.lower.clone(),
+                reached.unwrap_or_else(|| self.upper.clone()),
+            ),
+            Order::Descending => (
+                reached.unwrap_or_else(|| self.lower.clone()),
+                self.upper.clone(),
+            ),
+        }
     }
 
     /// Ends the iteration; a conflict also poisons the transaction.
@@ -232,7 +255,9 @@ fn index_batch(
 ) -> Result<Vec<Entry>> {
     table.warm_range(&txn.store.medium, (lower, upper), want, order)?;
     let mut batch = Vec::with_capacity(want);
-    let (ts, spare_keys) = (txn.ts, &mut txn.spare_keys);
+    // Optimistic scans leave no marks: commit scans the span again.
+    let gap_mark = (!txn.is_occ()).then_some(txn.ts);
+    let spare_keys = &mut txn.spare_keys;
     let visit = |key: &[u8], head| {
         let mut owned = spare_keys.pop().unwrap_or_default();
         owned.clear();
@@ -242,8 +267,8 @@ fn index_batch(
     };
     let (lower, upper) = (as_slice_bound(lower), as_slice_bound(upper));
     match order {
-        Order::Ascending => table.index.scan(lower, upper, Some(ts), visit),
-        Order::Descending => table.index.scan_rev(lower, upper, Some(ts), visit),
+        Order::Ascending => table.index.scan(lower, upper, gap_mark, visit),
+        Order::Descending => table.index.scan_rev(lower, upper, gap_mark, visit),
     }
     Ok(batch)
 }

@@ -49,6 +49,7 @@ mod cursor;
 mod index_build;
 mod long;
 mod obsolete_bits;
+mod occ;
 mod relocate;
 mod sampler;
 mod secondary;
@@ -58,6 +59,8 @@ pub use clock::Clock;
 pub use cursor::{prefix_end, Cursor, Order};
 pub use index_build::{Collected, EntryRun};
 use obsolete_bits::ObsoleteBits;
+pub use occ::Concurrency;
+use occ::OccSet;
 pub use relocate::relocate;
 pub use sampler::{Sample, UpdateSampler};
 pub use secondary::{Rows, SecondaryRt, Stale, DROPPED, READY};
@@ -124,6 +127,8 @@ pub struct Store {
     changes: ChangeLog,
     /// The redo log of the `wal` design, once recovery has replayed it.
     log: std::sync::OnceLock<Arc<crate::wal::Log>>,
+    /// How user transactions are kept serializable.
+    concurrency: Concurrency,
 }
 
 /// A transaction running for less than the long-transaction threshold.
@@ -299,7 +304,18 @@ impl Store {
             write_sets: (0..crate::catalog::MAX_WORKERS)
                 .map(|w| parking_lot::Mutex::new(WriteSet::new(w)))
                 .collect(),
+            concurrency: Concurrency::Mvto,
         }
+    }
+
+    /// The store with user transactions run under `concurrency`.
+    pub fn with_concurrency(mut self, concurrency: Concurrency) -> Store {
+        self.concurrency = concurrency;
+        self
+    }
+
+    pub fn concurrency(&self) -> Concurrency {
+        self.concurrency
     }
 
     /// Removes the index entries of deleted keys nobody can see any more;
@@ -483,7 +499,10 @@ impl Store {
 /// designs a commit is durable before it is visible, so it is durable
 /// at once.
 #[must_use = "a deferred commit is acknowledged only once `wait` returns"]
-pub struct PendingCommit(Pending);
+pub struct PendingCommit {
+    pending: Pending,
+    id: Option<u64>,
+}
 
 enum Pending {
     Durable,
@@ -497,17 +516,26 @@ impl PendingCommit {
     /// Waits until the commit is durable; an error means it may not be
     /// (the log failed or the database was closed first).
     pub fn wait(self) -> Result<()> {
-        match self.0 {
+        match self.pending {
             Pending::Durable => Ok(()),
             Pending::Record(log, ticket) => log.wait(ticket),
             Pending::Reads(log, newest_read) => log.wait_for_reads(newest_read),
         }
     }
 
+    /// The commit's place in the serial order of all commits: the id its
+    /// versions carry (the transaction's timestamp under MVTO, the commit
+    /// id under OCC). `None` for an optimistic read-only transaction,
+    /// which takes no id: it fits between the commits whose versions it
+    /// read and the next ones.
+    pub fn id(&self) -> Option<u64> {
+        self.id
+    }
+
     /// Whether the commit is durable already (a read-only one: whether
     /// nothing it read was still pending when it committed).
     pub fn is_durable(&self) -> bool {
-        match &self.0 {
+        match &self.pending {
             Pending::Durable | Pending::Reads(_, 0) => true,
             Pending::Record(log, ticket) => log.is_durable(*ticket),
             Pending::Reads(..) => false,
@@ -984,6 +1012,8 @@ pub struct WriteSet {
     /// The written keys, back to back (MirrorIndex's head trees take them
     /// at commit; the slots' copies may be out of cache by then).
     keys: Vec<u8>,
+    /// The worker's optimistic read and write sets between transactions.
+    spare_occ: Option<Box<std::cell::RefCell<OccSet>>>,
 }
 
 impl WriteSet {
@@ -1019,6 +1049,7 @@ impl WriteSet {
             spare_keys: Vec::new(),
             obsolete: ObsoleteBits::default(),
             keys: Vec::new(),
+            spare_occ: None,
         }
     }
 }
@@ -1061,6 +1092,13 @@ pub struct TxnState<'s> {
     /// a redo log, a read-only commit waits only for pending commits up to
     /// it (Remote Flush Avoidance).
     newest_read: std::cell::Cell<u64>,
+    /// The timestamp taken at begin: `ts` until an optimistic commit takes
+    /// its commit id, and the id its locks carry.
+    began: u64,
+    /// An optimistic transaction's read and write sets (`occ`).
+    occ: Option<Box<std::cell::RefCell<OccSet>>>,
+    /// Index leaves where its writes found their keys (`occ`).
+    hints: Vec<UpdateHint<'s>>,
 }
 
 impl<'s> TxnState<'s> {
@@ -1072,8 +1110,9 @@ impl<'s> TxnState<'s> {
             Ok(ts) => (ts, None),
             Err(e) => (0, Some(e)),
         };
+        let optimistic = store.concurrency == Concurrency::Occ && worker != catalog::GC_WORKER;
         // Reset in place: the vectors keep their capacity between transactions.
-        let (buf, spare_keys) = {
+        let (buf, spare_keys, occ) = {
             let mut set = store.write_sets[worker].lock();
             // One transaction at a time per worker, ids from one counter:
             // the worker's slots are in txn-id order (invariant 1).
@@ -1088,7 +1127,8 @@ impl<'s> TxnState<'s> {
             set.keys.clear();
             set.rewrote = false;
             let keys = std::mem::take(&mut set.spare_keys);
-            (std::mem::take(&mut set.spare_buf), keys)
+            let occ = optimistic.then(|| set.spare_occ.take().unwrap_or_default());
+            (std::mem::take(&mut set.spare_buf), keys, occ)
         };
         TxnState {
             store,
@@ -1099,6 +1139,9 @@ impl<'s> TxnState<'s> {
             poisoned,
             entered: Vec::new(),
             newest_read: std::cell::Cell::new(0),
+            began: ts,
+            occ,
+            hints: Vec::new(),
         }
     }
 
@@ -1195,6 +1238,9 @@ impl<'s> TxnState<'s> {
     }
 
     fn read_key_into(&self, table: &TableRt, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        if self.is_occ() {
+            return self.occ_read_key(table, key, out);
+        }
         loop {
             let Some(head) = table.lookup_marking_gap(&self.store.medium, key, self.ts)? else {
                 return Ok(false);
@@ -1360,6 +1406,10 @@ impl<'s> TxnState<'s> {
         self.check_usable()?;
         let table = self.table(table, key, value)?;
         table.sampler.record(key);
+        if self.is_occ() {
+            let buffered = self.occ_write(table, key, value, kind);
+            return self.guard(buffered);
+        }
         let indexed = table.secondaries.count() > 0;
         let relied_on = match indexed {
             true => {
@@ -1706,6 +1756,9 @@ impl<'s> TxnState<'s> {
         head: Addr,
         out: &mut Vec<u8>,
     ) -> Result<bool> {
+        if self.is_occ() {
+            return self.occ_read_at(table, key, head.0, out);
+        }
         match self.visible(table, head)? {
             Visible::Version(addr) => self.live_value_into(table, addr, out),
             Visible::Absent => Ok(false),
@@ -1731,6 +1784,13 @@ impl<'s> TxnState<'s> {
                 Error::Conflict => Error::Conflict,
                 _ => Error::TransactionPoisoned,
             });
+        }
+        if self.is_occ() {
+            if let Err(e) = self.occ_prepare() {
+                let result = self.guard(Err(e));
+                self.rollback();
+                return result;
+            }
         }
         let store = self.store;
         let log = store.log().filter(|_| self.worker != catalog::GC_WORKER);
@@ -1783,11 +1843,16 @@ impl<'s> TxnState<'s> {
         store.counters[self.worker].commits.fetch_add(1, Relaxed);
         // Acknowledged only once durable. A read-only transaction waits
         // only if it read a commit whose frame is still being written.
-        Ok(PendingCommit(match (log, ticket) {
+        let read_only_occ = self.is_occ() && self.ts == self.began;
+        let pending = match (log, ticket) {
             (None, _) => Pending::Durable,
             (Some(log), Some(ticket)) => Pending::Record(log.clone(), ticket),
             (Some(log), None) => Pending::Reads(log.clone(), self.newest_read.get()),
-        }))
+        };
+        Ok(PendingCommit {
+            pending,
+            id: (!read_only_occ).then_some(self.ts),
+        })
     }
 
     /// Appends this transaction's versions to its worker's log buffer.
@@ -1905,8 +1970,13 @@ impl<'s> TxnState<'s> {
 
     fn rollback(&mut self) {
         self.queue_entered();
+        self.release_occ_locks();
         let store = self.store;
         let mut set = store.write_sets[self.worker].lock();
+        if let Some(occ) = self.occ.take() {
+            occ.borrow_mut().clear();
+            set.spare_occ = Some(occ);
+        }
         if set.spare_buf.capacity() < self.buf.capacity() {
             set.spare_buf = std::mem::take(&mut self.buf);
         }
