@@ -33,8 +33,8 @@ mod common;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rebound::{
-    CheckpointMode, Database, Error, GcOptions, IndexOptions, IndexRecovery, MediumChoice, Options,
-    Session, SimDevice, Table, TableOptions,
+    CheckpointMode, Concurrency, Database, Error, GcOptions, IndexOptions, IndexRecovery,
+    MediumChoice, Options, Session, SimDevice, Table, TableOptions,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -58,8 +58,17 @@ fn new_device(kind: Kind) -> SimDevice {
 }
 type Model = BTreeMap<(usize, Vec<u8>), Vec<u8>>;
 
-fn open(device: &SimDevice, mode: CheckpointMode) -> Result<Database, Error> {
-    open_loading(device, mode, true, IndexRecovery::Adaptive)
+fn open(device: &SimDevice, mode: CheckpointMode, cc: Concurrency) -> Result<Database, Error> {
+    open_loading(device, mode, (true, IndexRecovery::Adaptive), cc)
+}
+
+/// The concurrency control a case's workload runs under: MVTO and OCC
+/// alternate with the seed.
+fn concurrency_for(seed: u64) -> Concurrency {
+    match seed % 2 {
+        0 => Concurrency::Mvto,
+        _ => Concurrency::Occ,
+    }
 }
 
 /// The secondary index recovery a crash case reopens with.
@@ -76,13 +85,14 @@ fn strategy_for(seed: u64) -> IndexRecovery {
 fn open_loading(
     device: &SimDevice,
     mode: CheckpointMode,
-    background: bool,
-    indexes: IndexRecovery,
+    (background, indexes): (bool, IndexRecovery),
+    cc: Concurrency,
 ) -> Result<Database, Error> {
     // Checkpoints, GC rounds and maintenance are run by the workload at
     // seeded points, never by time: no background thread, and no trigger
     // that reads the clock.
     let options = Options::default()
+        .concurrency(cc)
         .medium(MediumChoice::Simulated(device.clone()))
         .checkpoint(mode)
         .background_thread(false)
@@ -141,7 +151,7 @@ fn workload(
     txns: usize,
     key_space: u32,
     model: &mut Model,
-    mode: CheckpointMode,
+    (mode, cc): (CheckpointMode, Concurrency),
 ) -> Run {
     let mut rng = StdRng::seed_from_u64(seed);
     let tables: Vec<Table> = TABLES.iter().map(|n| table(db, n)).collect();
@@ -240,8 +250,13 @@ fn workload(
             (_, 1) => drop(tx),
             _ => {
                 let before = device.fences();
-                tx.commit()
-                    .unwrap_or_else(|e| panic!("commit failed: {e} (seed {seed})"));
+                match tx.commit() {
+                    Ok(()) => {}
+                    // Validation fails where GC moved a version the
+                    // transaction read: nothing committed.
+                    Err(Error::Conflict) if cc == Concurrency::Occ => continue,
+                    Err(e) => panic!("commit failed: {e} (seed {seed})"),
+                }
                 run.fence_spans.push((before, device.fences()));
                 for (t, k, v) in &effects {
                     apply(model, *t, k.clone(), v.clone());
@@ -355,15 +370,16 @@ fn crash_case_on(
     mode: CheckpointMode,
 ) -> bool {
     let strategy = strategy_for(seed ^ crash_at);
-    let ctx = format!("{kind:?} seed {seed} crash at fence {crash_at} mode {mode:?} indexes {strategy:?} (replay: REBOUND_DEVICE={kind:?} REBOUND_SEED={seed} REBOUND_CRASH_AT={crash_at} REBOUND_TXNS={txns} REBOUND_KEYS={key_space} REBOUND_MODE={mode:?} cargo test -p rebound --test crash_oracle replay -- --ignored --nocapture)");
+    let cc = concurrency_for(seed);
+    let ctx = format!("{kind:?} seed {seed} crash at fence {crash_at} mode {mode:?} indexes {strategy:?} concurrency {cc:?} (replay: REBOUND_DEVICE={kind:?} REBOUND_SEED={seed} REBOUND_CRASH_AT={crash_at} REBOUND_TXNS={txns} REBOUND_KEYS={key_space} REBOUND_MODE={mode:?} cargo test -p rebound --test crash_oracle replay -- --ignored --nocapture)");
     let device = new_device(kind);
     device.arm_crash_at_fence(crash_at, seed ^ crash_at);
-    let db = open(&device, mode).unwrap();
+    let db = open(&device, mode, cc).unwrap();
     for name in TABLES {
         table(&db, name);
     }
     let mut model = Model::new();
-    let run = workload(&db, &device, seed, txns, key_space, &mut model, mode);
+    let run = workload(&db, &device, seed, txns, key_space, &mut model, (mode, cc));
     drop(db);
     let Some(crashed) = device.take_crash() else {
         return false;
@@ -380,12 +396,12 @@ fn crash_case_on(
 
     // Cross-check: the same crash image recovered by a full scan, which
     // refuses a file on which GC freed blocks.
-    let full_scan = match open(&crashed.clean_copy(), CheckpointMode::Off) {
+    let full_scan = match open(&crashed.clean_copy(), CheckpointMode::Off, cc) {
         Ok(db) => Some(db),
         Err(Error::InvalidOption(_)) if mode != CheckpointMode::Off => None,
         Err(e) => panic!("full-scan recovery failed: {e}; {ctx}"),
     };
-    let db = open_loading(&crashed, mode, crash_at.is_multiple_of(2), strategy)
+    let db = open_loading(&crashed, mode, (crash_at.is_multiple_of(2), strategy), cc)
         .unwrap_or_else(|e| panic!("recovery failed: {e}; {ctx}"));
     let got = contents(&db);
     if let Some(full_scan) = full_scan {
@@ -412,10 +428,10 @@ fn crash_case_on(
         more,
         key_space,
         &mut model,
-        mode,
+        (mode, cc),
     );
     drop(db);
-    let again = open(&crashed.crash(seed.rotate_left(17)), mode)
+    let again = open(&crashed.crash(seed.rotate_left(17)), mode, cc)
         .unwrap_or_else(|e| panic!("second recovery failed: {e}; {ctx}"));
     assert_eq!(
         contents(&again),
@@ -469,11 +485,20 @@ fn fences_of(seed: u64, txns: usize, key_space: u32, mode: CheckpointMode) -> u6
 
 fn fences_on(kind: Kind, seed: u64, txns: usize, key_space: u32, mode: CheckpointMode) -> u64 {
     let device = new_device(kind);
-    let db = open(&device, mode).unwrap();
+    let cc = concurrency_for(seed);
+    let db = open(&device, mode, cc).unwrap();
     for name in TABLES {
         table(&db, name);
     }
-    workload(&db, &device, seed, txns, key_space, &mut Model::new(), mode);
+    workload(
+        &db,
+        &device,
+        seed,
+        txns,
+        key_space,
+        &mut Model::new(),
+        (mode, cc),
+    );
     device.fences()
 }
 

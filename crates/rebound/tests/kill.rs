@@ -29,7 +29,8 @@
 mod common;
 use rand::{Rng, SeedableRng};
 use rebound::{
-    Database, Durability, GcOptions, IndexOptions, IndexRecovery, Options, TableOptions,
+    Concurrency, Database, Durability, GcOptions, IndexOptions, IndexRecovery, Options,
+    TableOptions,
 };
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -67,6 +68,7 @@ fn design_options(design: &str) -> Options {
         "wal" => eager_gc()
             .durability(Durability::Wal)
             .wal_log_limit(256 << 10),
+        "log-free-occ" => design_options("log-free").concurrency(Concurrency::Occ),
         // Checkpoints every few thousand versions, so that recovery starts
         // from images listing blocks GC is about to free.
         _ => eager_gc().checkpoint_after_versions(3_000),
@@ -315,6 +317,11 @@ fn sigkill_at_random_moments_loses_no_acknowledged_commit() {
 #[test]
 fn sigkill_at_random_moments_loses_no_acknowledged_commit_with_wal() {
     common::each_seed(|seed| sigkill_at_random_moments_with(seed, "wal"));
+}
+
+#[test]
+fn sigkill_at_random_moments_loses_no_acknowledged_commit_under_occ() {
+    common::each_seed(|seed| sigkill_at_random_moments_with(seed, "log-free-occ"));
 }
 
 fn sigkill_at_random_moments_with(seed: u64, design: &str) {

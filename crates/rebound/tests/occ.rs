@@ -195,8 +195,9 @@ fn replay(op: &Op, state: &mut State) -> Op {
     }
 }
 
-/// Replays the writers in id order and fits each reader into some state.
-fn check(history: Vec<Committed>) -> usize {
+/// Replays the writers in id order and fits each reader into some state;
+/// returns how many writers there were and the final state.
+fn check(history: Vec<Committed>) -> (usize, State) {
     let (mut writers, readers): (Vec<_>, Vec<_>) =
         history.into_iter().partition(|c| c.id.is_some());
     writers.sort_by_key(|c| c.id);
@@ -224,11 +225,17 @@ fn check(history: Vec<Committed>) -> usize {
             txn.ops
         );
     }
-    writers.len()
+    (writers.len(), state)
 }
 
 fn checked_history(options: Options, seed: u64) {
-    let db = Database::open("unused", options).unwrap();
+    checked_history_at(std::path::Path::new("unused"), options, seed)
+}
+
+/// Runs the threads, checks the history, and then checks that a reopened
+/// database holds the serial order's final state.
+fn checked_history_at(path: &std::path::Path, options: Options, seed: u64) {
+    let db = Database::open(path, options.clone()).unwrap();
     let table = db
         .create_table(
             "t",
@@ -253,12 +260,27 @@ fn checked_history(options: Options, seed: u64) {
     });
     let history = history.into_inner().unwrap();
     let committed = history.len();
-    let writers = check(history);
+    let (writers, last) = check(history);
     println!("seed {seed}: {committed} committed, {writers} of them writers");
     assert!(
         writers > THREADS as usize * 10,
         "too few commits to check anything"
     );
+    if db.durability() != Durability::None {
+        drop(table);
+        db.close().unwrap();
+        drop(db);
+        let db = Database::open(path, options).unwrap();
+        let table = db.table("t").unwrap().unwrap();
+        let mut s = db.session().unwrap();
+        let mut tx = s.begin();
+        let rows = tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap();
+        let rows: State = rows.into_iter().collect();
+        assert_eq!(
+            rows, last,
+            "seed {seed}: reopened, the table is not the serial order's end"
+        );
+    }
 }
 
 #[test]
@@ -276,6 +298,18 @@ fn occ_histories_are_serializable_on_the_log_free_heap() {
             occ(Options::default().medium(MediumChoice::Simulated(device))),
             seed,
         )
+    });
+}
+
+#[test]
+fn occ_histories_are_serializable_with_the_wal() {
+    common::each_seed(|seed| {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let options = Options::default()
+            .durability(Durability::Wal)
+            .wal_log_limit(64 << 10);
+        let db_dir = dir.path().join("db");
+        checked_history_at(&db_dir, occ(options), seed);
     });
 }
 
@@ -410,10 +444,90 @@ fn an_aborted_commit_leaves_nothing_behind() {
     );
 }
 
-#[test]
-fn secondary_indexes_are_refused_with_a_typed_error() {
+/// A table of people with a unique index on their first value byte.
+fn people() -> (Database, Table, rebound::Index) {
     let (db, table) = two_keys();
-    let options = rebound::IndexOptions::default().value_bytes(0..1);
-    let err = db.create_index(&table, "by_value", options).map(|_| ());
-    assert!(matches!(err, Err(Error::InvalidOption(_))), "{err:?}");
+    let mut s = db.session().unwrap();
+    let mut tx = s.begin();
+    tx.update(&table, b"bob", b"2").unwrap();
+    tx.commit().unwrap();
+    drop(s);
+    let options = rebound::IndexOptions::default()
+        .value_bytes(0..1)
+        .unique(true);
+    let index = db.create_index(&table, "by_badge", options).unwrap();
+    (db, table, index)
+}
+
+#[test]
+fn a_unique_index_refuses_a_second_row_in_the_same_transaction() {
+    let (db, table, _) = people();
+    let mut s = db.session().unwrap();
+    let mut tx = s.begin();
+    tx.insert(&table, b"carol", b"7").unwrap();
+    assert!(matches!(
+        tx.insert(&table, b"dave", b"7"),
+        Err(Error::UniqueViolation(_))
+    ));
+}
+
+#[test]
+fn racing_inserters_of_one_unique_key_do_not_both_commit() {
+    let (db, table, index) = people();
+    let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
+    let (mut t1, mut t2) = (s1.begin(), s2.begin());
+    t1.insert(&table, b"carol", b"7").unwrap();
+    t2.insert(&table, b"dave", b"7").unwrap();
+    let (r1, r2) = (t1.commit(), t2.commit());
+    assert!(
+        r1.is_ok() != r2.is_ok(),
+        "exactly one commits: {r1:?} {r2:?}"
+    );
+    let mut tx = s1.begin();
+    assert_eq!(
+        tx.index_scan(&index, b"7".as_slice()..=b"7".as_slice(), 10)
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn an_index_lookup_sees_the_transactions_own_writes() {
+    let (db, table, index) = people();
+    let mut s = db.session().unwrap();
+    let mut tx = s.begin();
+    tx.insert(&table, b"carol", b"7").unwrap();
+    tx.delete(&table, b"alice").unwrap();
+    assert_eq!(
+        tx.index_get(&index, b"7").unwrap(),
+        Some((b"carol".to_vec(), b"7".to_vec()))
+    );
+    let all = tx.index_scan::<&[u8]>(&index, .., 10).unwrap();
+    assert_eq!(
+        all,
+        vec![
+            (b"bob".to_vec(), b"2".to_vec()),
+            (b"carol".to_vec(), b"7".to_vec())
+        ]
+    );
+    tx.commit().unwrap();
+    let mut tx = s.begin();
+    assert_eq!(tx.index_scan::<&[u8]>(&index, .., 10).unwrap(), all);
+}
+
+#[test]
+fn an_index_lookup_refuses_a_phantom_row() {
+    let (db, table, index) = people();
+    let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
+    let mut reader = s1.begin();
+    assert_eq!(reader.index_get(&index, b"7").unwrap(), None);
+    reader.put(&table, b"erin", b"8").unwrap();
+    let mut inserter = s2.begin();
+    inserter.insert(&table, b"carol", b"7").unwrap();
+    inserter.commit().unwrap();
+    assert!(
+        matches!(reader.commit(), Err(Error::Conflict)),
+        "the index range changed"
+    );
 }

@@ -11,7 +11,7 @@ use crate::catalog::{
 use crate::error::{Error, Result};
 use crate::gc::Collector;
 use crate::index::MAX_KEY_LEN;
-use crate::txn::{Concurrency, SecondaryRt, TableRt, TxnState, DROPPED};
+use crate::txn::{SecondaryRt, TableRt, TxnState, DROPPED};
 use parking_lot::Mutex;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -32,12 +32,6 @@ pub fn create_index(
         return Err(Error::ForeignTable);
     }
     table.check_damaged()?;
-    if engine.store().concurrency() == Concurrency::Occ {
-        return Err(Error::InvalidOption(
-            "secondary indexes need Concurrency::Mvto: optimistic transactions do not maintain them yet"
-                .into(),
-        ));
-    }
     let _guard = engine.create_lock();
     validate(table, name, &parts)?;
     let def = IndexDef {

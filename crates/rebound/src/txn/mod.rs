@@ -314,10 +314,6 @@ impl Store {
         self
     }
 
-    pub fn concurrency(&self) -> Concurrency {
-        self.concurrency
-    }
-
     /// Removes the index entries of deleted keys nobody can see any more;
     /// the others wait for the next call. Tables still loading their
     /// checkpoint run are left alone (the load could bring a key back).
@@ -1867,6 +1863,7 @@ impl<'s> TxnState<'s> {
                 let len_at = record::entry_header(buf, w.table);
                 match heap.copy_slot(&store.medium, w.new, buf) {
                     Some(len) => {
+                        stamp_logged(heap, buf, len, self.ts);
                         record::finish_entry(buf, len_at, len);
                         count += 1;
                     }
@@ -2020,6 +2017,23 @@ impl Drop for TxnState<'_> {
         }
         self.store.retire(self.worker);
     }
+}
+
+/// A logged version carries its record's id; an optimistic insert's slot
+/// keeps its begin id in the heap (`occ::publish_placeholder`), so its
+/// copy at the end of `buf` (`len` bytes) is encoded again with `ts`.
+fn stamp_logged(heap: &TableHeap, buf: &mut Vec<u8>, len: usize, ts: u64) {
+    let start = buf.len() - len;
+    let Some(slot) = crate::heap::decode_bytes(&buf[start..]) else {
+        return;
+    };
+    if slot.txn == ts {
+        return;
+    }
+    let mut stamped = Vec::with_capacity(len);
+    heap.encode(&mut stamped, ts, slot.key, slot.value, slot.tombstone);
+    buf.truncate(start);
+    buf.extend_from_slice(&stamped);
 }
 
 fn as_slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {

@@ -18,11 +18,13 @@
 //!
 //! # Commit
 //! 1. Lock the write set in (table, key) order, so committers never
-//!    deadlock: CAS the head's `end` 0 → LOCKED|id, where id is the begin
-//!    timestamp (unique). A key without a head gets a placeholder: its new
-//!    version, PENDING under the id, entered in the index, which every
-//!    other reader and committer waits for. A lock another committer holds
-//!    is waited for, boundedly (it is about to be released).
+//!    deadlock: CAS the `end` of the head the write read 0 → LOCKED|id,
+//!    where id is the begin timestamp (unique); `Conflict` if it is no
+//!    longer the head, or its `begin` changed (the slot was reused). A key
+//!    read absent gets a placeholder: its new version, PENDING under the
+//!    id, entered in the index, which every other reader and committer
+//!    waits for. A lock another committer holds is waited for, boundedly
+//!    (it is about to be released or published).
 //! 2. Take the commit id from the clock: the serialization point. Every
 //!    version read or locked has a smaller id: its writer took its id
 //!    before publishing it, this transaction after reading or locking it.
@@ -31,7 +33,10 @@
 //!    absent is absent still (or our placeholder); every span scanned again
 //!    yields the same heads, our placeholders aside: no phantom.
 //! 4. Install: a successor after each locked head, stamped with the commit
-//!    id, and the placeholders rewritten with it; then the commit is MVTO's
+//!    id and entered in the index from the leaf the write's read found
+//!    (`UpdateHint`; one descent per written key in all, as under MVTO),
+//!    and the placeholders' versions given it (their slots keep the begin
+//!    id: `publish_placeholder`); then the commit is MVTO's
 //!    (persist the slots, LCTT, publish; `txn` module docs). Recovery, GC
 //!    and checkpoints meet the versions of a commit as they always do.
 //!
@@ -39,16 +44,15 @@
 //! shared. A failure in steps 1 to 4 unlocks and aborts.
 //!
 //! # Durability in the log-free design
-//! The slots are stamped with the commit id, the worker's largest so far
-//! (the worker's previous commit took its id before this transaction
-//! began), so a region's committed slots stay a prefix and LCTT = commit
-//! id decides them: recovery keeps exactly the commits whose LCTT write
-//! was fenced, as under MVTO. A placeholder's slot is appended during
-//! step 1 under the begin id, above the worker's LCTT, and is rewritten
-//! before the slots are persisted: a crash before LCTT drops it.
+//! The successors' slots are stamped with the commit id, the placeholders'
+//! with the begin id, both above every id of the worker's earlier commits
+//! (the previous commit took its id before this transaction began) and
+//! appended in that order, so a region's slots ascend, its committed slots
+//! stay a prefix, and LCTT = commit id decides them: recovery keeps
+//! exactly the commits whose LCTT write was fenced, as under MVTO.
 
 use super::cursor::Order;
-use super::{Store, TableRt, TxnState, WriteKind};
+use super::{SecondaryRt, Store, TableRt, TxnState, WriteKind};
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
 use crate::heap::Addr;
@@ -78,6 +82,9 @@ const BUFFERED: u64 = u64::MAX;
 /// A buffered write; its key and value are in `OccSet::bytes`.
 struct Buffered {
     table: u32,
+    /// The key's first bytes as the index orders them: most comparisons
+    /// end here.
+    head: u64,
     key: (usize, usize),
     /// `None` deletes.
     value: Option<(usize, usize)>,
@@ -115,18 +122,28 @@ struct Observed {
 
 /// Keys scanned by one cursor fetch, ascending, and the heads found then.
 struct Span {
-    table: Arc<TableRt>,
+    tree: SpanOf,
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
-    heads: (usize, usize),
+    /// Rows: the heads, in `OccSet::span_heads`. Entries: the entries'
+    /// ends in `OccSet::entry_ends` (their bytes in `entry_bytes`).
+    seen: (usize, usize),
+}
+
+/// The tree a span was scanned in.
+enum SpanOf {
+    /// A table's primary index: what counts is each key's head.
+    Rows(Arc<TableRt>),
+    /// A secondary index: what counts is which entries exist (rows found
+    /// through them are read, and so validated, as rows).
+    Entries(Arc<SecondaryRt>),
 }
 
 /// What commit step 1 holds for a buffered write (same position).
 #[derive(Clone, Copy)]
 enum Lock {
-    /// The head's `end` is LOCKED under our id, and our version `new`
-    /// follows it in the index.
-    Head { head: Addr, new: Addr },
+    /// The head's `end` is LOCKED under our id; `hint` as in `Found`.
+    Head { head: Addr, hint: Option<usize> },
     /// Our new version, entered in the index while the key had none.
     Placeholder(Addr),
 }
@@ -146,6 +163,8 @@ pub struct OccSet {
     absent_keys: Vec<u8>,
     spans: Vec<Span>,
     span_heads: Vec<u64>,
+    entry_bytes: Vec<u8>,
+    entry_ends: Vec<usize>,
     /// Commit order of `writes` (sorted by table and key) and their locks.
     order: Vec<usize>,
     locks: Vec<Lock>,
@@ -163,6 +182,8 @@ impl OccSet {
         self.absent_keys.clear();
         self.spans.clear();
         self.span_heads.clear();
+        self.entry_bytes.clear();
+        self.entry_ends.clear();
         self.order.clear();
         self.locks.clear();
         self.installed = 0;
@@ -178,7 +199,8 @@ impl OccSet {
 
     /// The buffered write of `key` (a key has at most one).
     fn find(&self, table: u32, key: &[u8]) -> Option<usize> {
-        let same = |w: &Buffered| w.table == table && self.key(w) == key;
+        let head = crate::index::key_prefix(key);
+        let same = |w: &Buffered| w.head == head && w.table == table && self.key(w) == key;
         if self.writes.len() <= LINEAR_WRITES {
             return self.writes.iter().position(same);
         }
@@ -205,8 +227,10 @@ impl OccSet {
         let from = self.bytes.len();
         self.bytes.extend_from_slice(key);
         let key = (from, self.bytes.len());
+        let head = crate::index::key_prefix(&self.bytes[key.0..key.1]);
         self.writes.push(Buffered {
             table,
+            head,
             key,
             value,
             found,
@@ -386,26 +410,64 @@ impl<'s> TxnState<'s> {
         value: Option<&[u8]>,
         kind: WriteKind,
     ) -> Result<bool> {
-        if table.secondaries.count() > 0 {
-            return Err(Error::InvalidOption(format!(
-                "table {:?} has secondary indexes, which optimistic transactions do not maintain",
-                table.heap.def.name
-            )));
-        }
         let id = table.heap.def.id;
         let buffered = {
             let occ = self.occ_set();
-            occ.find(id, key).map(|at| occ.writes[at].value.is_some())
+            occ.find(id, key)
+                .map(|at| (occ.writes[at].value.is_some(), occ.writes[at].found))
         };
         let (existed, found) = match buffered {
-            Some(existed) => (existed, Found::Absent),
+            Some(done) => done,
             None => self.read_for_write(id, key)?,
         };
         if let Some(answer) = self.refuse(kind, existed) {
             return answer;
         }
+        if table.secondaries.count() > 0 {
+            self.check_unique_optimistically(table, (key, value), found)?;
+        }
         self.occ_set().buffer(id, key, value, found);
         Ok(existed)
+    }
+
+    /// A unique index's check, as MVTO makes it (its reads are validated
+    /// at commit like any), against this transaction's buffered rows too;
+    /// the version it relied on must be the one the write found.
+    fn check_unique_optimistically(
+        &mut self,
+        table: &TableRt,
+        (key, value): (&[u8], Option<&[u8]>),
+        found: Found,
+    ) -> Result<()> {
+        if let Some(relied_on) = self.check_unique(table, key, value)? {
+            if !matches!(found, Found::Head { head, .. } if head == relied_on) {
+                return Err(Error::Conflict);
+            }
+        }
+        let Some(value) = value else {
+            return Ok(());
+        };
+        let occ = self.occ_set();
+        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        for (_, index) in table.secondaries.iter() {
+            if !index.def.unique
+                || index.is_dropped()
+                || !index.secondary_key(key, value, &mut mine)
+            {
+                continue;
+            }
+            let clash = occ.writes.iter().any(|w| {
+                w.table == table.heap.def.id
+                    && occ.key(w) != key
+                    && occ.value(w).is_some_and(|v| {
+                        index.secondary_key(occ.key(w), v, &mut theirs) && theirs == mine
+                    })
+            });
+            if clash {
+                return Err(Error::UniqueViolation(index.def.name.clone()));
+            }
+        }
+        Ok(())
     }
 
     /// A write's read of its key: whether it is live, and where it was
@@ -451,10 +513,10 @@ impl<'s> TxnState<'s> {
         let heads = (from, occ.span_heads.len());
         let own = occ.keys_in(table.heap.def.id, (&span.0, &span.1));
         occ.spans.push(Span {
-            table: table.clone(),
+            tree: SpanOf::Rows(table.clone()),
             lower: span.0,
             upper: span.1,
-            heads,
+            seen: heads,
         });
         drop(occ);
         if own.is_empty() {
@@ -503,43 +565,54 @@ impl<'s> TxnState<'s> {
         order.extend(0..occ.writes.len());
         order.sort_unstable_by(|&a, &b| {
             let (a, b) = (&occ.writes[a], &occ.writes[b]);
-            (a.table, occ.key(a)).cmp(&(b.table, occ.key(b)))
+            (a.table, a.head)
+                .cmp(&(b.table, b.head))
+                .then_with(|| occ.key(a).cmp(occ.key(b)))
         });
         occ.order = order;
         let region = self.store.write_sets[self.worker].lock().region;
-        let hints = std::mem::take(&mut self.hints);
-        let mut result = Ok(());
         for i in 0..occ.order.len() {
             let write = &occ.writes[occ.order[i]];
             let table = self.store.table(write.table);
             let kv = (occ.key(write), occ.value(write));
-            let hint = match write.found {
-                Found::Head { hint, .. } => hint.map(|at| &hints[at]),
-                Found::Absent => None,
-            };
-            match self.lock_one(table, kv, write.found, (region, hint)) {
-                Ok(lock) => occ.locks.push(lock),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
+            let lock = self.lock_one(table, kv, write.found, region)?;
+            occ.locks.push(lock);
         }
-        self.hints = hints;
-        result
+        // Before the commit id, as placeholders: a lookup that validates
+        // after we take it finds our entries.
+        for i in 0..occ.order.len() {
+            let write = &occ.writes[occ.order[i]];
+            let table = self.store.table(write.table);
+            if table.secondaries.count() == 0 {
+                continue;
+            }
+            let old = match occ.locks[i] {
+                Lock::Head { head, .. } => self.live_value(table, head)?,
+                Lock::Placeholder(_) => None,
+            };
+            self.maintain_indexes(table, occ.key(write), occ.value(write), old.as_deref())?;
+        }
+        Ok(())
     }
 
-    /// Locks what a write found: the head, with our new version appended
-    /// after it and entered in the index (pending under our id), or, for
-    /// a key that had none, a placeholder. `Conflict` if that changed.
+    /// The value of a version we hold locked; `None` for a deletion.
+    fn live_value(&self, table: &TableRt, head: Addr) -> Result<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(table
+            .read_value(&self.store.medium, head, &mut value)?
+            .then_some(value))
+    }
+
+    /// Locks what a write found: the head, or, for a key that had none, a
+    /// placeholder. `Conflict` if that changed.
     fn lock_one(
         &mut self,
         table: &TableRt,
         (key, value): (&[u8], Option<&[u8]>),
         found: Found,
-        (region, hint): (usize, Option<&UpdateHint<'_>>),
+        region: usize,
     ) -> Result<Lock> {
-        let Found::Head { head, begin, .. } = found else {
+        let Found::Head { head, begin, hint } = found else {
             return match self.enter_placeholder(table, key, value, region)? {
                 Some(addr) => Ok(Lock::Placeholder(addr)),
                 None => Err(Error::Conflict),
@@ -564,13 +637,7 @@ impl<'s> TxnState<'s> {
             header.end.store(0, Release);
             return Err(Error::Conflict);
         }
-        match self.append_after(table, (key, value), head, (region, hint)) {
-            Ok(new) => Ok(Lock::Head { head, new }),
-            Err(e) => {
-                header.end.store(0, Release);
-                Err(e)
-            }
-        }
+        Ok(Lock::Head { head, hint })
     }
 
     /// Appends our version of `key` after `head` (locked by us) and points
@@ -586,11 +653,15 @@ impl<'s> TxnState<'s> {
         let header = self.version(table, new)?;
         header.prev.store(head.0 + 1, Release);
         header.begin.store(PENDING | self.ts, Release);
+        // Publish checks the lock under the id the versions carry.
+        self.version(table, head)?
+            .end
+            .store(LOCKED | self.ts, SeqCst);
         let repointed = match hint {
             Some(hint) => table
                 .index
-                .compare_and_set_hinted(hint, key, head.0, new.0, self.ts),
-            None => table.index.compare_and_set(key, head.0, new.0, self.ts),
+                .compare_and_set_hinted(hint, key, head.0, new.0, self.began),
+            None => table.index.compare_and_set(key, head.0, new.0, self.began),
         };
         if repointed.is_err() {
             // Nothing repoints a head we hold locked; fail safe if it happens.
@@ -644,8 +715,14 @@ impl<'s> TxnState<'s> {
             }
         }
         for span in &occ.spans {
-            let seen = &occ.span_heads[span.heads.0..span.heads.1];
-            if !self.span_unchanged(span, seen) {
+            let unchanged = match &span.tree {
+                SpanOf::Rows(table) => {
+                    let seen = &occ.span_heads[span.seen.0..span.seen.1];
+                    self.rows_unchanged(table, span, seen)
+                }
+                SpanOf::Entries(index) => self.entries_unchanged(index, span, occ),
+            };
+            if !unchanged {
                 return Err(Error::Conflict);
             }
         }
@@ -661,12 +738,12 @@ impl<'s> TxnState<'s> {
 
     /// Scans a span again: the same heads in order, where a key we locked
     /// counts with the head it had.
-    fn span_unchanged(&self, span: &Span, seen: &[u64]) -> bool {
+    fn rows_unchanged(&self, table: &TableRt, span: &Span, seen: &[u64]) -> bool {
         let mut at = 0;
         let mut same = true;
         let (lower, upper) = (as_ref(&span.lower), as_ref(&span.upper));
-        span.table.index.scan(lower, upper, None, |_, head| {
-            let Some(header) = span.table.heap.header(Addr(head)) else {
+        table.index.scan(lower, upper, None, |_, head| {
+            let Some(header) = table.heap.header(Addr(head)) else {
                 same = false;
                 return false;
             };
@@ -685,60 +762,180 @@ impl<'s> TxnState<'s> {
         same && at == seen.len()
     }
 
-    /// Step 4: our versions restamped with the commit id, into the write
-    /// set that MVTO's commit makes durable and publishes.
+    /// Scans a secondary span again: the same entries, in order, but for
+    /// those this transaction entered during step 1.
+    fn entries_unchanged(&self, index: &SecondaryRt, span: &Span, occ: &OccSet) -> bool {
+        let ends = &occ.entry_ends[span.seen.0..span.seen.1];
+        let mut start = match span.seen.0 {
+            0 => 0,
+            first => occ.entry_ends[first - 1],
+        };
+        let mut seen = ends.iter().map(|&end| {
+            let entry = &occ.entry_bytes[start..end];
+            start = end;
+            entry
+        });
+        let mut expected = seen.next();
+        let mut same = true;
+        let own = |entry: &[u8]| {
+            self.entered
+                .iter()
+                .any(|(_, i, e)| std::ptr::eq(i.as_ref(), index) && e == entry)
+        };
+        let (lower, upper) = (as_ref(&span.lower), as_ref(&span.upper));
+        index.tree.scan(lower, upper, None, |entry, _| {
+            if expected == Some(entry) {
+                expected = seen.next();
+            } else if !own(entry) {
+                same = false;
+            }
+            same
+        });
+        same && expected.is_none()
+    }
+
+    /// Adds to the rows of an index lookup the rows this transaction
+    /// wrote that are in its range (the tree gets their entries only at
+    /// commit), in the index's order, keeping `limit`.
+    pub(super) fn add_buffered_rows(
+        &self,
+        table: &TableRt,
+        index: &SecondaryRt,
+        range: (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
+        (rows, limit): (&mut Vec<(Vec<u8>, Vec<u8>)>, usize),
+    ) {
+        let occ = self.occ_set();
+        let mut secondary = Vec::new();
+        let mut added = false;
+        for w in occ.writes.iter().filter(|w| w.table == table.heap.def.id) {
+            let (key, Some(value)) = (occ.key(w), occ.value(w)) else {
+                continue;
+            };
+            let in_range = index.secondary_key(key, value, &mut secondary)
+                && std::ops::RangeBounds::contains(
+                    &(as_ref(range.0), as_ref(range.1)),
+                    &secondary.as_slice(),
+                );
+            if in_range && !rows.iter().any(|(k, _)| k == key) {
+                rows.push((key.to_vec(), value.to_vec()));
+                added = true;
+            }
+        }
+        if added {
+            let order = |(key, value): &(Vec<u8>, Vec<u8>)| {
+                let mut secondary = Vec::new();
+                index.secondary_key(key, value, &mut secondary);
+                (secondary, key.clone())
+            };
+            rows.sort_by_cached_key(order);
+            rows.truncate(limit);
+        }
+    }
+
+    /// Remembers the entries a secondary lookup fetched from `lower`:
+    /// up to the last, or to `upper` if the fetch was short.
+    pub(super) fn occ_scanned_entries(
+        &self,
+        index: Arc<SecondaryRt>,
+        (lower, upper, exhausted): (&Bound<Vec<u8>>, &Bound<Vec<u8>>, bool),
+        entries: &[Vec<u8>],
+    ) {
+        let mut occ = self.occ_set();
+        let from = occ.entry_ends.len();
+        for entry in entries {
+            occ.entry_bytes.extend_from_slice(entry);
+            let end = occ.entry_bytes.len();
+            occ.entry_ends.push(end);
+        }
+        let seen = (from, occ.entry_ends.len());
+        let upper = match (exhausted, entries.last()) {
+            (false, Some(last)) => Bound::Included(last.clone()),
+            _ => upper.clone(),
+        };
+        occ.spans.push(Span {
+            tree: SpanOf::Entries(index),
+            lower: lower.clone(),
+            upper,
+            seen,
+        });
+    }
+
+    /// Step 4: our versions under the commit id, into the write set that
+    /// MVTO's commit makes durable and publishes.
     fn install(&mut self, occ: &mut OccSet, commit_id: u64) -> Result<()> {
         self.ts = commit_id;
         let store = self.store;
         let mut set = store.write_sets[self.worker].lock();
         set.ts = commit_id;
+        let hints = std::mem::take(&mut self.hints);
+        let mut result = Ok(());
         for i in 0..occ.locks.len() {
             let write = &occ.writes[occ.order[i]];
             let table = store.table(write.table);
-            let (key, value) = (occ.key(write), occ.value(write));
-            let (new, prev) = match occ.locks[i] {
-                Lock::Head { head, new } => {
-                    let deleted = table.heap.tombstone(&store.medium, head).ok_or_else(|| {
-                        Error::Corrupt(format!(
-                            "version at {head:?} of table {:?} is damaged",
-                            table.heap.def.name
-                        ))
-                    })?;
-                    (new, Some((head, deleted)))
+            let kv = (occ.key(write), occ.value(write));
+            let installed = match occ.locks[i] {
+                Lock::Head { head, hint } => {
+                    let hint = hint.map(|at| &hints[at]);
+                    self.install_successor(table, kv, head, (set.region, hint))
                 }
-                Lock::Placeholder(new) => (new, None),
+                Lock::Placeholder(new) => self
+                    .publish_placeholder(table, new)
+                    .map(|bytes| (new, None, Some(bytes))),
             };
-            self.restamp(table, (key, value), new)?;
-            if let Some((head, _)) = prev {
-                // Publish checks the lock under the id the versions carry.
-                self.version(table, head)?
-                    .end
-                    .store(LOCKED | commit_id, SeqCst);
+            match installed {
+                Ok((new, prev, placeholder_bytes)) => {
+                    let mut entry = self.written(table, new, prev, kv, &mut set);
+                    // `written` measured the slot last encoded, not this one.
+                    if let Some(bytes) = placeholder_bytes {
+                        entry.bytes = bytes;
+                    }
+                    set.writes.push(entry);
+                    occ.installed = i + 1;
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
             }
-            let entry = self.written(table, new, prev, (key, value), &mut set);
-            set.writes.push(entry);
-            occ.installed = i + 1;
         }
-        Ok(())
+        self.hints = hints;
+        result
     }
 
-    /// Rewrites one of our slots with the commit id (`self.ts`).
-    fn restamp(
+    /// Our successor of a locked head: its address, and the head with
+    /// whether it was a deletion.
+    fn install_successor(
         &mut self,
         table: &TableRt,
-        (key, value): (&[u8], Option<&[u8]>),
-        addr: Addr,
-    ) -> Result<()> {
-        let (tombstone, value) = (value.is_none(), value.unwrap_or(&[]));
-        table
+        kv: (&[u8], Option<&[u8]>),
+        head: Addr,
+        at: (usize, Option<&UpdateHint<'_>>),
+    ) -> Result<(Addr, Option<(Addr, bool)>, Option<u32>)> {
+        let deleted = table
             .heap
-            .encode(&mut self.buf, self.ts, key, value, tombstone);
-        let at = table.heap.slot_offset(addr).ok_or(Error::Conflict)?;
-        self.store.medium.write_bytes(at, &self.buf);
+            .tombstone(&self.store.medium, head)
+            .ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "version at {head:?} of table {:?} is damaged",
+                    table.heap.def.name
+                ))
+            })?;
+        let new = self.append_after(table, kv, head, at)?;
+        Ok((new, Some((head, deleted)), None))
+    }
+
+    /// A placeholder's version under the commit id. Its slot keeps the
+    /// begin id: rewriting it would put a larger id in a block before a
+    /// block some later placeholder of ours may have started (block min
+    /// txns must ascend), and the begin id orders its chain as well: the
+    /// key had no head since before we began (a tombstone is reaped only
+    /// below every running transaction), and every later version of it
+    /// commits above our commit id.
+    fn publish_placeholder(&mut self, table: &TableRt, addr: Addr) -> Result<u32> {
         self.version(table, addr)?
             .begin
             .store(PENDING | self.ts, Release);
-        Ok(())
+        Ok(table.heap.slot_bytes(&self.store.medium, addr))
     }
 
     /// After a failed commit: undoes the locks not turned into entries of
@@ -749,23 +946,24 @@ impl<'s> TxnState<'s> {
         };
         let mut occ = cell.borrow_mut();
         let (store, lock_id) = (self.store, self.began);
+        let mut holes = false;
         for i in occ.installed..occ.locks.len() {
             let write = &occ.writes[occ.order[i]];
             let table = store.table(write.table);
             let key = occ.key(write);
             let new = match occ.locks[i] {
-                Lock::Head { head, new } => {
-                    let _ = table.index.compare_and_set(key, new.0, head.0, lock_id);
+                Lock::Head { head, .. } => {
                     if let Some(header) = table.heap.header(head) {
                         header.end.store(0, Release);
                     }
-                    new
+                    continue;
                 }
                 Lock::Placeholder(new) => {
                     table.index.remove_if(key, new.0, 0, lock_id);
                     new
                 }
             };
+            holes = true;
             if let Some(header) = table.heap.header(new) {
                 header.begin.store(ABORTED, Release);
             }
@@ -773,7 +971,7 @@ impl<'s> TxnState<'s> {
         }
         // As MVTO's aborts: fenced holes, which no later LCTT resurrects;
         // a failed fence leaves them above LCTT, which recovery drops.
-        if occ.locks.len() > occ.installed {
+        if holes {
             let _ = store.medium.fence();
         }
         occ.locks.clear();

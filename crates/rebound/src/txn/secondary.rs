@@ -238,7 +238,10 @@ impl TxnState<'_> {
     ) -> Result<Rows> {
         self.check_usable()?;
         self.check_index(table)?;
-        let result = self.lookup_through_tree(table, index, range, limit);
+        let mut result = self.lookup_through_tree(table, index, range, limit);
+        if let (Ok(rows), true) = (&mut result, self.is_occ()) {
+            self.add_buffered_rows(table, index, range, (rows, limit));
+        }
         self.guard(result)
     }
 
@@ -271,6 +274,17 @@ impl TxnState<'_> {
         Ok(found.into_iter().map(|(_, k, v)| (k, v)).collect())
     }
 
+    /// The table's own handle of `index`.
+    fn shared_index(&self, table: &TableRt, index: &SecondaryRt) -> Arc<SecondaryRt> {
+        table
+            .secondaries
+            .iter()
+            .map(|(_, shared)| shared)
+            .find(|shared| std::ptr::eq(shared.as_ref(), index))
+            .expect("a lookup's index is one of its table's")
+            .clone()
+    }
+
     fn check_index(&self, table: &TableRt) -> Result<()> {
         if table.instance != self.store.instance {
             return Err(Error::ForeignTable);
@@ -296,6 +310,10 @@ impl TxnState<'_> {
         while rows.len() < limit {
             let entries = self.entry_batch(index, (&lower, &upper), want);
             let exhausted = entries.len() < want;
+            if self.is_occ() {
+                let index = self.shared_index(table, index);
+                self.occ_scanned_entries(index, (&lower, &upper, exhausted), &entries);
+            }
             if let Some(last) = entries.last() {
                 lower = Bound::Excluded(last.clone());
             }
@@ -323,10 +341,12 @@ impl TxnState<'_> {
         want: usize,
     ) -> Vec<Vec<u8>> {
         let mut entries = Vec::with_capacity(want.min(MIN_BATCH));
+        // Optimistic lookups leave no marks: commit scans the span again.
+        let gap_mark = (!self.is_occ()).then_some(self.ts);
         index.tree.scan(
             super::as_slice_bound(lower),
             super::as_slice_bound(upper),
-            Some(self.ts),
+            gap_mark,
             |entry, _| {
                 entries.push(entry.to_vec());
                 entries.len() < want
