@@ -139,6 +139,14 @@ enum SpanOf {
     Entries(Arc<SecondaryRt>),
 }
 
+/// A version step 4 made: where, the head it follows (and whether that
+/// was a deletion), and for a placeholder its slot's length.
+struct Installed {
+    new: Addr,
+    prev: Option<(Addr, bool)>,
+    placeholder_bytes: Option<u32>,
+}
+
 /// What commit step 1 holds for a buffered write (same position).
 #[derive(Clone, Copy)]
 enum Lock {
@@ -802,7 +810,7 @@ impl<'s> TxnState<'s> {
         table: &TableRt,
         index: &SecondaryRt,
         range: (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
-        (rows, limit): (&mut Vec<(Vec<u8>, Vec<u8>)>, usize),
+        (rows, limit): (&mut super::Rows, usize),
     ) {
         let occ = self.occ_set();
         let mut secondary = Vec::new();
@@ -878,12 +886,20 @@ impl<'s> TxnState<'s> {
                     let hint = hint.map(|at| &hints[at]);
                     self.install_successor(table, kv, head, (set.region, hint))
                 }
-                Lock::Placeholder(new) => self
-                    .publish_placeholder(table, new)
-                    .map(|bytes| (new, None, Some(bytes))),
+                Lock::Placeholder(new) => {
+                    self.publish_placeholder(table, new).map(|bytes| Installed {
+                        new,
+                        prev: None,
+                        placeholder_bytes: Some(bytes),
+                    })
+                }
             };
             match installed {
-                Ok((new, prev, placeholder_bytes)) => {
+                Ok(Installed {
+                    new,
+                    prev,
+                    placeholder_bytes,
+                }) => {
                     let mut entry = self.written(table, new, prev, kv, &mut set);
                     // `written` measured the slot last encoded, not this one.
                     if let Some(bytes) = placeholder_bytes {
@@ -910,7 +926,7 @@ impl<'s> TxnState<'s> {
         kv: (&[u8], Option<&[u8]>),
         head: Addr,
         at: (usize, Option<&UpdateHint<'_>>),
-    ) -> Result<(Addr, Option<(Addr, bool)>, Option<u32>)> {
+    ) -> Result<Installed> {
         let deleted = table
             .heap
             .tombstone(&self.store.medium, head)
@@ -921,7 +937,11 @@ impl<'s> TxnState<'s> {
                 ))
             })?;
         let new = self.append_after(table, kv, head, at)?;
-        Ok((new, Some((head, deleted)), None))
+        Ok(Installed {
+            new,
+            prev: Some((head, deleted)),
+            placeholder_bytes: None,
+        })
     }
 
     /// A placeholder's version under the commit id. Its slot keeps the
