@@ -429,13 +429,29 @@ impl<'s> TxnState<'s> {
             None => self.read_for_write(id, key)?,
         };
         if let Some(answer) = self.refuse(kind, existed) {
-            return answer;
+            return self.unless_stale(answer);
         }
         if table.secondaries.count() > 0 {
-            self.check_unique_optimistically(table, (key, value), found)?;
+            let checked = self.check_unique_optimistically(table, (key, value), found);
+            self.unless_stale(checked)?;
         }
         self.occ_set().buffer(id, key, value, found);
         Ok(existed)
+    }
+
+    /// An error a write answers from what the transaction read (a key
+    /// that exists, is missing, or is another row's unique key) becomes
+    /// `Conflict` if those reads are stale already: an optimistic
+    /// transaction reads without locks, and may be about to fail
+    /// validation, so the answer would rest on a state that never was.
+    fn unless_stale<T>(&self, answer: Result<T>) -> Result<T> {
+        match answer {
+            Err(Error::DuplicateKey | Error::KeyNotFound | Error::UniqueViolation(_)) => {
+                self.validate(&self.occ_set())?;
+                answer
+            }
+            other => other,
+        }
     }
 
     /// A unique index's check, as MVTO makes it (its reads are validated
@@ -626,8 +642,12 @@ impl<'s> TxnState<'s> {
                 None => Err(Error::Conflict),
             };
         };
-        let header = self.version(table, head)?;
+        if self.version(table, head)?.begin.load(Acquire) != begin {
+            return Err(Error::Conflict);
+        }
+        let mut target = (head, hint);
         loop {
+            let header = self.version(table, target.0)?;
             match header
                 .end
                 .compare_exchange(0, LOCKED | self.ts, SeqCst, SeqCst)
@@ -637,15 +657,24 @@ impl<'s> TxnState<'s> {
                 Err(end) if end & LOCKED != 0 && end != REAPED => {
                     self.wait_for_writer(&header.end, end)?
                 }
-                Err(_) => return Err(Error::Conflict),
+                // GC copied what we read: lock its copy instead (the leaf
+                // changed, so no hint).
+                Err(_) => match self.relocated_head(table, head) {
+                    Some(copy) if copy != target.0 => target = (copy, None),
+                    _ => return Err(Error::Conflict),
+                },
             }
         }
-        // `end` was 0, so this is a current head; but is it the one read?
-        if header.begin.load(Acquire) != begin {
-            header.end.store(0, Release);
+        // The head read had `begin` (checked above, and a slot is reused
+        // only after its end is set): what we locked carries what we read.
+        if self.version(table, head)?.begin.load(Acquire) != begin {
+            self.version(table, target.0)?.end.store(0, Release);
             return Err(Error::Conflict);
         }
-        Ok(Lock::Head { head, hint })
+        Ok(Lock::Head {
+            head: target.0,
+            hint: target.1,
+        })
     }
 
     /// Appends our version of `key` after `head` (locked by us) and points
@@ -706,9 +735,20 @@ impl<'s> TxnState<'s> {
     fn validate(&self, occ: &OccSet) -> Result<()> {
         let mine = LOCKED | self.ts;
         for read in &occ.reads {
-            let header = self.version(self.store.table(read.table), read.head)?;
+            let table = self.store.table(read.table);
+            let header = self.version(table, read.head)?;
             let end = header.end.load(SeqCst);
-            if header.begin.load(SeqCst) != read.begin || (end != 0 && end != mine) {
+            if header.begin.load(SeqCst) != read.begin {
+                return Err(Error::Conflict);
+            }
+            let holds = match end {
+                0 => true,
+                _ if end == mine => true,
+                // Background clean-up moved the read, not the row.
+                REAPED => self.still_absent(table, read.head),
+                _ => self.relocated_head(table, read.head).is_some(),
+            };
+            if !holds {
                 return Err(Error::Conflict);
             }
         }
@@ -737,6 +777,53 @@ impl<'s> TxnState<'s> {
         Ok(())
     }
 
+    /// The current head of `version`'s key if all that superseded it are
+    /// GC's copies of it (FIR 4.5: same content, in GC's region), and that
+    /// head is neither locked by another nor superseded: reads of the
+    /// version still hold, and a write of it can go on from that head.
+    fn relocated_head(&self, table: &TableRt, version: Addr) -> Option<Addr> {
+        let key = table.heap.read_key(&self.store.medium, version);
+        let head = Addr(table.index.get(&key)?);
+        let end = table.heap.header(head)?.end.load(SeqCst);
+        if end != 0 && end != LOCKED | self.ts {
+            return None;
+        }
+        self.copies_of(table, head, version).then_some(head)
+    }
+
+    /// Whether the key of a reaped tombstone (a read of it found the key
+    /// absent) is absent still, or our placeholder.
+    fn still_absent(&self, table: &TableRt, tombstone: Addr) -> bool {
+        let key = table.heap.read_key(&self.store.medium, tombstone);
+        match table.index.get(&key) {
+            None => true,
+            Some(head) => self.is_own_placeholder(table, head),
+        }
+    }
+
+    /// Whether the chain from `at` down to `version` holds only committed
+    /// GC copies above `version`.
+    fn copies_of(&self, table: &TableRt, mut at: Addr, version: Addr) -> bool {
+        // GC copies a version once per round it survives; a few suffice.
+        for _ in 0..16 {
+            if at == version {
+                return true;
+            }
+            let Some(header) = table.heap.header(at) else {
+                return false;
+            };
+            if at.region() != crate::catalog::GC_WORKER || header.begin.load(Acquire) & PENDING != 0
+            {
+                return false;
+            }
+            match header.prev.load(Acquire) {
+                0 => return false,
+                prev => at = Addr(prev - 1),
+            }
+        }
+        false
+    }
+
     /// Whether `head` is a placeholder this transaction entered at commit.
     fn is_own_placeholder(&self, table: &TableRt, head: u64) -> bool {
         table.heap.header(Addr(head)).is_some_and(|h| {
@@ -747,6 +834,16 @@ impl<'s> TxnState<'s> {
     /// Scans a span again: the same heads in order, where a key we locked
     /// counts with the head it had.
     fn rows_unchanged(&self, table: &TableRt, span: &Span, seen: &[u64]) -> bool {
+        // Tombstones reaped since the scan left the index; they were
+        // absent keys to the scan and still are.
+        let reaped = |at: usize| {
+            seen.get(at).is_some_and(|&seen| {
+                table
+                    .heap
+                    .header(Addr(seen))
+                    .is_some_and(|h| h.end.load(SeqCst) == REAPED)
+            })
+        };
         let mut at = 0;
         let mut same = true;
         let (lower, upper) = (as_ref(&span.lower), as_ref(&span.upper));
@@ -763,14 +860,22 @@ impl<'s> TxnState<'s> {
                 },
                 false => head,
             };
-            same = seen.get(at) == Some(&head);
+            while seen.get(at) != Some(&head) && reaped(at) {
+                at += 1;
+            }
+            same = seen
+                .get(at)
+                .is_some_and(|&seen| seen == head || self.copies_of(table, Addr(head), Addr(seen)));
             at += 1;
             same
         });
+        while reaped(at) {
+            at += 1;
+        }
         same && at == seen.len()
     }
 
-    /// Scans a secondary span again: the same entries, in order, but for
+    /// Scans a secondary span again: no entry but those seen then and
     /// those this transaction entered during step 1.
     fn entries_unchanged(&self, index: &SecondaryRt, span: &Span, occ: &OccSet) -> bool {
         let ends = &occ.entry_ends[span.seen.0..span.seen.1];
@@ -792,6 +897,11 @@ impl<'s> TxnState<'s> {
         };
         let (lower, upper) = (as_ref(&span.lower), as_ref(&span.upper));
         index.tree.scan(lower, upper, None, |entry, _| {
+            // An entry gone since is one the vacuum found stale: a row it
+            // led to that had the key was read, and is validated as such.
+            while expected.is_some_and(|seen| seen < entry) {
+                expected = seen.next();
+            }
             if expected == Some(entry) {
                 expected = seen.next();
             } else if !own(entry) {
@@ -799,7 +909,7 @@ impl<'s> TxnState<'s> {
             }
             same
         });
-        same && expected.is_none()
+        same
     }
 
     /// Adds to the rows of an index lookup the rows this transaction
@@ -872,6 +982,14 @@ impl<'s> TxnState<'s> {
     /// MVTO's commit makes durable and publishes.
     fn install(&mut self, occ: &mut OccSet, commit_id: u64) -> Result<()> {
         self.ts = commit_id;
+        // Before anything is published: the vacuum keeps an entry whose
+        // value is at least the newest version's id (`judge_stale`), and
+        // ours carry the begin id until now.
+        for (_, index, entry) in &self.entered {
+            let _ = index
+                .tree
+                .insert_or_raise(entry, commit_id, commit_id, self.began);
+        }
         let store = self.store;
         let mut set = store.write_sets[self.worker].lock();
         set.ts = commit_id;
