@@ -531,3 +531,99 @@ fn an_index_lookup_refuses_a_phantom_row() {
         "the index range changed"
     );
 }
+
+/// An OCC database without the background thread: maintenance (reaping,
+/// the secondary vacuum) runs only when the test calls it.
+fn quiet() -> (Database, Table) {
+    let options = occ(Options::default().durability(Durability::None)).background_thread(false);
+    let db = Database::open("unused", options).unwrap();
+    let table = db.create_table("t", TableOptions::default()).unwrap();
+    (db, table)
+}
+
+#[test]
+fn a_reader_of_a_deleted_key_survives_its_clean_up() {
+    let (db, table) = quiet();
+    let mut s = db.session().unwrap();
+    let mut tx = s.begin();
+    tx.insert(&table, b"gone", b"1").unwrap();
+    tx.insert(&table, b"kept", b"1").unwrap();
+    tx.commit().unwrap();
+    let mut tx = s.begin();
+    tx.delete(&table, b"gone").unwrap();
+    tx.commit().unwrap();
+    let mut s2 = db.session().unwrap();
+    let mut reader = s2.begin();
+    assert_eq!(reader.get(&table, b"gone").unwrap(), None);
+    assert_eq!(reader.scan::<&[u8]>(&table, .., 10).unwrap().len(), 1);
+    // The tombstone is below every running transaction: maintenance
+    // removes its index entry while the reader runs.
+    db.run_maintenance().unwrap();
+    assert_eq!(
+        table.approximate_len(),
+        1,
+        "the tombstone's entry left the index"
+    );
+    reader.commit().unwrap();
+}
+
+#[test]
+fn an_answer_from_a_stale_read_is_a_conflict() {
+    let (db, table) = two_keys();
+    let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
+    // `next` is the next order number, as TPC-C's district keeps it.
+    let mut tx = s1.begin();
+    tx.insert(&table, b"next", b"5").unwrap();
+    tx.commit().unwrap();
+    let mut stale = s1.begin();
+    assert_eq!(stale.get(&table, b"next").unwrap(), Some(b"5".to_vec()));
+    let mut other = s2.begin();
+    other.update(&table, b"next", b"6").unwrap();
+    other.insert(&table, b"order5", b"x").unwrap();
+    other.commit().unwrap();
+    // Order 5 exists, but only because `next` moved on: no serial order
+    // gives this transaction both answers, so it hears `Conflict`.
+    assert!(matches!(
+        stale.insert(&table, b"order5", b"y"),
+        Err(Error::Conflict)
+    ));
+}
+
+#[test]
+fn an_index_entry_outlives_the_vacuum_while_its_row_carries_it() {
+    let options = occ(Options::default().durability(Durability::None)).background_thread(false);
+    let db = Database::open("unused", options).unwrap();
+    let table = db.create_table("t", TableOptions::default()).unwrap();
+    let by_first = db
+        .create_index(
+            &table,
+            "by_first",
+            rebound::IndexOptions::default().value_bytes(0..1),
+        )
+        .unwrap();
+    let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
+    let mut tx = s1.begin();
+    tx.insert(&table, b"row", b"A").unwrap();
+    tx.commit().unwrap();
+    // The row leaves A: its entry under A is queued as stale.
+    let mut tx = s1.begin();
+    tx.update(&table, b"row", b"B").unwrap();
+    tx.commit().unwrap();
+    // A writer that brings it back to A begins, then a reader begins and
+    // stays: the writer's commit id lands above the reader's begin.
+    let mut writer = s1.begin();
+    let mut reader = s2.begin();
+    assert_eq!(reader.get(&table, b"other").unwrap(), None);
+    writer.update(&table, b"row", b"A").unwrap();
+    writer.commit().unwrap();
+    // The vacuum judges the entry under A below the reader: the row's
+    // newest version carries it, so it must stay.
+    db.run_maintenance().unwrap();
+    reader.commit().unwrap();
+    let mut tx = s1.begin();
+    assert_eq!(
+        tx.index_get(&by_first, b"A").unwrap(),
+        Some((b"row".to_vec(), b"A".to_vec())),
+        "the vacuum removed the entry of a row that has the key"
+    );
+}
