@@ -13,7 +13,7 @@ mod txn;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use rebound::{CheckpointMode, Durability, IndexOptions, Options, TableOptions};
+use rebound::{CheckpointMode, Concurrency, Durability, IndexOptions, Options, TableOptions};
 
 use convert::to_dict;
 use errors::to_py;
@@ -28,7 +28,7 @@ struct PyDatabase {
 impl PyDatabase {
     /// Opens (or creates) the database in directory `path`.
     #[new]
-    #[pyo3(signature = (path, *, durability = "log-free", checkpoint = "chain", background_thread = true, create_if_missing = true, max_size = None))]
+    #[pyo3(signature = (path, *, durability = "log-free", checkpoint = "chain", background_thread = true, create_if_missing = true, max_size = None, concurrency = "mvto"))]
     fn new(
         py: Python<'_>,
         path: &str,
@@ -37,9 +37,11 @@ impl PyDatabase {
         background_thread: bool,
         create_if_missing: bool,
         max_size: Option<u64>,
+        concurrency: &str,
     ) -> PyResult<Self> {
         let mut options = Options::default()
             .durability(parse_durability(durability)?)
+            .concurrency(parse_concurrency(concurrency)?)
             .checkpoint(parse_checkpoint(checkpoint)?)
             .background_thread(background_thread)
             .create_if_missing(create_if_missing);
@@ -165,6 +167,16 @@ fn parse_durability(name: &str) -> PyResult<Durability> {
         "wal" => Ok(Durability::Wal),
         _ => Err(errors::invalid(format!(
             "durability must be 'log-free', 'wal' or 'none', not {name:?}"
+        ))),
+    }
+}
+
+fn parse_concurrency(name: &str) -> PyResult<Concurrency> {
+    match name {
+        "mvto" => Ok(Concurrency::Mvto),
+        "occ" => Ok(Concurrency::Occ),
+        _ => Err(errors::invalid(format!(
+            "concurrency must be 'mvto' or 'occ', not {name:?}"
         ))),
     }
 }

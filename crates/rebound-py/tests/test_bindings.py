@@ -76,6 +76,27 @@ def test_errors_are_exceptions():
         shutil.rmtree(path)
 
 
+def test_optimistic_transactions_conflict_at_commit():
+    path = fresh_dir()
+    try:
+        db = rb.Database(path, background_thread=False, concurrency="occ")
+        t = db.create_table("t")
+        s1, s2 = db.session(), db.session()
+        with s1.begin() as tx:
+            tx.insert(t, b"k", b"1")
+        reader, writer = s1.begin(), s2.begin()
+        assert reader.get(t, b"k") == b"1"
+        reader.put(t, b"j", b"1")
+        writer.put(t, b"k", b"2")
+        writer.commit()
+        e = expect(rb.ConflictError, reader.commit)
+        assert e.retryable
+        expect(rb.InvalidOptionError, lambda: rb.Database(path + "-x", concurrency="2pl"))
+        db.close()
+    finally:
+        shutil.rmtree(path)
+
+
 def test_every_error_class_derives_from_rebound_error():
     kinds = [
         "Conflict", "NotADatabase", "Corrupt", "UnsupportedVersion", "Locked",
