@@ -314,6 +314,19 @@ fn occ_histories_are_serializable_with_the_wal() {
 }
 
 #[test]
+fn histories_stay_serializable_with_admission_control() {
+    common::each_seed(|seed| {
+        for options in [occ(Options::default()), Options::default()] {
+            let device = SimDevice::new(1 << 28);
+            let options = options
+                .medium(MediumChoice::Simulated(device))
+                .max_running_transactions(2);
+            checked_history(options, seed);
+        }
+    });
+}
+
+#[test]
 fn mvto_histories_pass_the_same_check() {
     common::each_seed(|seed| {
         checked_history(Options::default().durability(Durability::None), seed)

@@ -148,12 +148,20 @@ pub struct EngineArgs {
     #[arg(long)]
     #[serde(default)]
     pub no_sync: bool,
+    /// Rebound: at most this many transactions run at once, the others
+    /// wait at begin (`Options::max_running_transactions`; 0: no limit).
+    #[arg(long, default_value_t = 0)]
+    #[serde(default)]
+    pub max_running: usize,
 }
 
 impl EngineArgs {
     /// The settings of a run with Rebound design `design`.
     pub fn settings(&self, design: &str) -> Settings {
-        Settings::new(!self.no_sync, design)
+        Settings {
+            max_running: self.max_running,
+            ..Settings::new(!self.no_sync, design)
+        }
     }
 
     /// The name of the contender: Rebound's design, or the engine's name
@@ -175,6 +183,8 @@ pub struct Settings {
     pub durable: bool,
     /// Rebound's durability design (see `rebound compare --help`).
     pub design: String,
+    /// Rebound's `Options::max_running_transactions`.
+    pub max_running: usize,
 }
 
 impl Settings {
@@ -182,6 +192,7 @@ impl Settings {
         Settings {
             durable,
             design: design.to_owned(),
+            max_running: 0,
         }
     }
 }

@@ -24,7 +24,9 @@ impl Engine for Database {
         } else {
             "none"
         };
-        let options = design_options(design).map_err(|e| Error::Unsupported(e.to_string()))?;
+        let options = design_options(design)
+            .map_err(|e| Error::Unsupported(e.to_string()))?
+            .max_running_transactions(settings.max_running);
         Ok(Database::open(dir, options)?)
     }
 

@@ -19,7 +19,7 @@ use crate::gc::GcStats;
 use crate::heap::TableOptions;
 use crate::index::MAX_KEY_LEN;
 use crate::medium::Guarantee;
-use crate::txn::{owned_range, prefix_end, Cursor, PendingCommit, TableRt, TxnState};
+use crate::txn::{owned_range, prefix_end, Cursor, PendingCommit, Permit, TableRt, TxnState};
 use std::ops::{Bound, ControlFlow, RangeBounds};
 use std::path::Path;
 use std::sync::Arc;
@@ -241,6 +241,9 @@ pub struct Session {
 impl Session {
     /// Starts a transaction; one at a time per session.
     pub fn begin(&mut self) -> Transaction<'_> {
+        // Admitted before the timestamp is taken: a transaction that
+        // waited starts as young as any.
+        let permit = self.db.inner.store().admit();
         let mut state = TxnState::begin(self.db.inner.store(), self.worker);
         if let Err(e) = self.db.check_open() {
             state.poison(e);
@@ -248,6 +251,7 @@ impl Session {
         Transaction {
             state,
             db: &self.db.inner,
+            _permit: permit,
         }
     }
 
@@ -271,6 +275,8 @@ impl Drop for Session {
 pub struct Transaction<'s> {
     state: TxnState<'s>,
     db: &'s Engine,
+    /// Its place among the transactions admitted to run.
+    _permit: Permit<'s>,
 }
 
 impl<'s> Transaction<'s> {

@@ -59,6 +59,9 @@ pub struct Options {
     pub durability: Durability,
     /// How transactions are kept serializable.
     pub concurrency: Concurrency,
+    /// At most this many transactions run at once (0: no limit); others
+    /// wait at `begin` (at most 10 ms, then they run regardless).
+    pub max_running_transactions: usize,
     pub medium: MediumChoice,
     /// Injected latency per persisted 256-byte line, emulating slower NVM.
     pub persist_latency_ns: u64,
@@ -126,6 +129,7 @@ impl Default for Options {
         Options {
             durability: Durability::LogFree,
             concurrency: Concurrency::Mvto,
+            max_running_transactions: 0,
             medium: MediumChoice::Auto,
             persist_latency_ns: 0,
             create_if_missing: true,
@@ -154,6 +158,11 @@ setters!(Options {
     /// [`Concurrency::Mvto`]; [`Concurrency::Occ`] is FOEDUS's optimistic
     /// scheme, which does not maintain secondary indexes yet).
     concurrency: Concurrency,
+    /// At most this many transactions run at once; the others wait at
+    /// `Session::begin`, blocked, up to 10 ms (default: 0, no limit).
+    /// About the number of cores suits a thread pool larger than that:
+    /// a descheduled transaction then stalls no running one.
+    max_running_transactions: usize,
     /// Where the data lives (default: [`MediumChoice::Auto`]).
     medium: MediumChoice,
     /// Injected latency per persisted 256-byte line, emulating slower NVM.
@@ -241,6 +250,7 @@ impl Options {
             index_recovery_threads: self.index_recovery_threads,
             index_recovery_in_background: self.index_recovery_in_background,
             concurrency: self.concurrency,
+            max_running_transactions: self.max_running_transactions,
             design,
         })
     }

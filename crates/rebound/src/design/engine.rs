@@ -140,7 +140,9 @@ impl Engine {
             failures: Mutex::new(BackgroundFailures::default()),
             panic_requested: AtomicBool::new(false),
             index_recovery: Mutex::new(None),
-            store: parts.store.with_concurrency(config.concurrency),
+            store: parts
+                .store
+                .with_concurrency(config.concurrency, config.max_running_transactions),
         })
     }
 

@@ -60,6 +60,7 @@ pub struct Config {
     pub index_recovery_threads: usize,
     pub index_recovery_in_background: bool,
     pub concurrency: crate::txn::Concurrency,
+    pub max_running_transactions: usize,
     pub design: DesignConfig,
 }
 

@@ -43,6 +43,7 @@
 //! returns — so a later commit of the same worker, whose LCTT value is larger
 //! than the aborted id, can never resurrect them.
 
+mod admission;
 mod changes;
 mod clock;
 mod cursor;
@@ -54,6 +55,7 @@ mod relocate;
 mod sampler;
 mod secondary;
 
+pub use admission::{Admission, Permit};
 pub use changes::{Capture, ChangeLog, Changes, Committed};
 pub use clock::Clock;
 pub use cursor::{prefix_end, Cursor, Order};
@@ -129,6 +131,8 @@ pub struct Store {
     log: std::sync::OnceLock<Arc<crate::wal::Log>>,
     /// How user transactions are kept serializable.
     concurrency: Concurrency,
+    /// How many user transactions may run at once.
+    admission: Admission,
 }
 
 /// A transaction running for less than the long-transaction threshold.
@@ -305,13 +309,21 @@ impl Store {
                 .map(|w| parking_lot::Mutex::new(WriteSet::new(w)))
                 .collect(),
             concurrency: Concurrency::Mvto,
+            admission: Admission::new(0),
         }
     }
 
-    /// The store with user transactions run under `concurrency`.
-    pub fn with_concurrency(mut self, concurrency: Concurrency) -> Store {
+    /// The store with user transactions run under `concurrency`, at most
+    /// `max_running` at once (0: no limit).
+    pub fn with_concurrency(mut self, concurrency: Concurrency, max_running: usize) -> Store {
         self.concurrency = concurrency;
+        self.admission = Admission::new(max_running);
         self
+    }
+
+    /// Admission of a user transaction (see `admission`).
+    pub fn admit(&self) -> Permit<'_> {
+        self.admission.enter()
     }
 
     /// Removes the index entries of deleted keys nobody can see any more;
