@@ -156,7 +156,7 @@ setters!(Options {
     durability: Durability,
     /// How transactions are kept serializable (default:
     /// [`Concurrency::Mvto`]; [`Concurrency::Occ`] is FOEDUS's optimistic
-    /// scheme, which does not maintain secondary indexes yet).
+    /// scheme).
     concurrency: Concurrency,
     /// At most this many transactions run at once; the others wait at
     /// `Session::begin`, blocked, up to 10 ms (default: 0, no limit).

@@ -142,7 +142,7 @@ impl Engine {
             index_recovery: Mutex::new(None),
             store: parts
                 .store
-                .with_concurrency(config.concurrency, config.max_running_transactions),
+                .with_transaction_control(config.concurrency, config.max_running_transactions),
         })
     }
 

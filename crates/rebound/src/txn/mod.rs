@@ -70,7 +70,7 @@ pub use secondary::{Rows, SecondaryRt, Stale, DROPPED, READY};
 use crate::catalog;
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
-use crate::heap::{Addr, SlotRead, Space, TableHeap, VersionHeader};
+use crate::heap::{Addr, SlotRead, SlotWord, Space, TableHeap, VersionHeader};
 use crate::index::{BTree, InsertError, UpdateHint};
 use crate::medium::Medium;
 use crossbeam_utils::CachePadded;
@@ -315,7 +315,11 @@ impl Store {
 
     /// The store with user transactions run under `concurrency`, at most
     /// `max_running` at once (0: no limit).
-    pub fn with_concurrency(mut self, concurrency: Concurrency, max_running: usize) -> Store {
+    pub fn with_transaction_control(
+        mut self,
+        concurrency: Concurrency,
+        max_running: usize,
+    ) -> Store {
         self.concurrency = concurrency;
         self.admission = Admission::new(max_running);
         self
@@ -2036,12 +2040,20 @@ impl Drop for TxnState<'_> {
 /// copy at the end of `buf` (`len` bytes) is encoded again with `ts`.
 fn stamp_logged(heap: &TableHeap, buf: &mut Vec<u8>, len: usize, ts: u64) {
     let start = buf.len() - len;
+    // Most slots carry `ts` already: their word says so, without the
+    // checksum a full decode computes.
+    let word = buf
+        .get(start..start + 8)
+        .and_then(|w| w.try_into().ok())
+        .map(u64::from_le_bytes);
+    if let Some(SlotWord::Written { txn, .. }) = word.map(SlotWord::decode) {
+        if txn == ts {
+            return;
+        }
+    }
     let Some(slot) = crate::heap::decode_bytes(&buf[start..]) else {
         return;
     };
-    if slot.txn == ts {
-        return;
-    }
     let mut stamped = Vec::with_capacity(len);
     heap.encode(&mut stamped, ts, slot.key, slot.value, slot.tombstone);
     buf.truncate(start);
