@@ -61,6 +61,9 @@ pub enum Error {
     /// further work until it is reopened (nothing acknowledged is lost).
     #[error("database is poisoned by a failed background thread: {0}; reopen it")]
     Poisoned(String),
+    /// A write in a read-only transaction (a snapshot).
+    #[error("the transaction is read-only")]
+    ReadOnly,
     #[error("invalid option: {0}")]
     InvalidOption(String),
     #[error("I/O error: {0}")]

@@ -57,8 +57,8 @@ mod wal;
 pub use adaptive::IndexRecovery;
 pub use checkpoint::{CheckpointMode, CheckpointStats};
 pub use db::{
-    Database, Durability, Index, IndexOptions, IndexStats, MediumChoice, Options, Session, Stats,
-    Table, TableStats, Transaction, DATA_FILE, MAX_VALUE_LEN, MIN_MAX_SIZE,
+    Database, Durability, Index, IndexOptions, IndexStats, MediumChoice, Options, Session,
+    SnapshotStats, Stats, Table, TableStats, Transaction, DATA_FILE, MAX_VALUE_LEN, MIN_MAX_SIZE,
 };
 pub use design::RecoveryReport;
 pub use design::WalStats;
@@ -66,7 +66,7 @@ pub use error::{Error, Result};
 pub use gc::{GcOptions, GcStats};
 pub use heap::TableOptions;
 pub use medium::{Guarantee, SimDevice};
-pub use txn::{Concurrency, Cursor, PendingCommit};
+pub use txn::{Concurrency, Cursor, PendingCommit, FRESH_PATIENCE};
 pub use wal::{FileSystem, SimFault, SimFs, SimOp};
 
 /// The DRAM index on its own, for the index micro-benchmark

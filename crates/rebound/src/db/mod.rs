@@ -9,7 +9,7 @@ mod stats;
 
 pub use options::{Durability, MediumChoice, Options, MIN_MAX_SIZE};
 pub use secondary::{Index, IndexOptions, IndexStats};
-pub use stats::{Stats, TableStats};
+pub use stats::{SnapshotStats, Stats, TableStats};
 
 use crate::checkpoint::CheckpointStats;
 use crate::design::RecoveryReport;
@@ -255,6 +255,29 @@ impl Session {
         }
     }
 
+    /// Starts a read-only transaction on a snapshot: it sees every
+    /// transaction committed before it (under MVTO, unless a writer older
+    /// than those runs on past [`FRESH_PATIENCE`]: then it sees the serial
+    /// order up to that writer), leaves no marks, never conflicts and
+    /// never makes a writer conflict. Writes fail with
+    /// [`Error::ReadOnly`](crate::Error::ReadOnly); `commit` (or dropping
+    /// it) ends it. While open it keeps GC from freeing what it can see
+    /// (`Stats::snapshots`), not checkpoints or relocation.
+    ///
+    /// [`FRESH_PATIENCE`]: crate::FRESH_PATIENCE
+    pub fn begin_read_only(&mut self) -> Transaction<'_> {
+        let permit = self.db.inner.store().admit_snapshot();
+        let mut state = TxnState::begin_snapshot(self.db.inner.store(), self.worker);
+        if let Err(e) = self.db.check_open() {
+            state.poison(e);
+        }
+        Transaction {
+            state,
+            db: &self.db.inner,
+            _permit: permit,
+        }
+    }
+
     /// The worker (region) number this session writes to.
     pub fn worker(&self) -> usize {
         self.worker
@@ -280,9 +303,15 @@ pub struct Transaction<'s> {
 }
 
 impl<'s> Transaction<'s> {
-    /// This transaction's timestamp (its id).
+    /// This transaction's timestamp (its id); a snapshot's is the one
+    /// it reads at: it sees the commits below it.
     pub fn id(&self) -> u64 {
         self.state.id()
+    }
+
+    /// Whether this is a snapshot ([`Session::begin_read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.state.is_snapshot()
     }
 
     pub fn get(&mut self, table: &Table, key: &[u8]) -> Result<Option<Vec<u8>>> {

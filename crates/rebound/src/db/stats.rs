@@ -26,6 +26,8 @@ pub struct Stats {
     /// Transactions that ran past `long_transaction_after` and moved their
     /// versions to a long-transaction region.
     pub long_transactions: u64,
+    /// Read-only snapshots, and what they hold back.
+    pub snapshots: SnapshotStats,
     /// Background GC rounds that failed (the error is in `last_error`).
     pub gc_failures: u64,
     /// Background checkpoints that failed.
@@ -36,6 +38,24 @@ pub struct Stats {
     pub poisoned: Option<String>,
     /// The log of the `wal` design (`None` for the other designs).
     pub wal: Option<WalStats>,
+}
+
+/// Open snapshots ([`Session::begin_read_only`](crate::Session::begin_read_only)).
+/// While one is open, GC keeps the blocks it may read (they wait in
+/// `GcStats::blocks_pending`) and the tombstones newer than it: that is
+/// all it holds back.
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct SnapshotStats {
+    pub open: u64,
+    /// How many timestamps (transactions begun since) the oldest open
+    /// snapshot is behind.
+    pub oldest_behind: u64,
+    /// MVTO snapshots that did not wait for an older writer and started
+    /// below it (they lack commits acknowledged just before they began).
+    pub started_stale: u64,
 }
 
 /// Storage of one table. Versions are fixed-size slots; an obsolete version
@@ -123,6 +143,16 @@ pub(super) fn of(engine: &Engine) -> Stats {
             .collect(),
         gc: engine.gc_stats(),
         long_transactions: store.long_transactions_moved(),
+        snapshots: snapshot_stats(store),
         wal: engine.design().wal_stats(),
+    }
+}
+
+fn snapshot_stats(store: &crate::txn::Store) -> SnapshotStats {
+    let (open, oldest_behind, started_stale) = store.snapshot_lag();
+    SnapshotStats {
+        open: open as u64,
+        oldest_behind,
+        started_stale,
     }
 }

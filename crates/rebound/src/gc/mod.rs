@@ -310,13 +310,14 @@ impl Collector {
         Ok(())
     }
 
-    /// Frees the unlinked blocks no running transaction can reach.
+    /// Frees the unlinked blocks no running transaction or snapshot can
+    /// reach.
     pub fn release(&mut self, store: &Store) -> usize {
         if self.releasing.is_empty() {
             return 0;
         }
         let started = Instant::now();
-        let oldest = store.oldest_running();
+        let oldest = store.oldest_reader();
         let (ready, waiting): (Vec<_>, Vec<_>) = self
             .releasing
             .drain(..)

@@ -34,6 +34,12 @@ impl Admission {
         }
     }
 
+    /// A transaction admission does not count (a snapshot: it contends
+    /// with nobody).
+    pub fn exempt(&self) -> Permit<'_> {
+        Permit(None)
+    }
+
     /// Waits (boundedly) until fewer than `limit` transactions run.
     pub fn enter(&self) -> Permit<'_> {
         if self.limit == 0 {

@@ -255,8 +255,9 @@ fn index_batch(
 ) -> Result<Vec<Entry>> {
     table.warm_range(&txn.store.medium, (lower, upper), want, order)?;
     let mut batch = Vec::with_capacity(want);
-    // Optimistic scans leave no marks: commit scans the span again.
-    let gap_mark = (!txn.is_occ()).then_some(txn.ts);
+    // Optimistic scans leave no marks (commit scans the span again), nor
+    // do snapshots.
+    let gap_mark = txn.marks_reads().then_some(txn.ts);
     let spare_keys = &mut txn.spare_keys;
     let visit = |key: &[u8], head| {
         let mut owned = spare_keys.pop().unwrap_or_default();

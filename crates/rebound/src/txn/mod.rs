@@ -54,6 +54,7 @@ mod occ;
 mod relocate;
 mod sampler;
 mod secondary;
+mod snapshot;
 
 pub use admission::{Admission, Permit};
 pub use changes::{Capture, ChangeLog, Changes, Committed};
@@ -66,6 +67,7 @@ use occ::OccSet;
 pub use relocate::relocate;
 pub use sampler::{Sample, UpdateSampler};
 pub use secondary::{Rows, SecondaryRt, Stale, DROPPED, READY};
+pub use snapshot::FRESH_PATIENCE;
 
 use crate::catalog;
 use crate::error::{Error, Result};
@@ -102,6 +104,10 @@ pub struct Store {
     instance: u64,
     /// Per worker: timestamp of its running transaction, 0 when idle.
     active: Box<[AtomicU64]>,
+    /// Per worker: timestamp of its open snapshot, 0 when none (`snapshot`).
+    snapshots: Box<[AtomicU64]>,
+    /// Snapshots that started below a writer they would not wait for.
+    stale_snapshots: AtomicU64,
     /// Per worker: what its transactions did (each on its own cache line).
     counters: Box<[CachePadded<WorkerCounters>]>,
     /// Tombstones committed since the last reaping: (table, address).
@@ -233,6 +239,7 @@ impl Store {
     #[inline]
     pub fn retire(&self, worker: usize) {
         self.active[worker].store(0, SeqCst);
+        self.snapshots[worker].store(0, SeqCst);
     }
 
     /// Clears a long-transaction flag the background thread may have left
@@ -293,6 +300,10 @@ impl Store {
             clock,
             tables,
             instance,
+            snapshots: (0..crate::catalog::MAX_WORKERS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            stale_snapshots: AtomicU64::new(0),
             active,
             counters,
             deleted: parking_lot::Mutex::new(Vec::new()),
@@ -328,6 +339,11 @@ impl Store {
     /// Admission of a user transaction (see `admission`).
     pub fn admit(&self) -> Permit<'_> {
         self.admission.enter()
+    }
+
+    /// A snapshot's place: it runs beside any number of transactions.
+    pub fn admit_snapshot(&self) -> Permit<'_> {
+        self.admission.exempt()
     }
 
     /// Removes the index entries of deleted keys nobody can see any more;
@@ -492,13 +508,20 @@ impl Store {
     /// A timestamp at or below every transaction that was running at the
     /// time of the call or starts later: versions of older transactions
     /// were complete (committed or aborted) before this call began.
-    pub fn low_water(&self) -> u64 {
+    fn low_water_of_writers(&self) -> u64 {
         let now = self.clock.peek();
         self.active
             .iter()
             .map(|a| a.load(SeqCst))
             .filter(|&ts| ts != 0)
             .fold(now, u64::min)
+    }
+
+    /// `low_water_of_writers`, and at or below every open snapshot: what
+    /// was superseded below it nobody can read.
+    pub fn low_water(&self) -> u64 {
+        let writers = self.low_water_of_writers();
+        self.oldest_snapshot().map_or(writers, |at| at.min(writers))
     }
 }
 
@@ -1111,6 +1134,8 @@ pub struct TxnState<'s> {
     occ: Option<Box<std::cell::RefCell<OccSet>>>,
     /// Index leaves where its writes found their keys (`occ`).
     hints: Vec<UpdateHint<'s>>,
+    /// A read-only transaction on the snapshot at `ts` (`snapshot`).
+    snapshot: bool,
 }
 
 impl<'s> TxnState<'s> {
@@ -1142,19 +1167,40 @@ impl<'s> TxnState<'s> {
             let occ = optimistic.then(|| set.spare_occ.take().unwrap_or_default());
             (std::mem::take(&mut set.spare_buf), keys, occ)
         };
+        let mut txn = TxnState::idle(store, worker, ts, (buf, spare_keys));
+        txn.poisoned = poisoned;
+        txn.occ = occ;
+        txn
+    }
+
+    /// A transaction at `ts` that has done nothing yet, with the worker's
+    /// reusable buffers.
+    fn idle(
+        store: &'s Store,
+        worker: usize,
+        ts: u64,
+        (buf, spare_keys): (Vec<u8>, Vec<Vec<u8>>),
+    ) -> Self {
         TxnState {
             store,
             worker,
             ts,
             buf,
             spare_keys,
-            poisoned,
+            poisoned: None,
             entered: Vec::new(),
             newest_read: std::cell::Cell::new(0),
             began: ts,
-            occ,
+            occ: None,
             hints: Vec::new(),
+            snapshot: false,
         }
+    }
+
+    /// Whether reads mark what they saw in the versions and index leaves
+    /// (MVTO's read-write transactions).
+    fn marks_reads(&self) -> bool {
+        !self.is_occ() && !self.snapshot
     }
 
     pub fn id(&self) -> u64 {
@@ -1252,6 +1298,9 @@ impl<'s> TxnState<'s> {
     fn read_key_into(&self, table: &TableRt, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         if self.is_occ() {
             return self.occ_read_key(table, key, out);
+        }
+        if self.snapshot {
+            return self.snapshot_read_key(table, key, out);
         }
         loop {
             let Some(head) = table.lookup_marking_gap(&self.store.medium, key, self.ts)? else {
@@ -1416,6 +1465,9 @@ impl<'s> TxnState<'s> {
         kind: WriteKind,
     ) -> Result<bool> {
         self.check_usable()?;
+        if self.snapshot {
+            return Err(Error::ReadOnly);
+        }
         let table = self.table(table, key, value)?;
         table.sampler.record(key);
         if self.is_occ() {
@@ -1771,7 +1823,11 @@ impl<'s> TxnState<'s> {
         if self.is_occ() {
             return self.occ_read_at(table, key, head.0, out);
         }
-        match self.visible(table, head)? {
+        let visible = match self.snapshot {
+            true => self.snapshot_visible(table, head)?,
+            false => self.visible(table, head)?,
+        };
+        match visible {
             Visible::Version(addr) => self.live_value_into(table, addr, out),
             Visible::Absent => Ok(false),
             Visible::Retry => self.read_key_into(table, key, out),
@@ -1855,7 +1911,7 @@ impl<'s> TxnState<'s> {
         store.counters[self.worker].commits.fetch_add(1, Relaxed);
         // Acknowledged only once durable. A read-only transaction waits
         // only if it read a commit whose frame is still being written.
-        let read_only_occ = self.is_occ() && self.ts == self.began;
+        let read_only_occ = (self.is_occ() && self.ts == self.began) || self.snapshot;
         let pending = match (log, ticket) {
             (None, _) => Pending::Durable,
             (Some(log), Some(ticket)) => Pending::Record(log.clone(), ticket),

@@ -341,8 +341,9 @@ impl TxnState<'_> {
         want: usize,
     ) -> Vec<Vec<u8>> {
         let mut entries = Vec::with_capacity(want.min(MIN_BATCH));
-        // Optimistic lookups leave no marks: commit scans the span again.
-        let gap_mark = (!self.is_occ()).then_some(self.ts);
+        // Optimistic lookups leave no marks (commit scans the span again),
+        // nor do snapshots.
+        let gap_mark = self.marks_reads().then_some(self.ts);
         index.tree.scan(
             super::as_slice_bound(lower),
             super::as_slice_bound(upper),

@@ -1,0 +1,225 @@
+//! Read-only transactions on a snapshot: no read marks, no gap marks, no
+//! validation, so they never make a writer conflict and never conflict
+//! themselves.
+//!
+//! A snapshot reads at a timestamp `at`: the newest version of a key whose
+//! committed `begin` is below `at`. That is consistent only if every
+//! transaction that may still commit below `at` has already made all of
+//! its versions visible, which each scheme ensures its own way:
+//!
+//! * **MVTO** serializes by the timestamp taken at begin, and a running
+//!   writer may still write (below `at`) a key the snapshot has read. So
+//!   `at` is the low water of the running writers: every transaction below
+//!   it has ended. To see every commit acknowledged before it began, a
+//!   snapshot waits (up to [`FRESH_PATIENCE`]) until the writers that were
+//!   running when it began have ended; one still running by then is not
+//!   waited for longer, and the snapshot starts below it, at a consistent
+//!   prefix of the serial order that may lack commits acknowledged just
+//!   before (counted in `stale_snapshots`).
+//! * **OCC** serializes by the commit id taken after the write set is
+//!   locked, so `at` is a fresh timestamp: a transaction that has not
+//!   locked a key yet commits above it. A version locked or pending under
+//!   an id below `at` belongs to a commit that may land below it; the
+//!   snapshot waits for that commit to finish (it is in its install phase,
+//!   which never waits for user code) and reads again.
+//!
+//! GC must keep what a snapshot may reach: snapshots announce `at` (after
+//! a bound below it while `at` is being chosen) in their own slots, which
+//! `low_water` and `oldest_reader` count, and which the checkpoint redo
+//! horizons, long-transaction flags and GC's wait for older writers do
+//! not: a snapshot writes nothing, so it holds back neither checkpoints
+//! nor relocation, only the release of retired blocks and the reaping of
+//! tombstones newer than it. `Store::snapshot_lag` reports how far back.
+
+use super::{Store, TableRt, TxnState, Visible};
+use crate::error::{Error, Result};
+use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
+use crate::heap::Addr;
+use crate::txn::Concurrency;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
+use std::time::{Duration, Instant};
+
+/// How long an MVTO snapshot waits for older writers before it starts
+/// below them.
+pub const FRESH_PATIENCE: Duration = Duration::from_millis(50);
+
+/// How long a snapshot waits for one commit it must see to finish
+/// installing: far beyond any install, so reaching it means a stalled
+/// committer, reported as a conflict rather than waited for forever.
+const INSTALL_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Announcement that holds GC back completely while a snapshot picks its
+/// timestamp (a snapshot's timestamp is never below it).
+const CHOOSING: u64 = 1;
+
+impl Store {
+    /// The oldest timestamp a running transaction or snapshot may read
+    /// at, `None` when neither runs: what may still reach a version.
+    pub fn oldest_reader(&self) -> Option<u64> {
+        let snapshots = self.snapshots.iter().map(|s| s.load(SeqCst));
+        self.oldest_running()
+            .into_iter()
+            .chain(snapshots.filter(|&at| at != 0))
+            .min()
+    }
+
+    /// The oldest open snapshot's timestamp, `None` when none is open.
+    pub(super) fn oldest_snapshot(&self) -> Option<u64> {
+        self.snapshots
+            .iter()
+            .map(|s| s.load(SeqCst))
+            .filter(|&at| at != 0)
+            .min()
+    }
+
+    /// (open snapshots, how many timestamps the oldest is behind the
+    /// clock, snapshots that started below a writer they would not wait
+    /// for): what snapshots hold back.
+    pub fn snapshot_lag(&self) -> (usize, u64, u64) {
+        let open = self.snapshots.iter().filter(|s| s.load(Relaxed) != 0);
+        let behind = self
+            .oldest_snapshot()
+            .map_or(0, |at| self.clock.peek().saturating_sub(at));
+        (open.count(), behind, self.stale_snapshots.load(Relaxed))
+    }
+
+    /// Chooses `worker`'s snapshot timestamp and announces it.
+    fn open_snapshot(&self, worker: usize) -> Result<u64> {
+        let slot = &self.snapshots[worker];
+        slot.store(CHOOSING, SeqCst);
+        let at = match self.concurrency {
+            Concurrency::Occ => self.clock.next(&self.medium),
+            Concurrency::Mvto => Ok(self.mvto_snapshot_timestamp()),
+        };
+        match at {
+            Ok(at) => slot.store(at, SeqCst),
+            Err(_) => slot.store(0, SeqCst),
+        }
+        at
+    }
+
+    /// The low water of the running writers once those running at the
+    /// call have ended, or at [`FRESH_PATIENCE`].
+    ///
+    /// Below the returned timestamp every transaction has ended: the low
+    /// water counts each writer from before it takes its timestamp. GC
+    /// cannot have freed anything visible there: until the caller
+    /// announces it, its `CHOOSING` announcement holds GC below it, and GC
+    /// acted before that only on a lower low water (it never falls).
+    fn mvto_snapshot_timestamp(&self) -> u64 {
+        let wanted = self.clock.peek();
+        let deadline = Instant::now() + FRESH_PATIENCE;
+        loop {
+            let low = self.low_water_of_writers();
+            if low >= wanted {
+                return low;
+            }
+            if Instant::now() >= deadline {
+                self.stale_snapshots.fetch_add(1, Relaxed);
+                return low;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl<'s> TxnState<'s> {
+    /// A read-only transaction on a snapshot (see the module's docs).
+    pub fn begin_snapshot(store: &'s Store, worker: usize) -> Self {
+        let (at, poisoned) = match store.open_snapshot(worker) {
+            Ok(at) => (at, None),
+            Err(e) => (0, Some(e)),
+        };
+        let (buf, spare_keys) = {
+            let mut set = store.write_sets[worker].lock();
+            let keys = std::mem::take(&mut set.spare_keys);
+            (std::mem::take(&mut set.spare_buf), keys)
+        };
+        let mut txn = TxnState::idle(store, worker, at, (buf, spare_keys));
+        txn.poisoned = poisoned;
+        txn.snapshot = true;
+        txn
+    }
+
+    pub fn is_snapshot(&self) -> bool {
+        self.snapshot
+    }
+
+    /// Reads `key` as of the snapshot.
+    pub(super) fn snapshot_read_key(
+        &self,
+        table: &TableRt,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<bool> {
+        let medium = &self.store.medium;
+        loop {
+            let head = match table.index.get(key) {
+                Some(head) => head,
+                None if table.warm(medium, key)? => continue,
+                None => return Ok(false),
+            };
+            table.heap.prefetch_version(medium, Addr(head));
+            match self.snapshot_visible(table, Addr(head))? {
+                Visible::Retry => continue,
+                Visible::Absent => return Ok(false),
+                Visible::Version(addr) => return self.live_value_into(table, addr, out),
+            }
+        }
+    }
+
+    /// The version of the chain from `head` that the snapshot sees.
+    pub(super) fn snapshot_visible(&self, table: &TableRt, head: Addr) -> Result<Visible> {
+        let at = self.ts;
+        let mut addr = head;
+        loop {
+            let header = self.version(table, addr)?;
+            let begin = header.begin.load(Acquire);
+            if begin != ABORTED && begin & PENDING != 0 {
+                if begin & !PENDING < at {
+                    self.wait_for_install(&header.begin, begin)?;
+                    continue;
+                }
+            } else if begin != ABORTED && begin < at {
+                self.newest_read.set(self.newest_read.get().max(begin));
+                let end = header.end.load(Acquire);
+                if end == REAPED {
+                    // Reaped below every reader: the key is gone for us too.
+                    return Ok(Visible::Absent);
+                }
+                if end == 0 || end & !LOCKED >= at {
+                    return Ok(Visible::Version(addr));
+                }
+                // A successor below us: committed since the head was
+                // found (read it), or being installed by an optimistic
+                // commit that may land below us (read what it leaves).
+                if end & LOCKED != 0 {
+                    self.wait_for_install(&header.end, end)?;
+                }
+                return Ok(Visible::Retry);
+            }
+            match header.prev.load(Acquire) {
+                0 => return Ok(Visible::Absent),
+                prev => addr = Addr(prev - 1),
+            }
+        }
+    }
+
+    /// Waits until `word` changes from `seen`: a commit finishing.
+    fn wait_for_install(&self, word: &AtomicU64, seen: u64) -> Result<()> {
+        let deadline = Instant::now() + INSTALL_PATIENCE;
+        let mut spins = 0u32;
+        while word.load(Acquire) == seen {
+            if spins < 256 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else if Instant::now() < deadline {
+                std::thread::yield_now();
+            } else {
+                return Err(Error::Conflict);
+            }
+        }
+        Ok(())
+    }
+}
