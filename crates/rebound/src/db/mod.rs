@@ -3,10 +3,12 @@
 //! knows which design runs: `Options::into_config` names it once, and
 //! `design::open` builds the engine that runs it.
 
+mod backup;
 mod options;
 mod secondary;
 mod stats;
 
+pub use backup::BackupStats;
 pub use options::{Durability, MediumChoice, Options, MIN_MAX_SIZE};
 pub use secondary::{Index, IndexOptions, IndexStats};
 pub use stats::{SnapshotStats, Stats, TableStats};
@@ -68,6 +70,8 @@ impl Table {
 pub struct Database {
     inner: Arc<Engine>,
     durability: Durability,
+    /// As opened: a backup opens its copy with them.
+    options: Arc<Options>,
 }
 
 impl Clone for Database {
@@ -76,6 +80,7 @@ impl Clone for Database {
         Database {
             inner: self.inner.clone(),
             durability: self.durability,
+            options: self.options.clone(),
         }
     }
 }
@@ -92,8 +97,13 @@ impl Database {
     /// not read set away from its default, is `Error::InvalidOption`.
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Database> {
         let durability = options.durability;
+        let kept = Arc::new(options.clone());
         let inner = design::open(path.as_ref(), options.into_config()?)?;
-        Ok(Database { inner, durability })
+        Ok(Database {
+            inner,
+            durability,
+            options: kept,
+        })
     }
 
     /// Blocks until every index is fully in DRAM after a restart; returns

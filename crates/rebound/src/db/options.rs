@@ -215,6 +215,19 @@ setters!(Options {
 pub const MIN_MAX_SIZE: u64 = crate::catalog::DATA_START;
 
 impl Options {
+    /// These options for a copy of the database on files (a backup): the
+    /// same design, on the default medium and file system; a volatile
+    /// database is copied to the default durable design.
+    pub(super) fn for_copy(mut self) -> Options {
+        self.medium = MediumChoice::Auto;
+        self.file_system = FileSystem::default();
+        self.create_if_missing = true;
+        if self.durability == Durability::None {
+            self.durability = Durability::default();
+        }
+        self
+    }
+
     /// Checks the options and picks the design they name: the one place
     /// above the design layer that reads `durability`.
     pub(crate) fn into_config(self) -> Result<Config> {

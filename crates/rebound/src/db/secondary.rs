@@ -3,7 +3,7 @@
 
 use super::{Database, Table, Transaction};
 use crate::adaptive::{IndexRecovery, Plan};
-use crate::catalog::{KeyPart, Source};
+use crate::catalog::{IndexDef, KeyPart, Source};
 use crate::design;
 use crate::error::{Error, Result};
 use crate::txn::{owned_range, prefix_end, Rows, SecondaryRt, TableRt};
@@ -60,6 +60,14 @@ impl IndexOptions {
     pub fn unique(mut self, unique: bool) -> Self {
         self.unique = unique;
         self
+    }
+
+    /// The options an index of definition `def` was created with.
+    pub(super) fn from_def(def: &IndexDef) -> IndexOptions {
+        IndexOptions {
+            parts: def.parts.clone(),
+            unique: def.unique,
+        }
     }
 
     fn part(mut self, source: Source, bytes: Range<usize>) -> Self {
