@@ -4,11 +4,13 @@
 //! `design::open` builds the engine that runs it.
 
 mod backup;
+mod integrity;
 mod options;
 mod secondary;
 mod stats;
 
 pub use backup::BackupStats;
+pub use integrity::IntegrityReport;
 pub use options::{Durability, MediumChoice, Options, MIN_MAX_SIZE};
 pub use secondary::{Index, IndexOptions, IndexStats};
 pub use stats::{SnapshotStats, Stats, TableStats};

@@ -215,6 +215,27 @@ setters!(Options {
 pub const MIN_MAX_SIZE: u64 = crate::catalog::DATA_START;
 
 impl Options {
+    /// Options that open the existing database in `dir` with its own
+    /// design (told by its files), without creating anything: what a tool
+    /// that inspects a database it did not create needs. A directory that
+    /// holds no database is `NotADatabase`.
+    pub fn for_existing(dir: impl AsRef<std::path::Path>) -> Result<Options> {
+        let dir = dir.as_ref();
+        let durability = if dir.join(crate::design::DATA_FILE).is_file() {
+            Durability::LogFree
+        } else if dir.join(crate::design::WAL_LOCK_FILE).is_file() {
+            Durability::Wal
+        } else {
+            return Err(Error::NotADatabase(format!(
+                "{} holds no rebound database",
+                dir.display()
+            )));
+        };
+        Ok(Options::default()
+            .durability(durability)
+            .create_if_missing(false))
+    }
+
     /// These options for a copy of the database on files (a backup): the
     /// same design, on the default medium and file system; a volatile
     /// database is copied to the default durable design.

@@ -28,7 +28,7 @@ mod wal;
 pub use engine::Engine;
 pub use log_free::MAX_PERSIST_LATENCY_NS;
 pub use secondary::{build_all as build_secondary_indexes, create_index};
-pub use wal::WalStats;
+pub use wal::{WalStats, WAL_LOCK_FILE};
 
 use crate::adaptive::IndexRecovery;
 use crate::checkpoint::{CheckpointMode, CheckpointStats};

@@ -38,7 +38,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Name of the lock file that marks a directory as a `wal` database.
-const WAL_LOCK_FILE: &str = "LOCK";
+pub const WAL_LOCK_FILE: &str = "LOCK";
 /// The DDL records' buffer, after every worker's.
 const DDL_RING: usize = MAX_WORKERS;
 /// How long a snapshot waits for older transactions before giving up
