@@ -10,6 +10,7 @@ mod crash;
 mod demo;
 mod engines;
 mod gen;
+mod inspect;
 mod load;
 mod tatp;
 mod timeline;
@@ -66,6 +67,16 @@ enum Command {
     /// transaction, to 90 % of the pre-crash throughput, and until every
     /// index is built; JSON, CSV and an SVG chart. Rebound only.
     RecoveryTimeline(timeline::TimelineArgs),
+    /// Show an existing database: tables, rows, space live and obsolete,
+    /// secondary indexes, the last recovery.
+    Stat(inspect::StatArgs),
+    /// Print a table's rows (a key range of it), escaped or in hex.
+    Dump(inspect::DumpArgs),
+    /// Verify every checksum and index invariant of an existing database;
+    /// exits non-zero and lists the damage if there is any.
+    Check(inspect::CheckArgs),
+    /// Write a consistent copy of a database into a new directory.
+    Backup(inspect::BackupArgs),
     /// Render SVG/PNG charts from result JSON files.
     Chart(chart::ChartArgs),
     /// The child process of `demo` (not for direct use).
@@ -97,6 +108,10 @@ fn main() {
         Command::Compare(args) => compare::run(args),
         Command::Load(args) => load::run(args),
         Command::Chart(args) => chart::run(args),
+        Command::Stat(args) => inspect::stat(args),
+        Command::Dump(args) => inspect::dump(args),
+        Command::Check(args) => inspect::check(args),
+        Command::Backup(args) => inspect::backup(args),
         Command::RecoveryTimeline(args) => timeline::run(args),
         Command::RecoveryTimelineChild(args) => timeline::child(args),
         Command::DemoChild(args) => demo::child(args),

@@ -611,3 +611,87 @@ fn recovery_timeline_restarts_each_strategy_after_one_crash() {
     assert!(out.path().join("r-series.csv").exists());
     assert!(out.path().join("r.svg").exists());
 }
+
+/// Runs rebound; (success, stdout, stderr).
+fn rebound_status(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(args)
+        .output()
+        .expect("run rebound");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn stat_dump_check_and_backup_inspect_a_database_and_check_finds_damage() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let db = dir.path().join("db");
+    rebound(&[
+        "load",
+        "--records",
+        "3000",
+        "--dir",
+        s(&db),
+        "--out",
+        s(dir.path()),
+    ]);
+    let stat = rebound(&["stat", s(&db)]);
+    assert!(
+        stat.contains("usertable") && stat.contains("3000"),
+        "{stat}"
+    );
+    let dump = rebound(&["dump", s(&db), "usertable", "--hex", "--limit", "5"]);
+    let first: Vec<&str> = dump.lines().collect();
+    assert_eq!(first.len(), 5, "{dump}");
+    assert!(first[0].starts_with("0000000000000000\t"), "{dump}");
+    let ranged = rebound(&[
+        "dump",
+        s(&db),
+        "usertable",
+        "--from",
+        "\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x0a",
+        "--to",
+        "\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x0c",
+    ]);
+    assert_eq!(ranged.lines().count(), 2, "{ranged}");
+    let intact = rebound(&["check", s(&db)]);
+    assert!(
+        intact.contains("3000 rows") && intact.contains("intact"),
+        "{intact}"
+    );
+
+    let copy = dir.path().join("copy");
+    let backup = rebound(&["backup", s(&db), s(&copy)]);
+    assert!(backup.contains("3000 rows"), "{backup}");
+    assert_eq!(
+        rebound(&["dump", s(&copy), "usertable"]),
+        rebound(&["dump", s(&db), "usertable"])
+    );
+
+    // Flip one byte in the middle of a value of the copy.
+    let file = copy.join("rebound.db");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let dump = rebound(&["dump", s(&copy), "usertable", "--hex", "--limit", "1500"]);
+    let value = dump.lines().last().unwrap().split('\t').nth(1).unwrap();
+    let needle: Vec<u8> = (0..value.len() / 2)
+        .map(|i| u8::from_str_radix(&value[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle.as_slice())
+        .expect("the value is in the file");
+    bytes[at + needle.len() / 2] ^= 0x01;
+    std::fs::write(&file, &bytes).unwrap();
+    let (ok, stdout, stderr) = rebound_status(&["check", s(&copy)]);
+    assert!(!ok, "check passed a damaged database:\n{stdout}");
+    assert!(stdout.contains("damaged:"), "{stdout}\n{stderr}");
+
+    let (ok, _, stderr) = rebound_status(&["stat", s(dir.path())]);
+    assert!(
+        !ok && stderr.contains("holds no rebound database"),
+        "{stderr}"
+    );
+}
