@@ -218,13 +218,60 @@ pub fn run_txn<S: Session, T>(
 pub fn run_txn_acked<S: Session, T>(
     session: &mut S,
     deferred: bool,
+    body: impl FnMut(&mut S::Tx<'_>) -> engines::Result<Flow<T>>,
+) -> engines::Result<Done<(T, Ack)>> {
+    run_txn_as(
+        session,
+        Begin {
+            deferred,
+            read_only: false,
+        },
+        body,
+    )
+}
+
+/// `run_txn` for a body that only reads: on a snapshot where the engine
+/// has them.
+pub fn run_read_only<S: Session, T>(
+    session: &mut S,
+    body: impl FnMut(&mut S::Tx<'_>) -> engines::Result<Flow<T>>,
+) -> engines::Result<Done<T>> {
+    let done = run_txn_as(
+        session,
+        Begin {
+            deferred: false,
+            read_only: true,
+        },
+        body,
+    )?;
+    Ok(Done {
+        value: done.value.map(|(value, _durable)| value),
+        conflicts: done.conflicts,
+    })
+}
+
+/// How `run_txn_as` begins and commits.
+#[derive(Clone, Copy)]
+struct Begin {
+    /// Commit without waiting for durability (see `run_txn_acked`).
+    deferred: bool,
+    read_only: bool,
+}
+
+fn run_txn_as<S: Session, T>(
+    session: &mut S,
+    how: Begin,
     mut body: impl FnMut(&mut S::Tx<'_>) -> engines::Result<Flow<T>>,
 ) -> engines::Result<Done<(T, Ack)>> {
     let mut conflicts = 0;
     loop {
-        let outcome = match session.begin() {
+        let began = match how.read_only {
+            true => session.begin_read_only(),
+            false => session.begin(),
+        };
+        let outcome = match began {
             Ok(mut tx) => match body(&mut tx) {
-                Ok(Flow::Commit(v)) => match deferred {
+                Ok(Flow::Commit(v)) => match how.deferred {
                     true => tx.commit_deferred(),
                     false => tx.commit().map(|()| Ack::durable()),
                 }

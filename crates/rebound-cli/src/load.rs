@@ -55,6 +55,7 @@ impl LoadArgs {
             max_scan: 1,
             threads: self.threads,
             seed: 0,
+            read_only_snapshots: false,
         }
     }
 }

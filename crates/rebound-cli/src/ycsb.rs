@@ -1,9 +1,9 @@
 //! YCSB workloads A–F over one table of 8-byte big-endian keys.
 
 use crate::common::{
-    describe, drive, progress, run_txn, run_txn_acked, write_csv, write_json, BoxResult, DbDir,
-    DesignRecord, DirArgs, Done, DriveSpec, Environment, Flow, Limit, NoObserver, OutArgs,
-    RunStats, SummaryRow, Worker,
+    describe, drive, progress, run_read_only, run_txn, run_txn_acked, write_csv, write_json,
+    BoxResult, DbDir, DesignRecord, DirArgs, Done, DriveSpec, Environment, Flow, Limit, NoObserver,
+    OutArgs, RunStats, SummaryRow, Worker,
 };
 use crate::engines::{self, with_engine, Ack, Engine, EngineArgs, Session, Tx};
 use crate::gen::{Distribution, KeyChooser};
@@ -110,6 +110,11 @@ pub struct YcsbConfig {
     /// Seed of the request generators.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Run the transactions that only read (all of YCSB-C's, some of B's)
+    /// on read-only snapshots (Rebound; other engines run them as usual).
+    #[arg(long)]
+    #[serde(default)]
+    pub read_only_snapshots: bool,
 }
 
 impl YcsbConfig {
@@ -316,6 +321,8 @@ pub struct YcsbWorker<T> {
     key: Vec<u8>,
     read: Vec<u8>,
     ack: Option<AckSink>,
+    /// Run transactions that only read on snapshots.
+    read_only_snapshots: bool,
 }
 
 impl<T: Clone> YcsbWorker<T> {
@@ -338,6 +345,7 @@ impl<T: Clone> YcsbWorker<T> {
             key: Vec::new(),
             read: Vec::new(),
             ack,
+            read_only_snapshots: cfg.read_only_snapshots,
         }
     }
 }
@@ -352,7 +360,8 @@ where
         self.gen.ops_into(self.thread, seq, &mut self.ops);
         let (table, thread, vs, ks) = (&self.table, self.thread, self.value_size, self.key_size);
         let (value, ops, kb, read) = (&mut self.value, &self.ops, &mut self.key, &mut self.read);
-        let done = run_txn(session, |tx| {
+        let read_only = self.read_only_snapshots && ops.iter().all(|op| op.written_key().is_none());
+        let body = |tx: &mut S::Tx<'_>| {
             let id = tx.id();
             fill_value(value, vs, thread, seq, id);
             for op in ops {
@@ -374,7 +383,11 @@ where
                 }
             }
             Ok(Flow::Commit(id))
-        })?;
+        };
+        let done = match read_only {
+            true => run_read_only(session, body)?,
+            false => run_txn(session, body)?,
+        };
         if let (Some(ack), Some(id)) = (&mut self.ack, done.value) {
             ack.ack(thread, seq, id);
         }

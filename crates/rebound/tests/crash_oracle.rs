@@ -228,10 +228,25 @@ fn workload(
                         (other, _) => other,
                     }
                 }
-                _ => tx.delete(&tables[t], &k).map(|existed| {
+                7 | 8 => tx.delete(&tables[t], &k).map(|existed| {
                     assert_eq!(existed, current.is_some(), "delete of {k:?} (seed {seed})");
                     effects.push((t, k.clone(), None));
                 }),
+                _ => {
+                    let other = key(&mut rng, key_space);
+                    let (low, high) = (k.clone().min(other.clone()), k.clone().max(other));
+                    let doomed: Vec<Vec<u8>> = view
+                        .range((t, low.clone())..(t, high.clone()))
+                        .map(|((_, k), _)| k.clone())
+                        .collect();
+                    tx.delete_range(&tables[t], low..high).map(|deleted| {
+                        assert_eq!(deleted, doomed.len() as u64, "range delete (seed {seed})");
+                        for k in doomed {
+                            apply(&mut view, t, k.clone(), None);
+                            effects.push((t, k, None));
+                        }
+                    })
+                }
             };
             match outcome {
                 Ok(()) => {

@@ -326,6 +326,12 @@ pub trait Session {
 
     /// Begins a read-write transaction.
     fn begin(&mut self) -> Result<Self::Tx<'_>>;
+
+    /// Begins a transaction that only reads, on a snapshot where the
+    /// engine has them (Rebound); the others run it as `begin` does.
+    fn begin_read_only(&mut self) -> Result<Self::Tx<'_>> {
+        self.begin()
+    }
 }
 
 /// What `Tx::scan_with` calls with each row (key, value).

@@ -105,6 +105,10 @@ impl Session for rebound::Session {
     fn begin(&mut self) -> Result<Transaction<'_>> {
         Ok(rebound::Session::begin(self))
     }
+
+    fn begin_read_only(&mut self) -> Result<Transaction<'_>> {
+        Ok(rebound::Session::begin_read_only(self))
+    }
 }
 
 impl Tx for Transaction<'_> {

@@ -137,6 +137,7 @@ impl ChildSpec {
             max_scan: 100,
             threads: self.threads,
             seed: self.seed,
+            read_only_snapshots: false,
         }
     }
 }

@@ -382,6 +382,28 @@ impl<'s> Transaction<'s> {
         self.state.delete(&table.rt, key)
     }
 
+    /// Deletes every key in `range`; returns how many there were. One
+    /// transaction's work, so atomic across a crash and serializable like
+    /// a scan of the range followed by its deletes (no older transaction
+    /// adds a key to the range afterwards). The tombstones are reclaimed
+    /// like any deletion's. The range's keys are held in memory: delete a
+    /// range of millions of keys in a few transactions of sub-ranges.
+    pub fn delete_range<K: AsRef<[u8]>>(
+        &mut self,
+        table: &Table,
+        range: impl RangeBounds<K>,
+    ) -> Result<u64> {
+        let mut keys = Vec::new();
+        self.scan_with(table, range, usize::MAX, |key, _| {
+            keys.push(key.to_vec());
+            ControlFlow::Continue(())
+        })?;
+        for key in &keys {
+            self.delete(table, key)?;
+        }
+        Ok(keys.len() as u64)
+    }
+
     /// Up to `limit` live entries with keys in `range`, ascending; the
     /// same reads as taking `limit` entries from [`range`](Self::range).
     pub fn scan<K: AsRef<[u8]>>(

@@ -239,7 +239,6 @@ impl Store {
     #[inline]
     pub fn retire(&self, worker: usize) {
         self.active[worker].store(0, SeqCst);
-        self.snapshots[worker].store(0, SeqCst);
     }
 
     /// Clears a long-transaction flag the background thread may have left
@@ -2084,6 +2083,10 @@ impl<'s> TxnState<'s> {
 impl Drop for TxnState<'_> {
     fn drop(&mut self) {
         self.rollback();
+        if self.snapshot {
+            self.store.close_snapshot(self.worker);
+            return;
+        }
         if self.store.long[self.worker].load(Relaxed) != LONG_NONE {
             self.store.long[self.worker].store(LONG_NONE, SeqCst);
         }

@@ -84,6 +84,11 @@ impl Store {
         (open.count(), behind, self.stale_snapshots.load(Relaxed))
     }
 
+    /// Announces that `worker`'s snapshot ended.
+    pub(super) fn close_snapshot(&self, worker: usize) {
+        self.snapshots[worker].store(0, SeqCst);
+    }
+
     /// Chooses `worker`'s snapshot timestamp and announces it.
     fn open_snapshot(&self, worker: usize) -> Result<u64> {
         let slot = &self.snapshots[worker];
