@@ -796,6 +796,7 @@ mod tests {
             max_scan: 100,
             threads: 1,
             seed: 1,
+            read_only_snapshots: false,
         };
         let mut gen = OpGen::new(&cfg, Arc::new(AtomicU64::new(1000)));
         let (mut reads, mut updates) = (0, 0);
