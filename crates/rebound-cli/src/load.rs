@@ -24,6 +24,12 @@ pub struct LoadArgs {
     /// Durability design of Rebound (see `rebound compare --help`).
     #[arg(long, default_value = "log-free")]
     pub design: String,
+    /// After the load, time a consistent online copy of the store (a
+    /// directory beside it, removed afterwards): Rebound's `backup_to`,
+    /// LMDB's `mdb_env_copy`.
+    #[arg(long)]
+    #[serde(default)]
+    pub backup: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -39,6 +45,7 @@ pub struct LoadResult {
     pub design: DesignRecord,
     pub environment: Environment,
     pub load: LoadStats,
+    pub backup: Option<BackupTiming>,
 }
 
 impl LoadArgs {
@@ -79,11 +86,20 @@ fn run_engine<E: Engine>(args: &LoadArgs, dir: &DbDir) -> BoxResult<()> {
         load.seconds,
         load.rows_per_s
     );
+    let backup = match args.backup {
+        true => Some(time_backup(
+            &db,
+            &dir.path,
+            load.rows * (args.key_size + args.value_size) as u64,
+        )?),
+        false => None,
+    };
     let result = LoadResult {
         benchmark: "load".into(),
         design: DesignRecord::of_engine(&name, &db, !args.engine.no_sync),
         environment: Environment::capture(),
         load,
+        backup,
         config: args.clone(),
     };
     db.close()?;
@@ -94,4 +110,52 @@ fn run_engine<E: Engine>(args: &LoadArgs, dir: &DbDir) -> BoxResult<()> {
     )?;
     println!("results: {}", json.display());
     Ok(())
+}
+
+/// How long a backup of what was loaded took.
+#[derive(Serialize, Deserialize)]
+pub struct BackupTiming {
+    pub seconds: f64,
+    /// Key and value bytes loaded, per second of backup.
+    pub mb_per_s: f64,
+    /// Bytes the copy occupies.
+    pub copy_bytes: u64,
+}
+
+fn time_backup<E: Engine>(
+    db: &E,
+    dir: &std::path::Path,
+    data_bytes: u64,
+) -> BoxResult<BackupTiming> {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(".backup");
+    let target = dir.with_file_name(name);
+    let _ = std::fs::remove_dir_all(&target);
+    let start = std::time::Instant::now();
+    db.backup_to(&target)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let copy_bytes = allocated_bytes(&target)?;
+    std::fs::remove_dir_all(&target)?;
+    let mb_per_s = data_bytes as f64 / 1e6 / seconds;
+    println!("backup: {seconds:.2} s, {mb_per_s:.1} MB/s of data, copy {copy_bytes} bytes");
+    Ok(BackupTiming {
+        seconds,
+        mb_per_s,
+        copy_bytes,
+    })
+}
+
+/// Bytes the files under `dir` occupy on their file system.
+fn allocated_bytes(dir: &std::path::Path) -> BoxResult<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += match meta.is_dir() {
+            true => allocated_bytes(&entry.path())?,
+            false => meta.blocks() * 512,
+        };
+    }
+    Ok(total)
 }

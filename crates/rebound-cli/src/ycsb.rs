@@ -14,6 +14,7 @@ use rebound::TableOptions;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -537,12 +538,29 @@ pub struct YcsbArgs {
     /// Durability design of Rebound (see `rebound compare --help`).
     #[arg(long, default_value = "log-free")]
     pub design: String,
+    /// Start an online backup of the store this many seconds into the run
+    /// (into a directory beside it, removed afterwards) and report the
+    /// throughput while it ran against the rest of the run.
+    #[arg(long)]
+    #[serde(default)]
+    pub backup_at: Option<f64>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
     pub dir: DirArgs,
     #[command(flatten)]
     pub out: OutArgs,
+}
+
+/// A backup taken during a run, and the throughput around it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BackupWindow {
+    pub start_unix_ms: f64,
+    pub seconds: f64,
+    /// Mean of the samples that fell inside the backup.
+    pub during_txn_per_s: f64,
+    /// Mean of the other samples.
+    pub outside_txn_per_s: f64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -554,6 +572,8 @@ pub struct YcsbResult {
     pub environment: Environment,
     pub load: LoadStats,
     pub result: RunStats,
+    #[serde(default)]
+    pub backup: Option<BackupWindow>,
 }
 
 pub fn run(args: YcsbArgs) -> BoxResult<()> {
@@ -586,8 +606,20 @@ fn run_engine<E: Engine>(args: &YcsbArgs, dir: &DbDir) -> BoxResult<()> {
         observer: &NoObserver,
         interval: crate::common::SAMPLE_INTERVAL,
     };
-    let stats = run_on(&db, &args.cfg, &spec, false, 0)?;
+    let (stats, backup) = std::thread::scope(|scope| -> BoxResult<_> {
+        let (shared, path) = (&db, &dir.path);
+        let backup = args
+            .backup_at
+            .map(|after| scope.spawn(move || backup_during_run(shared, path, after)));
+        let stats = run_on(&db, &args.cfg, &spec, false, 0)?;
+        let window = match backup {
+            Some(thread) => Some(thread.join().map_err(|_| "backup thread panicked")??),
+            None => None,
+        };
+        Ok((stats, window))
+    })?;
     println!("{}: {}", args.cfg.label(), describe(&stats));
+    let backup = backup.map(|(start, seconds)| backup_window(&stats, start, seconds));
     let base = args.out.base(&format!("{}-{name}", args.cfg.label()));
     let result = YcsbResult {
         benchmark: "ycsb".into(),
@@ -596,6 +628,7 @@ fn run_engine<E: Engine>(args: &YcsbArgs, dir: &DbDir) -> BoxResult<()> {
         environment: Environment::capture(),
         load,
         result: stats,
+        backup,
         config: args.clone(),
     };
     db.close()?;
@@ -611,6 +644,48 @@ fn run_engine<E: Engine>(args: &YcsbArgs, dir: &DbDir) -> BoxResult<()> {
     let csv = write_csv(&args.out.out, &base, &[row])?;
     println!("results: {} {}", json.display(), csv.display());
     Ok(())
+}
+
+/// Sleeps `after` seconds, then backs the store up beside `dir`;
+/// (start in Unix ms, seconds it took).
+fn backup_during_run<E: Engine>(db: &E, dir: &Path, after: f64) -> BoxResult<(f64, f64)> {
+    std::thread::sleep(Duration::from_secs_f64(after));
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(".backup");
+    let target = dir.with_file_name(name);
+    let _ = std::fs::remove_dir_all(&target);
+    let start = crate::common::unix_ms();
+    let timer = Instant::now();
+    db.backup_to(&target)?;
+    let seconds = timer.elapsed().as_secs_f64();
+    std::fs::remove_dir_all(&target)?;
+    Ok((start, seconds))
+}
+
+/// The run's throughput samples inside the backup against the others.
+fn backup_window(stats: &RunStats, start_unix_ms: f64, seconds: f64) -> BackupWindow {
+    let end = start_unix_ms + seconds * 1e3;
+    let (inside, outside): (Vec<&crate::common::Sample>, Vec<&crate::common::Sample>) = stats
+        .series
+        .iter()
+        .partition(|s| s.unix_ms > start_unix_ms && s.unix_ms <= end);
+    let mean = |samples: &[&crate::common::Sample]| {
+        samples.iter().map(|s| s.txn_per_s).sum::<f64>() / samples.len().max(1) as f64
+    };
+    let window = BackupWindow {
+        start_unix_ms,
+        seconds,
+        during_txn_per_s: mean(&inside),
+        outside_txn_per_s: mean(&outside),
+    };
+    println!(
+        "backup: {seconds:.2} s; {:.0} txn/s during it ({} samples), {:.0} txn/s otherwise: {:.2}x",
+        window.during_txn_per_s,
+        inside.len(),
+        window.outside_txn_per_s,
+        window.during_txn_per_s / window.outside_txn_per_s.max(1e-9)
+    );
+    window
 }
 
 /// What the crash oracle found.

@@ -116,6 +116,22 @@ impl Engine for Lmdb {
         self.env.real_disk_size().unwrap_or(0)
     }
 
+    /// `mdb_env_copy`: a read transaction's pages written out whole.
+    fn backup_to(&self, target: &Path) -> Result<()> {
+        std::fs::create_dir_all(target).map_err(|e| Error::Backend {
+            engine: "lmdb",
+            message: e.to_string(),
+        })?;
+        let copy = self
+            .env
+            .copy_to_path(target.join("data.mdb"), heed::CompactionOption::Disabled)
+            .map_err(err)?;
+        copy.sync_all().map_err(|e| Error::Backend {
+            engine: "lmdb",
+            message: e.to_string(),
+        })
+    }
+
     fn close(self) -> Result<()> {
         self.env.force_sync().map_err(err)?;
         let done = self.env.prepare_for_closing();

@@ -308,6 +308,15 @@ pub trait Engine: Sync + Sized {
     fn medium_size(&self) -> u64 {
         0
     }
+    /// Writes a consistent copy of the open store into directory
+    /// `target` (created), while it stays usable.
+    fn backup_to(&self, target: &Path) -> Result<()> {
+        let _ = target;
+        Err(Error::Unsupported(format!(
+            "{:?} has no online backup here",
+            self.kind()
+        )))
+    }
     /// Flushes and closes the store.
     fn close(self) -> Result<()>;
     /// The Rebound database behind this engine, for Rebound's own reports

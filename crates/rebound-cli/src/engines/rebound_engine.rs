@@ -89,6 +89,11 @@ impl Engine for Database {
         Database::medium_size(self)
     }
 
+    fn backup_to(&self, target: &Path) -> Result<()> {
+        Database::backup_to(self, target)?;
+        Ok(())
+    }
+
     fn close(self) -> Result<()> {
         Ok(Database::close(&self)?)
     }
