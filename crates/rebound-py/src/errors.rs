@@ -177,6 +177,12 @@ create_exception!(
 );
 create_exception!(
     rebound_db,
+    ReadOnlyError,
+    ReboundError,
+    "A write in a read-only (snapshot) transaction."
+);
+create_exception!(
+    rebound_db,
     IoError,
     ReboundError,
     "An operating-system I/O error."
@@ -210,6 +216,7 @@ pub fn to_py(error: Error) -> PyErr {
         Error::Closed => ClosedError::new_err(message),
         Error::Poisoned(_) => PoisonedError::new_err(message),
         Error::InvalidOption(_) => InvalidOptionError::new_err(message),
+        Error::ReadOnly => ReadOnlyError::new_err(message),
         Error::Io(_) => IoError::new_err(message),
         // A kind newer than these bindings.
         _ => ReboundError::new_err(message),
@@ -258,6 +265,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         py.get_type::<ClosedError>(),
         py.get_type::<PoisonedError>(),
         py.get_type::<InvalidOptionError>(),
+        py.get_type::<ReadOnlyError>(),
         py.get_type::<IoError>(),
     ];
     for class in &classes {

@@ -148,6 +148,28 @@ impl PyDatabase {
         to_dict(py, &stats)
     }
 
+    /// Writes a consistent copy of the open database into directory
+    /// `target` (which must not exist) while transactions go on; returns
+    /// what it copied, as a dict.
+    fn backup_to<'py>(&self, py: Python<'py>, target: &str) -> PyResult<Bound<'py, PyDict>> {
+        let stats = py.detach(|| self.db.backup_to(target)).map_err(to_py)?;
+        let dict = PyDict::new(py);
+        dict.set_item("tables", stats.tables)?;
+        dict.set_item("indexes", stats.indexes)?;
+        dict.set_item("rows", stats.rows)?;
+        dict.set_item("bytes", stats.bytes)?;
+        dict.set_item("at", stats.at)?;
+        dict.set_item("seconds", stats.elapsed.as_secs_f64())?;
+        Ok(dict)
+    }
+
+    /// Verifies every checksum and index invariant it can reach; returns
+    /// the list of damaged places (empty: intact).
+    fn check_integrity(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let report = py.detach(|| self.db.check_integrity()).map_err(to_py)?;
+        Ok(report.problems)
+    }
+
     /// Stops accepting work and makes everything durable.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.db.close()).map_err(to_py)

@@ -57,9 +57,12 @@ impl PySession {
 
 #[pymethods]
 impl PySession {
-    /// Starts a transaction. If one is still running on this session,
-    /// the new one gets an engine session of its own.
-    fn begin(slf: &Bound<'_, Self>) -> PyResult<PyTransaction> {
+    /// Starts a transaction; with `read_only=True`, one on a snapshot
+    /// (it never conflicts, and writes raise `ReadOnlyError`). If one is
+    /// still running on this session, the new one gets an engine session
+    /// of its own.
+    #[pyo3(signature = (*, read_only = false))]
+    fn begin(slf: &Bound<'_, Self>, read_only: bool) -> PyResult<PyTransaction> {
         let this = slf.get();
         let session = match lock(&this.idle).take() {
             Some(session) => session,
@@ -67,7 +70,10 @@ impl PySession {
         };
         let running = RunningBuilder {
             session,
-            txn_builder: |session| Some(session.begin()),
+            txn_builder: |session| match read_only {
+                true => Some(session.begin_read_only()),
+                false => Some(session.begin()),
+            },
         }
         .build();
         Ok(PyTransaction {
@@ -216,6 +222,20 @@ impl PyTransaction {
     /// Deletes a key; returns whether it existed.
     fn delete(&self, py: Python<'_>, table: &PyTable, key: &[u8]) -> PyResult<bool> {
         self.with_txn(py, |txn| txn.delete(&table.table, key))
+    }
+
+    /// Deletes every key with `start <= key < end` (None: no bound);
+    /// returns how many there were.
+    #[pyo3(signature = (table, start = None, end = None))]
+    fn delete_range(
+        &self,
+        py: Python<'_>,
+        table: &PyTable,
+        start: Option<&[u8]>,
+        end: Option<&[u8]>,
+    ) -> PyResult<u64> {
+        let range = bounds(start, end);
+        self.with_txn(py, |txn| txn.delete_range::<&[u8]>(&table.table, range))
     }
 
     /// Live `(key, value)` pairs with `start <= key < end` (None: no

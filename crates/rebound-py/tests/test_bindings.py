@@ -97,13 +97,47 @@ def test_optimistic_transactions_conflict_at_commit():
         shutil.rmtree(path)
 
 
+def test_snapshots_backup_check_and_range_deletes():
+    path = fresh_dir()
+    try:
+        db = open_db(path)
+        t = db.create_table("t")
+        s1, s2 = db.session(), db.session()
+        with s1.begin() as tx:
+            for i in range(10):
+                tx.insert(t, struct.pack(">I", i), b"v0")
+        snapshot = s1.begin(read_only=True)
+        with s2.begin() as tx:
+            assert tx.delete_range(t, struct.pack(">I", 2), struct.pack(">I", 5)) == 3
+            tx.put(t, struct.pack(">I", 0), b"v1")
+        assert snapshot.get(t, struct.pack(">I", 0)) == b"v0"
+        assert len(snapshot.scan(t)) == 10
+        expect(rb.ReadOnlyError, lambda: snapshot.put(t, b"x", b"y"))
+        snapshot.commit()
+        copy = path + "-copy"
+        stats = db.backup_to(copy)
+        assert stats["rows"] == 7, stats
+        assert db.check_integrity() == []
+        db.close()
+        restored = open_db(copy)
+        with restored.session().begin(read_only=True) as tx:
+            rows = tx.scan(restored.table("t"))
+        assert [k for k, _ in rows] == [struct.pack(">I", i) for i in [0, 1, 5, 6, 7, 8, 9]]
+        assert rows[0][1] == b"v1"
+        restored.close()
+        shutil.rmtree(copy)
+    finally:
+        shutil.rmtree(path)
+
+
 def test_every_error_class_derives_from_rebound_error():
     kinds = [
         "Conflict", "NotADatabase", "Corrupt", "UnsupportedVersion", "Locked",
         "NoSuchTable", "TableExists", "InvalidTable", "KeyLength", "ValueTooLarge",
         "DuplicateKey", "KeyNotFound", "UniqueViolation", "NoSuchIndex", "IndexExists",
         "InvalidIndex", "ForeignTable", "TransactionPoisoned", "TooManySessions",
-        "TooManyTables", "OutOfSpace", "Closed", "Poisoned", "InvalidOption", "Io",
+        "TooManyTables", "OutOfSpace", "Closed", "Poisoned", "InvalidOption", "ReadOnly",
+        "Io",
     ]
     for kind in kinds:
         cls = getattr(rb, kind + "Error")
