@@ -574,6 +574,13 @@ impl Engine {
         gc.and(self.design.maintain(self, background))
     }
 
+    /// Runs `f` while no GC round runs: no block is freed (and its
+    /// extent reused) under it.
+    pub fn with_gc_paused<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _collector = self.collector.lock();
+        f()
+    }
+
     /// Runs one round of block GC now, whatever the batch size.
     pub fn collect_garbage(&self) -> Result<GcStats> {
         if !self.gc.enabled {

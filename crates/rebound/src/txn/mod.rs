@@ -92,6 +92,9 @@ pub struct WorkerCounters {
     commits: AtomicU64,
     /// Transactions that hit a serialization conflict.
     conflicts: AtomicU64,
+    /// Timestamp of the worker's newest committed transaction that wrote
+    /// (published before it is acknowledged; see `snapshot`).
+    last_write: AtomicU64,
 }
 
 /// Everything transactions share: the medium, free space, the clock, tables.
@@ -1896,6 +1899,9 @@ impl<'s> TxnState<'s> {
                 .changes
                 .add_publishing(self.worker, self.committed(&set));
             self.publish(&mut set);
+            store.counters[self.worker]
+                .last_write
+                .store(self.ts, SeqCst);
             if set.region != self.worker {
                 long::touch_written_keys(self.store, &set);
                 store.long_published[set.region - crate::catalog::LONG_REGIONS]

@@ -10,12 +10,14 @@
 //! * **MVTO** serializes by the timestamp taken at begin, and a running
 //!   writer may still write (below `at`) a key the snapshot has read. So
 //!   `at` is the low water of the running writers: every transaction below
-//!   it has ended. To see every commit acknowledged before it began, a
-//!   snapshot waits (up to [`FRESH_PATIENCE`]) until the writers that were
-//!   running when it began have ended; one still running by then is not
-//!   waited for longer, and the snapshot starts below it, at a consistent
-//!   prefix of the serial order that may lack commits acknowledged just
-//!   before (counted in `stale_snapshots`).
+//!   it has ended. That already includes every commit acknowledged before
+//!   the snapshot began unless a transaction that wrote committed above a
+//!   writer still running; then the snapshot waits (up to
+//!   [`FRESH_PATIENCE`]) until the writers older than that commit have
+//!   ended. One still running by then is not waited for longer, and the
+//!   snapshot starts below it, at a consistent prefix of the serial order
+//!   that may lack commits acknowledged just before (counted in
+//!   `stale_snapshots`).
 //! * **OCC** serializes by the commit id taken after the write set is
 //!   locked, so `at` is a fresh timestamp: a transaction that has not
 //!   locked a key yet commits above it. A version locked or pending under
@@ -84,6 +86,15 @@ impl Store {
         (open.count(), behind, self.stale_snapshots.load(Relaxed))
     }
 
+    /// The newest timestamp of a committed transaction that wrote.
+    fn newest_write(&self) -> u64 {
+        self.counters
+            .iter()
+            .map(|c| c.last_write.load(SeqCst))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Announces that `worker`'s snapshot ended.
     pub(super) fn close_snapshot(&self, worker: usize) {
         self.snapshots[worker].store(0, SeqCst);
@@ -104,20 +115,24 @@ impl Store {
         at
     }
 
-    /// The low water of the running writers once those running at the
-    /// call have ended, or at [`FRESH_PATIENCE`].
+    /// The low water of the running writers once it is above every
+    /// transaction that committed a write before the call: at once if
+    /// none committed above the oldest one running, else once those
+    /// older ones have ended, or at [`FRESH_PATIENCE`].
     ///
     /// Below the returned timestamp every transaction has ended: the low
     /// water counts each writer from before it takes its timestamp. GC
     /// cannot have freed anything visible there: until the caller
     /// announces it, its `CHOOSING` announcement holds GC below it, and GC
     /// acted before that only on a lower low water (it never falls).
+    /// A commit acknowledged before the call stored its timestamp in
+    /// `last_write` before it was acknowledged, so the check sees it.
     fn mvto_snapshot_timestamp(&self) -> u64 {
         let wanted = self.clock.peek();
         let deadline = Instant::now() + FRESH_PATIENCE;
         loop {
             let low = self.low_water_of_writers();
-            if low >= wanted {
+            if low >= wanted || low > self.newest_write() {
                 return low;
             }
             if Instant::now() >= deadline {
