@@ -77,6 +77,11 @@ enum Command {
     Check(inspect::CheckArgs),
     /// Write a consistent copy of a database into a new directory.
     Backup(inspect::BackupArgs),
+    /// Write every table, row and index definition of a database as one
+    /// stream (to move data to another build's format or another design).
+    Export(inspect::ExportArgs),
+    /// Create a database from a stream `export` wrote.
+    Import(inspect::ImportArgs),
     /// Render SVG/PNG charts from result JSON files.
     Chart(chart::ChartArgs),
     /// The child process of `demo` (not for direct use).
@@ -112,6 +117,8 @@ fn main() {
         Command::Dump(args) => inspect::dump(args),
         Command::Check(args) => inspect::check(args),
         Command::Backup(args) => inspect::backup(args),
+        Command::Export(args) => inspect::export(args),
+        Command::Import(args) => inspect::import(args),
         Command::RecoveryTimeline(args) => timeline::run(args),
         Command::RecoveryTimelineChild(args) => timeline::child(args),
         Command::DemoChild(args) => demo::child(args),

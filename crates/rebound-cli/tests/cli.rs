@@ -663,6 +663,22 @@ fn stat_dump_check_and_backup_inspect_a_database_and_check_finds_damage() {
         "{intact}"
     );
 
+    let stream = dir.path().join("stream");
+    rebound(&["export", s(&db), "--out", s(&stream)]);
+    let imported = dir.path().join("imported");
+    rebound(&[
+        "import",
+        s(&imported),
+        "--in",
+        s(&stream),
+        "--design",
+        "wal",
+    ]);
+    assert_eq!(
+        rebound(&["dump", s(&imported), "usertable"]),
+        rebound(&["dump", s(&db), "usertable"])
+    );
+
     let copy = dir.path().join("copy");
     let backup = rebound(&["backup", s(&db), s(&copy)]);
     assert!(backup.contains("3000 rows"), "{backup}");

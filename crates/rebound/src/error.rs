@@ -13,8 +13,14 @@ pub enum Error {
     /// The files are damaged (bad checksum, impossible offsets, truncation).
     #[error("database is corrupt: {0}")]
     Corrupt(String),
-    /// The file was written by an incompatible format version.
-    #[error("unsupported format version {found} (this build reads {supported})")]
+    /// The file was written by an incompatible format version. Data moves
+    /// between format versions through an export stream: export with the
+    /// build that wrote the file, import with this one.
+    #[error(
+        "unsupported format version {found} (this build reads {supported}); to migrate, \
+         export with the build that wrote it (`rebound export DIR > FILE`, \
+         `Database::export`) and import with this one (`rebound import NEWDIR < FILE`)"
+    )]
     UnsupportedVersion { found: u32, supported: u32 },
     /// Another process (or handle) has the database open.
     #[error("database is locked by another user")]

@@ -57,9 +57,9 @@ mod wal;
 pub use adaptive::IndexRecovery;
 pub use checkpoint::{CheckpointMode, CheckpointStats};
 pub use db::{
-    BackupStats, Database, Durability, Index, IndexOptions, IndexStats, IntegrityReport,
-    MediumChoice, Options, Session, SnapshotStats, Stats, Table, TableStats, Transaction,
-    DATA_FILE, MAX_VALUE_LEN, MIN_MAX_SIZE,
+    BackupStats, Database, Durability, ExportStats, Index, IndexOptions, IndexStats,
+    IntegrityReport, MediumChoice, Options, Session, SnapshotStats, Stats, Table, TableStats,
+    Transaction, DATA_FILE, MAX_VALUE_LEN, MIN_MAX_SIZE,
 };
 pub use design::RecoveryReport;
 pub use design::WalStats;

@@ -97,7 +97,7 @@ impl Database {
     }
 
     /// (name, options) of `table`'s secondary indexes.
-    fn index_definitions(&self, table: &Table) -> Vec<(String, IndexOptions)> {
+    pub(super) fn index_definitions(&self, table: &Table) -> Vec<(String, IndexOptions)> {
         table
             .rt
             .secondaries
@@ -141,7 +141,7 @@ fn copy_rows(
 }
 
 /// `<target>.partial`, beside `target`.
-fn partial_path(target: &Path) -> Result<PathBuf> {
+pub(super) fn partial_path(target: &Path) -> Result<PathBuf> {
     let Some(name) = target.file_name() else {
         return Err(Error::InvalidOption(format!(
             "backup target {} names no directory",
@@ -154,7 +154,7 @@ fn partial_path(target: &Path) -> Result<PathBuf> {
 }
 
 /// Makes a rename in `dir` durable.
-fn sync_directory(dir: &Path) -> Result<()> {
+pub(super) fn sync_directory(dir: &Path) -> Result<()> {
     let dir = if dir.as_os_str().is_empty() {
         Path::new(".")
     } else {

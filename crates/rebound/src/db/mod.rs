@@ -4,12 +4,14 @@
 //! `design::open` builds the engine that runs it.
 
 mod backup;
+mod export;
 mod integrity;
 mod options;
 mod secondary;
 mod stats;
 
 pub use backup::BackupStats;
+pub use export::ExportStats;
 pub use integrity::IntegrityReport;
 pub use options::{Durability, MediumChoice, Options, MIN_MAX_SIZE};
 pub use secondary::{Index, IndexOptions, IndexStats};

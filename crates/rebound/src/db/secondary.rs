@@ -36,7 +36,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct IndexOptions {
-    parts: Vec<KeyPart>,
+    pub(super) parts: Vec<KeyPart>,
     /// At most one live row per secondary key; a write that would make a
     /// second fails with [`Error::UniqueViolation`].
     pub unique: bool,
