@@ -51,6 +51,13 @@ pub fn designs() -> Vec<(&'static str, Options)> {
         // DRAM versions and indexes, a redo log with group commit and
         // snapshots bounding it (LeanStore; FIR's "DRAM-DB (Log)").
         ("wal", d().durability(Durability::Wal)),
+        // The same log acknowledging commits by 20 ms epochs (FOEDUS's
+        // decentralized logging): one sync per epoch.
+        (
+            "wal-epoch",
+            d().durability(Durability::Wal)
+                .wal_epoch(std::time::Duration::from_millis(20)),
+        ),
         // FOEDUS's optimistic concurrency control over the same designs;
         // any design's name takes the `-occ` suffix.
         ("none-occ", occ(d().durability(Durability::None))),

@@ -57,7 +57,7 @@ enum Command {
     Torture(torture::TortureArgs),
     /// Run one workload on several durability designs (ratios to `none`)
     /// or on several engines (`--engines`, ratios to the first).
-    /// Designs: none, log-free, log-free-mirror, log-free-iacow, log-free-nockpt, log-free-leaf, log-free-full, log-free-incr, log-free-nogc, wal.
+    /// Designs: none, log-free, log-free-mirror, log-free-iacow, log-free-nockpt, log-free-leaf, log-free-full, log-free-incr, log-free-nogc, wal, wal-epoch (any of them with -occ).
     Compare(compare::CompareArgs),
     /// Bulk-load rows into one table of any engine, 1000 rows per
     /// transaction; reports rows/s.

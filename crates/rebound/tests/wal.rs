@@ -998,3 +998,48 @@ fn rows_copied_in_after_a_restart_survive_gc_of_their_blocks() {
     );
     assert_eq!(contents(&db, &table), model);
 }
+
+/// By epoch (`Options::wal_epoch`), the log syncs once per epoch however
+/// many commits it holds, and a commit returns only once its epoch is
+/// durable; a reopen finds every commit that returned.
+#[test]
+fn commits_acknowledged_by_epoch_share_one_sync_per_epoch() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let by_epoch = options().wal_epoch(std::time::Duration::from_millis(5));
+    let db = Database::open(dir.path(), by_epoch.clone()).unwrap();
+    let table = kv(&db);
+    let commits = 4 * 50;
+    std::thread::scope(|scope| {
+        for t in 0..4u8 {
+            let (db, table) = (&db, &table);
+            scope.spawn(move || {
+                let mut session = db.session().unwrap();
+                for i in 0..50u8 {
+                    let mut tx = session.begin();
+                    tx.put(table, &[t, i], &[i]).unwrap();
+                    let pending = tx.commit_deferred().unwrap();
+                    pending.wait().unwrap();
+                    let wal = db.stats().wal.unwrap();
+                    assert!(wal.durable_epoch >= 1 && wal.durable_epoch < wal.epoch);
+                }
+            });
+        }
+    });
+    let wal = db.stats().wal.unwrap();
+    assert!(
+        wal.group_commits <= wal.durable_epoch + 1 && wal.group_commits < commits,
+        "{} syncs for {commits} commits in {} epochs",
+        wal.group_commits,
+        wal.durable_epoch
+    );
+    let before = contents(&db, &table);
+    drop(table);
+    drop(db);
+    let reopened = Database::open(dir.path(), by_epoch).unwrap();
+    let table = reopened.table("kv").unwrap().unwrap();
+    assert_eq!(contents(&reopened, &table), before);
+    assert_eq!(before.len(), commits as usize);
+    let log_free = Options::default().wal_epoch(std::time::Duration::from_millis(5));
+    let refused = Database::open(dir.path().join("other"), log_free);
+    assert!(matches!(refused, Err(Error::InvalidOption(_))));
+}

@@ -117,6 +117,11 @@ pub struct Options {
     /// replay. A snapshot is taken whenever half of it was written since
     /// the last one.
     pub wal_log_limit: u64,
+    /// With [`Durability::Wal`]: acknowledge commits by epochs of this
+    /// length (FOEDUS's decentralized logging: one log sync per epoch,
+    /// whatever the commit rate; a commit waits up to an epoch longer).
+    /// Zero (the default): each commit once its group's frame is durable.
+    pub wal_epoch: Duration,
     /// With [`Durability::Wal`]: the file system its files go to; a
     /// simulated one lives in memory (power-loss testing), so it has no
     /// serialized form.
@@ -146,6 +151,7 @@ impl Default for Options {
             index_recovery_threads: 0,
             index_recovery_in_background: true,
             wal_log_limit: 16 << 20,
+            wal_epoch: Duration::ZERO,
             file_system: FileSystem::Real,
         }
     }
@@ -205,6 +211,9 @@ setters!(Options {
     /// With [`Durability::Wal`], about how much log recovery may replay
     /// (default: 16 MiB; snapshots are deltas, so a small bound is cheap).
     wal_log_limit: u64,
+    /// With [`Durability::Wal`], acknowledge commits by epochs of this
+    /// length (FOEDUS: 20 ms; default: zero, by group commit).
+    wal_epoch: Duration,
     /// With [`Durability::Wal`], the file system of its files (default:
     /// the real one; [`FileSystem::Simulated`] for power-loss tests).
     file_system: FileSystem,
@@ -269,6 +278,7 @@ impl Options {
                 self.refuse_for("wal", &log_free)?;
                 DesignConfig::Wal(WalConfig {
                     log_limit: self.wal_log_limit,
+                    epoch: (!self.wal_epoch.is_zero()).then_some(self.wal_epoch),
                     file_system: self.file_system.clone(),
                 })
             }
@@ -321,6 +331,7 @@ impl Options {
                 self.checkpoint_chain_depth != default.checkpoint_chain_depth
             }
             "wal_log_limit" => self.wal_log_limit != default.wal_log_limit,
+            "wal_epoch" => self.wal_epoch != default.wal_epoch,
             "file_system" => !matches!(self.file_system, FileSystem::Real),
             other => unreachable!("no option {other}"),
         };
@@ -334,7 +345,7 @@ impl Options {
 }
 
 /// Options only the `wal` design reads.
-const WAL_ONLY: &[&str] = &["wal_log_limit", "file_system"];
+const WAL_ONLY: &[&str] = &["wal_log_limit", "wal_epoch", "file_system"];
 /// Options only a log-free heap on a file or device reads.
 const MEDIUM_ONLY: &[&str] = &["medium", "persist_latency_ns"];
 /// Options of the background trigger of index checkpoints, which only a
@@ -375,6 +386,9 @@ fn validate_options(options: &Options) -> Result<()> {
             depths.start(),
             depths.end()
         ));
+    }
+    if options.wal_epoch > Duration::from_secs(10) {
+        return invalid("wal_epoch must be at most 10 s (zero: no epochs)".into());
     }
     if options.wal_log_limit == 0 {
         return invalid("wal_log_limit must be above zero".into());

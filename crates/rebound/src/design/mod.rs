@@ -97,6 +97,8 @@ pub enum MediumKind {
 /// Settings of the `wal` design.
 pub struct WalConfig {
     pub log_limit: u64,
+    /// Acknowledge commits by epochs of this length (`wal::log`).
+    pub epoch: Option<std::time::Duration>,
     pub file_system: FileSystem,
 }
 

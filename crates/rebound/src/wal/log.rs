@@ -2,6 +2,18 @@
 //! stage), one writer thread that moves all buffers to the segment file
 //! in one frame and syncs it (the second stage, group commit), and
 //! segment rotation and recycling.
+//!
+//! With `LogConfig::epoch` set, commits are acknowledged by epoch, as
+//! FOEDUS's decentralized logging does (papers/001 §6.1): the writer
+//! thread is also the epoch advancer. Every `epoch` it ends the current
+//! epoch E (the global epoch becomes E + 1), drains every buffer, writes
+//! and syncs one frame, and then declares E durable. A record carries
+//! the epoch it read under its buffer's lock while it was appended; the
+//! drain takes each buffer's lock after the epoch moved on, so every
+//! record of an epoch up to E is in that frame or an earlier one. A
+//! commit is acknowledged once the durable epoch reaches its own: one
+//! sync per epoch, whatever the commit rate, at the price of up to an
+//! epoch of latency.
 
 use super::fs::WalDir;
 use super::record::{self, FRAME_HEADER, MAX_FRAME};
@@ -40,6 +52,9 @@ pub struct LogConfig {
     /// `fdatasync` every frame (off only where the file system keeps
     /// nothing across power loss anyway and the caller says so).
     pub sync: bool,
+    /// Acknowledge commits by epochs of this length (see the module's
+    /// docs); `None`: each as soon as its frame is durable.
+    pub epoch: Option<Duration>,
 }
 
 /// Where the log reports that it stopped (the database's poison): from
@@ -51,6 +66,8 @@ pub type FailureSink = Arc<Mutex<Option<String>>>;
 pub struct Ticket {
     ring: usize,
     seq: u64,
+    /// The epoch it was appended in (0 without epochs).
+    epoch: u64,
 }
 
 /// A worker's first-stage buffer.
@@ -108,6 +125,10 @@ struct Shared {
     /// Frames written since the log started.
     frames: AtomicU64,
     segments: Mutex<Vec<Segment>>,
+    /// The current epoch (from 1), and the newest whose records are all
+    /// durable (0: none yet); both stay 0 without epochs.
+    epoch: AtomicU64,
+    durable_epoch: AtomicU64,
     /// Per buffer: the oldest timestamp of its records not yet durable
     /// (buffered or in the frame being written), 0 if none; written under
     /// the buffer's lock. A worker may have several (`commit_deferred`).
@@ -179,6 +200,8 @@ impl Log {
             written: AtomicU64::new(0),
             frames: AtomicU64::new(0),
             segments: Mutex::new(segments),
+            epoch: AtomicU64::new(u64::from(config.epoch.is_some())),
+            durable_epoch: AtomicU64::new(0),
             pending: (0..rings).map(|_| AtomicU64::new(0)).collect(),
         });
         let (writer_shared, writer_dir) = (shared.clone(), dir.clone());
@@ -222,8 +245,11 @@ impl Log {
         encode: impl FnOnce(&mut Vec<u8>) -> u64,
     ) -> Ticket {
         let slot = &self.shared.rings[ring];
-        let seq = {
+        let (seq, epoch) = {
             let mut buf = slot.buf.lock();
+            // Read under the lock the writer's drain takes after it ends
+            // an epoch: a record of an ended epoch is in that drain.
+            let epoch = self.shared.epoch.load(SeqCst);
             let ts = encode(&mut buf.bytes);
             if ordered {
                 assert!(
@@ -238,20 +264,21 @@ impl Log {
             let pending = &self.shared.pending[ring];
             pending.store(oldest(pending.load(Acquire), ts), Release);
             buf.appended += 1;
-            buf.appended
+            (buf.appended, epoch)
         };
         self.shared.appends.fetch_add(1, SeqCst);
-        if self.shared.writer_sleeps.load(SeqCst) {
+        // By epoch, the writer wakes at the epoch's end, not per record.
+        if epoch == 0 && self.shared.writer_sleeps.load(SeqCst) {
             let _guard = self.shared.signal.lock();
             self.shared.wake_writer.notify_one();
         }
-        Ticket { ring, seq }
+        Ticket { ring, seq, epoch }
     }
 
-    /// Waits until the ticket's record is durable.
+    /// Waits until the ticket's record is durable: by epoch, until its
+    /// epoch is.
     pub fn wait(&self, ticket: Ticket) -> Result<()> {
-        let durable = &self.shared.rings[ticket.ring].durable;
-        self.wait_until(|| durable.load(Acquire) >= ticket.seq)
+        self.wait_until(|| self.is_durable(ticket))
     }
 
     /// Waits until every commit not yet durable whose timestamp is at most
@@ -277,9 +304,21 @@ impl Log {
         Ok(())
     }
 
-    /// Whether the ticket's record is durable already.
+    /// Whether the ticket's record is durable already (by epoch: whether
+    /// its epoch is).
     pub fn is_durable(&self, ticket: Ticket) -> bool {
-        self.shared.rings[ticket.ring].durable.load(Acquire) >= ticket.seq
+        match ticket.epoch {
+            0 => self.shared.rings[ticket.ring].durable.load(Acquire) >= ticket.seq,
+            epoch => self.shared.durable_epoch.load(Acquire) >= epoch,
+        }
+    }
+
+    /// (current epoch, newest durable epoch); (0, 0) without epochs.
+    pub fn epochs(&self) -> (u64, u64) {
+        (
+            self.shared.epoch.load(Acquire),
+            self.shared.durable_epoch.load(Acquire),
+        )
     }
 
     fn wait_until(&self, done: impl Fn() -> bool) -> Result<()> {
@@ -487,6 +526,9 @@ impl Writer {
     }
 
     fn run(mut self) {
+        if let Some(epoch) = self.config.epoch {
+            return self.run_by_epoch(epoch);
+        }
         let mut seen = 0;
         loop {
             seen = self.wait_for_appends(seen);
@@ -504,6 +546,54 @@ impl Writer {
                 // directory), as on a clean stop.
                 self.join_next();
                 return fail(&self.shared, &e.to_string());
+            }
+        }
+    }
+
+    /// Ends an epoch every `length` and makes it durable (see the
+    /// module's docs); on stop, ends the last one the same way.
+    fn run_by_epoch(mut self, length: Duration) {
+        loop {
+            let stopping = self.sleep_through_epoch(length);
+            let ended = self.shared.epoch.fetch_add(1, SeqCst);
+            let drained = self.drain();
+            if !drained.taken.is_empty() {
+                if let Err(e) = self.write(drained) {
+                    self.join_next();
+                    return fail(&self.shared, &e.to_string());
+                }
+            }
+            assert!(
+                self.shared.durable_epoch.load(Acquire) < ended,
+                "epochs become durable in order, each once"
+            );
+            self.shared.durable_epoch.store(ended, Release);
+            {
+                let _guard = self.shared.done_lock.lock();
+                self.shared.done.notify_all();
+            }
+            if stopping {
+                self.join_next();
+                return;
+            }
+        }
+    }
+
+    /// Sleeps for one epoch; true if the log is stopping (then at once).
+    fn sleep_through_epoch(&self, length: Duration) -> bool {
+        let shared = &self.shared;
+        let deadline = Instant::now() + length;
+        let mut guard = shared.signal.lock();
+        loop {
+            if shared.stop.load(SeqCst) {
+                return true;
+            }
+            if shared
+                .wake_writer
+                .wait_until(&mut guard, deadline)
+                .timed_out()
+            {
+                return shared.stop.load(SeqCst);
             }
         }
     }
@@ -708,12 +798,17 @@ mod tests {
         let config = LogConfig {
             segment_bytes: 1 << 20,
             sync: true,
+            epoch: None,
         };
         let dir = WalDir::new(FileSystem::Real, dir.path());
         let _ = Log::start(&dir, 1, resume, config, FailureSink::default());
     }
 
     fn started_log(dir: &Path, rings: usize) -> Log {
+        started_log_by(dir, rings, None)
+    }
+
+    fn started_log_by(dir: &Path, rings: usize, epoch: Option<Duration>) -> Log {
         let resume = Resume {
             segments: Vec::new(),
             next_segment: 1,
@@ -722,6 +817,7 @@ mod tests {
         let config = LogConfig {
             segment_bytes: 1 << 20,
             sync: true,
+            epoch,
         };
         let dir = WalDir::new(FileSystem::Real, dir);
         Log::start(&dir, rings, resume, config, FailureSink::default()).unwrap()
@@ -775,6 +871,53 @@ mod tests {
             }
         });
         assert_eq!(log.shared.waiters.load(Relaxed), 0);
+        log.shutdown().unwrap();
+    }
+
+    /// By epoch, a committer returns only once its record is written and
+    /// its whole epoch is durable, and the writer syncs once per epoch
+    /// however many commits the epoch holds.
+    #[test]
+    fn by_epoch_a_commit_returns_once_its_epoch_is_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = started_log_by(dir.path(), 3, Some(Duration::from_millis(20)));
+        let commits = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..3usize)
+                .map(|ring| {
+                    let (log, dir) = (&log, dir.path());
+                    scope.spawn(move || {
+                        for ts in 1..=10u64 {
+                            let record = format!("epoch-rec:{ring}:{ts};").into_bytes();
+                            let ticket = log.append_ordered(ring, |buf| {
+                                buf.extend_from_slice(&record);
+                                ts
+                            });
+                            assert!(ticket.epoch >= 1);
+                            log.wait(ticket).unwrap();
+                            assert!(log.epochs().1 >= ticket.epoch, "acknowledged early");
+                            assert!(
+                                segment_files(dir)
+                                    .iter()
+                                    .any(|f| f.windows(record.len()).any(|w| w == record)),
+                                "record {ring}:{ts} acknowledged before it was written"
+                            );
+                        }
+                    })
+                })
+                .collect();
+            workers.into_iter().for_each(|w| w.join().unwrap());
+            30
+        });
+        let (epoch, durable) = log.epochs();
+        assert!(durable < epoch && durable >= 1);
+        // A sync per epoch at most: far fewer frames than commits would
+        // be, were each committer acknowledged on its own.
+        assert!(
+            log.frames() <= durable,
+            "{} frames in {durable} epochs",
+            log.frames()
+        );
+        assert!(log.frames() < commits);
         log.shutdown().unwrap();
     }
 

@@ -393,6 +393,7 @@ fn replay(
         LogConfig {
             segment_bytes: (design.log_limit / 8).clamp(1 << 16, 64 << 20),
             sync: true,
+            epoch: design.epoch,
         },
         engine.poison_slot(),
     )?);
@@ -899,6 +900,8 @@ impl Wal {
     /// Log and snapshot figures, for `Stats`.
     fn log_figures(&self) -> Option<WalStats> {
         self.state.get().map(|w| WalStats {
+            epoch: w.log.epochs().0,
+            durable_epoch: w.log.epochs().1,
             log_bytes_written: w.log.written(),
             group_commits: w.log.frames(),
             log_bytes_retained: w.log.retained_bytes(),
@@ -947,6 +950,12 @@ pub struct WalStats {
     pub folds: u64,
     /// Bytes of the snapshot files in force.
     pub snapshot_bytes: u64,
+    /// With `Options::wal_epoch`: the current epoch and the newest one
+    /// whose commits are all durable (acknowledged); zeros without.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub epoch: u64,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub durable_epoch: u64,
 }
 
 pub fn table_spec(def: &crate::catalog::TableDef) -> TableSpec {
