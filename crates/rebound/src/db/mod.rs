@@ -258,15 +258,8 @@ impl Session {
         // Admitted before the timestamp is taken: a transaction that
         // waited starts as young as any.
         let permit = self.db.inner.store().admit();
-        let mut state = TxnState::begin(self.db.inner.store(), self.worker);
-        if let Err(e) = self.db.check_open() {
-            state.poison(e);
-        }
-        Transaction {
-            state,
-            db: &self.db.inner,
-            _permit: permit,
-        }
+        let state = TxnState::begin(self.db.inner.store(), self.worker);
+        self.transaction(state, permit)
     }
 
     /// Starts a read-only transaction on a snapshot: it sees every
@@ -281,7 +274,13 @@ impl Session {
     /// [`FRESH_PATIENCE`]: crate::FRESH_PATIENCE
     pub fn begin_read_only(&mut self) -> Transaction<'_> {
         let permit = self.db.inner.store().admit_snapshot();
-        let mut state = TxnState::begin_snapshot(self.db.inner.store(), self.worker);
+        let state = TxnState::begin_snapshot(self.db.inner.store(), self.worker);
+        self.transaction(state, permit)
+    }
+
+    /// The handle of a transaction just begun; one on a closed database
+    /// can only fail.
+    fn transaction<'s>(&'s self, mut state: TxnState<'s>, permit: Permit<'s>) -> Transaction<'s> {
         if let Err(e) = self.db.check_open() {
             state.poison(e);
         }
