@@ -92,9 +92,6 @@ pub struct WorkerCounters {
     commits: AtomicU64,
     /// Transactions that hit a serialization conflict.
     conflicts: AtomicU64,
-    /// Timestamp of the worker's newest committed transaction that wrote
-    /// (published before it is acknowledged; see `snapshot`).
-    last_write: AtomicU64,
 }
 
 /// Everything transactions share: the medium, free space, the clock, tables.
@@ -111,6 +108,10 @@ pub struct Store {
     snapshots: Box<[AtomicU64]>,
     /// Snapshots that started below a writer they would not wait for.
     stale_snapshots: AtomicU64,
+    /// Per worker (sessions and GC): timestamp of its newest committed
+    /// transaction that wrote, stored when it publishes, before it is
+    /// acknowledged. Contiguous: a snapshot reads them all at begin.
+    last_writes: Box<[AtomicU64]>,
     /// Per worker: what its transactions did (each on its own cache line).
     counters: Box<[CachePadded<WorkerCounters>]>,
     /// Tombstones committed since the last reaping: (table, address).
@@ -306,6 +307,9 @@ impl Store {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             stale_snapshots: AtomicU64::new(0),
+            last_writes: (0..=catalog::GC_WORKER)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             active,
             counters,
             deleted: parking_lot::Mutex::new(Vec::new()),
@@ -1899,9 +1903,7 @@ impl<'s> TxnState<'s> {
                 .changes
                 .add_publishing(self.worker, self.committed(&set));
             self.publish(&mut set);
-            store.counters[self.worker]
-                .last_write
-                .store(self.ts, SeqCst);
+            store.last_writes[self.worker].store(self.ts, SeqCst);
             if set.region != self.worker {
                 long::touch_written_keys(self.store, &set);
                 store.long_published[set.region - crate::catalog::LONG_REGIONS]

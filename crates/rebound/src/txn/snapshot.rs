@@ -88,9 +88,9 @@ impl Store {
 
     /// The newest timestamp of a committed transaction that wrote.
     fn newest_write(&self) -> u64 {
-        self.counters
+        self.last_writes
             .iter()
-            .map(|c| c.last_write.load(SeqCst))
+            .map(|w| w.load(SeqCst))
             .max()
             .unwrap_or(0)
     }
@@ -126,7 +126,7 @@ impl Store {
     /// announces it, its `CHOOSING` announcement holds GC below it, and GC
     /// acted before that only on a lower low water (it never falls).
     /// A commit acknowledged before the call stored its timestamp in
-    /// `last_write` before it was acknowledged, so the check sees it.
+    /// `last_writes` before it was acknowledged, so the check sees it.
     fn mvto_snapshot_timestamp(&self) -> u64 {
         let wanted = self.clock.peek();
         let deadline = Instant::now() + FRESH_PATIENCE;
