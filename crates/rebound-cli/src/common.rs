@@ -453,6 +453,27 @@ pub trait Worker<S: Session>: Send {
     /// Runs one logical transaction to its end, retrying conflicts.
     /// Returns its kind (index into the kind names) and the outcome.
     fn run_one(&mut self, session: &mut S) -> engines::Result<(usize, Done<()>)>;
+
+    /// How the latency of the transaction `run_one` just ran is counted:
+    /// by default from its start to its return (its commit acknowledged).
+    fn latency(&mut self) -> Measured {
+        Measured::UntilReturn
+    }
+
+    /// Waits for what the worker still has in flight; the latencies of
+    /// those acknowledgements (µs).
+    fn finish(&mut self) -> engines::Result<Vec<u64>> {
+        Ok(Vec::new())
+    }
+}
+
+/// What a worker's last transaction contributes to the latency histogram.
+pub enum Measured {
+    /// Its time in `run_one`.
+    UntilReturn,
+    /// A worker that keeps commits in flight: the latency (µs) of the
+    /// earlier commit it acknowledged in that call, if any.
+    Acknowledged(Option<u64>),
 }
 
 /// What the driver reports while running (the crash child prints samples).
@@ -546,7 +567,12 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
                     let t0 = Instant::now();
                     match worker.run_one(&mut session) {
                         Ok((kind, done)) => {
-                            let us = t0.elapsed().as_micros().max(1) as u64;
+                            let us = match worker.latency() {
+                                Measured::UntilReturn => {
+                                    Some(t0.elapsed().as_micros().max(1) as u64)
+                                }
+                                Measured::Acknowledged(us) => us,
+                            };
                             let k = &mut stats[kind];
                             k.conflicts += done.conflicts;
                             if done.value.is_some() {
@@ -554,8 +580,10 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
                             } else {
                                 k.rolled_back += 1;
                             }
-                            let _ = hists[kind].record(us);
-                            let _ = all.record(us);
+                            if let Some(us) = us {
+                                let _ = hists[kind].record(us);
+                                let _ = all.record(us);
+                            }
                             committed.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(e) => {
@@ -564,6 +592,12 @@ pub fn drive<E: Engine, W: Worker<E::Session>>(
                             break;
                         }
                     }
+                }
+                match worker.finish() {
+                    Ok(latencies) => latencies.into_iter().for_each(|us| {
+                        let _ = all.record(us.max(1));
+                    }),
+                    Err(e) => *failure.lock().unwrap() = Some(e.to_string()),
                 }
                 let cpu_after = thread_cpu_ns();
                 let cpu = (

@@ -63,6 +63,7 @@ impl LoadArgs {
             threads: self.threads,
             seed: 0,
             read_only_snapshots: false,
+            ack_window: 0,
         }
     }
 }

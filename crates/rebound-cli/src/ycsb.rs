@@ -2,8 +2,8 @@
 
 use crate::common::{
     describe, drive, progress, run_read_only, run_txn, run_txn_acked, write_csv, write_json,
-    BoxResult, DbDir, DesignRecord, DirArgs, Done, DriveSpec, Environment, Flow, Limit, NoObserver,
-    OutArgs, RunStats, SummaryRow, Worker,
+    BoxResult, DbDir, DesignRecord, DirArgs, Done, DriveSpec, Environment, Flow, Limit, Measured,
+    NoObserver, OutArgs, RunStats, SummaryRow, Worker,
 };
 use crate::engines::{self, with_engine, Ack, Engine, EngineArgs, Session, Tx};
 use crate::gen::{Distribution, KeyChooser};
@@ -116,6 +116,13 @@ pub struct YcsbConfig {
     #[arg(long)]
     #[serde(default)]
     pub read_only_snapshots: bool,
+    /// Commits each worker keeps in flight: it commits without waiting
+    /// for durability and waits for its oldest commit once more than this
+    /// many are unacknowledged (0: every commit waits). Latencies are
+    /// then from a transaction's start to its durable acknowledgement.
+    #[arg(long, default_value_t = 0)]
+    #[serde(default)]
+    pub ack_window: usize,
 }
 
 impl YcsbConfig {
@@ -324,6 +331,12 @@ pub struct YcsbWorker<T> {
     ack: Option<AckSink>,
     /// Run transactions that only read on snapshots.
     read_only_snapshots: bool,
+    /// Commits in flight (see `YcsbConfig::ack_window`): their
+    /// acknowledgements and start times.
+    in_flight: VecDeque<(Ack, Instant)>,
+    ack_window: usize,
+    /// The latency of the commit acknowledged in the last `run_one`.
+    acknowledged: Option<u64>,
 }
 
 impl<T: Clone> YcsbWorker<T> {
@@ -347,6 +360,9 @@ impl<T: Clone> YcsbWorker<T> {
             read: Vec::new(),
             ack,
             read_only_snapshots: cfg.read_only_snapshots,
+            in_flight: VecDeque::new(),
+            ack_window: cfg.ack_window,
+            acknowledged: None,
         }
     }
 }
@@ -385,10 +401,26 @@ where
             }
             Ok(Flow::Commit(id))
         };
-        let done = match read_only {
-            true => run_read_only(session, body)?,
-            false => run_txn(session, body)?,
+        let started = Instant::now();
+        let done = match (read_only, self.ack_window) {
+            (true, _) => run_read_only(session, body)?,
+            (false, 0) => run_txn(session, body)?,
+            (false, _) => {
+                let done = run_txn_acked(session, true, body)?;
+                let Done { value, conflicts } = done;
+                let value = value.map(|(id, ack)| {
+                    self.in_flight.push_back((ack, started));
+                    id
+                });
+                Done { value, conflicts }
+            }
         };
+        self.acknowledged = None;
+        if self.in_flight.len() > self.ack_window {
+            let (ack, started) = self.in_flight.pop_front().expect("over the window");
+            ack.wait()?;
+            self.acknowledged = Some(started.elapsed().as_micros() as u64);
+        }
         if let (Some(ack), Some(id)) = (&mut self.ack, done.value) {
             ack.ack(thread, seq, id);
         }
@@ -399,6 +431,22 @@ where
                 conflicts: done.conflicts,
             },
         ))
+    }
+
+    fn latency(&mut self) -> Measured {
+        match self.ack_window {
+            0 => Measured::UntilReturn,
+            _ => Measured::Acknowledged(self.acknowledged.take()),
+        }
+    }
+
+    fn finish(&mut self) -> engines::Result<Vec<u64>> {
+        let mut latencies = Vec::new();
+        for (ack, started) in self.in_flight.drain(..) {
+            ack.wait()?;
+            latencies.push(started.elapsed().as_micros() as u64);
+        }
+        Ok(latencies)
     }
 }
 
@@ -872,6 +920,7 @@ mod tests {
             threads: 1,
             seed: 1,
             read_only_snapshots: false,
+            ack_window: 0,
         };
         let mut gen = OpGen::new(&cfg, Arc::new(AtomicU64::new(1000)));
         let (mut reads, mut updates) = (0, 0);

@@ -138,6 +138,7 @@ impl ChildSpec {
             threads: self.threads,
             seed: self.seed,
             read_only_snapshots: false,
+            ack_window: 0,
         }
     }
 }
