@@ -312,7 +312,9 @@ fn a_snapshot_sees_what_was_committed_before_it_and_refuses_writes() {
             Err(Error::ReadOnly)
         ));
         assert_eq!(db.stats().snapshots.open, 1);
+        let commits = db.stats().commits;
         snapshot.commit().unwrap();
+        assert_eq!(db.stats().commits, commits, "a snapshot is no commit");
         let mut later = session.begin_read_only();
         let rows = later.scan::<&[u8]>(&table, .., 10).unwrap();
         assert_eq!(

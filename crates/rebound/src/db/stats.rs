@@ -49,6 +49,7 @@ pub struct Stats {
 #[cfg_attr(feature = "serde", serde(default))]
 #[non_exhaustive]
 pub struct SnapshotStats {
+    /// Snapshots open now (they are not counted in `Stats::commits`).
     pub open: u64,
     /// How many timestamps (transactions begun since) the oldest open
     /// snapshot is behind.

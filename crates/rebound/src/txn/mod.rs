@@ -1915,7 +1915,9 @@ impl<'s> TxnState<'s> {
         }
         drop(set);
         self.entered.clear();
-        store.counters[self.worker].commits.fetch_add(1, Relaxed);
+        if !self.snapshot {
+            store.counters[self.worker].commits.fetch_add(1, Relaxed);
+        }
         // Acknowledged only once durable. A read-only transaction waits
         // only if it read a commit whose frame is still being written.
         let read_only_occ = (self.is_occ() && self.ts == self.began) || self.snapshot;

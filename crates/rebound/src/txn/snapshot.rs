@@ -109,7 +109,13 @@ impl Store {
             Concurrency::Mvto => Ok(self.mvto_snapshot_timestamp()),
         };
         match at {
-            Ok(at) => slot.store(at, SeqCst),
+            Ok(at) => {
+                assert!(
+                    (CHOOSING..=self.clock.peek()).contains(&at),
+                    "a snapshot reads at an issued timestamp at or above its bound: {at}"
+                );
+                slot.store(at, SeqCst)
+            }
             Err(_) => slot.store(0, SeqCst),
         }
         at
