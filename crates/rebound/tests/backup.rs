@@ -17,7 +17,9 @@ use std::sync::Mutex;
 
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
 
-const KEYS: u32 = 3000;
+/// Enough rows for the index to have several root children, so that
+/// the copy is cut into key ranges copied in parallel.
+const KEYS: u32 = 20_000;
 
 fn key(i: u32) -> [u8; 4] {
     i.to_be_bytes()

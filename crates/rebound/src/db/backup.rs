@@ -16,6 +16,7 @@
 
 use super::{Database, IndexOptions, Table};
 use crate::error::{Error, Result};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -68,8 +69,7 @@ impl Database {
     fn copy_into(&self, dir: &Path) -> Result<BackupStats> {
         let copy = Database::open(dir, self.options.as_ref().clone().for_copy())?;
         let mut reading = self.session()?;
-        let mut snapshot = reading.begin_read_only();
-        let mut writing = copy.session()?;
+        let snapshot = reading.begin_read_only();
         let mut stats = BackupStats {
             at: snapshot.id(),
             ..BackupStats::default()
@@ -79,7 +79,7 @@ impl Database {
                 continue;
             };
             let copied = copy.create_table(&name, table.options())?;
-            let (rows, bytes) = copy_rows(&mut snapshot, &table, &mut writing, &copied)?;
+            let (rows, bytes) = self.copy_table(&snapshot, &table, &copy, &copied)?;
             stats.tables += 1;
             stats.rows += rows;
             stats.bytes += bytes;
@@ -90,7 +90,6 @@ impl Database {
             }
         }
         drop(snapshot);
-        drop(writing);
         copy.checkpoint()?;
         copy.close()?;
         Ok(stats)
@@ -111,15 +110,64 @@ impl Database {
     }
 }
 
-/// Copies every row of `from` that `snapshot` sees into `to`; (rows, bytes).
+impl Database {
+    /// Copies the rows of `from` that `snapshot` sees into `to` of
+    /// `copy`, one key range per core, each thread on a snapshot beside
+    /// `snapshot` (the same state); (rows, bytes).
+    fn copy_table(
+        &self,
+        snapshot: &super::Transaction<'_>,
+        from: &Table,
+        copy: &Database,
+        to: &Table,
+    ) -> Result<(u64, u64)> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cuts = from.rt.split_keys(self.inner.store().medium(), threads);
+        let mut edges = vec![Bound::Unbounded];
+        edges.extend(cuts.into_iter().map(Bound::Included));
+        let anchor = snapshot.anchor();
+        let copied: Vec<Result<(u64, u64)>> = std::thread::scope(|scope| {
+            let parts: Vec<_> = (0..edges.len())
+                .map(|i| {
+                    let lower = edges[i].clone();
+                    let upper = match edges.get(i + 1) {
+                        Some(Bound::Included(key)) => Bound::Excluded(key.clone()),
+                        _ => Bound::Unbounded,
+                    };
+                    scope.spawn(move || {
+                        let mut reading = self.session()?;
+                        let mut beside = reading.begin_read_only_beside(anchor);
+                        let mut writing = copy.session()?;
+                        copy_rows(&mut beside, from, (lower, upper), &mut writing, to)
+                    })
+                })
+                .collect();
+            parts
+                .into_iter()
+                .map(|part| {
+                    part.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+        copied.into_iter().try_fold((0, 0), |(rows, bytes), part| {
+            let (r, b) = part?;
+            Ok((rows + r, bytes + b))
+        })
+    }
+}
+
+/// Copies every row of `range` of `from` that `snapshot` sees into `to`;
+/// (rows, bytes).
 fn copy_rows(
     snapshot: &mut super::Transaction<'_>,
     from: &Table,
+    range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
     writing: &mut super::Session,
     to: &Table,
 ) -> Result<(u64, u64)> {
     let (mut rows, mut bytes) = (0u64, 0u64);
-    let mut cursor = snapshot.range::<&[u8]>(from, ..)?;
+    let mut cursor = snapshot.range(from, range)?;
     loop {
         let mut txn = writing.begin();
         let mut in_txn = 0;

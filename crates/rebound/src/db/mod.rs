@@ -25,7 +25,9 @@ use crate::gc::GcStats;
 use crate::heap::TableOptions;
 use crate::index::MAX_KEY_LEN;
 use crate::medium::Guarantee;
-use crate::txn::{owned_range, prefix_end, Cursor, PendingCommit, Permit, TableRt, TxnState};
+use crate::txn::{
+    owned_range, prefix_end, Anchor, Cursor, PendingCommit, Permit, TableRt, TxnState,
+};
 use std::ops::{Bound, ControlFlow, RangeBounds};
 use std::path::Path;
 use std::sync::Arc;
@@ -278,6 +280,15 @@ impl Session {
         self.transaction(state, permit)
     }
 
+    /// A snapshot at the timestamp of `anchor`'s, which must stay open
+    /// until this one has begun: another thread's share of one snapshot
+    /// (a backup's copying threads).
+    pub(crate) fn begin_read_only_beside(&mut self, anchor: Anchor) -> Transaction<'_> {
+        let permit = self.db.inner.store().admit_snapshot();
+        let state = TxnState::begin_snapshot_beside(self.db.inner.store(), self.worker, anchor);
+        self.transaction(state, permit)
+    }
+
     /// The handle of a transaction just begun; one on a closed database
     /// can only fail.
     fn transaction<'s>(&'s self, mut state: TxnState<'s>, permit: Permit<'s>) -> Transaction<'s> {
@@ -325,6 +336,11 @@ impl<'s> Transaction<'s> {
     /// Whether this is a snapshot ([`Session::begin_read_only`]).
     pub fn is_read_only(&self) -> bool {
         self.state.is_snapshot()
+    }
+
+    /// A snapshot's anchor (see `Session::begin_read_only_beside`).
+    pub(crate) fn anchor(&self) -> Anchor {
+        self.state.anchor()
     }
 
     pub fn get(&mut self, table: &Table, key: &[u8]) -> Result<Option<Vec<u8>>> {

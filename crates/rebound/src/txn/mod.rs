@@ -67,7 +67,7 @@ use occ::OccSet;
 pub use relocate::relocate;
 pub use sampler::{Sample, UpdateSampler};
 pub use secondary::{Rows, SecondaryRt, Stale, DROPPED, READY};
-pub use snapshot::FRESH_PATIENCE;
+pub use snapshot::{Anchor, FRESH_PATIENCE};
 
 use crate::catalog;
 use crate::error::{Error, Result};

@@ -42,6 +42,13 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 use std::time::{Duration, Instant};
 
+/// An open snapshot's worker and timestamp (`TxnState::anchor`).
+#[derive(Debug, Clone, Copy)]
+pub struct Anchor {
+    worker: usize,
+    at: u64,
+}
+
 /// How long an MVTO snapshot waits for older writers before it starts
 /// below them.
 pub const FRESH_PATIENCE: Duration = Duration::from_millis(50);
@@ -153,7 +160,35 @@ impl Store {
 impl<'s> TxnState<'s> {
     /// A read-only transaction on a snapshot (see the module's docs).
     pub fn begin_snapshot(store: &'s Store, worker: usize) -> Self {
-        let (at, poisoned) = match store.open_snapshot(worker) {
+        let opened = store.open_snapshot(worker);
+        TxnState::snapshot_at(store, worker, opened)
+    }
+
+    /// Where this snapshot reads: another thread may open one beside it.
+    pub fn anchor(&self) -> Anchor {
+        Anchor {
+            worker: self.worker,
+            at: self.ts,
+        }
+    }
+
+    /// A second snapshot at `anchor`'s timestamp, for another thread: the
+    /// same state. The anchoring snapshot, still open (checked), keeps GC
+    /// below that timestamp until this one is announced too.
+    pub fn begin_snapshot_beside(store: &'s Store, worker: usize, anchor: Anchor) -> Self {
+        let open = store.snapshots[anchor.worker].load(SeqCst);
+        let opened = match open == anchor.at && anchor.at != 0 {
+            true => {
+                store.snapshots[worker].store(anchor.at, SeqCst);
+                Ok(anchor.at)
+            }
+            false => Err(Error::TransactionPoisoned),
+        };
+        TxnState::snapshot_at(store, worker, opened)
+    }
+
+    fn snapshot_at(store: &'s Store, worker: usize, opened: Result<u64>) -> Self {
+        let (at, poisoned) = match opened {
             Ok(at) => (at, None),
             Err(e) => (0, Some(e)),
         };
