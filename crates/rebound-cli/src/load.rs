@@ -30,6 +30,11 @@ pub struct LoadArgs {
     #[arg(long)]
     #[serde(default)]
     pub backup: bool,
+    /// Copying threads of that backup where the engine has them (0: its
+    /// default).
+    #[arg(long, default_value_t = 0)]
+    #[serde(default)]
+    pub backup_threads: usize,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -92,6 +97,7 @@ fn run_engine<E: Engine>(args: &LoadArgs, dir: &DbDir) -> BoxResult<()> {
             &db,
             &dir.path,
             load.rows * (args.key_size + args.value_size) as u64,
+            args.backup_threads,
         )?),
         false => None,
     };
@@ -127,13 +133,14 @@ fn time_backup<E: Engine>(
     db: &E,
     dir: &std::path::Path,
     data_bytes: u64,
+    threads: usize,
 ) -> BoxResult<BackupTiming> {
     let mut name = dir.file_name().unwrap_or_default().to_os_string();
     name.push(".backup");
     let target = dir.with_file_name(name);
     let _ = std::fs::remove_dir_all(&target);
     let start = std::time::Instant::now();
-    db.backup_to(&target)?;
+    db.backup_to(&target, threads)?;
     let seconds = start.elapsed().as_secs_f64();
     let copy_bytes = allocated_bytes(&target)?;
     std::fs::remove_dir_all(&target)?;

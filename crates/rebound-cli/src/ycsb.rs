@@ -704,7 +704,7 @@ fn backup_during_run<E: Engine>(db: &E, dir: &Path, after: f64) -> BoxResult<(f6
     let _ = std::fs::remove_dir_all(&target);
     let start = crate::common::unix_ms();
     let timer = Instant::now();
-    db.backup_to(&target)?;
+    db.backup_to(&target, 0)?;
     let seconds = timer.elapsed().as_secs_f64();
     std::fs::remove_dir_all(&target)?;
     Ok((start, seconds))

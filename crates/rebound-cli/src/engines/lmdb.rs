@@ -117,7 +117,7 @@ impl Engine for Lmdb {
     }
 
     /// `mdb_env_copy`: a read transaction's pages written out whole.
-    fn backup_to(&self, target: &Path) -> Result<()> {
+    fn backup_to(&self, target: &Path, _threads: usize) -> Result<()> {
         std::fs::create_dir_all(target).map_err(|e| Error::Backend {
             engine: "lmdb",
             message: e.to_string(),

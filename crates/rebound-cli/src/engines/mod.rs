@@ -309,9 +309,10 @@ pub trait Engine: Sync + Sized {
         0
     }
     /// Writes a consistent copy of the open store into directory
-    /// `target` (created), while it stays usable.
-    fn backup_to(&self, target: &Path) -> Result<()> {
-        let _ = target;
+    /// `target` (created), while it stays usable; with `threads` copying
+    /// threads where the engine can (0: its default).
+    fn backup_to(&self, target: &Path, threads: usize) -> Result<()> {
+        let _ = (target, threads);
         Err(Error::Unsupported(format!(
             "{:?} has no online backup here",
             self.kind()

@@ -89,8 +89,11 @@ impl Engine for Database {
         Database::medium_size(self)
     }
 
-    fn backup_to(&self, target: &Path) -> Result<()> {
-        Database::backup_to(self, target)?;
+    fn backup_to(&self, target: &Path, threads: usize) -> Result<()> {
+        match threads {
+            0 => Database::backup_to(self, target)?,
+            n => Database::backup_to_with(self, target, n)?,
+        };
         Ok(())
     }
 

@@ -44,7 +44,19 @@ impl Database {
     /// module's docs). The copy opens as an ordinary database of the same
     /// design and holds every transaction committed before the backup
     /// began (see [`Session::begin_read_only`](super::Session::begin_read_only)).
+    ///
+    /// It copies with one thread per core but one, so that the
+    /// transactions it runs beside keep a core
+    /// ([`backup_to_with`](Self::backup_to_with) chooses).
     pub fn backup_to(&self, target: impl AsRef<Path>) -> Result<BackupStats> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.backup_to_with(target, cores.saturating_sub(1).max(1))
+    }
+
+    /// [`backup_to`](Self::backup_to) with `threads` copying threads, each
+    /// a key range of every table: more copy faster, and take cores from
+    /// the transactions beside them.
+    pub fn backup_to_with(&self, target: impl AsRef<Path>, threads: usize) -> Result<BackupStats> {
         self.check_open()?;
         let started = Instant::now();
         let target = target.as_ref();
@@ -59,14 +71,14 @@ impl Database {
             // Left by a backup that did not finish.
             std::fs::remove_dir_all(&partial)?;
         }
-        let mut stats = self.copy_into(&partial)?;
+        let mut stats = self.copy_into(&partial, threads.max(1))?;
         std::fs::rename(&partial, target)?;
         sync_directory(target.parent().unwrap_or(Path::new(".")))?;
         stats.elapsed = started.elapsed();
         Ok(stats)
     }
 
-    fn copy_into(&self, dir: &Path) -> Result<BackupStats> {
+    fn copy_into(&self, dir: &Path, threads: usize) -> Result<BackupStats> {
         let copy = Database::open(dir, self.options.as_ref().clone().for_copy())?;
         let mut reading = self.session()?;
         let snapshot = reading.begin_read_only();
@@ -79,7 +91,7 @@ impl Database {
                 continue;
             };
             let copied = copy.create_table(&name, table.options())?;
-            let (rows, bytes) = self.copy_table(&snapshot, &table, &copy, &copied)?;
+            let (rows, bytes) = self.copy_table(&snapshot, &table, (&copy, &copied), threads)?;
             stats.tables += 1;
             stats.rows += rows;
             stats.bytes += bytes;
@@ -112,16 +124,15 @@ impl Database {
 
 impl Database {
     /// Copies the rows of `from` that `snapshot` sees into `to` of
-    /// `copy`, one key range per core, each thread on a snapshot beside
+    /// `copy`, one key range per thread, each thread on a snapshot beside
     /// `snapshot` (the same state); (rows, bytes).
     fn copy_table(
         &self,
         snapshot: &super::Transaction<'_>,
         from: &Table,
-        copy: &Database,
-        to: &Table,
+        (copy, to): (&Database, &Table),
+        threads: usize,
     ) -> Result<(u64, u64)> {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let cuts = from.rt.split_keys(self.inner.store().medium(), threads);
         let mut edges = vec![Bound::Unbounded];
         edges.extend(cuts.into_iter().map(Bound::Included));
