@@ -711,3 +711,91 @@ fn stat_dump_check_and_backup_inspect_a_database_and_check_finds_damage() {
         "{stderr}"
     );
 }
+
+#[test]
+fn ycsb_runs_on_snapshots_with_acks_in_flight_and_a_backup_mid_run() {
+    let out = tempfile::tempdir().unwrap();
+    let snapshots = rebound(&[
+        "ycsb",
+        "--workload",
+        "c",
+        "--records",
+        "2000",
+        "--duration",
+        "0.3",
+        "--read-only-snapshots",
+        "--out",
+        s(out.path()),
+        "--name",
+        "c",
+    ]);
+    assert!(snapshots.contains("txn/s"), "{snapshots}");
+    assert_eq!(
+        json(&out.path().join("c.json"))["config"]["cfg"]["read_only_snapshots"],
+        true
+    );
+    let pipelined = rebound(&[
+        "ycsb",
+        "--workload",
+        "a",
+        "--records",
+        "2000",
+        "--duration",
+        "0.3",
+        "--design",
+        "wal-epoch",
+        "--ack-window",
+        "64",
+        "--out",
+        s(out.path()),
+        "--name",
+        "a",
+    ]);
+    let v = json(&out.path().join("a.json"));
+    assert!(
+        v["result"]["committed"].as_u64().unwrap() > 0,
+        "{pipelined}"
+    );
+    assert!(
+        v["result"]["latency"]["p50_us"].as_u64().unwrap() > 0,
+        "{pipelined}"
+    );
+    let during = rebound(&[
+        "ycsb",
+        "--workload",
+        "a",
+        "--records",
+        "20000",
+        "--duration",
+        "1",
+        "--backup-at",
+        "0.2",
+        "--out",
+        s(out.path()),
+        "--name",
+        "b",
+    ]);
+    assert!(during.contains("backup:"), "{during}");
+    assert!(
+        json(&out.path().join("b.json"))["backup"]["seconds"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    for engine in ["rebound", "lmdb"] {
+        let load = rebound(&[
+            "load",
+            "--engine",
+            engine,
+            "--records",
+            "5000",
+            "--backup",
+            "--out",
+            s(out.path()),
+        ]);
+        assert!(
+            load.contains("backup:") && load.contains("MB/s"),
+            "{engine}: {load}"
+        );
+    }
+}
