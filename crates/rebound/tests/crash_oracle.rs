@@ -1,8 +1,9 @@
 //! Crash oracle on the simulated medium.
 //!
 //! A seeded workload of small transactions (puts, inserts, updates, deletes,
-//! reads, explicit aborts and dropped transactions, rotating over several
-//! sessions so that regions interleave) runs against a model. The device
+//! range deletes, reads, explicit aborts and dropped transactions, and now
+//! and then the drop of a whole table, recreated empty, rotating over
+//! several sessions so that regions interleave) runs against a model. The device
 //! captures a crash image at a chosen fence; after recovery the state must
 //! equal the model after exactly `acked` or `acked + 1` commits (the one in
 //! flight at the crash), never anything else: every acknowledged commit is
@@ -154,7 +155,7 @@ fn workload(
     (mode, cc): (CheckpointMode, Concurrency),
 ) -> Run {
     let mut rng = StdRng::seed_from_u64(seed);
-    let tables: Vec<Table> = TABLES.iter().map(|n| table(db, n)).collect();
+    let mut tables: Vec<Table> = TABLES.iter().map(|n| table(db, n)).collect();
     let mut sessions: Vec<Session> = (0..3).map(|_| db.session().unwrap()).collect();
     let mut run = Run {
         commits: Vec::new(),
@@ -172,6 +173,12 @@ fn workload(
         if rng.gen_ratio(1, 4) {
             db.run_maintenance()
                 .unwrap_or_else(|e| panic!("maintenance failed: {e} (seed {seed})"));
+        }
+        if rng.gen_ratio(1, 30) {
+            let t = rng.gen_range(0..tables.len());
+            run.commits
+                .push(drop_table(db, device, t, model, &mut run.fence_spans));
+            tables[t] = table(db, TABLES[t]);
         }
         let session = &mut sessions[rng.gen_range(0..3)];
         let mut view = model.clone();
@@ -281,6 +288,29 @@ fn workload(
         }
     }
     run
+}
+
+/// Drops table `t` (recreated empty by the caller): to the model, a
+/// commit that deletes every row of it, durable when the drop returns.
+fn drop_table(
+    db: &Database,
+    device: &SimDevice,
+    t: usize,
+    model: &mut Model,
+    fence_spans: &mut Vec<(u64, u64)>,
+) -> Effects {
+    let before = device.fences();
+    db.drop_table(TABLES[t])
+        .unwrap_or_else(|e| panic!("drop of {} failed: {e}", TABLES[t]));
+    fence_spans.push((before, device.fences()));
+    let effects: Effects = model
+        .range((t, Vec::new())..(t + 1, Vec::new()))
+        .map(|((_, k), _)| (t, k.clone(), None))
+        .collect();
+    for (t, k, v) in &effects {
+        apply(model, *t, k.clone(), v.clone());
+    }
+    effects
 }
 
 fn apply(model: &mut Model, t: usize, k: Vec<u8>, v: Option<Vec<u8>>) {

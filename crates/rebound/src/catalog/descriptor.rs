@@ -1,7 +1,9 @@
 //! Table descriptor `t` (at CATALOG_OFFSET + 2048·t):
 //! ```text
 //! 0     u64   state: 0 = free, TABLE_CREATED = created (written last,
-//!             after the rest is durable); any other value is damage
+//!             after the rest is durable), TABLE_DROPPED = dropped (one
+//!             atomic store over TABLE_CREATED, the drop's commit point);
+//!             any other value is damage
 //! 8     u32   crc32c of bytes 16..128
 //! 12    u32   table id (= t)
 //! 16    u32   max key length     20  u32  max value length
@@ -17,7 +19,7 @@ use super::bytes::{put, u32_at};
 use super::words::{pack, unpack_checked};
 use super::{
     TableDef, CATALOG_OFFSET, DESCRIPTOR_SIZE, MAX_NAME_LEN, MAX_TABLES, REGION_HEADS_AT,
-    TABLE_CREATED,
+    TABLE_CREATED, TABLE_DROPPED,
 };
 use crate::error::{Error, Result};
 use crate::medium::Medium;
@@ -59,13 +61,30 @@ pub fn create_table(medium: &Medium, def: &TableDef) -> Result<()> {
     medium.persist_now(at, 8)
 }
 
-/// All created tables, validated.
+/// Marks a created table dropped; durable when this returns. One 8-byte
+/// store: after a crash the table is either whole or gone.
+pub fn drop_table(medium: &Medium, table: u32) -> Result<()> {
+    let at = descriptor(table);
+    assert_eq!(
+        medium.load(at),
+        TABLE_CREATED,
+        "only a created table is dropped"
+    );
+    medium.store(at, TABLE_DROPPED);
+    medium.persist_now(at, 8)
+}
+
+/// All created and dropped tables, validated, in id order.
 pub fn read_tables(medium: &Medium) -> Result<Vec<TableDef>> {
     let mut tables = Vec::new();
     for id in 0..MAX_TABLES as u32 {
         match medium.load(descriptor(id)) {
             0 => continue,
             TABLE_CREATED => tables.push(read_descriptor(medium, id)?),
+            TABLE_DROPPED => tables.push(TableDef {
+                dropped: true,
+                ..read_descriptor(medium, id)?
+            }),
             other => {
                 return Err(Error::Corrupt(format!(
                     "table descriptor {id} has state {other:#x}"
@@ -99,6 +118,7 @@ fn read_descriptor(medium: &Medium, id: u32) -> Result<TableDef> {
         slot_size: u32_at(&body, 24),
         slots_per_block: u32_at(&body, 28),
         block_size: u32_at(&body, 32),
+        dropped: false,
     })
 }
 

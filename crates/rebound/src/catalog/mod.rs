@@ -42,9 +42,10 @@
 //! byte turns a flipped bit into a `Corrupt` error instead of silently moving
 //! the commit point. The rest of the line is zero.
 //!
-//! Invariants: a descriptor whose state is `TABLE_CREATED` has a valid
-//! checksum and limits this build accepts (else the file is corrupt); its
-//! name is unique; a region head is 0 or the packed offset of a block
+//! Invariants: a descriptor whose state is `TABLE_CREATED` or
+//! `TABLE_DROPPED` has a valid checksum and limits this build accepts
+//! (else the file is corrupt); the name of a created table is unique among
+//! created tables; a region head is 0 or the packed offset of a block
 //! whose header names this table and region.
 //!
 //! Every word outside a checksum that decides something (lease, root, GC
@@ -60,7 +61,7 @@ mod indexes;
 mod superblock;
 mod words;
 
-pub use descriptor::{create_table, read_tables, region_head, set_region_head};
+pub use descriptor::{create_table, drop_table, read_tables, region_head, set_region_head};
 pub use indexes::{
     create_index, read_indexes, read_usage, write_usage, IndexDef, KeyPart, Source, UsageRecord,
     MAX_INDEXES_PER_TABLE, MAX_INDEX_NAME_LEN, MAX_KEY_PARTS, STATS_SLOTS,
@@ -75,6 +76,9 @@ pub const MAGIC: [u8; 8] = *b"REBOUND\0";
 pub const FORMAT_VERSION: u32 = 3;
 /// State word of a created table descriptor ("TABLE\0" + 0xA5 0x5A).
 pub const TABLE_CREATED: u64 = u64::from_le_bytes(*b"TABLE\0\xA5\x5A");
+/// State word of a dropped table's descriptor ("DROPT\0" + 0x5A 0xA5): its
+/// id stays taken (ids are positions), its name and blocks are free.
+pub const TABLE_DROPPED: u64 = u64::from_le_bytes(*b"DROPT\0\x5A\xA5");
 /// Regions per table (and LCTT entries): sessions, GC, long transactions.
 pub const MAX_WORKERS: usize = 128;
 /// Workers `0..MAX_SESSIONS` belong to sessions.
@@ -106,6 +110,8 @@ pub struct TableDef {
     pub slot_size: u32,
     pub slots_per_block: u32,
     pub block_size: u32,
+    /// Dropped: recovery gives it no rows and no blocks.
+    pub dropped: bool,
 }
 
 /// The long-transaction region (and LCTT entry) of a session's worker.

@@ -84,7 +84,7 @@ pub(super) fn checkpoint(cp: &mut Checkpointer, store: &Store) -> Result<Checkpo
     let mut image = Builder::new(&horizons, link).of_nodes();
     let mut deleted: DeletedKeys = Vec::new();
     let mut tables = Vec::new();
-    for table in store.tables() {
+    for table in store.tables().filter(|t| !t.is_dropped()) {
         let id = table.heap.def.id;
         tables.push(id);
         let snapshot = table.index().freeze().ok_or_else(|| {

@@ -165,6 +165,18 @@ impl Database {
         Ok(Table { rt })
     }
 
+    /// Drops the table called `name` (`NoSuchTable` if there is none):
+    /// durable when this returns, and whole or not at all after a crash.
+    /// Its name is free at once, handles to it give `NoSuchTable` (but in
+    /// snapshots that began before the drop, which still read it), and its
+    /// space returns once no transaction or snapshot older than the drop
+    /// runs (at the next maintenance round, `collect_garbage`, or open).
+    /// Its id stays taken: dropped tables count towards the catalog's
+    /// limit of tables.
+    pub fn drop_table(&self, name: &str) -> Result<()> {
+        self.inner.drop_table(name)
+    }
+
     /// The table called `name`, if it exists; `Corrupt` if its recovered
     /// data was found damaged (never presented as empty or absent).
     pub fn table(&self, name: &str) -> Result<Option<Table>> {
@@ -181,6 +193,7 @@ impl Database {
         self.inner
             .store()
             .tables()
+            .filter(|t| !t.is_dropped())
             .map(|t| t.heap.def.name.clone())
             .collect()
     }

@@ -176,7 +176,7 @@ impl Database {
     pub fn index_stats(&self) -> Vec<IndexStats> {
         let manager = self.inner.indexes();
         let mut stats = Vec::new();
-        for table in self.inner.store().tables() {
+        for table in self.inner.store().tables().filter(|t| !t.is_dropped()) {
             for (_, index) in table.secondaries.iter() {
                 if index.is_dropped() {
                     continue;

@@ -140,6 +140,7 @@ pub(super) fn of(engine: &Engine) -> Stats {
         medium_bytes: store.medium().len(),
         tables: store
             .tables()
+            .filter(|t| !t.is_dropped())
             .map(|t| table_stats(store.medium(), t))
             .collect(),
         gc: engine.gc_stats(),

@@ -477,10 +477,55 @@ impl Engine {
         Ok(rt)
     }
 
+    /// Drops the live table called `name`; durable when this returns.
+    /// The name is free at once; the table's blocks return to the free
+    /// space once no transaction or snapshot older than the drop runs
+    /// (`reclaim_dropped`). On an error the drop may or may not survive a
+    /// restart, like a commit whose sync failed.
+    pub fn drop_table(&self, name: &str) -> Result<()> {
+        self.check_open()?;
+        // A table served cold reads its checkpoint run until loaded.
+        self.wait_for_indexes();
+        let _guard = self.create_lock.lock();
+        let table = self
+            .find_table(name)
+            .ok_or_else(|| Error::NoSuchTable(name.to_owned()))?;
+        let store = &self.store;
+        let id = table.heap.def.id;
+        // The log-free design's commit point: a checkpoint that omits the
+        // table must not be in force while its descriptor says created.
+        catalog::drop_table(store.medium(), id)?;
+        table.mark_dropped(store.clock().next(store.medium())?);
+        for (_, index) in table.secondaries.iter() {
+            index.set_state(crate::txn::DROPPED);
+        }
+        // The `wal` design's commit point, after the table is hidden: a
+        // snapshot at or after the record's timestamp lists it dropped.
+        self.design.log_ddl(self, &mut |buf, ts| {
+            crate::wal::record::encode_drop(buf, ts, &super::wal::table_spec(&table.heap.def));
+        })?;
+        table.mark_reclaimable();
+        Ok(())
+    }
+
+    /// Frees the blocks of dropped tables that no transaction or snapshot
+    /// older than the drop can reach; returns how many tables it freed.
+    pub fn reclaim_dropped(&self) -> Result<usize> {
+        if self.store.tables().all(|t| t.awaiting_reclaim().is_none()) {
+            return Ok(0);
+        }
+        let mut collector = self.collector.lock();
+        // No checkpoint reads the table's versions meanwhile (one that
+        // starts later sees it dropped and passes it by).
+        let _checkpoints = self.design.gc_guard();
+        collector.reclaim_dropped(&self.store)
+    }
+
+    /// The live table called `name`.
     pub fn find_table(&self, name: &str) -> Option<Arc<TableRt>> {
         self.store
             .tables()
-            .find(|t| t.heap.def.name == name)
+            .find(|t| t.heap.def.name == name && !t.is_dropped())
             .cloned()
     }
 }
@@ -499,6 +544,7 @@ fn table_def(id: u32, name: &str, options: &TableOptions) -> TableDef {
         slot_size,
         slots_per_block,
         block_size,
+        dropped: false,
     }
 }
 
@@ -567,7 +613,7 @@ impl Engine {
         };
         self.gc_backlog
             .store(matches!(gc, Ok(true)), Ordering::Relaxed);
-        let gc = gc.map(drop);
+        let gc = gc.map(drop).and(self.reclaim_dropped().map(drop));
         if let (true, Err(e)) = (background, &gc) {
             self.note_failure(BackgroundWork::Gc, e);
         }
@@ -583,6 +629,7 @@ impl Engine {
 
     /// Runs one round of block GC now, whatever the batch size.
     pub fn collect_garbage(&self) -> Result<GcStats> {
+        self.reclaim_dropped()?;
         if !self.gc.enabled {
             return Err(Error::InvalidOption(
                 "GC is off (it needs index checkpoints)".into(),
@@ -742,6 +789,10 @@ fn block_loop(engine: Weak<Engine>, stop: Arc<(Mutex<bool>, Condvar)>) {
         let mut tiles_pending = false;
         let (medium, space) = (engine.store.medium(), engine.store.space());
         for table in engine.store.tables() {
+            if table.is_dropped() {
+                table.heap.release_reserve(medium, space);
+                continue;
+            }
             // A full medium fails here first: the table keeps no reserve
             // then, and the writer that needs a block meets (and reports)
             // the same error itself.

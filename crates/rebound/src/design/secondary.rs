@@ -31,8 +31,9 @@ pub fn create_index(
     if !engine.store().owns(table) {
         return Err(Error::ForeignTable);
     }
-    table.check_damaged()?;
     let _guard = engine.create_lock();
+    // Under the lock: a drop that finished first is seen.
+    table.check_live(None)?;
     validate(table, name, &parts)?;
     let def = IndexDef {
         table: table.heap.def.id,

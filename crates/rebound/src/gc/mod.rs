@@ -128,6 +128,9 @@ pub struct GcStats {
     pub blocks_postponed: u64,
     /// Time spent relocating, unlinking and freeing (checkpoints excluded).
     pub time: Duration,
+    /// Dropped tables whose blocks were all freed (their blocks and bytes
+    /// count in `blocks_freed` and `bytes_freed`).
+    pub dropped_tables_reclaimed: u64,
 }
 
 /// A block GC works on.
@@ -342,6 +345,59 @@ impl Collector {
     }
 }
 
+impl Collector {
+    /// Frees every block of each table whose drop is durable and older
+    /// than every running transaction and snapshot (none can reach its
+    /// versions, and none can write to it); returns how many tables it
+    /// freed. No checkpoint may run meanwhile (the caller holds them off).
+    /// A dropped table has no section in an image taken since the drop,
+    /// and recovery reads neither its chains nor its sections, so its
+    /// blocks are free across a crash too: the region heads are cleared
+    /// only so that nothing walks into space another table reuses.
+    pub fn reclaim_dropped(&mut self, store: &Store) -> Result<usize> {
+        let oldest = store.oldest_reader();
+        let ready: Vec<&Arc<TableRt>> = store
+            .tables()
+            .filter(|t| {
+                t.awaiting_reclaim()
+                    .is_some_and(|dropped| oldest.is_none_or(|o| o > dropped))
+            })
+            .collect();
+        for table in &ready {
+            self.free_table(store, table)?;
+        }
+        Ok(ready.len())
+    }
+
+    fn free_table(&mut self, store: &Store, table: &TableRt) -> Result<()> {
+        let started = Instant::now();
+        let (medium, id) = (store.medium(), table.heap.def.id);
+        // Its blocks in GC's lists are freed below with the rest.
+        self.retired.retain(|b| b.table != id);
+        self.releasing.retain(|(b, _)| b.table != id);
+        self.pending.retain(|b| b.table != id);
+        for region in 0..table.heap.regions.len() {
+            catalog::set_region_head(medium, id, region, 0);
+        }
+        medium.fence()?;
+        let size = table.heap.def.block_size as u64;
+        for (region_no, region) in table.heap.regions.iter().enumerate() {
+            let blocks: Vec<(u32, u64)> = region.present().map(|b| (b.seq, b.offset())).collect();
+            for (seq, offset) in blocks {
+                table.heap.vacate(region_no, seq as usize);
+                store.space().free(medium, offset, size);
+                self.stats.blocks_freed += 1;
+                self.stats.bytes_freed += size;
+            }
+        }
+        table.heap.release_reserve(medium, store.space());
+        table.set_reclaimed();
+        self.stats.dropped_tables_reclaimed += 1;
+        self.stats.time += started.elapsed();
+        Ok(())
+    }
+}
+
 /// Below this obsolete fraction a block is never collected: relocating
 /// more live versions than it frees would cost more than it returns.
 const SPACE_THRESHOLD: f64 = 0.5;
@@ -352,7 +408,7 @@ const SPACE_THRESHOLD: f64 = 0.5;
 fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
     let mut found = Vec::new();
     for table in store.tables() {
-        if table.is_loading() || table.is_damaged() {
+        if table.is_loading() || table.is_damaged() || table.is_dropped() {
             continue;
         }
         let heap = &table.heap;

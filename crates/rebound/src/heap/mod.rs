@@ -1451,6 +1451,7 @@ mod tests {
             slot_size: 48,
             slots_per_block: 10,
             block_size: 4096,
+            dropped: false,
         };
         let heap = TableHeap::new(def);
         // Region 0 starts at sequence number 5 (earlier blocks were
@@ -1489,6 +1490,7 @@ mod tests {
             slot_size: 48,
             slots_per_block: 4,
             block_size: 4096,
+            dropped: false,
         };
         let medium = Medium::volatile(1 << 24, catalog::DATA_START).unwrap();
         let space = Space::new(catalog::DATA_START, Vec::new(), catalog::DATA_START);

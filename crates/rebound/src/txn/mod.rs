@@ -365,6 +365,10 @@ impl Store {
         let mut removed = 0;
         for (id, addr) in pending {
             let table = &self.tables[id as usize];
+            // A dropped table's blocks go whole.
+            if table.is_dropped() {
+                continue;
+            }
             let Some(header) = table.heap.header(addr) else {
                 continue;
             };
@@ -632,6 +636,13 @@ pub struct TableRt {
     cold: parking_lot::RwLock<Option<Arc<dyn ColdEntries>>>,
     cold_active: std::sync::atomic::AtomicBool,
     damaged: std::sync::atomic::AtomicBool,
+    /// The timestamp `drop_table` took, 0 while the table lives: snapshots
+    /// below it may still read the table, nothing else may touch it.
+    dropped_at: AtomicU64,
+    /// The drop is durable; its blocks go once no reader is older.
+    reclaimable: std::sync::atomic::AtomicBool,
+    /// Its blocks are free (or were never recovered).
+    reclaimed: std::sync::atomic::AtomicBool,
 }
 
 impl TableRt {
@@ -645,6 +656,70 @@ impl TableRt {
             cold: parking_lot::RwLock::new(None),
             cold_active: std::sync::atomic::AtomicBool::new(false),
             damaged: std::sync::atomic::AtomicBool::new(false),
+            dropped_at: AtomicU64::new(0),
+            reclaimable: std::sync::atomic::AtomicBool::new(false),
+            reclaimed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A table recovery found dropped: no rows, no blocks, nothing to
+    /// reclaim.
+    pub fn recovered_dropped(heap: TableHeap, index: BTree, instance: u64) -> TableRt {
+        let table = TableRt::new(heap, index, instance);
+        table.dropped_at.store(1, SeqCst);
+        table.reclaimable.store(true, SeqCst);
+        table.reclaimed.store(true, SeqCst);
+        table
+    }
+
+    /// Hides the table at `ts`: lookups by name skip it, transactions
+    /// (but snapshots below `ts`) are refused it, checkpoints and GC pass
+    /// it by. Set before the drop is durable in the `wal` design (so that
+    /// no snapshot of the log after the drop record lists the table), after
+    /// it in the log-free one (so that no checkpoint omits a live table).
+    pub fn mark_dropped(&self, ts: u64) {
+        assert!(ts > 0, "timestamps start at 1");
+        let before = self.dropped_at.swap(ts, SeqCst);
+        assert_eq!(before, 0, "a table is dropped once");
+    }
+
+    /// The drop is durable: `Engine::reclaim_dropped` may free its blocks.
+    pub fn mark_reclaimable(&self) {
+        assert!(self.is_dropped(), "only a dropped table is reclaimed");
+        self.reclaimable.store(true, SeqCst);
+    }
+
+    /// The timestamp of the drop, if the table was dropped.
+    #[inline]
+    pub fn dropped_at(&self) -> Option<u64> {
+        Some(self.dropped_at.load(SeqCst)).filter(|&ts| ts != 0)
+    }
+
+    #[inline]
+    pub fn is_dropped(&self) -> bool {
+        self.dropped_at().is_some()
+    }
+
+    /// Dropped durably, blocks not yet freed: the drop's timestamp.
+    pub fn awaiting_reclaim(&self) -> Option<u64> {
+        let waiting = self.reclaimable.load(SeqCst) && !self.reclaimed.load(SeqCst);
+        self.dropped_at().filter(|_| waiting)
+    }
+
+    pub fn set_reclaimed(&self) {
+        self.reclaimed.store(true, SeqCst);
+    }
+
+    /// `NoSuchTable` once the table is dropped, unless a snapshot that
+    /// began before the drop reads it; `Corrupt` when its recovered index is damaged.
+    pub fn check_live(&self, snapshot_at: Option<u64>) -> Result<()> {
+        match self.dropped_at() {
+            // A snapshot that began after the drop reads above the
+            // timestamp the drop took.
+            Some(dropped) if snapshot_at.is_none_or(|at| at > dropped) => {
+                Err(Error::NoSuchTable(self.heap.def.name.clone()))
+            }
+            _ => self.check_damaged(),
         }
     }
 
@@ -1246,16 +1321,22 @@ impl<'s> TxnState<'s> {
         result
     }
 
+    /// The table is this database's, live (or dropped after this
+    /// snapshot) and undamaged.
+    pub fn check_table(&self, table: &TableRt) -> Result<()> {
+        if !self.store.owns(table) {
+            return Err(Error::ForeignTable);
+        }
+        table.check_live(self.snapshot.then_some(self.ts))
+    }
+
     fn table<'t>(
         &self,
         table: &'t TableRt,
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<&'t TableRt> {
-        if table.instance != self.store.instance {
-            return Err(Error::ForeignTable);
-        }
-        table.check_damaged()?;
+        self.check_table(table)?;
         let max_key = table.heap.def.max_key_len as usize;
         if key.is_empty() || key.len() > max_key {
             return Err(Error::KeyLength {
@@ -1437,10 +1518,7 @@ impl<'s> TxnState<'s> {
         first_batch: usize,
     ) -> Result<Cursor<'_, 's>> {
         self.check_usable()?;
-        if !self.store.owns(&table) {
-            return Err(Error::ForeignTable);
-        }
-        table.check_damaged()?;
+        self.check_table(&table)?;
         Ok(Cursor::new(self, table, range, first_batch))
     }
 

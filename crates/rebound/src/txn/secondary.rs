@@ -286,10 +286,7 @@ impl TxnState<'_> {
     }
 
     fn check_index(&self, table: &TableRt) -> Result<()> {
-        if table.instance != self.store.instance {
-            return Err(Error::ForeignTable);
-        }
-        table.check_damaged()
+        self.check_table(table)
     }
 
     /// Rows are checked batch by batch of tree entries, each batch marking

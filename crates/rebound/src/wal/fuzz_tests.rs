@@ -39,6 +39,7 @@ fn payload() -> (Vec<u8>, Vec<Field>) {
         max_key_len: 16,
         max_value_len: 64,
         slots_per_block: 32,
+        dropped: false,
     };
     let at = buf.len();
     record::encode_table(&mut buf, 5, &spec);

@@ -44,7 +44,9 @@
 //!         16 entries: u32 table id, u32 length l, [u8; l] the version's
 //!         slot exactly as the heap lays it out (txn word with check bits,
 //!         slot crc, key and value lengths, tombstone flag, key, value)
-//! table   0 u8 kind = 2, 1 u8 zero, 2 u16 name length, 4 u32 table id,
+//! table   0 u8 kind = 2, 1 u8 dropped (0: created, 1: dropped; in the
+//!         log the drop's own record, in a catalog a dropped table whose id
+//!         stays taken), 2 u16 name length, 4 u32 table id,
 //!         8 u64 ts, 16 u32 max key length, 20 u32 max value length,
 //!         24 u32 slots per block, 28 u32 zero, 32 name (UTF-8)
 //! index   0 u8 kind = 3, 1 u8 unique (0/1), 2 u16 name length, 4 u32
@@ -107,7 +109,10 @@
 //!   than `S` is deleted once the snapshot is in place. Tables and indexes
 //!   are created under one lock with their timestamp, and a snapshot's
 //!   catalog lists every table and index that exists when it is written,
-//!   so replay skips the records of those it has.
+//!   so replay skips the records of those it has. A drop hides its table
+//!   before its record takes a timestamp, so a snapshot at or after the
+//!   record lists the table dropped and writes none of its rows; replay
+//!   of a drop the catalog has already is a no-op.
 //! * A fold writes the chain's merge under the newest snapshot's number
 //!   and timestamp (a base without deleted keys, or one delta over the
 //!   same base) and renames it over that snapshot: before the rename the

@@ -29,6 +29,10 @@ pub struct TableSpec {
     pub max_key_len: u32,
     pub max_value_len: u32,
     pub slots_per_block: u32,
+    /// The table was dropped: in the log, the drop's record (the table's
+    /// create record came before it, or is in the snapshot); in a
+    /// snapshot's catalog, a table whose id stays taken.
+    pub dropped: bool,
 }
 
 /// One decoded record.
@@ -190,7 +194,7 @@ pub fn finish_commit(buf: &mut [u8], at: usize, count: u32) {
 }
 
 pub fn encode_table(buf: &mut Vec<u8>, ts: u64, spec: &TableSpec) {
-    buf.extend_from_slice(&[KIND_TABLE, 0]);
+    buf.extend_from_slice(&[KIND_TABLE, u8::from(spec.dropped)]);
     buf.extend_from_slice(&(spec.name.len() as u16).to_le_bytes());
     buf.extend_from_slice(&spec.id.to_le_bytes());
     buf.extend_from_slice(&ts.to_le_bytes());
@@ -294,9 +298,22 @@ fn decode_one<'b>(cursor: &mut Cursor<'b>) -> Option<Record<'b>> {
     }
 }
 
+/// The drop of the table `spec` describes, logged at `ts`.
+pub fn encode_drop(buf: &mut Vec<u8>, ts: u64, spec: &TableSpec) {
+    let dropped = TableSpec {
+        dropped: true,
+        ..spec.clone()
+    };
+    encode_table(buf, ts, &dropped);
+}
+
 fn decode_table<'b>(cursor: &mut Cursor<'b>) -> Option<Record<'b>> {
     let _kind = cursor.u8()?;
-    let _zero = cursor.u8()?;
+    let dropped = match cursor.u8()? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
     let name_len = cursor.u16()? as usize;
     let id = cursor.u32()?;
     let ts = txn_ts(cursor.u64()?)?;
@@ -311,6 +328,7 @@ fn decode_table<'b>(cursor: &mut Cursor<'b>) -> Option<Record<'b>> {
         max_key_len,
         max_value_len,
         slots_per_block,
+        dropped,
     };
     Some(Record::Table { ts, spec })
 }
@@ -407,6 +425,7 @@ mod tests {
                 max_key_len: 16,
                 max_value_len: 100,
                 slots_per_block: 64,
+                dropped: false,
             },
         );
         let at = start_commit(&mut buf, 7);

@@ -199,7 +199,7 @@ fn assemble(
 fn serve_chain(engine: &Arc<Engine>, chain: Arc<Chain>, background: bool) {
     let design = log_free(engine);
     design.checkpointer.lock().pin(&chain);
-    for table in engine.store().tables() {
+    for table in engine.store().tables().filter(|t| !t.is_dropped()) {
         if chain.has_table(table.heap.def.id) {
             table.set_cold(Arc::new(ColdRun::new(chain.clone(), table.heap.def.id)));
         }

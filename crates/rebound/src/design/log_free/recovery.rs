@@ -160,10 +160,16 @@ pub fn recover(
                 .map_or(0, |c| c.entry_count(table.heap.def.id))
         });
         report.index_entries += table.index().len() as u64;
-        attach_secondary_indexes(&medium, &table)?;
+        if !table.is_dropped() {
+            attach_secondary_indexes(&medium, &table)?;
+        }
         tables.push(table);
     }
-    let table_ids: Vec<u32> = tables.iter().map(|(_, t)| t.heap.def.id).collect();
+    let table_ids: Vec<u32> = tables
+        .iter()
+        .filter(|(_, t)| !t.is_dropped())
+        .map(|(_, t)| t.heap.def.id)
+        .collect();
     let durable = chain
         .as_ref()
         .map(|chain| recovered_chain(&medium, chain, &table_ids, use_checkpoint));
@@ -434,6 +440,12 @@ fn recover_table(
     horizons: Horizons,
     (instance, indexes): (u64, IndexSource<'_>),
 ) -> Result<TableResult> {
+    if def.dropped {
+        // Its blocks are free: no chain or image of it is read.
+        let table = TableRt::recovered_dropped(TableHeap::new(def), BTree::new(), instance);
+        let no_time = (Duration::ZERO, Duration::ZERO, 0);
+        return Ok((Arc::new(table), ScanCounts::default(), no_time, Vec::new()));
+    }
     let t_low = horizons.t_low;
     let phase = Instant::now();
     let heap = TableHeap::new(def);

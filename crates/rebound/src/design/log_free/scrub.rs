@@ -41,7 +41,12 @@ pub fn step(store: &Store, cursor: &mut ScrubCursor) {
             return;
         };
         let heap = &table.heap;
-        let Some(region) = heap.regions.get(cursor.region) else {
+        // A dropped table's blocks are never read again.
+        let regions = match table.is_dropped() {
+            true => &[][..],
+            false => &heap.regions[..],
+        };
+        let Some(region) = regions.get(cursor.region) else {
             (cursor.table, cursor.region, cursor.seq) = (cursor.table + 1, 0, 0);
             continue;
         };

@@ -351,13 +351,7 @@ fn replay(
     }
     let replay_started = Instant::now();
     for spec in &tables {
-        match engine.store().get_table(spec.id) {
-            // Created after the snapshot's timestamp but before it
-            // captured the catalog: it is in the snapshot already.
-            Some(rt) if rt.heap.def.name == spec.name => {}
-            Some(_) => return Err(Error::Corrupt(format!("table {} logged twice", spec.id))),
-            None => drop(create_logged_table(engine, spec)?),
-        }
+        replay_table(engine, spec)?;
     }
     for def in indexes {
         let known = all_indexes
@@ -461,7 +455,12 @@ fn create_snapshot_tables(
     let bad = |what: &str| Error::Corrupt(format!("snapshot: {what}"));
     for rec in snapshot.newest().catalog() {
         match rec.ok_or_else(|| bad("a catalog record does not decode"))? {
-            Record::Table { spec, .. } => drop(create_logged_table(engine, &spec)?),
+            Record::Table { spec, .. } => {
+                let table = create_logged_table(engine, &spec)?;
+                if spec.dropped {
+                    drop_logged_table(engine, &table)?;
+                }
+            }
             Record::Index { def, .. } => indexes.push(def),
             Record::Rows { .. } | Record::Commit { .. } => {
                 return Err(bad("holds rows or commits in its catalog"))
@@ -493,6 +492,9 @@ fn serve_recovered(
             .store()
             .get_table(id)
             .ok_or_else(|| Error::Corrupt(format!("rows of unknown table {id}")))?;
+        if table.is_dropped() {
+            continue;
+        }
         table.set_cold(Arc::new(SnapshotRun {
             snapshot: recovered.clone(),
             table: id,
@@ -503,6 +505,38 @@ fn serve_recovered(
         }
     }
     load_tables(engine.store(), recovered, &indexed, &|| false)
+}
+
+/// A table's create or drop record from the log. One at or after the
+/// snapshot's timestamp may be in its catalog already.
+fn replay_table(engine: &Engine, spec: &TableSpec) -> Result<()> {
+    let twice = || Error::Corrupt(format!("table {} logged twice", spec.id));
+    match (engine.store().get_table(spec.id), spec.dropped) {
+        (Some(rt), _) if rt.heap.def.name != spec.name => Err(twice()),
+        (Some(rt), true) if !rt.is_dropped() => drop_logged_table(engine, rt),
+        (Some(rt), false) if rt.is_dropped() => Err(twice()),
+        (Some(_), _) => Ok(()),
+        (None, false) => create_logged_table(engine, spec).map(drop),
+        (None, true) => Err(Error::Corrupt(format!(
+            "drop of table {}, which was never created",
+            spec.id
+        ))),
+    }
+}
+
+/// Replays a drop: the table keeps its id and has no rows (the ones the
+/// files hold for it are never loaded).
+fn drop_logged_table(engine: &Engine, table: &TableRt) -> Result<()> {
+    if table.is_loading() {
+        return Err(Error::Corrupt(format!(
+            "table {} is dropped after its rows",
+            table.heap.def.id
+        )));
+    }
+    crate::catalog::drop_table(engine.store().medium(), table.heap.def.id)?;
+    table.mark_dropped(1);
+    table.mark_reclaimable();
+    Ok(())
 }
 
 fn create_logged_table(engine: &Engine, spec: &TableSpec) -> Result<Arc<TableRt>> {
@@ -722,9 +756,15 @@ impl Wal {
         // written to one created after `at`, and its rows are visible at
         // `at`. Replay skips the records of tables and indexes the
         // snapshot already has.
-        let catalog = {
+        let (catalog, dropped) = {
             let _ddl = engine.create_lock();
-            catalog_records(engine, at)
+            let dropped: Vec<u32> = engine
+                .store()
+                .tables()
+                .filter(|t| t.is_dropped())
+                .map(|t| t.heap.def.id)
+                .collect();
+            (catalog_records(engine, at), dropped)
         };
         let mut changed = NewestVersions::default();
         segment::scan(&wal.dir, |rec| match rec {
@@ -741,6 +781,9 @@ impl Wal {
             writer.catalog_record(encoded)?;
         }
         for version in changed.versions() {
+            if dropped.contains(&version.table) {
+                continue;
+            }
             let value = changed.value(version);
             if previous != 0 || value.is_some() {
                 writer.row(version.table, changed.key(version), value)?;
@@ -917,10 +960,14 @@ fn catalog_records(engine: &Engine, ts: u64) -> Vec<Vec<u8>> {
     let mut records = Vec::new();
     for table in engine.store().tables() {
         let mut buf = Vec::new();
-        record::encode_table(&mut buf, ts, &table_spec(&table.heap.def));
+        let spec = TableSpec {
+            dropped: table.is_dropped(),
+            ..table_spec(&table.heap.def)
+        };
+        record::encode_table(&mut buf, ts, &spec);
         records.push(buf);
     }
-    for table in engine.store().tables() {
+    for table in engine.store().tables().filter(|t| !t.is_dropped()) {
         for (_, index) in table.secondaries.iter() {
             if !index.is_dropped() {
                 let mut buf = Vec::new();
@@ -965,6 +1012,7 @@ pub fn table_spec(def: &crate::catalog::TableDef) -> TableSpec {
         max_key_len: def.max_key_len,
         max_value_len: def.max_value_len,
         slots_per_block: def.slots_per_block,
+        dropped: false,
     }
 }
 
@@ -1430,6 +1478,24 @@ struct FoldStats {
 /// replaced. With `whole`, everything goes into one base without deleted
 /// keys; else the deltas go into one delta on the same base. Deltas
 /// written meanwhile link to that number and stay valid.
+/// The ids a snapshot's catalog lists dropped: a fold leaves out their
+/// rows.
+fn dropped_in<'c>(catalog: impl Iterator<Item = Option<Record<'c>>>) -> Result<Vec<u32>> {
+    let mut dropped = Vec::new();
+    for record in catalog {
+        match record {
+            Some(Record::Table { spec, .. }) if spec.dropped => dropped.push(spec.id),
+            Some(_) => {}
+            None => {
+                return Err(Error::Corrupt(
+                    "snapshot: a catalog record does not decode".into(),
+                ))
+            }
+        }
+    }
+    Ok(dropped)
+}
+
 fn fold_chain(dir: &WalDir, whole: bool) -> Result<FoldStats> {
     let unchanged = FoldStats {
         deltas_merged: 0,
@@ -1452,7 +1518,8 @@ fn fold_chain(dir: &WalDir, whole: bool) -> Result<FoldStats> {
     } else {
         chain.delta_tables()
     };
-    for table in tables {
+    let dropped = dropped_in(newest.catalog())?;
+    for table in tables.into_iter().filter(|t| !dropped.contains(t)) {
         let mut cursor = match whole {
             true => chain.cursor(table, (Bound::Unbounded, Bound::Unbounded), false)?,
             false => chain.deltas_cursor(table)?,

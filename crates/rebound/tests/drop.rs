@@ -1,0 +1,192 @@
+//! `Database::drop_table`: what a drop hides at once, what snapshots that
+//! began before it still read, and when its space comes back (at the
+//! next maintenance round once nothing older runs, or at the next open).
+//! Drops across crashes are in the crash oracle (`crash_oracle.rs`) and,
+//! for the `wal` design, in `power_loss_wal.rs`.
+
+use rebound::{Database, Durability, Error, IndexOptions, Options, Table, TableOptions};
+use std::path::Path;
+
+fn table_options() -> TableOptions {
+    TableOptions::default().max_key_len(16).max_value_len(1000)
+}
+
+fn designs() -> Vec<(&'static str, Options)> {
+    vec![
+        ("log-free", Options::default().background_thread(false)),
+        (
+            "wal",
+            Options::default()
+                .durability(Durability::Wal)
+                .background_thread(false),
+        ),
+    ]
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("k{i:08}").into_bytes()
+}
+
+fn fill(db: &Database, table: &Table, rows: u32, value_len: usize) {
+    let mut session = db.session().unwrap();
+    for chunk in (0..rows).collect::<Vec<_>>().chunks(500) {
+        let mut tx = session.begin();
+        for &i in chunk {
+            tx.put(table, &key(i), &vec![i as u8; value_len]).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+}
+
+fn row_count(db: &Database, name: &str) -> usize {
+    let table = db.table(name).unwrap().expect("table exists");
+    let mut session = db.session().unwrap();
+    let mut tx = session.begin_read_only();
+    tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap().len()
+}
+
+fn open(dir: &Path, options: &Options) -> Database {
+    Database::open(dir, options.clone()).unwrap()
+}
+
+#[test]
+fn a_dropped_table_is_gone_its_name_free_and_the_drop_durable() {
+    for (design, options) in designs() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let db = open(dir.path(), &options);
+        let doomed = db.create_table("t", table_options()).unwrap();
+        let kept = db.create_table("kept", table_options()).unwrap();
+        db.create_index(
+            &doomed,
+            "by_head",
+            IndexOptions::default().value_bytes(0..2),
+        )
+        .unwrap();
+        fill(&db, &doomed, 300, 10);
+        fill(&db, &kept, 200, 10);
+
+        db.drop_table("t").unwrap();
+        assert!(db.table("t").unwrap().is_none(), "{design}");
+        assert_eq!(db.table_names(), ["kept"], "{design}");
+        assert!(matches!(db.drop_table("t"), Err(Error::NoSuchTable(_))));
+        assert!(matches!(db.drop_table("never"), Err(Error::NoSuchTable(_))));
+        let mut session = db.session().unwrap();
+        let mut tx = session.begin();
+        assert!(matches!(
+            tx.get(&doomed, &key(1)),
+            Err(Error::NoSuchTable(_))
+        ));
+        assert!(matches!(
+            tx.put(&doomed, &key(1), b"x"),
+            Err(Error::NoSuchTable(_))
+        ));
+        drop(tx);
+        let mut tx = session.begin();
+        assert!(matches!(
+            tx.scan::<&[u8]>(&doomed, .., 10),
+            Err(Error::NoSuchTable(_))
+        ));
+        drop(tx);
+        drop(session);
+        assert!(matches!(
+            db.create_index(&doomed, "late", IndexOptions::default().value_bytes(0..1)),
+            Err(Error::NoSuchTable(_))
+        ));
+
+        // The name is free at once; the new table starts empty.
+        let again = db.create_table("t", table_options()).unwrap();
+        assert_eq!(row_count(&db, "t"), 0, "{design}");
+        fill(&db, &again, 3, 10);
+        assert_eq!(db.table_names(), ["kept", "t"], "{design}");
+        drop((doomed, kept, again));
+        db.close().unwrap();
+        drop(db);
+
+        // Reopened from the log (or by a scan), then from a checkpoint or
+        // snapshot, whose catalog lists the dropped table.
+        for round in 0..2 {
+            let db = open(dir.path(), &options);
+            assert_eq!(db.table_names(), ["kept", "t"], "{design} round {round}");
+            assert_eq!(row_count(&db, "t"), 3, "{design} round {round}");
+            assert_eq!(row_count(&db, "kept"), 200, "{design} round {round}");
+            db.checkpoint().unwrap();
+            db.close().unwrap();
+        }
+    }
+}
+
+#[test]
+fn snapshots_older_than_a_drop_read_it_and_hold_its_space() {
+    for (design, options) in designs() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let db = open(dir.path(), &options);
+        let doomed = db.create_table("t", table_options()).unwrap();
+        fill(&db, &doomed, 400, 100);
+        let mut reader = db.session().unwrap();
+        let mut before = reader.begin_read_only();
+        db.drop_table("t").unwrap();
+        db.collect_garbage().unwrap();
+        assert_eq!(
+            db.stats().gc.dropped_tables_reclaimed,
+            0,
+            "{design}: freed under an older snapshot"
+        );
+        let rows = before.scan::<&[u8]>(&doomed, .., usize::MAX).unwrap();
+        assert_eq!(rows.len(), 400, "{design}");
+        assert_eq!(rows[7], (key(7), vec![7u8; 100]), "{design}");
+        before.commit().unwrap();
+
+        let mut after = reader.begin_read_only();
+        assert!(matches!(
+            after.get(&doomed, &key(1)),
+            Err(Error::NoSuchTable(_))
+        ));
+        drop(after);
+        db.collect_garbage().unwrap();
+        let gc = db.stats().gc;
+        assert_eq!(gc.dropped_tables_reclaimed, 1, "{design}");
+        assert!(gc.blocks_freed > 0, "{design}: no block freed");
+    }
+}
+
+/// Loads `rows` rows of 1000-byte values into a new table `name`.
+fn load(db: &Database, name: &str, rows: u32) {
+    let table = db.create_table(name, table_options()).unwrap();
+    fill(db, &table, rows, 1000);
+}
+
+#[test]
+fn a_dropped_tables_space_is_reused_after_maintenance_and_after_reopening() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let options = Options::default().background_thread(false);
+    let db = open(dir.path(), &options);
+    load(&db, "first", 20_000);
+    db.checkpoint().unwrap();
+    let grown = db.medium_size();
+
+    db.drop_table("first").unwrap();
+    db.run_maintenance().unwrap();
+    assert_eq!(db.stats().gc.dropped_tables_reclaimed, 1);
+    load(&db, "second", 20_000);
+    db.checkpoint().unwrap();
+    assert!(
+        db.medium_size() <= grown + grown / 10,
+        "the file grew from {grown} to {} bytes: the dropped table's space was not reused",
+        db.medium_size()
+    );
+
+    // Dropped without a maintenance round: the next open frees it.
+    db.drop_table("second").unwrap();
+    db.close().unwrap();
+    drop(db);
+    let db = open(dir.path(), &options);
+    assert_eq!(db.stats().gc.dropped_tables_reclaimed, 0);
+    load(&db, "third", 20_000);
+    assert!(
+        db.medium_size() <= grown + grown / 10,
+        "the file grew from {grown} to {} bytes after reopening",
+        db.medium_size()
+    );
+    assert_eq!(row_count(&db, "third"), 20_000);
+    assert_eq!(db.table_names(), ["third"]);
+}
