@@ -117,6 +117,12 @@ impl PyDatabase {
         Ok(ready.map(|after| after.as_secs_f64()))
     }
 
+    /// Drops the table called `name`; durable when this returns. Its name
+    /// is free at once; handles to it raise NoSuchTable.
+    fn drop_table(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        py.detach(|| self.db.drop_table(name)).map_err(to_py)
+    }
+
     /// The table called `name`, or None.
     fn table(&self, name: &str) -> PyResult<Option<PyTable>> {
         let table = self.db.table(name).map_err(to_py)?;

@@ -118,6 +118,11 @@ def test_snapshots_backup_check_and_range_deletes():
         stats = db.backup_to(copy)
         assert stats["rows"] == 7, stats
         assert db.check_integrity() == []
+        gone = db.create_table("gone")
+        db.drop_table("gone")
+        assert db.table("gone") is None and db.table_names() == ["t"]
+        expect(rb.NoSuchTableError, lambda: s1.begin().get(gone, b"k"))
+        expect(rb.NoSuchTableError, lambda: db.drop_table("gone"))
         db.close()
         restored = open_db(copy)
         with restored.session().begin(read_only=True) as tx:
