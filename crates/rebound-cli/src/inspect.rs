@@ -73,16 +73,16 @@ pub struct ImportArgs {
     pub design: String,
 }
 
-/// Opens `dir` with its own design, or says why not in words a user can
-/// act on.
+/// Opens `dir` read-only with its own design (nothing is written to its
+/// files), or says why not in words a user can act on.
 fn open_existing(dir: &Path) -> BoxResult<Database> {
-    let options = Options::for_existing(dir)?.background_thread(false);
+    let options = Options::for_existing(dir)?.read_only(true);
     match Database::open(dir, options) {
         Ok(db) => Ok(db),
         Err(Error::Locked) => Err(format!(
-            "{} is open in another process; this command opens it itself \
-             (read-only opens are not supported): run it once that process \
-             has closed the database",
+            "{} is open for writing in another process: a log-free database \
+             is written in place, so it can be read only once that process has \
+             closed it (a wal database can be read beside its writer)",
             dir.display()
         )
         .into()),

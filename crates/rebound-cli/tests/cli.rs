@@ -799,3 +799,32 @@ fn ycsb_runs_on_snapshots_with_acks_in_flight_and_a_backup_mid_run() {
         );
     }
 }
+
+/// `dump` reads a `wal` database while this process has it open for
+/// writing; `stat` on a log-free one held here says why it cannot.
+#[test]
+fn inspection_beside_a_writer() {
+    use rebound::{Database, Durability, Options, TableOptions};
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let wal_dir = dir.path().join("wal");
+    let db = Database::open(&wal_dir, Options::default().durability(Durability::Wal)).unwrap();
+    let table = db.create_table("t", TableOptions::default()).unwrap();
+    let mut session = db.session().unwrap();
+    let mut tx = session.begin();
+    tx.put(&table, b"held", b"open").unwrap();
+    tx.commit().unwrap();
+    let dump = rebound(&["dump", s(&wal_dir), "t"]);
+    assert!(dump.contains("held\topen"), "{dump}");
+
+    let log_free_dir = dir.path().join("log-free");
+    let _held = Database::open(&log_free_dir, Options::default()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(["stat", s(&log_free_dir)])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("open for writing in another process"),
+        "{stderr}"
+    );
+}

@@ -26,9 +26,11 @@ struct PyDatabase {
 
 #[pymethods]
 impl PyDatabase {
-    /// Opens (or creates) the database in directory `path`.
+    /// Opens (or creates) the database in directory `path`; with
+    /// `read_only=True`, without writing to its files (every transaction
+    /// is a snapshot).
     #[new]
-    #[pyo3(signature = (path, *, durability = "log-free", checkpoint = "chain", background_thread = true, create_if_missing = true, max_size = None, concurrency = "mvto"))]
+    #[pyo3(signature = (path, *, durability = "log-free", checkpoint = "chain", background_thread = true, create_if_missing = true, max_size = None, concurrency = "mvto", read_only = false))]
     fn new(
         py: Python<'_>,
         path: &str,
@@ -38,13 +40,15 @@ impl PyDatabase {
         create_if_missing: bool,
         max_size: Option<u64>,
         concurrency: &str,
+        read_only: bool,
     ) -> PyResult<Self> {
         let mut options = Options::default()
             .durability(parse_durability(durability)?)
             .concurrency(parse_concurrency(concurrency)?)
             .checkpoint(parse_checkpoint(checkpoint)?)
             .background_thread(background_thread)
-            .create_if_missing(create_if_missing);
+            .create_if_missing(create_if_missing)
+            .read_only(read_only);
         if let Some(max_size) = max_size {
             options = options.max_size(max_size);
         }

@@ -130,6 +130,13 @@ def test_snapshots_backup_check_and_range_deletes():
         assert [k for k, _ in rows] == [struct.pack(">I", i) for i in [0, 1, 5, 6, 7, 8, 9]]
         assert rows[0][1] == b"v1"
         restored.close()
+        del tx, restored  # the lock goes with the last handle
+        reader = rb.Database(copy, read_only=True)
+        with reader.session().begin() as tx:
+            assert len(tx.scan(reader.table("t"))) == 7
+            expect(rb.ReadOnlyError, lambda: tx.put(reader.table("t"), b"x", b"y"))
+        expect(rb.ReadOnlyError, lambda: reader.create_table("new"))
+        reader.close()
         shutil.rmtree(copy)
     finally:
         shutil.rmtree(path)

@@ -276,7 +276,7 @@ fn wal_drops_survive_a_power_cut_at_every_operation() {
         let got = state_of(&db);
         // The state after the last step acknowledged before the cut, or
         // after the one in flight at it.
-        let done = steps.iter().filter(|((_, end), _)| *end < at).last();
+        let done = steps.iter().rev().find(|((_, end), _)| *end < at);
         let in_flight = steps
             .iter()
             .find(|((start, end), _)| *start < at && at <= *end);

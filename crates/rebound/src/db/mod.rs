@@ -132,7 +132,7 @@ impl Database {
     /// With [`Durability::Wal`] this writes a snapshot and recycles the
     /// log it covers (`entries` are its rows).
     pub fn checkpoint(&self) -> Result<CheckpointStats> {
-        self.check_open()?;
+        self.inner.check_writable()?;
         self.inner.design().checkpoint(&self.inner)
     }
 
@@ -150,7 +150,7 @@ impl Database {
     /// enough blocks qualify, and takes a checkpoint if one is due. Every
     /// step runs; the first error is returned.
     pub fn run_maintenance(&self) -> Result<()> {
-        self.check_open()?;
+        self.inner.check_writable()?;
         self.inner.maintain(false)
     }
 
@@ -161,6 +161,7 @@ impl Database {
 
     /// Creates a table; durable when this returns.
     pub fn create_table(&self, name: &str, options: TableOptions) -> Result<Table> {
+        self.inner.check_writable()?;
         let rt = self.inner.create_table(name, options)?;
         Ok(Table { rt })
     }
@@ -268,8 +269,13 @@ pub struct Session {
 }
 
 impl Session {
-    /// Starts a transaction; one at a time per session.
+    /// Starts a transaction; one at a time per session. On a database
+    /// opened read-only, a snapshot (`begin_read_only`).
     pub fn begin(&mut self) -> Transaction<'_> {
+        // Nothing can write: a snapshot reads what a reader would.
+        if self.db.inner.is_read_only() {
+            return self.begin_read_only();
+        }
         // Admitted before the timestamp is taken: a transaction that
         // waited starts as young as any.
         let permit = self.db.inner.store().admit();

@@ -67,6 +67,14 @@ pub struct Options {
     pub persist_latency_ns: u64,
     /// Create the directory and database when missing.
     pub create_if_missing: bool,
+    /// Open without writing to the database's files: every transaction
+    /// is a snapshot (writes are `Error::ReadOnly`), nothing is created,
+    /// and no background thread runs. A log-free database is recovered in
+    /// a private copy-on-write mapping of its file and held with a shared
+    /// lock (a writer cannot open it meanwhile, and a writer holding it
+    /// makes this `Locked`); a `wal` database is read beside a writer
+    /// process, as of what its log held when the open read it.
+    pub read_only: bool,
     /// Address space reserved for the data file; the file may grow to this.
     pub max_size: u64,
     /// Index checkpoints and the recovery design they imply.
@@ -138,6 +146,7 @@ impl Default for Options {
             medium: MediumChoice::Auto,
             persist_latency_ns: 0,
             create_if_missing: true,
+            read_only: false,
             max_size: 1 << 40,
             checkpoint: CheckpointMode::Chain,
             checkpoint_interval: Duration::from_millis(25),
@@ -175,6 +184,9 @@ setters!(Options {
     persist_latency_ns: u64,
     /// Create the directory and database when missing (default: true).
     create_if_missing: bool,
+    /// Open without writing anything (default: false); see
+    /// [`Options::read_only`](Options#structfield.read_only).
+    read_only: bool,
     /// Address space reserved for the data file (default: 1 TiB).
     max_size: u64,
     /// Index checkpoints and the recovery design they imply (default:
@@ -246,12 +258,14 @@ impl Options {
     }
 
     /// These options for a copy of the database on files (a backup): the
-    /// same design, on the default medium and file system; a volatile
-    /// database is copied to the default durable design.
+    /// same design, on the default medium and file system, writable; a
+    /// volatile database is copied to the default durable design.
     pub(super) fn for_copy(mut self) -> Options {
         self.medium = MediumChoice::Auto;
         self.file_system = FileSystem::default();
         self.create_if_missing = true;
+        // A read-only database is copied into a writable one.
+        self.read_only = false;
         if self.durability == Durability::None {
             self.durability = Durability::default();
         }
@@ -284,9 +298,10 @@ impl Options {
             }
         };
         Ok(Config {
-            create_if_missing: self.create_if_missing,
+            create_if_missing: self.create_if_missing && !self.read_only,
+            read_only: self.read_only,
             max_size: self.max_size,
-            background_thread: self.background_thread,
+            background_thread: self.background_thread && !self.read_only,
             load_indexes_in_background: self.load_indexes_in_background,
             gc: self.gc,
             long_transaction_after: self.long_transaction_after,
@@ -392,6 +407,12 @@ fn validate_options(options: &Options) -> Result<()> {
     }
     if options.wal_log_limit == 0 {
         return invalid("wal_log_limit must be above zero".into());
+    }
+    if options.read_only && options.durability == Durability::None {
+        return invalid("read_only: a volatile database has nothing to read".into());
+    }
+    if options.read_only && matches!(options.medium, MediumChoice::Simulated(_)) {
+        return invalid("read_only needs a database in files, not a simulated device".into());
     }
     validate_gc(&options.gc)
 }

@@ -151,6 +151,7 @@ impl Database {
     /// rows that already repeat a key fails with
     /// [`Error::UniqueViolation`] and is not created.
     pub fn create_index(&self, table: &Table, name: &str, options: IndexOptions) -> Result<Index> {
+        self.inner.check_writable()?;
         let rt = design::create_index(&self.inner, &table.rt, name, options.parts, options.unique)?;
         Ok(Index {
             table: table.rt.clone(),

@@ -84,6 +84,8 @@ pub struct Engine {
     indexes: IndexManager,
     /// Rebuilds secondary indexes in the background after a restart.
     index_recovery: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Opened read-only: nothing may write (`check_writable`).
+    read_only: bool,
 }
 
 /// What a design hands over to become an engine.
@@ -140,6 +142,7 @@ impl Engine {
             failures: Mutex::new(BackgroundFailures::default()),
             panic_requested: AtomicBool::new(false),
             index_recovery: Mutex::new(None),
+            read_only: config.read_only,
             store: parts
                 .store
                 .with_transaction_control(config.concurrency, config.max_running_transactions),
@@ -158,6 +161,20 @@ impl Engine {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Whether the database was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// `ReadOnly` on a database opened read-only, for everything that
+    /// would write (tables, indexes, checkpoints, maintenance).
+    pub fn check_writable(&self) -> Result<()> {
+        match self.read_only {
+            true => Err(Error::ReadOnly),
+            false => self.check_open(),
+        }
     }
 
     pub fn design(&self) -> &dyn Design {
@@ -424,6 +441,9 @@ impl Engine {
         // A running fold (or snapshot thread) ends first: the last
         // checkpoint installs the fold, and nothing writes beside it.
         self.design.stop(self);
+        if self.read_only {
+            return Ok(());
+        }
         // The next open ranks index rebuilds by these (SOFORT's WoPast).
         self.indexes.persist_usage(&self.store, true);
         self.design.close(self)?;
@@ -453,6 +473,7 @@ impl Engine {
     }
 
     /// Creates a table, empty; durable when this returns.
+    /// Replay recreates the files' tables this way, read-only opens too.
     pub fn create_table(&self, name: &str, options: TableOptions) -> Result<Arc<TableRt>> {
         self.check_open()?;
         validate_table(name, &options)?;
@@ -483,7 +504,7 @@ impl Engine {
     /// (`reclaim_dropped`). On an error the drop may or may not survive a
     /// restart, like a commit whose sync failed.
     pub fn drop_table(&self, name: &str) -> Result<()> {
-        self.check_open()?;
+        self.check_writable()?;
         // A table served cold reads its checkpoint run until loaded.
         self.wait_for_indexes();
         let _guard = self.create_lock.lock();
@@ -629,6 +650,7 @@ impl Engine {
 
     /// Runs one round of block GC now, whatever the batch size.
     pub fn collect_garbage(&self) -> Result<GcStats> {
+        self.check_writable()?;
         self.reclaim_dropped()?;
         if !self.gc.enabled {
             return Err(Error::InvalidOption(

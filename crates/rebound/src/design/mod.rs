@@ -49,6 +49,8 @@ pub const DATA_FILE: &str = "rebound.db";
 /// chosen design's own.
 pub struct Config {
     pub create_if_missing: bool,
+    /// Nothing is written to the database's files (`Options::read_only`).
+    pub read_only: bool,
     /// Address space reserved for the medium (the data file, or the
     /// volatile heap of `wal` and `none`).
     pub max_size: u64,

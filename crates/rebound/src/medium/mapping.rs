@@ -32,6 +32,28 @@ impl Mapping {
         })
     }
 
+    /// A private copy-on-write mapping of the whole of `file`: what this
+    /// process writes stays in its own memory and never reaches the file
+    /// (a read-only open recovers in it). It cannot grow.
+    pub(crate) fn private_copy(file: &File) -> Result<Self> {
+        let file_len = file.metadata()?.len();
+        if file_len == 0 {
+            return Err(Error::NotADatabase("the data file is empty".into()));
+        }
+        // SAFETY: like the shared mapping, this one is only accessed
+        // through raw pointers and atomics, never as a Rust slice that
+        // another writer of the file could change under a borrow. The
+        // caller holds the file's shared lock, so no engine writes it
+        // meanwhile; a process that ignores the lock changes bytes that
+        // were read through checksums anyway.
+        let mmap = unsafe { MmapOptions::new().len(to_usize(file_len)?).map_copy(file)? };
+        Ok(Mapping {
+            raw: MmapRaw::from(mmap),
+            reserved: file_len,
+            len: AtomicU64::new(file_len),
+        })
+    }
+
     /// Maps `reserve` bytes of `file`; only its current length is usable.
     /// Pages past the end of the file are never touched because every access
     /// is checked against `len`, which only grows after the file has grown.

@@ -185,6 +185,14 @@ impl Medium {
         Ok(Self::with(Arc::new(map), Backend::Volatile, 0))
     }
 
+    /// A private copy-on-write image of `file`: reads come from the file,
+    /// writes stay in this process, nothing is ever persisted (a
+    /// read-only open recovers in it without touching the file).
+    pub(crate) fn private_copy(file: &File) -> Result<Self> {
+        let map = Mapping::private_copy(file)?;
+        Ok(Self::with(Arc::new(map), Backend::Volatile, 0))
+    }
+
     /// A file mapping persisted with cache-line write-back (tmpfs or DAX).
     pub(crate) fn persistent_memory(file: File, reserve: u64, latency: u64) -> Result<Self> {
         let map = Mapping::file(&file, reserve)?;

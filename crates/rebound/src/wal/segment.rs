@@ -210,14 +210,16 @@ fn list(dir: &WalDir, clean: bool) -> Result<Vec<u64>> {
 /// segment is the crash that interrupted a write: everything from it on is
 /// cut off the file. Older segments may end in zeros written ahead; any
 /// other damage (a gap in the rounds, a bad frame before the end) is
-/// `Corrupt`, never skipped.
+/// `Corrupt`, never skipped. A `reader` (a read-only open beside the
+/// log's writer) changes nothing: it leaves temporary files, and takes the
+/// newest segment's end, torn or being written, as the log's end.
 pub fn replay<S: Send>(
     dir: &WalDir,
-    threads: usize,
+    (threads, reader): (usize, bool),
     init: impl Fn(Arc<FileView>) -> S + Sync,
     visit: impl Fn(&mut S, Record<'_>) -> Result<()> + Sync,
 ) -> Result<(Resume, Vec<S>)> {
-    let numbers = list(dir, true)?;
+    let numbers = list(dir, !reader)?;
     let next = std::sync::atomic::AtomicUsize::new(0);
     let read = |_| {
         let mut done = Vec::new();
@@ -266,7 +268,9 @@ pub fn replay<S: Send>(
                 )));
             }
             view.narrow(segment.end);
-            cut(dir, &segment_name(number), segment.end as u64)?;
+            if !reader {
+                cut(dir, &segment_name(number), segment.end as u64)?;
+            }
         }
         next_round = Some(segment.round);
         segments.push(Segment {

@@ -31,7 +31,10 @@ pub fn open_medium(
 ) -> Result<(Medium, Option<File>, bool)> {
     let initial = catalog::DATA_START;
     let MediumKind::Simulated(device) = &design.medium else {
-        return open_file_medium(path, config, design);
+        return match config.read_only {
+            true => open_read_only_medium(path),
+            false => open_file_medium(path, config, design),
+        };
     };
     let medium = Medium::simulated(device.clone());
     // A device whose format never completed is as good as empty.
@@ -64,6 +67,27 @@ fn open_file_medium(
         return Err(Error::Locked);
     }
     Ok((map_file(dir, file, config, design)?, Some(lock), existing))
+}
+
+/// A private copy-on-write image of the data file, held with shared locks
+/// on the directory and the file: other read-only opens may share them, a
+/// writer may not (and a writer holding them makes this `Locked`).
+fn open_read_only_medium(dir: &Path) -> Result<(Medium, Option<File>, bool)> {
+    ensure_directory(dir, false)?;
+    let lock = File::open(dir)?;
+    lock.try_lock_shared().map_err(|_| Error::Locked)?;
+    let file_path = dir.join(DATA_FILE);
+    if !file_path.is_file() {
+        return Err(Error::NotADatabase(format!(
+            "{} holds no {DATA_FILE}",
+            dir.display()
+        )));
+    }
+    let file = File::open(&file_path)?;
+    file.try_lock_shared().map_err(|_| Error::Locked)?;
+    // The mapping stays valid without the descriptor; the directory's
+    // shared lock keeps writers out.
+    Ok((Medium::private_copy(&file)?, Some(lock), true))
 }
 
 /// Takes the directory's exclusive lock (`flock` on the directory

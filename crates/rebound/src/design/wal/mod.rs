@@ -119,10 +119,66 @@ impl WalFound {
 
 /// Locks and reads a `wal` database directory (creating it if asked).
 fn read_directory(fs: &FileSystem, path: &Path, create: bool) -> Result<WalFound> {
-    let started = Instant::now();
     let dir = WalDir::new(fs.clone(), path);
+    let started = Instant::now();
     let lock = lock_directory(&dir, create)?;
     let snapshot = SnapshotChain::open(&dir)?;
+    read_log(dir, lock, snapshot, (false, started))
+}
+
+/// How often a read-only open reads the directory again when the writer
+/// changed its files meanwhile, before it gives up with `Conflict`.
+const READ_ONLY_ATTEMPTS: usize = 50;
+
+/// Reads a `wal` directory without the lock and without changing
+/// anything, beside a writer that may append, rotate segments and write
+/// snapshots meanwhile. The log is append-only between snapshots, so
+/// what was read is a prefix of it, unless the writer wrote a snapshot
+/// (after which it removes segments) or started a segment meanwhile:
+/// then the directory's file names changed, and it is read again.
+fn read_directory_beside_writer(fs: &FileSystem, path: &Path) -> Result<WalFound> {
+    let dir = WalDir::new(fs.clone(), path);
+    check_read_only_directory(&dir)?;
+    for _ in 0..READ_ONLY_ATTEMPTS {
+        let before = dir.names()?;
+        // A file removed under the read (by a snapshot or fold) shows as
+        // a missing file or a link to none: the names tell.
+        let started = Instant::now();
+        let read = SnapshotChain::open_live(&dir)
+            .and_then(|snapshot| read_log(dir.clone(), None, snapshot, (true, started)));
+        if dir.names()? == before {
+            return read;
+        }
+    }
+    Err(Error::Conflict)
+}
+
+/// What a read-only open needs to find: a `wal` database.
+fn check_read_only_directory(dir: &WalDir) -> Result<()> {
+    if let Some(path) = dir.sim().is_none().then(|| dir.path()) {
+        super::ensure_directory(path, false)?;
+        if path.join(DATA_FILE).exists() {
+            return Err(Error::NotADatabase(format!(
+                "{} holds a log-free database, not a wal one",
+                path.display()
+            )));
+        }
+    }
+    match dir.exists(WAL_LOCK_FILE) {
+        true => Ok(()),
+        false => Err(Error::NotADatabase(
+            "the directory holds no wal database".into(),
+        )),
+    }
+}
+
+/// Reads the log after the snapshot chain; a `reader` changes nothing.
+fn read_log(
+    dir: WalDir,
+    lock: Option<File>,
+    snapshot: Option<SnapshotChain>,
+    (reader, started): (bool, Instant),
+) -> Result<WalFound> {
     let from = snapshot.as_ref().map_or(0, |s| s.newest().ts);
     let mut found = WalFound {
         dir: dir.clone(),
@@ -141,7 +197,7 @@ fn read_directory(fs: &FileSystem, path: &Path, create: bool) -> Result<WalFound
         read_time: Duration::ZERO,
     };
     let threads = parallel::cores().clamp(1, MAX_RECOVERY_THREADS);
-    let (resume, scans) = segment::replay(&dir, threads, LogScan::new, |scan, rec| {
+    let (resume, scans) = segment::replay(&dir, (threads, reader), LogScan::new, |scan, rec| {
         scan.take(rec, from)
     })?;
     found.resume = resume;
@@ -281,7 +337,10 @@ pub fn open(
     instance: u64,
     started: Instant,
 ) -> Result<Arc<Engine>> {
-    let found = read_directory(&design.file_system, path, config.create_if_missing)?;
+    let found = match config.read_only {
+        true => read_directory_beside_writer(&design.file_system, path)?,
+        false => read_directory(&design.file_system, path, config.create_if_missing)?,
+    };
     let medium = Medium::volatile(config.max_size.min(1 << 38), crate::catalog::DATA_START)?;
     report::format(&medium)?;
     let (store, _) = report::fresh(medium, instance, found.next_ts())?;
@@ -380,6 +439,40 @@ fn replay(
         create_logged_index(engine, def)?;
     }
     let indexes_after = indexes_started.elapsed();
+    // A read-only open never writes: no log, no snapshots.
+    if !config.read_only {
+        start_log(engine, (dir, lock), resume, (config, design), &chain)?;
+    }
+    if engine.store().tables().any(|t| t.is_loading()) {
+        let load = Box::new(RecoveredLoad(recovered.clone()));
+        engine.start_cold_load(load, config.load_indexes_in_background);
+    }
+    Ok(RecoveryReport {
+        fresh: chain.number == 0 && log_records == 0,
+        from_checkpoint: chain.number != 0,
+        checkpoint_sequence: chain.number,
+        redo_from_txn: chain.ts,
+        metadata: read_time,
+        undo_redo: replayed_after,
+        index_build: indexes_after,
+        total: started.elapsed(),
+        tables: engine.store().table_count(),
+        versions_scanned: log_records,
+        versions_committed: recovered.log_keys() as u64,
+        checkpoint_entries: chain.rows,
+        ..Default::default()
+    })
+}
+
+/// Starts the log where replay left it, and the snapshot thread when
+/// background work runs.
+fn start_log(
+    engine: &Arc<Engine>,
+    (dir, lock): (WalDir, Option<File>),
+    resume: Resume,
+    (config, design): (&Config, &WalConfig),
+    chain: &ChainFigures,
+) -> Result<()> {
     let log = Arc::new(Log::start(
         &dir,
         MAX_WORKERS + 1,
@@ -424,25 +517,7 @@ fn replay(
     if config.background_thread {
         start_snapshot_thread(engine)?;
     }
-    if engine.store().tables().any(|t| t.is_loading()) {
-        let load = Box::new(RecoveredLoad(recovered.clone()));
-        engine.start_cold_load(load, config.load_indexes_in_background);
-    }
-    Ok(RecoveryReport {
-        fresh: chain.number == 0 && log_records == 0,
-        from_checkpoint: chain.number != 0,
-        checkpoint_sequence: chain.number,
-        redo_from_txn: chain.ts,
-        metadata: read_time,
-        undo_redo: replayed_after,
-        index_build: indexes_after,
-        total: started.elapsed(),
-        tables: engine.store().table_count(),
-        versions_scanned: log_records,
-        versions_committed: recovered.log_keys() as u64,
-        checkpoint_entries: chain.rows,
-        ..Default::default()
-    })
+    Ok(())
 }
 
 /// Creates the snapshot's tables, empty; its indexes are left in
