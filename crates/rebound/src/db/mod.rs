@@ -239,7 +239,9 @@ impl Database {
     }
 
     /// Stops accepting work and makes everything durable. Sessions still
-    /// held afterwards get [`Error::Closed`].
+    /// held afterwards get [`Error::Closed`]. The files stay locked until
+    /// the last handle (sessions and transactions included) is dropped:
+    /// an abort then still writes to them.
     pub fn close(&self) -> Result<()> {
         self.inner.close()
     }
