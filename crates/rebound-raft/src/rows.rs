@@ -1,0 +1,238 @@
+//! Row encodings shared by the stores: byte strings split over chunk
+//! rows, big-endian sequence keys (so that key order is numeric order),
+//! JSON meta values, and deletions of key ranges in bounded batches.
+
+use crate::error::StoreError;
+use crate::storage::{NodeStorage, CHUNK_BYTES, CHUNK_KEY_LEN};
+use rebound::{Table, Transaction};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::ops::{Bound, ControlFlow};
+
+/// Rows deleted or written per transaction by the batched helpers: keeps
+/// each transaction's write set (and `delete_range`'s key list) small.
+pub(crate) const BATCH_ROWS: usize = 512;
+
+pub(crate) fn chunk_key(sequence: u64, chunk: u32) -> [u8; CHUNK_KEY_LEN] {
+    let mut key = [0; CHUNK_KEY_LEN];
+    key[..8].copy_from_slice(&sequence.to_be_bytes());
+    key[8..].copy_from_slice(&chunk.to_be_bytes());
+    key
+}
+
+/// The 8-byte prefix of every chunk row of `sequence`: it sorts before
+/// them all, and after every row of `sequence - 1`.
+pub(crate) fn sequence_key(sequence: u64) -> Vec<u8> {
+    sequence.to_be_bytes().to_vec()
+}
+
+fn split_chunk_key(key: &[u8]) -> Option<(u64, u32)> {
+    let sequence = u64::from_be_bytes(key.get(..8)?.try_into().ok()?);
+    let chunk = u32::from_be_bytes(key.get(8..CHUNK_KEY_LEN)?.try_into().ok()?);
+    (key.len() == CHUNK_KEY_LEN).then_some((sequence, chunk))
+}
+
+/// Writes `bytes` as the chunk rows of `sequence` (at least one row, so
+/// that an empty string is still present).
+pub(crate) fn put_chunks(
+    tx: &mut Transaction<'_>,
+    table: &Table,
+    sequence: u64,
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    let mut chunks = bytes.chunks(CHUNK_BYTES);
+    let first = chunks.next().unwrap_or_default();
+    tx.put(table, &chunk_key(sequence, 0), first)?;
+    for (n, chunk) in chunks.enumerate() {
+        tx.put(table, &chunk_key(sequence, n as u32 + 1), chunk)?;
+    }
+    Ok(())
+}
+
+/// Calls `each` with the reassembled byte string of every sequence in
+/// `[from, to)` that has rows, ascending; a sequence whose chunks are not
+/// numbered 0, 1, 2, ... is `Damaged`.
+pub(crate) fn scan_chunked(
+    tx: &mut Transaction<'_>,
+    table: &Table,
+    from: Bound<u64>,
+    to: Bound<u64>,
+    mut each: impl FnMut(u64, &[u8]) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let Some(range) = key_range(from, to) else {
+        return Ok(());
+    };
+    let mut current: Option<(u64, u32, Vec<u8>)> = None;
+    let mut failure = None;
+    tx.scan_with(table, range, usize::MAX, |key, value| {
+        let step = absorb_chunk(&mut current, key, value, &mut each);
+        match step {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                failure = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    })?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    match current {
+        Some((sequence, _, bytes)) => each(sequence, &bytes),
+        None => Ok(()),
+    }
+}
+
+fn absorb_chunk(
+    current: &mut Option<(u64, u32, Vec<u8>)>,
+    key: &[u8],
+    value: &[u8],
+    each: &mut impl FnMut(u64, &[u8]) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let (sequence, chunk) = split_chunk_key(key).ok_or_else(|| StoreError::Damaged {
+        what: "chunk row".into(),
+        reason: format!("key of {} bytes", key.len()),
+    })?;
+    match current {
+        Some((seq, last, bytes)) if *seq == sequence && chunk == *last + 1 => {
+            *last = chunk;
+            bytes.extend_from_slice(value);
+            return Ok(());
+        }
+        Some((seq, ..)) if *seq == sequence => {
+            return Err(damaged_sequence(sequence, "its chunks are not consecutive"));
+        }
+        Some((seq, _, bytes)) => each(*seq, bytes)?,
+        None => {}
+    }
+    if chunk != 0 {
+        return Err(damaged_sequence(sequence, "its first chunk is missing"));
+    }
+    *current = Some((sequence, 0, value.to_vec()));
+    Ok(())
+}
+
+fn damaged_sequence(sequence: u64, reason: &str) -> StoreError {
+    StoreError::Damaged {
+        what: format!("row group {sequence}"),
+        reason: reason.into(),
+    }
+}
+
+/// The byte-key range of the chunk rows of sequences in `[from, to)`;
+/// `None` when it is empty.
+fn key_range(from: Bound<u64>, to: Bound<u64>) -> Option<(Bound<Vec<u8>>, Bound<Vec<u8>>)> {
+    let start = match from {
+        Bound::Included(s) => Bound::Included(sequence_key(s)),
+        Bound::Excluded(u64::MAX) => return None,
+        Bound::Excluded(s) => Bound::Included(sequence_key(s + 1)),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let end = match to {
+        Bound::Excluded(s) => Bound::Excluded(sequence_key(s)),
+        Bound::Included(u64::MAX) | Bound::Unbounded => Bound::Unbounded,
+        Bound::Included(s) => Bound::Excluded(sequence_key(s + 1)),
+    };
+    Some((start, end))
+}
+
+/// The highest sequence with rows in `table`, if any.
+pub(crate) fn last_sequence(
+    tx: &mut Transaction<'_>,
+    table: &Table,
+) -> Result<Option<u64>, StoreError> {
+    let Some(entry) = tx.range::<&[u8]>(table, ..)?.next_back() else {
+        return Ok(None);
+    };
+    let (key, _) = entry?;
+    let (sequence, _) = split_chunk_key(&key).ok_or_else(|| StoreError::Damaged {
+        what: "chunk row".into(),
+        reason: format!("key of {} bytes", key.len()),
+    })?;
+    Ok(Some(sequence))
+}
+
+/// Reads a JSON meta value.
+pub(crate) fn get_meta<T: DeserializeOwned>(
+    tx: &mut Transaction<'_>,
+    table: &Table,
+    key: &str,
+    what: &'static str,
+) -> Result<Option<T>, StoreError> {
+    match tx.get(table, key.as_bytes())? {
+        Some(bytes) => Ok(Some(
+            serde_json::from_slice(&bytes).map_err(StoreError::codec(what))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Writes a JSON meta value.
+pub(crate) fn put_meta<T: Serialize>(
+    tx: &mut Transaction<'_>,
+    table: &Table,
+    key: &str,
+    value: &T,
+    what: &'static str,
+) -> Result<(), StoreError> {
+    let bytes = serde_json::to_vec(value).map_err(StoreError::codec(what))?;
+    tx.put(table, key.as_bytes(), &bytes)?;
+    Ok(())
+}
+
+/// Deletes every key of `table` in `range`, [`BATCH_ROWS`] per
+/// transaction: for garbage whose removal need not be atomic (rows no
+/// committed pointer refers to any more).
+pub(crate) fn delete_in_batches(
+    storage: &NodeStorage,
+    table: &Table,
+    range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+) -> Result<(), StoreError> {
+    loop {
+        let deleted = storage.write(|tx| {
+            let keys: Vec<Vec<u8>> = tx
+                .scan(table, range.clone(), BATCH_ROWS)?
+                .into_iter()
+                .map(|(key, _)| key)
+                .collect();
+            for key in &keys {
+                tx.delete(table, key)?;
+            }
+            Ok(keys.len())
+        })?;
+        if deleted < BATCH_ROWS {
+            return Ok(());
+        }
+    }
+}
+
+/// Writes `rows` to `table`, [`BATCH_ROWS`] per transaction: for rows no
+/// committed pointer refers to yet (a staging area).
+pub(crate) fn put_in_batches(
+    storage: &NodeStorage,
+    table: &Table,
+    rows: &[(Vec<u8>, Vec<u8>)],
+) -> Result<(), StoreError> {
+    for batch in rows.chunks(BATCH_ROWS) {
+        storage.write(|tx| {
+            for (key, value) in batch {
+                tx.put(table, key, value)?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// The chunk rows of `bytes` under `sequence`, for [`put_in_batches`].
+pub(crate) fn chunk_rows(sequence: u64, bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut rows: Vec<(Vec<u8>, Vec<u8>)> = bytes
+        .chunks(CHUNK_BYTES)
+        .enumerate()
+        .map(|(n, chunk)| (chunk_key(sequence, n as u32).to_vec(), chunk.to_vec()))
+        .collect();
+    if rows.is_empty() {
+        rows.push((chunk_key(sequence, 0).to_vec(), Vec::new()));
+    }
+    rows
+}

@@ -1,0 +1,115 @@
+//! One node's Rebound database and its tables, and the two ways this
+//! crate runs a transaction: a writer retried on serialization conflicts,
+//! and a reader on a consistent snapshot (`begin_read_only`).
+
+use crate::error::StoreError;
+use rebound::{Database, Options, Table, TableOptions, Transaction};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Bytes of every chunk-table value: Rebound stores values in slots of
+/// the table's `max_value_len`, so a table sized for 1 MiB values would
+/// spend a megabyte of medium on every small log entry. Large byte
+/// strings are split into rows of this size instead (`rows.rs`).
+pub(crate) const CHUNK_BYTES: usize = 1024;
+/// A chunk row's key: an 8-byte big-endian sequence (log index or
+/// snapshot number) then a 4-byte big-endian chunk number.
+pub(crate) const CHUNK_KEY_LEN: usize = 12;
+/// Generation prefix of every key in the kv table (`state_machine.rs`).
+pub(crate) const GENERATION_LEN: usize = 4;
+/// Small values of the meta tables (vote, log ids, membership, snapshot
+/// descriptors), JSON-encoded.
+const META_VALUE_LEN: u32 = 16 * 1024;
+/// Attempts of a writer that keeps hitting serialization conflicts.
+const MAX_ATTEMPTS: usize = 64;
+
+pub(crate) const LOG_TABLE: &str = "raft_log";
+pub(crate) const LOG_META_TABLE: &str = "raft_log_meta";
+pub(crate) const KV_TABLE: &str = "kv";
+pub(crate) const SM_META_TABLE: &str = "sm_meta";
+pub(crate) const SNAPSHOT_TABLE: &str = "sm_snapshot";
+
+/// The database of one node and handles to its tables.
+pub struct NodeStorage {
+    db: Database,
+    pub(crate) log: Table,
+    pub(crate) log_meta: Table,
+    pub(crate) kv: Table,
+    pub(crate) sm_meta: Table,
+    pub(crate) snapshots: Table,
+}
+
+impl NodeStorage {
+    /// Opens or creates the database in `dir` and the tables it lacks.
+    pub fn open(dir: &Path, options: Options) -> Result<Arc<NodeStorage>, StoreError> {
+        let db = Database::open(dir, options)?;
+        let chunks = TableOptions::default()
+            .max_key_len(CHUNK_KEY_LEN as u32)
+            .max_value_len(CHUNK_BYTES as u32);
+        let meta = TableOptions::default()
+            .max_key_len(32)
+            .max_value_len(META_VALUE_LEN);
+        let kv = TableOptions::default()
+            .max_key_len((GENERATION_LEN + crate::MAX_KEY_LEN) as u32)
+            .max_value_len(crate::MAX_VALUE_LEN as u32);
+        Ok(Arc::new(NodeStorage {
+            log: table(&db, LOG_TABLE, chunks.clone())?,
+            log_meta: table(&db, LOG_META_TABLE, meta.clone())?,
+            kv: table(&db, KV_TABLE, kv)?,
+            sm_meta: table(&db, SM_META_TABLE, meta)?,
+            snapshots: table(&db, SNAPSHOT_TABLE, chunks)?,
+            db,
+        }))
+    }
+
+    /// The database, for statistics or a backup.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Runs `work` in a read-write transaction and commits it, durable
+    /// when this returns `Ok`. On a serialization conflict the whole of
+    /// `work` runs again in a fresh transaction, so it must not have side
+    /// effects outside the transaction.
+    pub(crate) fn write<T>(
+        &self,
+        mut work: impl FnMut(&mut Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut session = self.db.session()?;
+        let mut attempt = 1;
+        loop {
+            let mut tx = session.begin();
+            let outcome = match work(&mut tx) {
+                Ok(value) => tx.commit().map(|()| value).map_err(StoreError::from),
+                Err(e) => {
+                    tx.abort();
+                    Err(e)
+                }
+            };
+            match outcome {
+                Err(e) if e.is_conflict() && attempt < MAX_ATTEMPTS => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs `work` in a read-only snapshot transaction: one consistent
+    /// cut of every table, which never conflicts with writers.
+    pub(crate) fn read<T>(
+        &self,
+        work: impl FnOnce(&mut Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut session = self.db.session()?;
+        let mut tx = session.begin_read_only();
+        let value = work(&mut tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+}
+
+fn table(db: &Database, name: &str, options: TableOptions) -> Result<Table, StoreError> {
+    match db.table(name)? {
+        Some(table) => Ok(table),
+        None => Ok(db.create_table(name, options)?),
+    }
+}
