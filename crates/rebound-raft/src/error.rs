@@ -66,6 +66,8 @@ impl Failed {
 }
 
 /// `result.map_err(Failed::X.of)` reads better as `result.or_fail(X)`.
+/// openraft's traits fix the error type, large as it is.
+#[allow(clippy::result_large_err)]
 pub(crate) trait OrFail<T> {
     fn or_fail(self, failed: Failed) -> Result<T, StorageError<NodeId>>;
 }

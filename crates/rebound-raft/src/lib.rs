@@ -27,7 +27,7 @@ pub use error::StoreError;
 pub use kv::{KvError, KvOp, KvRequest, KvResponse, OpResult, MAX_KEY_LEN, MAX_OPS, MAX_VALUE_LEN};
 pub use log_store::{LogStore, MAX_ENTRY_BYTES};
 pub use snapshot_format::SnapshotFormatError;
-pub use state_machine::{KvReader, SnapshotBuilder, StateMachineStore};
+pub use state_machine::{AppliedState, KvReader, SnapshotBuilder, StateMachineStore};
 pub use storage::NodeStorage;
 
 use std::io::Cursor;

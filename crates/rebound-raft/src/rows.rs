@@ -9,6 +9,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::ops::{Bound, ControlFlow};
 
+/// A range of byte keys.
+pub(crate) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
 /// Rows deleted or written per transaction by the batched helpers: keeps
 /// each transaction's write set (and `delete_range`'s key list) small.
 pub(crate) const BATCH_ROWS: usize = 512;
@@ -121,7 +124,7 @@ fn damaged_sequence(sequence: u64, reason: &str) -> StoreError {
 
 /// The byte-key range of the chunk rows of sequences in `[from, to)`;
 /// `None` when it is empty.
-fn key_range(from: Bound<u64>, to: Bound<u64>) -> Option<(Bound<Vec<u8>>, Bound<Vec<u8>>)> {
+fn key_range(from: Bound<u64>, to: Bound<u64>) -> Option<KeyRange> {
     let start = match from {
         Bound::Included(s) => Bound::Included(sequence_key(s)),
         Bound::Excluded(u64::MAX) => return None,
@@ -186,7 +189,7 @@ pub(crate) fn put_meta<T: Serialize>(
 pub(crate) fn delete_in_batches(
     storage: &NodeStorage,
     table: &Table,
-    range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+    range: KeyRange,
 ) -> Result<(), StoreError> {
     loop {
         let deleted = storage.write(|tx| {

@@ -20,6 +20,7 @@ use crate::error::{Failed, OrFail, StoreError};
 use crate::kv::{KvError, KvOp, KvRequest, KvResponse, OpResult};
 use crate::rows::{
     chunk_rows, delete_in_batches, get_meta, put_in_batches, put_meta, scan_chunked, sequence_key,
+    KeyRange,
 };
 use crate::snapshot_format::{decode, Encoder, Meta};
 use crate::storage::{NodeStorage, GENERATION_LEN};
@@ -42,7 +43,6 @@ const SNAPSHOT_KEY: &str = "current_snapshot";
 const SNAPSHOT_NUMBER_KEY: &str = "last_snapshot_number";
 
 type Membership = StoredMembership<NodeId, BasicNode>;
-type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
 /// Where the current snapshot's bytes are: the chunk rows of `number` in
 /// the snapshot table, `len` bytes with CRC-32C `crc` in all.
@@ -64,6 +64,15 @@ pub struct StateMachineStore {
 #[derive(Clone)]
 pub struct KvReader {
     storage: Arc<NodeStorage>,
+}
+
+/// The whole applied state of a node, as [`KvReader::contents`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedState {
+    /// The id of the last entry applied.
+    pub applied: Option<LogId<NodeId>>,
+    /// Every key and its value, in key order.
+    pub pairs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Builds a snapshot from one consistent cut of the state machine.
@@ -466,7 +475,7 @@ impl KvReader {
 
     /// Every pair of the applied state and the id of the last entry
     /// applied, from one consistent cut.
-    pub fn contents(&self) -> Result<(Option<LogId<NodeId>>, Vec<(Vec<u8>, Vec<u8>)>), StoreError> {
+    pub fn contents(&self) -> Result<AppliedState, StoreError> {
         self.storage.read(|tx| {
             let applied = get_meta(tx, &self.storage.sm_meta, APPLIED_KEY, "last applied id")?;
             let generation = generation(tx, &self.storage.sm_meta)?;
@@ -475,7 +484,7 @@ impl KvReader {
                 .into_iter()
                 .map(|(key, value)| (key[GENERATION_LEN..].to_vec(), value))
                 .collect();
-            Ok((applied, pairs))
+            Ok(AppliedState { applied, pairs })
         })
     }
 }

@@ -53,8 +53,8 @@ impl NodeStorage {
             .max_key_len((GENERATION_LEN + crate::MAX_KEY_LEN) as u32)
             .max_value_len(crate::MAX_VALUE_LEN as u32);
         Ok(Arc::new(NodeStorage {
-            log: table(&db, LOG_TABLE, chunks.clone())?,
-            log_meta: table(&db, LOG_META_TABLE, meta.clone())?,
+            log: table(&db, LOG_TABLE, chunks)?,
+            log_meta: table(&db, LOG_META_TABLE, meta)?,
             kv: table(&db, KV_TABLE, kv)?,
             sm_meta: table(&db, SM_META_TABLE, meta)?,
             snapshots: table(&db, SNAPSHOT_TABLE, chunks)?,
