@@ -543,3 +543,157 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.current_snapshot().or_fail(Failed::ReadSnapshot)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rows::chunk_rows;
+    use openraft::testing::log_id;
+
+    fn scratch() -> tempfile::TempDir {
+        let root = if std::path::Path::new("/dev/shm").is_dir() {
+            std::path::PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        tempfile::tempdir_in(root).expect("a temporary directory")
+    }
+
+    fn open(dir: &tempfile::TempDir) -> StateMachineStore {
+        let storage = NodeStorage::open(dir.path(), rebound::Options::default()).expect("open");
+        StateMachineStore::open(storage).expect("open the state machine")
+    }
+
+    fn apply_put(sm: &StateMachineStore, index: u64, key: &str, value: &str) {
+        let entry = Entry {
+            log_id: log_id(1, 1, index),
+            payload: EntryPayload::Normal(KvRequest::put(key, value)),
+        };
+        let response = sm.apply_entry(&entry).expect("apply");
+        assert_eq!(response.outcome, Ok(vec![OpResult::Put { existed: false }]));
+    }
+
+    fn row_count(sm: &StateMachineStore, table: &Table) -> usize {
+        sm.storage
+            .read(|tx| Ok(tx.scan::<&[u8]>(table, .., usize::MAX)?.len()))
+            .expect("scan")
+    }
+
+    fn pairs(items: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        items
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn reopening_resumes_after_the_last_applied_entry() {
+        let dir = scratch();
+        let sm = open(&dir);
+        apply_put(&sm, 1, "a", "1");
+        apply_put(&sm, 2, "b", "2");
+        drop(sm);
+        let sm = open(&dir);
+        let state = sm.reader().contents().unwrap();
+        assert_eq!(state.applied, Some(log_id(1, 1, 2)));
+        assert_eq!(state.pairs, pairs(&[("a", "1"), ("b", "2")]));
+    }
+
+    #[test]
+    fn an_interrupted_install_leaves_the_old_state_and_its_rows_go() {
+        let dir = scratch();
+        let sm = open(&dir);
+        apply_put(&sm, 1, "a", "1");
+        // What a crash before an install's switch leaves: rows of the next
+        // generation and of an unreferenced snapshot number.
+        let staged = [(kv_key(1, b"b"), b"2".to_vec())];
+        put_in_batches(&sm.storage, &sm.storage.kv, &staged).unwrap();
+        put_in_batches(
+            &sm.storage,
+            &sm.storage.snapshots,
+            &chunk_rows(7, b"partial"),
+        )
+        .unwrap();
+        drop(sm);
+
+        let sm = open(&dir);
+        let state = sm.reader().contents().unwrap();
+        assert_eq!(state.applied, Some(log_id(1, 1, 1)));
+        assert_eq!(state.pairs, pairs(&[("a", "1")]));
+        assert_eq!(row_count(&sm, &sm.storage.kv), 1);
+        assert_eq!(row_count(&sm, &sm.storage.snapshots), 0);
+    }
+
+    #[test]
+    fn install_replaces_the_whole_state_and_survives_a_reopen() {
+        let (leader_dir, follower_dir) = (scratch(), scratch());
+        let leader = open(&leader_dir);
+        apply_put(&leader, 1, "a", "1");
+        apply_put(&leader, 2, "b", "2");
+        let snapshot = SnapshotBuilder {
+            storage: leader.storage.clone(),
+        }
+        .build()
+        .unwrap();
+        let follower = open(&follower_dir);
+        apply_put(&follower, 1, "stale", "x");
+
+        follower
+            .install(&snapshot.meta, snapshot.snapshot.get_ref().clone())
+            .unwrap();
+        assert_eq!(
+            follower.reader().contents().unwrap(),
+            leader.reader().contents().unwrap()
+        );
+        assert_eq!(
+            row_count(&follower, &follower.storage.kv),
+            2,
+            "the old generation stays"
+        );
+        drop(follower);
+
+        let follower = open(&follower_dir);
+        assert_eq!(
+            follower.reader().contents().unwrap(),
+            leader.reader().contents().unwrap()
+        );
+        let kept = follower
+            .current_snapshot()
+            .unwrap()
+            .expect("a current snapshot");
+        assert_eq!(kept.meta, snapshot.meta);
+        assert_eq!(kept.snapshot.get_ref(), snapshot.snapshot.get_ref());
+    }
+
+    #[test]
+    fn a_damaged_or_mismatched_snapshot_changes_nothing() {
+        let (leader_dir, follower_dir) = (scratch(), scratch());
+        let leader = open(&leader_dir);
+        apply_put(&leader, 1, "a", "1");
+        let snapshot = SnapshotBuilder {
+            storage: leader.storage.clone(),
+        }
+        .build()
+        .unwrap();
+        let follower = open(&follower_dir);
+        apply_put(&follower, 1, "mine", "x");
+        let before = follower.reader().contents().unwrap();
+
+        let mut damaged = snapshot.snapshot.get_ref().clone();
+        damaged[20] ^= 0x10;
+        let refused = follower.install(&snapshot.meta, damaged).unwrap_err();
+        assert!(matches!(refused, StoreError::Snapshot(_)), "{refused}");
+        let mut other_meta = snapshot.meta.clone();
+        other_meta.last_log_id = Some(log_id(9, 9, 99));
+        let refused = follower
+            .install(&other_meta, snapshot.snapshot.get_ref().clone())
+            .unwrap_err();
+        assert!(
+            matches!(refused, StoreError::SnapshotMismatch { .. }),
+            "{refused}"
+        );
+
+        assert_eq!(follower.reader().contents().unwrap(), before);
+        assert!(follower.current_snapshot().unwrap().is_none());
+    }
+}
