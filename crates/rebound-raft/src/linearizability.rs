@@ -318,7 +318,7 @@ mod tests {
     }
 
     #[test]
-    fn a_long_concurrent_history_is_checked_quickly() {
+    fn accepts_a_long_history_of_overlapping_writes() {
         // 400 operations, each write overlapping the next one and the
         // reads beside it: the search must not blow up on a linearizable
         // history of this size.

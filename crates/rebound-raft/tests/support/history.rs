@@ -7,7 +7,7 @@ use rebound_raft::linearizability::{self, Action, Operation};
 use rebound_raft::{KvRequest, OpResult};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The keys the clients share: few, so that their operations overlap.
 pub const KEYS: [&str; 4] = ["apple", "banana", "cherry", "damson"];
@@ -17,6 +17,8 @@ pub struct History {
     start: Instant,
     operations: Mutex<Vec<Operation>>,
     acknowledged_writes: AtomicUsize,
+    /// Numbers the values written, so that no two writes write the same.
+    writes_started: AtomicUsize,
 }
 
 impl History {
@@ -25,7 +27,13 @@ impl History {
             start: Instant::now(),
             operations: Mutex::new(Vec::new()),
             acknowledged_writes: AtomicUsize::new(0),
+            writes_started: AtomicUsize::new(0),
         })
+    }
+
+    fn fresh_value(&self, client: usize) -> String {
+        let n = self.writes_started.fetch_add(1, Ordering::Relaxed);
+        format!("c{client}-w{n}")
     }
 
     fn now(&self) -> u64 {
@@ -63,31 +71,20 @@ impl History {
             panic!("{violation}: {operations:#?}");
         }
     }
-
-    /// Waits (up to the cluster's patience) until `writes` writes were
-    /// acknowledged.
-    pub async fn wait_for_writes(&self, writes: usize) {
-        let deadline = Instant::now() + PATIENCE;
-        while self.acknowledged_writes() < writes {
-            assert!(
-                Instant::now() < deadline,
-                "{writes} writes not acknowledged in time"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
 }
 
 /// Runs `operations` operations of client `client` one after another:
-/// every third a get, the others puts of values no other operation
-/// writes, on keys chosen so that clients collide.
+/// every third a get, the others puts of values no other write of the
+/// history writes (so that a read names the write it saw), on keys
+/// chosen so that clients collide.
 pub async fn run_client(router: Router, history: Arc<History>, client: usize, operations: usize) {
     for n in 0..operations {
         let key = KEYS[(client * 3 + n * 7) % KEYS.len()];
         if n % 3 == 2 {
             get(&router, &history, key).await;
         } else {
-            put(&router, &history, key, format!("c{client}-{n}")).await;
+            let value = history.fresh_value(client);
+            put(&router, &history, key, value).await;
         }
     }
 }
