@@ -548,16 +548,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 mod tests {
     use super::*;
     use crate::rows::chunk_rows;
+    use crate::storage::scratch_dir as scratch;
     use openraft::testing::log_id;
-
-    fn scratch() -> tempfile::TempDir {
-        let root = if std::path::Path::new("/dev/shm").is_dir() {
-            std::path::PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        tempfile::tempdir_in(root).expect("a temporary directory")
-    }
 
     fn open(dir: &tempfile::TempDir) -> StateMachineStore {
         let storage = NodeStorage::open(dir.path(), rebound::Options::default()).expect("open");

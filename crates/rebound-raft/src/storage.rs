@@ -113,3 +113,16 @@ fn table(db: &Database, name: &str, options: TableOptions) -> Result<Table, Stor
         None => Ok(db.create_table(name, options)?),
     }
 }
+
+/// A fresh directory for a test database, on tmpfs when there is one
+/// (where the log-free design emulates persistent memory).
+#[cfg(test)]
+pub(crate) fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let root = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    tempfile::tempdir_in(root).expect("a temporary directory")
+}
