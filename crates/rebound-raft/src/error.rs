@@ -22,6 +22,14 @@ pub enum StoreError {
     Damaged { what: String, reason: String },
     #[error(transparent)]
     Snapshot(#[from] SnapshotFormatError),
+    /// A table of the database was created with smaller limits (key
+    /// length, value length) than this version of the crate needs.
+    #[error("table {name:?} allows (key, value) lengths of {found:?}; {wanted:?} are needed")]
+    IncompatibleTable {
+        name: String,
+        found: (u32, u32),
+        wanted: (u32, u32),
+    },
     #[error("snapshot data describes {found} but was offered as {offered}")]
     SnapshotMismatch { found: String, offered: String },
 }

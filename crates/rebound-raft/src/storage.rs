@@ -107,11 +107,22 @@ impl NodeStorage {
     }
 }
 
+/// The table called `name`, created with `options` if it is missing. An
+/// existing table must hold what `options` allows: a node whose tables
+/// are narrower would refuse requests the others apply.
 fn table(db: &Database, name: &str, options: TableOptions) -> Result<Table, StoreError> {
-    match db.table(name)? {
-        Some(table) => Ok(table),
-        None => Ok(db.create_table(name, options)?),
+    let Some(table) = db.table(name)? else {
+        return Ok(db.create_table(name, options)?);
+    };
+    let found = table.options();
+    if found.max_key_len < options.max_key_len || found.max_value_len < options.max_value_len {
+        return Err(StoreError::IncompatibleTable {
+            name: name.into(),
+            found: (found.max_key_len, found.max_value_len),
+            wanted: (options.max_key_len, options.max_value_len),
+        });
     }
+    Ok(table)
 }
 
 /// A fresh directory for a test database, on tmpfs when there is one
@@ -125,4 +136,25 @@ pub(crate) fn scratch_dir() -> tempfile::TempDir {
         std::env::temp_dir()
     };
     tempfile::tempdir_in(root).expect("a temporary directory")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_narrower_than_needed_is_refused() {
+        let dir = scratch_dir();
+        let db = Database::open(dir.path(), Options::default()).unwrap();
+        let narrow = TableOptions::default().max_key_len(8).max_value_len(16);
+        db.create_table(KV_TABLE, narrow).unwrap();
+        drop(db);
+        match NodeStorage::open(dir.path(), Options::default()) {
+            Err(StoreError::IncompatibleTable { name, found, .. }) => {
+                assert_eq!((name.as_str(), found), (KV_TABLE, (8, 16)));
+            }
+            Err(other) => panic!("expected IncompatibleTable, got {other}"),
+            Ok(_) => panic!("a narrow kv table was accepted"),
+        }
+    }
 }
