@@ -135,7 +135,9 @@ async fn restart_a_follower(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_node_catches_up_from_the_log() {
-    let mut cluster = Cluster::start(3, test_config()).await;
+    // On the `wal` design: its recovery replays the redo log at reopen.
+    let options = rebound::Options::default().durability(rebound::Durability::Wal);
+    let mut cluster = Cluster::start_with(3, test_config(), options).await;
     let history = History::new();
     let (follower, stopped_at, recovered) =
         restart_a_follower(&mut cluster, &history, 15, async |_, _| {}).await;

@@ -11,7 +11,7 @@ use openraft::raft::{
 };
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{BasicNode, Config, RaftMetrics, ServerState, Snapshot};
-use rebound_raft::{open_stores, KvReader, NodeId, Raft, StoreError, TypeConfig};
+use rebound_raft::{open_stores_with, KvReader, NodeId, Raft, StoreError, TypeConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -160,18 +160,26 @@ pub fn test_config() -> Config {
 pub struct Cluster {
     pub router: Router,
     config: Arc<Config>,
+    /// How every node opens its database.
+    options: rebound::Options,
     readers: BTreeMap<NodeId, KvReader>,
     root: TempDir,
 }
 
 impl Cluster {
-    /// Starts nodes `1..=size`, makes them one cluster and waits for its
-    /// leader.
+    /// Starts nodes `1..=size` on Rebound's default design, makes them
+    /// one cluster and waits for its leader.
     pub async fn start(size: u64, config: Config) -> Cluster {
+        Cluster::start_with(size, config, rebound::Options::default()).await
+    }
+
+    /// [`Cluster::start`] with the nodes' databases opened with `options`.
+    pub async fn start_with(size: u64, config: Config, options: rebound::Options) -> Cluster {
         let config = Arc::new(config.validate().expect("valid config"));
         let mut cluster = Cluster {
             router: Router::default(),
             config,
+            options,
             readers: BTreeMap::new(),
             root: super::temp_dir("cluster"),
         };
@@ -195,7 +203,7 @@ impl Cluster {
     /// Opens node `id`'s stores from its directory and starts its Raft.
     /// Returns the last applied log index its state machine recovered.
     pub async fn start_node(&mut self, id: NodeId) -> Option<u64> {
-        let (log_store, state_machine) = open_when_released(&self.dir(id)).await;
+        let (log_store, state_machine) = open_when_released(&self.dir(id), &self.options).await;
         let reader = state_machine.reader();
         let recovered = reader.contents().expect("read the recovered state").applied;
         let raft = Raft::new(
@@ -243,14 +251,14 @@ impl Cluster {
 
     /// The last log index in the stores of node `id`, which is stopped.
     pub async fn last_log_index_on_disk(&self, id: NodeId) -> u64 {
-        let (mut log_store, _) = open_when_released(&self.dir(id)).await;
+        let (mut log_store, _) = open_when_released(&self.dir(id), &self.options).await;
         let state = log_store.get_log_state().await.expect("read the log state");
         state.last_log_id.map_or(0, |log_id| log_id.index)
     }
 
     /// The current snapshot in the stores of node `id`, which is stopped.
     pub async fn current_snapshot_on_disk(&self, id: NodeId) -> Option<Snapshot<TypeConfig>> {
-        let (_, mut state_machine) = open_when_released(&self.dir(id)).await;
+        let (_, mut state_machine) = open_when_released(&self.dir(id), &self.options).await;
         state_machine
             .get_current_snapshot()
             .await
@@ -269,10 +277,11 @@ impl Cluster {
 /// be held by tasks that are finishing, so `Locked` is retried for a while.
 async fn open_when_released(
     dir: &std::path::Path,
+    options: &rebound::Options,
 ) -> (rebound_raft::LogStore, rebound_raft::StateMachineStore) {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        match open_stores(dir) {
+        match open_stores_with(dir, options.clone()) {
             Ok(stores) => return stores,
             Err(StoreError::Engine(rebound::Error::Locked)) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(10)).await;
