@@ -157,39 +157,52 @@ impl StateMachineStore {
                 what: "kv generation".into(),
                 reason: "it cannot advance past u32::MAX".into(),
             })?;
-        delete_in_batches(storage, &storage.kv, generation_range(staged))?;
-        let rows: Vec<_> = contents
-            .pairs
-            .iter()
-            .map(|(key, value)| (kv_key(staged, key), value.clone()))
-            .collect();
-        put_in_batches(storage, &storage.kv, &rows)?;
-        let replaced = keep_snapshot(storage, meta, &bytes, Switch::Always, |tx| {
-            put_meta(
-                tx,
-                &storage.sm_meta,
-                GENERATION_KEY,
-                &staged,
-                "kv generation",
-            )?;
-            put_meta(
-                tx,
-                &storage.sm_meta,
-                APPLIED_KEY,
-                &meta.last_log_id,
-                "last applied id",
-            )?;
-            put_meta(
-                tx,
-                &storage.sm_meta,
-                MEMBERSHIP_KEY,
-                &meta.last_membership,
-                "membership",
-            )
+        stage_generation(storage, staged, &contents.pairs)?;
+        keep_snapshot(storage, meta, &bytes, Switch::Always, |tx| {
+            put_in_force(tx, storage, staged, meta)
         })?;
-        debug_assert!(replaced, "an install always switches");
         delete_in_batches(storage, &storage.kv, generation_range(old_generation))
     }
+}
+
+/// Writes `pairs` as generation `staged`, after clearing what an
+/// interrupted install may have left there.
+fn stage_generation(
+    storage: &NodeStorage,
+    staged: u32,
+    pairs: &[(Vec<u8>, Vec<u8>)],
+) -> Result<(), StoreError> {
+    delete_in_batches(storage, &storage.kv, generation_range(staged))?;
+    let rows: Vec<_> = pairs
+        .iter()
+        .map(|(key, value)| (kv_key(staged, key), value.clone()))
+        .collect();
+    put_in_batches(storage, &storage.kv, &rows)
+}
+
+/// Makes generation `staged` the state, as of the snapshot `meta`.
+fn put_in_force(
+    tx: &mut Transaction<'_>,
+    storage: &NodeStorage,
+    staged: u32,
+    meta: &Meta,
+) -> Result<(), StoreError> {
+    let sm_meta = &storage.sm_meta;
+    put_meta(tx, sm_meta, GENERATION_KEY, &staged, "kv generation")?;
+    put_meta(
+        tx,
+        sm_meta,
+        APPLIED_KEY,
+        &meta.last_log_id,
+        "last applied id",
+    )?;
+    put_meta(
+        tx,
+        sm_meta,
+        MEMBERSHIP_KEY,
+        &meta.last_membership,
+        "membership",
+    )
 }
 
 fn apply_in(
@@ -364,27 +377,15 @@ enum Switch {
 /// Stores `bytes` as the current snapshot: its rows under a fresh
 /// number, then, in one transaction with whatever `also` writes, the
 /// pointer to them; then deletes the rows of the snapshot it replaced
-/// (or its own, when it did not switch). Returns whether it switched.
+/// (or its own, when it did not switch).
 fn keep_snapshot(
     storage: &NodeStorage,
     meta: &Meta,
     bytes: &[u8],
     switch: Switch,
     mut also: impl FnMut(&mut Transaction<'_>) -> Result<(), StoreError>,
-) -> Result<bool, StoreError> {
-    let number = storage.write(|tx| {
-        let last: Option<u64> =
-            get_meta(tx, &storage.sm_meta, SNAPSHOT_NUMBER_KEY, "snapshot number")?;
-        let number = last.unwrap_or(0) + 1;
-        put_meta(
-            tx,
-            &storage.sm_meta,
-            SNAPSHOT_NUMBER_KEY,
-            &number,
-            "snapshot number",
-        )?;
-        Ok(number)
-    })?;
+) -> Result<(), StoreError> {
+    let number = allocate_snapshot_number(storage)?;
     put_in_batches(storage, &storage.snapshots, &chunk_rows(number, bytes))?;
     let stored = StoredSnapshot {
         number,
@@ -392,23 +393,35 @@ fn keep_snapshot(
         len: bytes.len() as u64,
         crc: crc32c::crc32c(bytes),
     };
-    let (switched, garbage) = storage.write(|tx| {
+    let garbage = storage.write(|tx| {
         let current: Option<StoredSnapshot> =
             get_meta(tx, &storage.sm_meta, SNAPSHOT_KEY, "snapshot")?;
         let newer_exists = current
             .as_ref()
             .is_some_and(|c| c.meta.last_log_id > meta.last_log_id);
         if switch == Switch::UnlessNewerExists && newer_exists {
-            return Ok((false, Some(number)));
+            return Ok(Some(number));
         }
         put_meta(tx, &storage.sm_meta, SNAPSHOT_KEY, &stored, "snapshot")?;
         also(tx)?;
-        Ok((true, current.map(|c| c.number)))
+        Ok(current.map(|c| c.number))
     })?;
-    if let Some(number) = garbage {
-        delete_in_batches(storage, &storage.snapshots, snapshot_range(number))?;
+    match garbage {
+        Some(number) => delete_in_batches(storage, &storage.snapshots, snapshot_range(number)),
+        None => Ok(()),
     }
-    Ok(switched)
+}
+
+/// A snapshot number no snapshot of this node had: the chunk rows of
+/// concurrent builds and installs never mix.
+fn allocate_snapshot_number(storage: &NodeStorage) -> Result<u64, StoreError> {
+    storage.write(|tx| {
+        let sm_meta = &storage.sm_meta;
+        let last: Option<u64> = get_meta(tx, sm_meta, SNAPSHOT_NUMBER_KEY, "snapshot number")?;
+        let number = last.unwrap_or(0) + 1;
+        put_meta(tx, sm_meta, SNAPSHOT_NUMBER_KEY, &number, "snapshot number")?;
+        Ok(number)
+    })
 }
 
 impl SnapshotBuilder {
@@ -687,5 +700,38 @@ mod tests {
 
         assert_eq!(follower.reader().contents().unwrap(), before);
         assert!(follower.current_snapshot().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_build_older_than_the_current_snapshot_does_not_replace_it() {
+        let dir = scratch();
+        let sm = open(&dir);
+        apply_put(&sm, 1, "a", "1");
+        let (older_meta, older_bytes) =
+            sm.storage.read(|tx| encode_state(tx, &sm.storage)).unwrap();
+        apply_put(&sm, 2, "b", "2");
+        let newer = SnapshotBuilder {
+            storage: sm.storage.clone(),
+        }
+        .build()
+        .unwrap();
+
+        // The older build finishes last, as if it had raced an install.
+        keep_snapshot(
+            &sm.storage,
+            &older_meta,
+            &older_bytes,
+            Switch::UnlessNewerExists,
+            |_| Ok(()),
+        )
+        .unwrap();
+        let current = sm.current_snapshot().unwrap().expect("a current snapshot");
+        assert_eq!(current.meta, newer.meta);
+        let newer_rows = chunk_rows(0, newer.snapshot.get_ref()).len();
+        assert_eq!(
+            row_count(&sm, &sm.storage.snapshots),
+            newer_rows,
+            "the older rows stayed"
+        );
     }
 }
