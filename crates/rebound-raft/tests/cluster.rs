@@ -4,10 +4,10 @@
 mod support;
 
 use openraft::{Config, SnapshotPolicy};
-use rebound_raft::NodeId;
+use rebound_raft::{linearizability, NodeId};
 use std::sync::Arc;
 use support::cluster::{test_config, Cluster, PATIENCE};
-use support::history::{read_all, run_client, History};
+use support::history::{read_all, run_client, with_a_stale_read, History};
 use tokio::task::JoinHandle;
 
 const CLIENTS: usize = 3;
@@ -72,6 +72,10 @@ async fn committed_writes_are_readable_on_every_node() {
     run_clients(&cluster, &history, 30).await;
     read_all(&cluster.router, &history).await;
     history.assert_linearizable(30);
+    // The checker is not blind on such histories: one stale read in it
+    // is found.
+    let tampered = with_a_stale_read(&history.operations()).expect("a read after two writes");
+    assert!(linearizability::check(&tampered).is_err());
 
     wait_until_caught_up(&cluster).await;
     assert_same_state_everywhere(&cluster);

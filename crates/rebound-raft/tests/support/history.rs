@@ -73,6 +73,43 @@ impl History {
     }
 }
 
+/// `history` with one read made stale: it now returns the value of a
+/// write that was followed by another completed write to its key before
+/// the read began. No linearization allows that (values are unique), so
+/// the checker must reject the result; `None` if no read qualifies.
+pub fn with_a_stale_read(history: &[Operation]) -> Option<Vec<Operation>> {
+    for (index, read) in history.iter().enumerate() {
+        let Action::Read(seen) = &read.action else {
+            continue;
+        };
+        let overwritten = acknowledged_writes(history, &read.key).find(|(first, value)| {
+            value != seen
+                && acknowledged_writes(history, &read.key)
+                    .any(|(second, _)| first.ret < second.call && second.ret < read.call)
+        });
+        if let Some((_, value)) = overwritten {
+            let mut tampered = history.to_vec();
+            tampered[index].action = Action::Read(value);
+            return Some(tampered);
+        }
+    }
+    None
+}
+
+/// The acknowledged writes to `key` and the values they wrote.
+fn acknowledged_writes<'a>(
+    history: &'a [Operation],
+    key: &'a [u8],
+) -> impl Iterator<Item = (&'a Operation, Option<Vec<u8>>)> + 'a {
+    history
+        .iter()
+        .filter(move |op| op.key == key && op.ret != Operation::NEVER)
+        .filter_map(|op| match &op.action {
+            Action::Write(value) => Some((op, value.clone())),
+            Action::Read(_) => None,
+        })
+}
+
 /// Runs `operations` operations of client `client` one after another:
 /// every third a get, the others puts of values no other write of the
 /// history writes (so that a read names the write it saw), on keys
