@@ -30,6 +30,10 @@ pub enum StoreError {
         found: (u32, u32),
         wanted: (u32, u32),
     },
+    /// Every snapshot begun for this long started below a writer older
+    /// than this node's newest commit, so none saw that commit.
+    #[error("no snapshot saw this node's newest commit within {0:?}")]
+    StaleRead(std::time::Duration),
     #[error("snapshot data describes {found} but was offered as {offered}")]
     SnapshotMismatch { found: String, offered: String },
 }

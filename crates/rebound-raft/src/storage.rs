@@ -5,7 +5,9 @@
 use crate::error::StoreError;
 use rebound::{Database, Options, Table, TableOptions, Transaction};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Bytes of every chunk-table value: Rebound stores values in slots of
 /// the table's `max_value_len`, so a table sized for 1 MiB values would
@@ -22,6 +24,9 @@ pub(crate) const GENERATION_LEN: usize = 4;
 const META_VALUE_LEN: u32 = 16 * 1024;
 /// Attempts of a writer that keeps hitting serialization conflicts.
 const MAX_ATTEMPTS: usize = 64;
+/// How long a reader retries for a snapshot that sees this node's newest
+/// commit before it gives up (`StoreError::StaleRead`).
+const FRESH_READ_PATIENCE: Duration = Duration::from_secs(10);
 
 pub(crate) const LOG_TABLE: &str = "raft_log";
 pub(crate) const LOG_META_TABLE: &str = "raft_log_meta";
@@ -32,6 +37,9 @@ pub(crate) const SNAPSHOT_TABLE: &str = "sm_snapshot";
 /// The database of one node and handles to its tables.
 pub struct NodeStorage {
     db: Database,
+    /// The serial-order id of the newest commit of [`NodeStorage::write`],
+    /// which every later [`NodeStorage::read`] must see.
+    newest_commit: AtomicU64,
     pub(crate) log: Table,
     pub(crate) log_meta: Table,
     pub(crate) kv: Table,
@@ -59,6 +67,7 @@ impl NodeStorage {
             sm_meta: table(&db, SM_META_TABLE, meta)?,
             snapshots: table(&db, SNAPSHOT_TABLE, chunks)?,
             db,
+            newest_commit: AtomicU64::new(0),
         }))
     }
 
@@ -80,7 +89,7 @@ impl NodeStorage {
         loop {
             let mut tx = session.begin();
             let outcome = match work(&mut tx) {
-                Ok(value) => tx.commit().map(|()| value).map_err(StoreError::from),
+                Ok(value) => self.commit(tx).map(|()| value),
                 Err(e) => {
                     tx.abort();
                     Err(e)
@@ -93,17 +102,44 @@ impl NodeStorage {
         }
     }
 
+    /// `tx.commit()`, noting the commit's place in the serial order.
+    fn commit(&self, tx: Transaction<'_>) -> Result<(), StoreError> {
+        let pending = tx.commit_deferred()?;
+        let id = pending.id();
+        pending.wait()?;
+        if let Some(id) = id {
+            self.newest_commit.fetch_max(id, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
     /// Runs `work` in a read-only snapshot transaction: one consistent
-    /// cut of every table, which never conflicts with writers.
+    /// cut of every table, which never conflicts with writers, and which
+    /// sees every commit of [`write`](Self::write) that returned before
+    /// this was called. (An MVTO snapshot that meets an older writer
+    /// still running after `rebound::FRESH_PATIENCE` starts below it,
+    /// without the newest commits; openraft needs an appended entry to be
+    /// readable once `append` returned, so such a snapshot is dropped and
+    /// another one begun.)
     pub(crate) fn read<T>(
         &self,
         work: impl FnOnce(&mut Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        let must_see = self.newest_commit.load(Ordering::Acquire);
+        let deadline = Instant::now() + FRESH_READ_PATIENCE;
         let mut session = self.db.session()?;
-        let mut tx = session.begin_read_only();
-        let value = work(&mut tx)?;
-        tx.commit()?;
-        Ok(value)
+        loop {
+            let mut tx = session.begin_read_only();
+            if tx.id() > must_see {
+                let value = work(&mut tx)?;
+                tx.commit()?;
+                return Ok(value);
+            }
+            drop(tx);
+            if Instant::now() >= deadline {
+                return Err(StoreError::StaleRead(FRESH_READ_PATIENCE));
+            }
+        }
     }
 }
 
@@ -156,5 +192,32 @@ mod tests {
             Err(other) => panic!("expected IncompatibleTable, got {other}"),
             Ok(_) => panic!("a narrow kv table was accepted"),
         }
+    }
+
+    #[test]
+    fn a_read_sees_the_newest_write_while_an_older_writer_runs_on() {
+        let dir = scratch_dir();
+        let storage = NodeStorage::open(dir.path(), Options::default()).unwrap();
+        let (begun, older_begun) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let older_writer = scope.spawn(|| {
+                let mut session = storage.db.session().unwrap();
+                let mut older = session.begin();
+                older.put(&storage.kv, b"elsewhere", b"1").unwrap();
+                begun.send(()).unwrap();
+                // Runs on until a snapshot has started below it.
+                while storage.db.stats().snapshots.started_stale == 0 {
+                    std::thread::yield_now();
+                }
+                older.abort();
+            });
+            older_begun.recv().unwrap();
+            storage
+                .write(|tx| Ok(tx.put(&storage.log_meta, b"newest", b"2")?))
+                .unwrap();
+            let seen = storage.read(|tx| Ok(tx.get(&storage.log_meta, b"newest")?));
+            assert_eq!(seen.unwrap(), Some(b"2".to_vec()));
+            older_writer.join().unwrap();
+        });
     }
 }
