@@ -289,3 +289,35 @@ fn wal_drops_survive_a_power_cut_at_every_operation() {
     }
     assert!(cuts as u64 >= total * 3 / 4, "{cuts} cuts of {total}");
 }
+
+/// A `wal` log that creates an indexed table, fills it and drops it is
+/// replayed into a database without the table (the index's record is
+/// followed by the drop's).
+#[test]
+fn a_wal_log_with_an_indexed_table_dropped_replays() {
+    let fs = rebound::SimFs::new();
+    let options = Options::default()
+        .durability(Durability::Wal)
+        .file_system(rebound::FileSystem::Simulated(fs.clone()))
+        .background_thread(false);
+    let db = Database::open("unused", options.clone()).unwrap();
+    let doomed = db.create_table("t", table_options()).unwrap();
+    db.create_index(
+        &doomed,
+        "by_head",
+        IndexOptions::default().value_bytes(0..2),
+    )
+    .unwrap();
+    fill(&db, &doomed, 50, 10);
+    db.drop_table("t").unwrap();
+    let kept = db.create_table("t", table_options()).unwrap();
+    fill(&db, &kept, 5, 10);
+    let image = fs.crash(7);
+    drop((doomed, kept, db));
+    let options = options.file_system(rebound::FileSystem::Simulated(image));
+    let db = Database::open("unused", options).unwrap();
+    assert_eq!(db.table_names(), ["t"]);
+    assert_eq!(row_count(&db, "t"), 5);
+    let t = db.table("t").unwrap().unwrap();
+    assert!(db.index(&t, "by_head").unwrap().is_none());
+}

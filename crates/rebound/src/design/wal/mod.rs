@@ -435,7 +435,14 @@ fn replay(
     serve_recovered(engine, &recovered, &all_indexes)?;
     let replayed_after = replay_started.elapsed();
     let indexes_started = Instant::now();
-    for def in &all_indexes {
+    // An index of a table dropped later goes with it.
+    let live = |def: &&IndexDef| {
+        engine
+            .store()
+            .get_table(def.table)
+            .is_none_or(|t| !t.is_dropped())
+    };
+    for def in all_indexes.iter().filter(live) {
         create_logged_index(engine, def)?;
     }
     let indexes_after = indexes_started.elapsed();
