@@ -201,8 +201,8 @@ fn state_of(db: &Database) -> TableState {
     Some(tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap())
 }
 
-/// Drops and recreations of `t` (each recreation filled in one commit,
-/// a snapshot every other generation); returns, per acknowledged step, the
+/// Drops and recreations of `t` (each recreated with a secondary index
+/// and filled in one commit, a snapshot every other generation); returns, per acknowledged step, the
 /// file-system operations it spanned and the state of `t` after it.
 fn drop_sequence(fs: &rebound::SimFs) -> Vec<((u64, u64), TableState)> {
     let options = Options::default()
@@ -225,7 +225,10 @@ fn drop_sequence(fs: &rebound::SimFs) -> Vec<((u64, u64), TableState)> {
         }
         let mut created = None;
         step(&mut || {
-            created = Some(db.create_table("t", table_options()).unwrap());
+            let table = db.create_table("t", table_options()).unwrap();
+            db.create_index(&table, "by_head", IndexOptions::default().value_bytes(0..2))
+                .unwrap();
+            created = Some(table);
             Some(Vec::new())
         });
         let table = created.expect("created");
