@@ -359,6 +359,18 @@ impl<'s> Transaction<'s> {
         self.state.is_snapshot()
     }
 
+    /// Whether this snapshot started stale: under MVTO, a writer older
+    /// than a commit acknowledged before the snapshot began was still
+    /// running after [`FRESH_PATIENCE`], and the snapshot reads below it
+    /// (a consistent prefix of the serial order that may lack such
+    /// commits). Begin another one to see them once that writer ends.
+    /// Always false for read-write transactions and under OCC.
+    ///
+    /// [`FRESH_PATIENCE`]: crate::FRESH_PATIENCE
+    pub fn is_stale_snapshot(&self) -> bool {
+        self.state.is_stale_snapshot()
+    }
+
     /// A snapshot's anchor (see `Session::begin_read_only_beside`).
     pub(crate) fn anchor(&self) -> Anchor {
         self.state.anchor()

@@ -1217,6 +1217,8 @@ pub struct TxnState<'s> {
     hints: Vec<UpdateHint<'s>>,
     /// A read-only transaction on the snapshot at `ts` (`snapshot`).
     snapshot: bool,
+    /// The snapshot started stale (`snapshot`).
+    stale_snapshot: bool,
 }
 
 impl<'s> TxnState<'s> {
@@ -1275,6 +1277,7 @@ impl<'s> TxnState<'s> {
             occ: None,
             hints: Vec::new(),
             snapshot: false,
+            stale_snapshot: false,
         }
     }
 

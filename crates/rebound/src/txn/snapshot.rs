@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 pub struct Anchor {
     worker: usize,
     at: u64,
+    stale: bool,
 }
 
 /// How long an MVTO snapshot waits for older writers before it starts
@@ -107,16 +108,18 @@ impl Store {
         self.snapshots[worker].store(0, SeqCst);
     }
 
-    /// Chooses `worker`'s snapshot timestamp and announces it.
-    fn open_snapshot(&self, worker: usize) -> Result<u64> {
+    /// Chooses `worker`'s snapshot timestamp and announces it; with it,
+    /// whether the snapshot starts stale (below a writer it would not wait
+    /// for longer, so it may miss commits acknowledged before it began).
+    fn open_snapshot(&self, worker: usize) -> Result<(u64, bool)> {
         let slot = &self.snapshots[worker];
         slot.store(CHOOSING, SeqCst);
         let at = match self.concurrency {
-            Concurrency::Occ => self.clock.next(&self.medium),
+            Concurrency::Occ => self.clock.next(&self.medium).map(|at| (at, false)),
             Concurrency::Mvto => Ok(self.mvto_snapshot_timestamp()),
         };
         match at {
-            Ok(at) => {
+            Ok((at, _)) => {
                 assert!(
                     (CHOOSING..=self.clock.peek()).contains(&at),
                     "a snapshot reads at an issued timestamp at or above its bound: {at}"
@@ -140,17 +143,17 @@ impl Store {
     /// acted before that only on a lower low water (it never falls).
     /// A commit acknowledged before the call stored its timestamp in
     /// `last_writes` before it was acknowledged, so the check sees it.
-    fn mvto_snapshot_timestamp(&self) -> u64 {
+    fn mvto_snapshot_timestamp(&self) -> (u64, bool) {
         let wanted = self.clock.peek();
         let deadline = Instant::now() + FRESH_PATIENCE;
         loop {
             let low = self.low_water_of_writers();
             if low >= wanted || low > self.newest_write() {
-                return low;
+                return (low, false);
             }
             if Instant::now() >= deadline {
                 self.stale_snapshots.fetch_add(1, Relaxed);
-                return low;
+                return (low, true);
             }
             std::thread::yield_now();
         }
@@ -169,6 +172,7 @@ impl<'s> TxnState<'s> {
         Anchor {
             worker: self.worker,
             at: self.ts,
+            stale: self.stale_snapshot,
         }
     }
 
@@ -180,17 +184,17 @@ impl<'s> TxnState<'s> {
         let opened = match open == anchor.at && anchor.at != 0 {
             true => {
                 store.snapshots[worker].store(anchor.at, SeqCst);
-                Ok(anchor.at)
+                Ok((anchor.at, anchor.stale))
             }
             false => Err(Error::TransactionPoisoned),
         };
         TxnState::snapshot_at(store, worker, opened)
     }
 
-    fn snapshot_at(store: &'s Store, worker: usize, opened: Result<u64>) -> Self {
-        let (at, poisoned) = match opened {
-            Ok(at) => (at, None),
-            Err(e) => (0, Some(e)),
+    fn snapshot_at(store: &'s Store, worker: usize, opened: Result<(u64, bool)>) -> Self {
+        let ((at, stale), poisoned) = match opened {
+            Ok(opened) => (opened, None),
+            Err(e) => ((0, false), Some(e)),
         };
         let (buf, spare_keys) = {
             let mut set = store.write_sets[worker].lock();
@@ -200,11 +204,18 @@ impl<'s> TxnState<'s> {
         let mut txn = TxnState::idle(store, worker, at, (buf, spare_keys));
         txn.poisoned = poisoned;
         txn.snapshot = true;
+        txn.stale_snapshot = stale;
         txn
     }
 
     pub fn is_snapshot(&self) -> bool {
         self.snapshot
+    }
+
+    /// A snapshot that started below a writer it would not wait for
+    /// longer than `FRESH_PATIENCE` (MVTO only).
+    pub fn is_stale_snapshot(&self) -> bool {
+        self.stale_snapshot
     }
 
     /// Reads `key` as of the snapshot.
