@@ -11,6 +11,7 @@ mod secondary;
 mod stats;
 
 pub use backup::BackupStats;
+use backup::IndexDefinitions;
 pub use export::ExportStats;
 pub use integrity::IntegrityReport;
 pub use options::{Durability, MediumChoice, Options, MIN_MAX_SIZE};
@@ -187,6 +188,29 @@ impl Database {
         };
         rt.check_damaged()?;
         Ok(Some(Table { rt }))
+    }
+
+    /// A snapshot, and the tables live when it began with their index
+    /// definitions then (see `Engine::with_catalog_fixed`): what a backup
+    /// or an export copies.
+    pub(crate) fn snapshot_with_tables<'s>(
+        &self,
+        session: &'s mut Session,
+    ) -> Result<(Transaction<'s>, Vec<(Table, IndexDefinitions)>)> {
+        let (snapshot, tables) = self.inner.with_catalog_fixed(|| {
+            let snapshot = session.begin_read_only();
+            let live = self.inner.store().tables().filter(|t| !t.is_dropped());
+            let tables: Vec<_> = live.map(|rt| Table { rt: rt.clone() }).collect();
+            let defined = tables.into_iter().map(|t| {
+                let indexes = self.index_definitions(&t);
+                (t, indexes)
+            });
+            (snapshot, defined.collect::<Vec<_>>())
+        });
+        for (table, _) in &tables {
+            table.rt.check_damaged()?;
+        }
+        Ok((snapshot, tables))
     }
 
     /// Names of all tables, in creation order.

@@ -42,12 +42,24 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 use std::time::{Duration, Instant};
 
-/// An open snapshot's worker and timestamp (`TxnState::anchor`).
+/// An open snapshot's worker and how it opened (`TxnState::anchor`).
 #[derive(Debug, Clone, Copy)]
 pub struct Anchor {
     worker: usize,
-    at: u64,
-    stale: bool,
+    opened: Opened,
+}
+
+/// How a snapshot opened.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Opened {
+    /// Where it reads.
+    pub at: u64,
+    /// Below a writer it would not wait for longer (MVTO): it may miss
+    /// commits acknowledged before it began.
+    pub stale: bool,
+    /// The clock when it began, at or above `at`: a table dropped at a
+    /// later timestamp was dropped after it began, and it still reads it.
+    pub began: u64,
 }
 
 /// How long an MVTO snapshot waits for older writers before it starts
@@ -111,9 +123,10 @@ impl Store {
     /// Chooses `worker`'s snapshot timestamp and announces it; with it,
     /// whether the snapshot starts stale (below a writer it would not wait
     /// for longer, so it may miss commits acknowledged before it began).
-    fn open_snapshot(&self, worker: usize) -> Result<(u64, bool)> {
+    fn open_snapshot(&self, worker: usize) -> Result<Opened> {
         let slot = &self.snapshots[worker];
         slot.store(CHOOSING, SeqCst);
+        let began = self.clock.peek();
         let at = match self.concurrency {
             Concurrency::Occ => self.clock.next(&self.medium).map(|at| (at, false)),
             Concurrency::Mvto => Ok(self.mvto_snapshot_timestamp()),
@@ -128,7 +141,11 @@ impl Store {
             }
             Err(_) => slot.store(0, SeqCst),
         }
-        at
+        at.map(|(at, stale)| Opened {
+            at,
+            stale,
+            began: began.max(at),
+        })
     }
 
     /// The low water of the running writers once it is above every
@@ -171,8 +188,7 @@ impl<'s> TxnState<'s> {
     pub fn anchor(&self) -> Anchor {
         Anchor {
             worker: self.worker,
-            at: self.ts,
-            stale: self.stale_snapshot,
+            opened: self.snapshot_opened,
         }
     }
 
@@ -181,30 +197,31 @@ impl<'s> TxnState<'s> {
     /// below that timestamp until this one is announced too.
     pub fn begin_snapshot_beside(store: &'s Store, worker: usize, anchor: Anchor) -> Self {
         let open = store.snapshots[anchor.worker].load(SeqCst);
-        let opened = match open == anchor.at && anchor.at != 0 {
+        let at = anchor.opened.at;
+        let opened = match open == at && at != 0 {
             true => {
-                store.snapshots[worker].store(anchor.at, SeqCst);
-                Ok((anchor.at, anchor.stale))
+                store.snapshots[worker].store(at, SeqCst);
+                Ok(anchor.opened)
             }
             false => Err(Error::TransactionPoisoned),
         };
         TxnState::snapshot_at(store, worker, opened)
     }
 
-    fn snapshot_at(store: &'s Store, worker: usize, opened: Result<(u64, bool)>) -> Self {
-        let ((at, stale), poisoned) = match opened {
+    fn snapshot_at(store: &'s Store, worker: usize, opened: Result<Opened>) -> Self {
+        let (opened, poisoned) = match opened {
             Ok(opened) => (opened, None),
-            Err(e) => ((0, false), Some(e)),
+            Err(e) => (Opened::default(), Some(e)),
         };
         let (buf, spare_keys) = {
             let mut set = store.write_sets[worker].lock();
             let keys = std::mem::take(&mut set.spare_keys);
             (std::mem::take(&mut set.spare_buf), keys)
         };
-        let mut txn = TxnState::idle(store, worker, at, (buf, spare_keys));
+        let mut txn = TxnState::idle(store, worker, opened.at, (buf, spare_keys));
         txn.poisoned = poisoned;
         txn.snapshot = true;
-        txn.stale_snapshot = stale;
+        txn.snapshot_opened = opened;
         txn
     }
 
@@ -215,7 +232,7 @@ impl<'s> TxnState<'s> {
     /// A snapshot that started below a writer it would not wait for
     /// longer than `FRESH_PATIENCE` (MVTO only).
     pub fn is_stale_snapshot(&self) -> bool {
-        self.stale_snapshot
+        self.snapshot_opened.stale
     }
 
     /// Reads `key` as of the snapshot.
