@@ -126,18 +126,27 @@ impl Client {
         decode(answer)
     }
 
-    /// Sends raw bytes as the body of `POST path` (for tests of bad input).
+    /// Sends raw bytes as the body of `POST path` and returns the status
+    /// and the JSON answer, whatever the status (for tests of bad input).
     pub fn post_raw(
         &self,
         addr: &str,
         path: &str,
         body: &[u8],
-    ) -> Result<serde_json::Value, CallError> {
-        decode(
-            self.agent
-                .post(&format!("http://{addr}{path}"))
-                .send_bytes(body),
-        )
+    ) -> Result<(u16, serde_json::Value), CallError> {
+        let response = match self
+            .agent
+            .post(&format!("http://{addr}{path}"))
+            .send_bytes(body)
+        {
+            Ok(response) | Err(ureq::Error::Status(_, response)) => response,
+            Err(e) => return Err(CallError::Unknown(e.to_string())),
+        };
+        let status = response.status();
+        let bytes = self::body(response)?;
+        let json = serde_json::from_slice(&bytes)
+            .map_err(|e| CallError::Unknown(format!("undecodable answer: {e}")))?;
+        Ok((status, json))
     }
 
     fn post<T: DeserializeOwned>(
