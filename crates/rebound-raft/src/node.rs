@@ -92,9 +92,9 @@ impl Node {
                 state_machine,
             ))
             .map_err(|e| NodeError::Raft(e.to_string()))?;
-        let server = tiny_http::Server::http(&config.listen).map_err(|e| NodeError::Listen {
+        let server = listen(&config.listen).map_err(|reason| NodeError::Listen {
             addr: config.listen.clone(),
-            reason: e.to_string(),
+            reason,
         })?;
         let addr = server
             .server_addr()
@@ -133,6 +133,23 @@ impl Node {
             let _ = worker.join();
         }
     }
+}
+
+/// A server on a listener whose connections send small writes at once.
+fn listen(addr: &str) -> Result<tiny_http::Server, String> {
+    let addr: SocketAddr = addr.parse().map_err(|e| format!("not an address: {e}"))?;
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .map_err(|e| e.to_string())?;
+    socket.set_reuse_address(true).map_err(|e| e.to_string())?;
+    socket.set_tcp_nodelay(true).map_err(|e| e.to_string())?;
+    socket.bind(&addr.into()).map_err(|e| e.to_string())?;
+    socket.listen(1024).map_err(|e| e.to_string())?;
+    let listener: std::net::TcpListener = socket.into();
+    tiny_http::Server::from_listener(listener, None).map_err(|e| e.to_string())
 }
 
 fn options(design: Design) -> rebound::Options {

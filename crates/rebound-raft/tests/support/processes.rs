@@ -56,8 +56,18 @@ impl ProcessCluster {
             .client
             .init(&cluster.addr(1), members)
             .expect("initialize the cluster");
-        cluster.wait_for_leader(None);
+        cluster.wait_until_all_follow();
         cluster
+    }
+
+    /// Waits until every node knows the leader: only then have the
+    /// followers the membership, without which they could not elect a
+    /// successor if the first leader died.
+    fn wait_until_all_follow(&self) {
+        let leader = self.wait_for_leader(None);
+        for id in self.running() {
+            wait_for(|| self.metrics(id).filter(|m| m["current_leader"] == leader));
+        }
     }
 
     /// Starts one more process, not a member of the cluster.
