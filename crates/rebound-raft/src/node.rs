@@ -137,7 +137,10 @@ impl Node {
 
 /// A server on a listener whose connections send small writes at once.
 fn listen(addr: &str) -> Result<tiny_http::Server, String> {
-    let addr: SocketAddr = addr.parse().map_err(|e| format!("not an address: {e}"))?;
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(addr)
+        .map_err(|e| format!("not an address: {e}"))?
+        .next()
+        .ok_or("the name has no address")?;
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -546,3 +549,45 @@ fn parse_design(word: &str) -> Result<Design, String> {
 /// The usage line of the node binary.
 pub const USAGE: &str =
     "usage: rebound-raft --id N --listen ADDR --dir DIR [--design log-free|wal]";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &str) -> Vec<String> {
+        words.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn arguments_name_the_node_and_refuse_what_is_missing_or_unknown() {
+        let config = parse_args(args("--id 2 --listen 127.0.0.1:0 --dir /d --design wal")).unwrap();
+        assert_eq!((config.id, config.listen.as_str()), (2, "127.0.0.1:0"));
+        assert_eq!(
+            (config.dir, config.design),
+            (PathBuf::from("/d"), Design::Wal)
+        );
+        let default = parse_args(args("--id 1 --listen a:1 --dir d")).unwrap();
+        assert_eq!(default.design, Design::LogFree);
+        assert_eq!(
+            parse_args(args("--listen a:1 --dir d")).unwrap_err(),
+            "--id is required"
+        );
+        assert!(parse_args(args("--id x --listen a:1 --dir d"))
+            .unwrap_err()
+            .starts_with("--id"));
+        assert!(parse_args(args("--id 1 --listen a:1 --dir d --design none")).is_err());
+        assert!(parse_args(args("--id 1 --listen a:1 --dir d --port 3")).is_err());
+        assert_eq!(
+            parse_args(args("--id 1 --listen")).unwrap_err(),
+            "--listen needs a value"
+        );
+    }
+
+    #[test]
+    fn a_listen_address_is_resolved_and_nonsense_refused() {
+        assert!(listen("no port").is_err());
+        assert!(listen("localhost:0").is_ok());
+        let server = listen("127.0.0.1:0").expect("a free port");
+        assert!(server.server_addr().to_ip().is_some_and(|a| a.port() != 0));
+    }
+}
