@@ -25,8 +25,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Requests served at once (each holds a thread while it waits).
-const SERVER_THREADS: usize = 32;
+/// Threads that take requests off the listener and hand each to a
+/// thread of the runtime's blocking pool, which waits for its answer.
+const ACCEPTOR_THREADS: usize = 2;
+/// Requests served at once. A request holds a thread while it waits
+/// (for a commit, a read index, the leader it was forwarded to); with
+/// few threads, a follower busy with forwarded requests could not take
+/// the leader's RPCs that those requests wait for.
+const MAX_REQUESTS_IN_FLIGHT: usize = 512;
+/// How long a follower waits for the leader's answer to a forwarded
+/// request.
+const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// The largest request body accepted; a Raft RPC carries up to
 /// `max_payload_entries` log entries or a snapshot chunk as JSON.
 const MAX_BODY: u64 = 64 << 20;
@@ -78,6 +87,7 @@ impl Node {
     pub fn start(config: &NodeConfig) -> Result<Node, NodeError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .max_blocking_threads(MAX_REQUESTS_IN_FLIGHT)
             .enable_all()
             .build()?;
         let (log_store, state_machine) = open_stores_with(&config.dir, options(config.design))?;
@@ -108,9 +118,9 @@ impl Node {
             raft,
             reader,
             runtime: runtime.handle().clone(),
-            forwarder: ureq::Agent::new(),
+            forwarder: ureq::AgentBuilder::new().timeout(FORWARD_TIMEOUT).build(),
         });
-        let workers = spawn_workers(Arc::new(server), &service);
+        let workers = spawn_acceptors(Arc::new(server), &service);
         Ok(Node {
             addr,
             service,
@@ -178,13 +188,17 @@ fn raft_config() -> Result<Config, NodeError> {
     .map_err(|e| NodeError::Raft(e.to_string()))
 }
 
-fn spawn_workers(server: Arc<tiny_http::Server>, service: &Arc<Service>) -> Vec<JoinHandle<()>> {
-    (0..SERVER_THREADS)
+fn spawn_acceptors(server: Arc<tiny_http::Server>, service: &Arc<Service>) -> Vec<JoinHandle<()>> {
+    (0..ACCEPTOR_THREADS)
         .map(|_| {
             let (server, service) = (server.clone(), service.clone());
             std::thread::spawn(move || {
                 while let Ok(request) = server.recv() {
-                    service.serve(request);
+                    let service = service.clone();
+                    service
+                        .runtime
+                        .clone()
+                        .spawn_blocking(move || service.serve(request));
                 }
             })
         })
