@@ -411,12 +411,16 @@ struct FailoverResult {
 /// until a new leader acknowledges it, then the killed node is restarted
 /// and waited for until it has caught up.
 pub fn failover(args: FailoverArgs) -> BoxResult<()> {
+    if args.kills == 0 {
+        return Err("--kills must be positive".into());
+    }
     let dir = DbDir::new(&args.dir, "raft-failover")?;
     let mut cluster = LocalCluster::start(&dir.path, args.nodes, &args.design)?;
     let mut times = Vec::new();
     for kill in 0..args.kills {
-        let leader = cluster.wait_for_leader(None)?;
-        write(&cluster.client, kill as u64, None)?;
+        // The node that acknowledges a write leads now; a node that only
+        // says it leads in its metrics may have been deposed already.
+        let leader = write(&cluster.client, kill as u64, None)?;
         cluster.kill(leader)?;
         let killed_at = Instant::now();
         write(&cluster.client, kill as u64, Some(leader))?;
@@ -431,7 +435,7 @@ pub fn failover(args: FailoverArgs) -> BoxResult<()> {
     }
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
-    let median_ms = sorted[sorted.len() / 2];
+    let median_ms = (sorted[(sorted.len() - 1) / 2] + sorted[sorted.len() / 2]) / 2.0;
     println!("raft-failover: median {median_ms:.0} ms from a leader's SIGKILL to the first acknowledged write ({} kills)", times.len());
     let result = FailoverResult {
         nodes: args.nodes,
@@ -445,9 +449,10 @@ pub fn failover(args: FailoverArgs) -> BoxResult<()> {
 }
 
 /// Puts one key until a node other than `not_by` acknowledges it (or
-/// any node, before the kill). Writes of unknown outcome are retried: a
-/// put of the same value twice changes nothing.
-fn write(client: &Client, n: u64, not_by: Option<NodeId>) -> BoxResult<()> {
+/// any node, before the kill); returns the node that did. Writes of
+/// unknown outcome are retried: a put of the same value twice changes
+/// nothing.
+fn write(client: &Client, n: u64, not_by: Option<NodeId>) -> BoxResult<NodeId> {
     let request = TxnRequest {
         ops: vec![TxnOp::Put {
             key: "failover".into(),
@@ -456,7 +461,7 @@ fn write(client: &Client, n: u64, not_by: Option<NodeId>) -> BoxResult<()> {
     };
     wait_for(
         || match client.txn(&request, Duration::from_millis(200)) {
-            Ok(answer) if Some(answer.served_by) != not_by => Some(()),
+            Ok(answer) if Some(answer.served_by) != not_by => Some(answer.served_by),
             _ => None,
         },
         "acknowledged write",
