@@ -14,10 +14,14 @@
 //! The layout of the tables, the snapshot format and the guarantees are
 //! described in the crate's README.
 
+pub mod client;
 mod error;
+pub mod http_api;
 mod kv;
 pub mod linearizability;
 mod log_store;
+mod network;
+pub mod node;
 mod rows;
 mod snapshot_format;
 mod state_machine;
@@ -26,6 +30,7 @@ mod storage;
 pub use error::StoreError;
 pub use kv::{KvError, KvOp, KvRequest, KvResponse, OpResult, MAX_KEY_LEN, MAX_OPS, MAX_VALUE_LEN};
 pub use log_store::{LogStore, MAX_ENTRY_BYTES};
+pub use network::HttpNetwork;
 pub use snapshot_format::SnapshotFormatError;
 pub use state_machine::{AppliedState, KvReader, SnapshotBuilder, StateMachineStore};
 pub use storage::NodeStorage;

@@ -31,16 +31,16 @@ impl History {
         })
     }
 
-    fn fresh_value(&self, client: usize) -> String {
+    pub fn fresh_value(&self, client: usize) -> String {
         let n = self.writes_started.fetch_add(1, Ordering::Relaxed);
         format!("c{client}-w{n}")
     }
 
-    fn now(&self) -> u64 {
+    pub fn now(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
     }
 
-    fn record(&self, operation: Operation) {
+    pub fn record(&self, operation: Operation) {
         if matches!(operation.action, Action::Write(_)) && operation.ret != Operation::NEVER {
             self.acknowledged_writes.fetch_add(1, Ordering::Relaxed);
         }

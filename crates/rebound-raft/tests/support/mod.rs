@@ -3,6 +3,8 @@
 
 pub mod cluster;
 pub mod history;
+pub mod http_clients;
+pub mod processes;
 
 use std::path::PathBuf;
 use tempfile::TempDir;
