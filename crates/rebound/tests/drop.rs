@@ -46,6 +46,14 @@ fn row_count(db: &Database, name: &str) -> usize {
     tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap().len()
 }
 
+/// The `wal` design on a simulated file system, without background work.
+fn wal_on(fs: &rebound::SimFs) -> Options {
+    Options::default()
+        .durability(Durability::Wal)
+        .file_system(rebound::FileSystem::Simulated(fs.clone()))
+        .background_thread(false)
+}
+
 fn open(dir: &Path, options: &Options) -> Database {
     Database::open(dir, options.clone()).unwrap()
 }
@@ -206,11 +214,7 @@ fn state_of(db: &Database) -> TableState {
 /// and filled in one commit, a snapshot every other generation); returns, per acknowledged step, the
 /// file-system operations it spanned and the state of `t` after it.
 fn drop_sequence(fs: &rebound::SimFs) -> Vec<((u64, u64), TableState)> {
-    let options = Options::default()
-        .durability(Durability::Wal)
-        .file_system(rebound::FileSystem::Simulated(fs.clone()))
-        .background_thread(false);
-    let db = Database::open("unused", options).unwrap();
+    let db = Database::open("unused", wal_on(fs)).unwrap();
     let mut steps = Vec::new();
     let mut step = |what: &mut dyn FnMut() -> TableState| {
         let start = fs.ops();
@@ -300,10 +304,7 @@ fn wal_drops_survive_a_power_cut_at_every_operation() {
 #[test]
 fn a_wal_log_with_an_indexed_table_dropped_replays() {
     let fs = rebound::SimFs::new();
-    let options = Options::default()
-        .durability(Durability::Wal)
-        .file_system(rebound::FileSystem::Simulated(fs.clone()))
-        .background_thread(false);
+    let options = wal_on(&fs);
     let db = Database::open("unused", options.clone()).unwrap();
     let doomed = db.create_table("t", table_options()).unwrap();
     db.create_index(
@@ -334,10 +335,7 @@ fn a_wal_log_with_an_indexed_table_dropped_replays() {
 #[test]
 fn wal_table_created_and_dropped_while_a_snapshot_waits_reopens() {
     let fs = rebound::SimFs::new();
-    let options = Options::default()
-        .durability(Durability::Wal)
-        .file_system(rebound::FileSystem::Simulated(fs.clone()))
-        .background_thread(false);
+    let options = wal_on(&fs);
     let db = Database::open("unused", options.clone()).unwrap();
     let kept = db.create_table("kept", table_options()).unwrap();
     fill(&db, &kept, 1, 4);
