@@ -80,9 +80,9 @@ fn open_existing(dir: &Path) -> BoxResult<Database> {
     match Database::open(dir, options) {
         Ok(db) => Ok(db),
         Err(Error::Locked) => Err(format!(
-            "{} is open for writing in another process: a log-free database \
-             is written in place, so it can be read only once that process has \
-             closed it (a wal database can be read beside its writer)",
+            "{} is open for writing in another process, which granted no read \
+             lease within 10 s: its background thread is off, or one of its \
+             transactions has been running that long",
             dir.display()
         )
         .into()),

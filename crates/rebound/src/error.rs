@@ -72,6 +72,12 @@ pub enum Error {
     ReadOnly,
     #[error("invalid option: {0}")]
     InvalidOption(String),
+    /// The work asked for would change what another process reading the
+    /// database (a read-only open holding a lease) still reads: a GC
+    /// round or an index checkpoint of a log-free database. It runs again
+    /// once that reader has closed.
+    #[error("busy: {0}")]
+    HeldByReaders(String),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -40,7 +40,10 @@ fn kv(db: &Database) -> Table {
     }
 }
 
-/// The writer process: runs until killed.
+/// The writer process: runs until killed. Two threads for the log-free
+/// design: each transaction reads `count` and adds the next key, so a
+/// view that takes one region's commit without an earlier one of the
+/// other region it read from shows a gap.
 #[test]
 #[ignore = "run by the tests below as a child process"]
 fn writer_child() {
@@ -48,13 +51,44 @@ fn writer_child() {
     let design = std::env::var("REBOUND_RO_DESIGN").unwrap();
     let db = Database::open(&dir, design_options(&design)).unwrap();
     let table = kv(&db);
+    let threads = if design == "log-free" { 2 } else { 1 };
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (db, table, design) = (db.clone(), table.clone(), design.clone());
+            std::thread::spawn(move || write_forever(&db, &table, &design))
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+}
+
+fn write_forever(db: &Database, table: &Table, design: &str) {
     let mut session = db.session().unwrap();
-    for i in 1.. {
+    loop {
         let mut tx = session.begin();
-        tx.put(&table, &key(i), &i.to_le_bytes()).unwrap();
-        tx.put(&table, COUNT, &i.to_le_bytes()).unwrap();
-        tx.commit().unwrap();
+        let attempt = (|| {
+            let count = tx
+                .get(table, COUNT)?
+                .map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap()));
+            let i = count + 1;
+            tx.put(table, &key(i), &i.to_le_bytes())?;
+            tx.put(table, COUNT, &i.to_le_bytes())?;
+            Ok::<u64, Error>(i)
+        })();
+        let i = match attempt.and_then(|i| tx.commit().map(|()| i)) {
+            Ok(i) => i,
+            Err(Error::Conflict) => continue,
+            Err(e) => panic!("writer: {e}"),
+        };
         println!("{i}");
+        if i % 64 == 0 {
+            println!("checkpoints {}", db.stats().checkpoints);
+        }
+        // Log-free commits are fast: fewer rows keep each reader's check short.
+        if design == "log-free" {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
     }
 }
 
@@ -62,6 +96,8 @@ fn writer_child() {
 struct Writer {
     child: Child,
     acked: Arc<AtomicU64>,
+    /// The writer's `Stats::checkpoints`, as last printed.
+    checkpoints: Arc<AtomicU64>,
 }
 
 impl Writer {
@@ -75,16 +111,35 @@ impl Writer {
             .spawn()
             .unwrap();
         let acked = Arc::new(AtomicU64::new(0));
+        let checkpoints = Arc::new(AtomicU64::new(0));
         let out = BufReader::new(child.stdout.take().unwrap());
-        let seen = acked.clone();
+        let (seen, taken) = (acked.clone(), checkpoints.clone());
         std::thread::spawn(move || {
             for line in out.lines().map_while(Result::ok) {
-                if let Ok(i) = line.trim().parse::<u64>() {
+                if let Some(n) = line.trim().strip_prefix("checkpoints ") {
+                    taken.fetch_max(n.parse().unwrap(), SeqCst);
+                } else if let Ok(i) = line.trim().parse::<u64>() {
                     seen.fetch_max(i, SeqCst);
                 }
             }
         });
-        Writer { child, acked }
+        Writer {
+            child,
+            acked,
+            checkpoints,
+        }
+    }
+
+    /// Waits until the writer has taken a checkpoint after `seen` ones.
+    fn wait_for_checkpoint_after(&self, seen: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while self.checkpoints.load(SeqCst) <= seen {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer took no checkpoint"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     /// Waits (without a timing assertion) until `n` commits are acknowledged.
@@ -149,46 +204,73 @@ fn read_only(design: &str) -> Options {
     design_options(design).read_only(true)
 }
 
-#[test]
-fn wal_reads_beside_a_writer_process() {
+/// Opens `design`'s database read-only 20 times beside a writer process:
+/// each view is consistent and holds every commit acknowledged before its
+/// open began, each sees later commits than the one before, and the
+/// writer goes on committing while a reader is open. True if some open
+/// started from a snapshot or checkpoint the writer wrote meanwhile.
+fn reads_beside_a_writer_process(design: &str) -> bool {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let writer = Writer::start(dir.path(), "wal");
+    let writer = Writer::start(dir.path(), design);
     writer.wait_for(200);
     let mut counts = Vec::new();
-    let mut from_snapshot = false;
+    let mut from_checkpoint = false;
     for round in 0..20 {
         let acked = writer.acked.load(SeqCst);
-        let db = Database::open(dir.path(), read_only("wal"))
-            .unwrap_or_else(|e| panic!("read-only open {round} failed: {e}"));
-        counts.push(check_view(&db, acked, &format!("open {round}")));
-        from_snapshot |= db.recovery_report().from_checkpoint;
+        let checkpoints = writer.checkpoints.load(SeqCst);
+        let db = Database::open(dir.path(), read_only(design))
+            .unwrap_or_else(|e| panic!("{design}: read-only open {round} failed: {e}"));
+        let seen = check_view(&db, acked, &format!("{design}: open {round}"));
+        counts.push(seen);
+        from_checkpoint |= db.recovery_report().from_checkpoint;
+        // Commits go on while the reader is open, and it keeps its view.
+        writer.wait_for(seen + 50);
+        assert_eq!(
+            check_view(&db, acked, &format!("{design}: open {round}, later")),
+            seen
+        );
         db.close().unwrap();
+        drop(db);
         writer.wait_for(acked + 100);
+        // A log-free writer checkpoints only while no reader holds a lease.
+        if design == "log-free" {
+            writer.wait_for_checkpoint_after(checkpoints);
+        }
     }
     writer.kill();
     assert!(
         counts.windows(2).all(|w| w[0] < w[1]),
-        "each open saw later commits: {counts:?}"
+        "{design}: each open saw later commits: {counts:?}"
     );
+    from_checkpoint
+}
+
+#[test]
+fn wal_reads_beside_a_writer_process() {
     assert!(
-        from_snapshot,
+        reads_beside_a_writer_process("wal"),
         "the writer wrote no snapshot while readers read"
     );
 }
 
-/// A writer holds a log-free file: read-only opens are refused (the file
-/// is written in place), and a writer cannot open beside a reader. After
-/// the writer is killed, a read-only open recovers in a private copy and
-/// leaves the file as it was; a normal open then recovers it.
+/// A log-free reader beside a writer holds a lease the writer granted.
+#[test]
+fn log_free_reads_beside_a_writer_process() {
+    assert!(
+        reads_beside_a_writer_process("log-free"),
+        "no open started from a checkpoint"
+    );
+}
+
+/// A writer cannot open beside readers of a log-free database no writer
+/// held. After the writer is killed, a read-only open recovers in a
+/// private copy and leaves the file as it was; a normal open then
+/// recovers it.
 #[test]
 fn log_free_read_only_opens_exclude_writers_and_leave_the_file_alone() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let writer = Writer::start(dir.path(), "log-free");
     writer.wait_for(300);
-    assert!(matches!(
-        Database::open(dir.path(), read_only("log-free")),
-        Err(Error::Locked)
-    ));
     let acked = writer.kill();
 
     let file = dir.path().join(rebound::DATA_FILE);
@@ -260,4 +342,110 @@ fn a_closed_wal_database_is_read_without_changing_its_files() {
         Database::open(dir.path().join("missing"), read_only("wal")),
         Err(Error::NotADatabase(_))
     ));
+}
+
+/// Every version one update round leaves obsolete: many blocks' worth.
+fn update_all(db: &Database, table: &Table, rows: u64, round: u64) {
+    let mut session = db.session().unwrap();
+    for chunk in (0..rows).collect::<Vec<_>>().chunks(100) {
+        let mut tx = session.begin();
+        for &i in chunk {
+            tx.put(table, &key(i), &[round as u8; 60]).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+}
+
+/// While a reader (here in the same process, which takes a lease like
+/// any other) holds its lease, the writer runs no GC and no checkpoint,
+/// says so, and the reader's view stays that of its horizon; once it
+/// closes, the next maintenance round frees what GC had waited for.
+#[test]
+fn a_read_lease_holds_gc_and_checkpoints_until_the_reader_closes() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let db = Database::open(dir.path(), Options::default()).unwrap();
+    let table = kv(&db);
+    let rows = 3000;
+    update_all(&db, &table, rows, 1);
+    let reader = Database::open(dir.path(), read_only("log-free")).unwrap();
+    assert_eq!(db.stats().snapshots.reader_processes, 1);
+    for round in 2..6 {
+        update_all(&db, &table, rows, round);
+    }
+    assert!(matches!(db.collect_garbage(), Err(Error::HeldByReaders(_))));
+    assert!(matches!(db.checkpoint(), Err(Error::HeldByReaders(_))));
+    db.run_maintenance().unwrap();
+    assert_eq!(db.stats().gc.blocks_freed, 0);
+    let table_seen = reader.table("kv").unwrap().unwrap();
+    let mut session = reader.session().unwrap();
+    let mut tx = session.begin();
+    let rows_seen = tx.scan::<&[u8]>(&table_seen, .., usize::MAX).unwrap();
+    assert_eq!(rows_seen.len() as u64, rows);
+    assert!(rows_seen.iter().all(|(_, v)| v == &vec![1u8; 60]));
+    tx.commit().unwrap();
+    drop((session, table_seen));
+    reader.close().unwrap();
+    drop(reader);
+
+    db.run_maintenance().unwrap();
+    assert_eq!(db.stats().snapshots.reader_processes, 0);
+    let gc = db.collect_garbage().unwrap();
+    assert!(
+        gc.blocks_freed > 0,
+        "GC freed nothing after the reader left: {gc:?}"
+    );
+    db.checkpoint().unwrap();
+    let readers = dir.path().join("readers");
+    assert_eq!(std::fs::read_dir(&readers).unwrap().count(), 0);
+}
+
+/// A reader process: opens the database read-only, says so, and waits
+/// to be killed.
+#[test]
+#[ignore = "run by the test below as a child process"]
+fn reader_child() {
+    let dir = std::env::var("REBOUND_RO_DIR").expect("run by a parent test");
+    let db = Database::open(&dir, read_only("log-free")).unwrap();
+    println!("open {}", check_view(&db, 0, "the reader child"));
+    std::thread::park();
+}
+
+/// A reader killed while it holds its lease holds nothing after the
+/// writer's next maintenance round: its lease files are gone and GC runs.
+#[test]
+fn the_lease_of_a_killed_reader_is_dropped() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let db = Database::open(dir.path(), Options::default()).unwrap();
+    let table = kv(&db);
+    let mut session = db.session().unwrap();
+    for i in 1..=100u64 {
+        let mut tx = session.begin();
+        tx.put(&table, &key(i), &i.to_le_bytes()).unwrap();
+        tx.put(&table, COUNT, &i.to_le_bytes()).unwrap();
+        tx.commit().unwrap();
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "reader_child", "--nocapture"])
+        .env("REBOUND_RO_DIR", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("open ") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the reader failed");
+    }
+    assert_eq!(line.trim(), "open 100");
+    db.run_maintenance().unwrap();
+    assert_eq!(db.stats().snapshots.reader_processes, 1);
+    assert!(matches!(db.collect_garbage(), Err(Error::HeldByReaders(_))));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    db.run_maintenance().unwrap();
+    assert_eq!(db.stats().snapshots.reader_processes, 0);
+    db.collect_garbage().unwrap();
+    let readers = dir.path().join("readers");
+    assert_eq!(std::fs::read_dir(&readers).unwrap().count(), 0);
 }

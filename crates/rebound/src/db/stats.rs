@@ -57,6 +57,12 @@ pub struct SnapshotStats {
     /// MVTO snapshots that did not wait for an older writer and started
     /// below it (they lack commits acknowledged just before they began).
     pub started_stale: u64,
+    /// Other processes reading a log-free database read-only beside this
+    /// writer ([`Options::read_only`](crate::Options)): while any holds
+    /// its lease, GC and index checkpoints wait, so space and the redo
+    /// work of a crash grow until it closes.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub reader_processes: u64,
 }
 
 /// Storage of one table. Versions are fixed-size slots; an obsolete version
@@ -145,7 +151,10 @@ pub(super) fn of(engine: &Engine) -> Stats {
             .collect(),
         gc: engine.gc_stats(),
         long_transactions: store.long_transactions_moved(),
-        snapshots: snapshot_stats(store),
+        snapshots: SnapshotStats {
+            reader_processes: engine.design().reader_processes() as u64,
+            ..snapshot_stats(store)
+        },
         wal: engine.design().wal_stats(),
     }
 }
@@ -156,5 +165,6 @@ fn snapshot_stats(store: &crate::txn::Store) -> SnapshotStats {
         open: open as u64,
         oldest_behind,
         started_stale,
+        reader_processes: 0,
     }
 }

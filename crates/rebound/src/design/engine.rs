@@ -540,6 +540,11 @@ impl Engine {
             return Ok(0);
         }
         let mut collector = self.collector.lock();
+        // Leases are granted under the collector's lock: none starts
+        // between this check and the frees.
+        if self.design.reader_processes() > 0 {
+            return Ok(0);
+        }
         // No checkpoint reads the table's versions meanwhile (one that
         // starts later sees it dropped and passes it by).
         let _checkpoints = self.design.gc_guard();
@@ -637,7 +642,9 @@ impl Engine {
             }
         }
         self.design.before_gc(self);
-        let gc = match self.gc.enabled {
+        // A reader process holding a lease reads blocks GC would free.
+        let held = self.design.hold_for_readers(self);
+        let gc = match self.gc.enabled && !held {
             true => self.gc_round(
                 self.gc.batch_blocks.max(1),
                 self.design.gc_copy_budget(),
@@ -647,7 +654,11 @@ impl Engine {
         };
         self.gc_backlog
             .store(matches!(gc, Ok(true)), Ordering::Relaxed);
-        let gc = gc.map(drop).and(self.reclaim_dropped().map(drop));
+        let reclaimed = match held {
+            true => Ok(0),
+            false => self.reclaim_dropped(),
+        };
+        let gc = gc.map(drop).and(reclaimed.map(drop));
         if let (true, Err(e)) = (background, &gc) {
             self.note_failure(BackgroundWork::Gc, e);
         }
@@ -661,9 +672,21 @@ impl Engine {
         f()
     }
 
+    /// `HeldByReaders` while a reader process holds a lease (see
+    /// `log_free::readers`): `work` would change what it reads.
+    pub fn check_not_held_by_readers(&self, work: &str) -> Result<()> {
+        match self.design.reader_processes() {
+            0 => Ok(()),
+            n => Err(Error::HeldByReaders(format!(
+                "{work} waits while {n} read-only process(es) hold a lease on the database"
+            ))),
+        }
+    }
+
     /// Runs one round of block GC now, whatever the batch size.
     pub fn collect_garbage(&self) -> Result<GcStats> {
         self.check_writable()?;
+        self.check_not_held_by_readers("GC")?;
         self.reclaim_dropped()?;
         if !self.gc.enabled {
             return Err(Error::InvalidOption(
@@ -683,6 +706,9 @@ impl Engine {
     fn gc_round(&self, min_candidates: usize, max_copies: u64, now: bool) -> Result<bool> {
         self.wait_for_indexes();
         let mut collector = self.collector.lock();
+        // Leases are granted under the collector's lock: none starts
+        // between this check and the end of the round.
+        self.check_not_held_by_readers("GC")?;
         collector.release(&self.store);
         // No checkpoint may run between a relocation and the retirement of
         // its block: it could list the blocks without the retired one yet

@@ -160,6 +160,18 @@ pub trait Design: Send + Sync {
     fn stop(&self, engine: &Engine);
 
     /// Figures of the `wal` design's log, for `Stats`.
+    /// Called at the start of each maintenance round: true while other
+    /// processes read the database under leases that hold GC back (the
+    /// log-free design's read-only opens beside a writer).
+    fn hold_for_readers(&self, _engine: &Engine) -> bool {
+        false
+    }
+
+    /// Reader processes holding a lease, as of the last round.
+    fn reader_processes(&self) -> usize {
+        0
+    }
+
     fn wal_stats(&self) -> Option<WalStats> {
         None
     }

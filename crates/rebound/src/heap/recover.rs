@@ -52,6 +52,10 @@ impl Default for SeqGapBudget {
 pub struct RegionBlocks<'a> {
     pub listed: &'a [(u64, u64)],
     pub budget: &'a mut SeqGapBudget,
+    /// Beside a writer (a read lease's horizon): the chain ends before
+    /// the first block allocated above it, or beyond the image's end,
+    /// which the writer may be linking as it is read.
+    pub stop_above: Option<u64>,
 }
 
 /// A committed version, its slot verified against its checksum.
@@ -187,7 +191,11 @@ impl TableHeap {
     /// validated. Sequence numbers may skip (collected blocks) but always
     /// ascend, and the numbers skipped are charged to the table's budget.
     fn load_blocks(&self, medium: &Medium, worker: usize, blocks: RegionBlocks<'_>) -> Result<()> {
-        let RegionBlocks { listed, budget } = blocks;
+        let RegionBlocks {
+            listed,
+            budget,
+            stop_above,
+        } = blocks;
         let region = &self.regions[worker];
         let mut charge = |seq: u64| -> Result<()> {
             budget.left = budget
@@ -224,7 +232,15 @@ impl TableHeap {
                     self.def.id
                 )));
             }
-            let (seq, next, _) = self.validate_chained(medium, offset, worker, min_seq)?;
+            if stop_above.is_some() && !block::in_data_area(medium, offset, block_size) {
+                break;
+            }
+            let (seq, next, min_txn) = self.validate_chained(medium, offset, worker, min_seq)?;
+            // Min txns ascend along the chain: nothing at or below the
+            // horizon follows.
+            if stop_above.is_some_and(|horizon| min_txn > horizon) {
+                break;
+            }
             charge(seq)?;
             region.push(Block::new(offset, seq as u32))?;
             offset = next;

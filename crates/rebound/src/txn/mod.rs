@@ -527,6 +527,13 @@ impl Store {
             .fold(now, u64::min)
     }
 
+    /// Every transaction with an id below it had ended (committed, or
+    /// aborted and cleared) before this call began: how far a read
+    /// lease's horizon may reach (`design::log_free::readers`).
+    pub fn writers_settled_below(&self) -> u64 {
+        self.low_water_of_writers()
+    }
+
     /// `low_water_of_writers`, and at or below every open snapshot: what
     /// was superseded below it nobody can read.
     pub fn low_water(&self) -> u64 {

@@ -5,6 +5,7 @@
 
 use super::super::report;
 use super::super::{ensure_directory, Config, LogFreeConfig, MediumKind, DATA_FILE};
+use super::readers;
 use crate::catalog;
 use crate::error::{Error, Result};
 use crate::medium::Medium;
@@ -22,13 +23,34 @@ pub fn volatile_medium(max_size: u64) -> Result<Medium> {
     Ok(medium)
 }
 
-/// Opens the medium the design asks for; returns it, the lock file, and
+/// What holds the database for as long as it is open.
+pub enum Hold {
+    /// A simulated device, or a volatile medium: nothing.
+    Nothing,
+    /// The directory's lock (exclusive for a writer, shared for readers
+    /// of a database no writer has open).
+    Lock(#[allow(dead_code)] File),
+    /// A read lease from the writer that has the database open.
+    Lease(readers::Lease),
+}
+
+impl Hold {
+    /// The horizon a read lease was granted.
+    pub fn readers_horizon(&self) -> Option<u64> {
+        match self {
+            Hold::Lease(lease) => Some(lease.horizon()),
+            _ => None,
+        }
+    }
+}
+
+/// Opens the medium the design asks for; returns it, what holds it, and
 /// whether it already holds a database. A new medium comes back formatted.
 pub fn open_medium(
     path: &Path,
     config: &Config,
     design: &LogFreeConfig,
-) -> Result<(Medium, Option<File>, bool)> {
+) -> Result<(Medium, Hold, bool)> {
     let initial = catalog::DATA_START;
     let MediumKind::Simulated(device) = &design.medium else {
         return match config.read_only {
@@ -43,15 +65,15 @@ pub fn open_medium(
         medium.zero(0, initial);
         medium.persist_now(0, initial)?;
         report::format(&medium)?;
-        return Ok((medium, None, false));
+        return Ok((medium, Hold::Nothing, false));
     }
-    Ok((medium, None, true))
+    Ok((medium, Hold::Nothing, true))
 }
 fn open_file_medium(
     dir: &Path,
     config: &Config,
     design: &LogFreeConfig,
-) -> Result<(Medium, Option<File>, bool)> {
+) -> Result<(Medium, Hold, bool)> {
     ensure_directory(dir, config.create_if_missing)?;
     // Locked before anything in it is looked at: two first opens must not
     // both create (one would truncate or replace the other's mapped file).
@@ -66,16 +88,20 @@ fn open_file_medium(
     if file.try_lock().is_err() {
         return Err(Error::Locked);
     }
-    Ok((map_file(dir, file, config, design)?, Some(lock), existing))
+    Ok((
+        map_file(dir, file, config, design)?,
+        Hold::Lock(lock),
+        existing,
+    ))
 }
 
-/// A private copy-on-write image of the data file, held with shared locks
-/// on the directory and the file: other read-only opens may share them, a
-/// writer may not (and a writer holding them makes this `Locked`).
-fn open_read_only_medium(dir: &Path) -> Result<(Medium, Option<File>, bool)> {
+/// A private copy-on-write image of the data file. With no writer, it is
+/// held with shared locks on the directory and the file: other read-only
+/// opens may share them, a writer may not. Beside a writer, under a read
+/// lease the writer grants (`readers.rs`); if the writer closes while the
+/// lease is asked for, as if there had been none.
+fn open_read_only_medium(dir: &Path) -> Result<(Medium, Hold, bool)> {
     ensure_directory(dir, false)?;
-    let lock = File::open(dir)?;
-    lock.try_lock_shared().map_err(|_| Error::Locked)?;
     let file_path = dir.join(DATA_FILE);
     if !file_path.is_file() {
         return Err(Error::NotADatabase(format!(
@@ -83,11 +109,26 @@ fn open_read_only_medium(dir: &Path) -> Result<(Medium, Option<File>, bool)> {
             dir.display()
         )));
     }
+    let lock = File::open(dir)?;
+    let no_writer = || match lock.try_lock_shared() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::from(e)),
+    };
+    if !no_writer()? {
+        let writer_gone = || no_writer().unwrap_or(false);
+        if let Some(lease) = readers::Lease::request(dir, &writer_gone)? {
+            // Mapped after the grant: the image reaches every block
+            // allocated at or below the horizon.
+            let file = File::open(&file_path)?;
+            return Ok((Medium::private_copy(&file)?, Hold::Lease(lease), true));
+        }
+    }
     let file = File::open(&file_path)?;
     file.try_lock_shared().map_err(|_| Error::Locked)?;
     // The mapping stays valid without the descriptor; the directory's
     // shared lock keeps writers out.
-    Ok((Medium::private_copy(&file)?, Some(lock), true))
+    Ok((Medium::private_copy(&file)?, Hold::Lock(lock), true))
 }
 
 /// Takes the directory's exclusive lock (`flock` on the directory

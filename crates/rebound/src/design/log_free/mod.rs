@@ -17,6 +17,7 @@
 //! kept, so nothing is recovered and no checkpoint is due.
 
 mod files;
+mod readers;
 mod recovery;
 mod scrub;
 #[cfg(test)]
@@ -35,8 +36,8 @@ use crate::medium::{Guarantee, Medium};
 use crate::txn::{Capture, Committed, Store};
 use parking_lot::{Mutex, MutexGuard};
 use recovery::Recovered;
-use std::fs::File;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,8 +59,16 @@ pub struct LogFree {
     /// The medium keeps the heap (false: the `none` baseline).
     persistent: bool,
     report: RecoveryReport,
-    /// The directory's lock, held while the database is open.
-    _lock: Option<File>,
+    /// The read leases of other processes (a writer on a file).
+    leases: Option<Mutex<readers::Leases>>,
+    /// Live leases granted: while any is, no GC round, reclaim of a
+    /// dropped table or checkpoint runs. Raised before a grant is written.
+    reader_processes: AtomicUsize,
+    /// The clock when the newest checkpoint in force was complete: it
+    /// holds no version of a transaction at or above it.
+    checkpoint_clock: AtomicU64,
+    /// The directory's lock or this reader's lease, held while open.
+    _hold: files::Hold,
 }
 
 /// Opens (or creates) a log-free database on the medium `design` names.
@@ -70,14 +79,26 @@ pub fn open(
     instance: u64,
     started: Instant,
 ) -> Result<Arc<Engine>> {
-    let (medium, lock, existing) = files::open_medium(path, config, design)?;
+    let (medium, hold, existing) = files::open_medium(path, config, design)?;
     let recovered = match existing {
         true => {
             let use_checkpoint = design.checkpoint != CheckpointMode::Off;
             let node_versions = design.checkpoint == CheckpointMode::IaCow;
-            recovery::recover(medium, instance, started, (use_checkpoint, node_versions))?
+            let horizon = hold.readers_horizon();
+            recovery::recover(
+                medium,
+                instance,
+                started,
+                (use_checkpoint, node_versions),
+                horizon,
+            )?
         }
         false => fresh(medium, instance)?,
+    };
+    // A writer on a file answers other processes' read leases.
+    let leases = match (&hold, config.read_only) {
+        (files::Hold::Lock(_), false) => Some(readers::Leases::new(path)),
+        _ => None,
     };
     let path =
         (!matches!(design.medium, super::MediumKind::Simulated(_))).then(|| path.to_path_buf());
@@ -85,7 +106,8 @@ pub fn open(
         .then_some((design.checkpoint_interval, design.checkpoint_after_versions));
     let placement = Placement {
         path,
-        lock,
+        hold,
+        leases,
         trigger,
         persistent: true,
     };
@@ -104,7 +126,8 @@ pub fn open_volatile(
     let recovered = fresh(medium, instance)?;
     let placement = Placement {
         path: None,
-        lock: None,
+        hold: files::Hold::Nothing,
+        leases: None,
         trigger: None,
         persistent: false,
     };
@@ -130,7 +153,8 @@ const DEFAULT_CHAIN_DEPTH: usize = 16;
 /// Where the heap lives and what keeping it takes.
 struct Placement {
     path: Option<std::path::PathBuf>,
-    lock: Option<File>,
+    hold: files::Hold,
+    leases: Option<readers::Leases>,
     trigger: Option<(Duration, u64)>,
     persistent: bool,
 }
@@ -153,10 +177,13 @@ fn assemble(
     } = recovered;
     let Placement {
         path,
-        lock,
+        hold,
+        leases,
         trigger,
         persistent,
     } = placement;
+    // Everything recovered is below the clock, the checkpoint too.
+    let checkpoint_clock = AtomicU64::new(store.clock().peek());
     if mode.chains() && persistent {
         // Before any commit: the first delta after a restart must hold
         // the redone versions and everything committed from now on.
@@ -175,7 +202,10 @@ fn assemble(
         scrub: Mutex::new(scrub::ScrubCursor::default()),
         persistent,
         report,
-        _lock: lock,
+        leases: leases.map(Mutex::new),
+        reader_processes: AtomicUsize::new(0),
+        checkpoint_clock,
+        _hold: hold,
     };
     let engine = Engine::new(
         config,
@@ -281,9 +311,13 @@ impl LogFree {
         if checkpointer.mode() == CheckpointMode::Off {
             return Err(Error::InvalidOption("index checkpoints are off".into()));
         }
+        // A reader process holding a lease may read the images this one
+        // would replace; leases are granted under the checkpointer's lock.
+        engine.check_not_held_by_readers("an index checkpoint")?;
         let store = engine.store();
         *self.checkpointed_at.lock() = (Instant::now(), store.versions_written());
         let stats = checkpointer.take(store)?;
+        self.checkpoint_clock.store(store.clock().peek(), SeqCst);
         engine.checkpoint_taken(&stats);
         Ok(stats)
     }
@@ -293,6 +327,10 @@ impl LogFree {
         let Some((interval, volume)) = self.trigger else {
             return Ok(());
         };
+        // Due again once the last reader process has closed.
+        if self.reader_processes.load(SeqCst) > 0 {
+            return Ok(());
+        }
         // The mark first: a checkpoint of another thread may move it past
         // a count read before it (the count only grows, so read after, it
         // is at least the mark).
@@ -330,6 +368,28 @@ impl LogFree {
     }
 
     /// Waits for a running fold, so that the next checkpoint installs it.
+    /// Grants the waiting leases of `look` if the database is settled
+    /// enough: a horizon below which every transaction has ended and
+    /// above everything the checkpoint in force holds. Otherwise they
+    /// wait for a later round.
+    fn grant(&self, engine: &Engine, leases: &mut readers::Leases, look: &readers::Look) {
+        // No checkpoint runs or installs a fold while this holds.
+        let _checkpoints = self.checkpointer.lock();
+        let settled = engine.store().writers_settled_below();
+        if settled < self.checkpoint_clock.load(SeqCst) {
+            return;
+        }
+        // GC and checkpoints see the lease before the reader does.
+        let held = look.granted + look.waiting.len();
+        self.reader_processes.store(held, SeqCst);
+        for lease in &look.waiting {
+            if let Err(e) = leases.grant(lease, settled - 1) {
+                engine.note_failure(BackgroundWork::Gc, &e);
+            }
+        }
+        self.reader_processes.store(leases.granted(), SeqCst);
+    }
+
     fn join_fold(&self) {
         let folder = self.folder.lock().take();
         if let Some(handle) = folder {
@@ -419,6 +479,24 @@ impl Design for LogFree {
         scrub::step(engine.store(), &mut self.scrub.lock());
     }
 
+    fn hold_for_readers(&self, engine: &Engine) -> bool {
+        let Some(leases) = &self.leases else {
+            return false;
+        };
+        let mut leases = leases.lock();
+        let look = leases.look();
+        self.reader_processes.store(look.granted, SeqCst);
+        if !look.waiting.is_empty() {
+            // Under GC's lock: no round is between relocation and free.
+            engine.with_gc_paused(|| self.grant(engine, &mut leases, &look));
+        }
+        self.reader_processes.load(SeqCst) > 0
+    }
+
+    fn reader_processes(&self) -> usize {
+        self.reader_processes.load(SeqCst)
+    }
+
     fn maintain(&self, engine: &Engine, background: bool) -> Result<()> {
         let checkpoint = self.checkpoint_if_due(engine);
         if let (true, Err(e)) = (background, &checkpoint) {
@@ -444,7 +522,9 @@ impl Design for LogFree {
     fn close(&self, engine: &Engine) -> Result<()> {
         self.join_fold();
         let mode = self.checkpointer.lock().mode();
-        if mode != CheckpointMode::Off && self.persistent {
+        // A reader process's lease outlives this writer: its images stay.
+        let held = self.reader_processes.load(SeqCst) > 0;
+        if mode != CheckpointMode::Off && self.persistent && !held {
             self.take_checkpoint(engine)?;
         }
         Ok(())

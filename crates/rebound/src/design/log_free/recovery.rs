@@ -74,12 +74,16 @@ pub struct Recovered {
     pub redone: Vec<(u32, Addr)>,
 }
 
-/// Recovers a store from a medium that holds a database.
+/// Recovers a store from a medium that holds a database. With
+/// `readers_horizon` (a read-only open beside a writer, `readers.rs`),
+/// the medium is a private image of a file the writer still appends to,
+/// and the view is the database as of that horizon.
 pub fn recover(
     medium: Medium,
     instance: u64,
     started: Instant,
     (use_checkpoint, node_versions): (bool, bool),
+    readers_horizon: Option<u64>,
 ) -> Result<Recovered> {
     let mut report = RecoveryReport::default();
     let phase = Instant::now();
@@ -131,7 +135,17 @@ pub fn recover(
         node_chain,
         node_versions: node_versions || node_chain.is_some(),
     };
-    let committed = Committed { lctt: &lctt, lease };
+    // Beside a writer, what is above the horizon is a tail still being
+    // written: uncommitted, as far as this view goes.
+    let lctt: Vec<u64> = match readers_horizon {
+        Some(horizon) => lctt.iter().map(|&t| t.min(horizon)).collect(),
+        None => lctt,
+    };
+    let committed = Committed {
+        lctt: &lctt,
+        lease,
+        readers_horizon,
+    };
     let results = recover_tables(&medium, defs, committed, base, (instance, indexes))?;
     let mut newest_committed = 0;
     let mut extents = Vec::new();
@@ -344,11 +358,13 @@ type TableResult = (
 );
 
 /// What the catalog says was committed: each region's LCTT entry, and
-/// the txn-id lease, validated above all of them.
+/// the txn-id lease, validated above all of them; for a reader beside a
+/// writer, the lease's horizon (every entry is lowered to it).
 #[derive(Clone, Copy)]
 struct Committed<'l> {
     lctt: &'l [u64],
     lease: u64,
+    readers_horizon: Option<u64>,
 }
 
 /// Recovers every table, in parallel.
@@ -435,7 +451,11 @@ impl RedoRange {
 fn recover_table(
     medium: &Medium,
     def: TableDef,
-    Committed { lctt, lease }: Committed<'_>,
+    Committed {
+        lctt,
+        lease,
+        readers_horizon,
+    }: Committed<'_>,
     section: Option<&TableSection>,
     horizons: Horizons,
     (instance, indexes): (u64, IndexSource<'_>),
@@ -463,6 +483,7 @@ fn recover_table(
             RegionBlocks {
                 listed,
                 budget: &mut budget,
+                stop_above: readers_horizon,
             },
             RegionHorizon {
                 last_commit,
