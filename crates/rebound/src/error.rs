@@ -78,6 +78,10 @@ pub enum Error {
     /// once that reader has closed.
     #[error("busy: {0}")]
     HeldByReaders(String),
+    /// A snapshot held GC back by more than `Options::max_snapshot_lag`
+    /// and was expired: it reads nothing more. Begin a new one.
+    #[error("the snapshot is too old: it was expired for holding back garbage collection")]
+    SnapshotTooOld,
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -448,3 +448,120 @@ fn a_long_snapshot_keeps_what_it_reads_through_gc_and_checkpoints() {
         }
     });
 }
+
+/// With `max_snapshot_lag`, a snapshot that falls further behind is
+/// expired at the next maintenance round: its reads (a get, a scan, a
+/// cursor already open) are `SnapshotTooOld`, and GC frees what it held
+/// while it is still open. A snapshot within the bound reads on.
+#[test]
+fn a_snapshot_past_the_lag_bound_is_expired_and_holds_nothing() {
+    for concurrency in [Concurrency::Mvto, Concurrency::Occ] {
+        let options = Options::default()
+            .medium(MediumChoice::Simulated(SimDevice::new(1 << 28)))
+            .concurrency(concurrency)
+            .background_thread(false)
+            .max_snapshot_lag(50)
+            .gc(GcOptions::default().batch_blocks(usize::MAX));
+        let db = Database::open("unused", options).unwrap();
+        let table = db
+            .create_table("t", table_options().block_slots(64))
+            .unwrap();
+        let write_round = |round: u64| {
+            for k in 0..200u32 {
+                put(&db, &table, &k.to_be_bytes(), Some(&round.to_be_bytes()));
+            }
+        };
+        write_round(0);
+        let mut old_session = db.session().unwrap();
+        let mut old = old_session.begin_read_only();
+        let mut cursor = old.range::<&[u8]>(&table, ..).unwrap();
+        assert!(cursor.next().unwrap().is_ok());
+        drop(cursor);
+        write_round(1);
+        db.run_maintenance().unwrap();
+        db.collect_garbage().unwrap();
+        db.checkpoint().unwrap();
+        let mut recent_session = db.session().unwrap();
+        let mut recent = recent_session.begin_read_only();
+        let stats = db.stats();
+        assert_eq!(stats.snapshots.expired, 1, "{concurrency:?}");
+        assert_eq!(stats.snapshots.open, 1, "{concurrency:?}");
+        let key = 7u32.to_be_bytes();
+        assert!(matches!(old.get(&table, &key), Err(Error::SnapshotTooOld)));
+        assert!(matches!(
+            old.scan::<&[u8]>(&table, .., 10),
+            Err(Error::SnapshotTooOld)
+        ));
+        for _ in 0..3 {
+            db.collect_garbage().unwrap();
+            db.checkpoint().unwrap();
+        }
+        assert!(
+            db.stats().gc.blocks_freed > 0,
+            "{concurrency:?}: GC freed nothing under an expired snapshot"
+        );
+        assert_eq!(
+            recent.get(&table, &key).unwrap(),
+            Some(1u64.to_be_bytes().to_vec())
+        );
+        drop(old);
+        recent.commit().unwrap();
+    }
+}
+
+/// Snapshots read while writers, maintenance rounds that expire them and
+/// GC run: every scan that succeeds sees one round whole, and the only
+/// error is `SnapshotTooOld`.
+#[test]
+fn expiring_snapshots_never_read_freed_versions() {
+    let options = Options::default()
+        .background_thread(false)
+        .max_snapshot_lag(20)
+        .gc(GcOptions::default().batch_blocks(1));
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let db = Database::open(dir.path(), options).unwrap();
+    let table = db
+        .create_table("t", table_options().block_slots(64))
+        .unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (whole, expired) = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let mut session = db.session().unwrap();
+            let (mut whole, mut expired) = (0u64, 0u64);
+            while !done.load(SeqCst) {
+                let mut snapshot = session.begin_read_only();
+                while !done.load(SeqCst) {
+                    match snapshot.scan::<&[u8]>(&table, .., usize::MAX) {
+                        Ok(rows) => {
+                            let rounds: std::collections::BTreeSet<_> =
+                                rows.iter().map(|(_, v)| v.clone()).collect();
+                            assert!(rounds.len() <= 1, "a scan mixed rounds: {rounds:?}");
+                            whole += 1;
+                        }
+                        Err(Error::SnapshotTooOld) => {
+                            expired += 1;
+                            break;
+                        }
+                        Err(e) => panic!("a snapshot read failed: {e}"),
+                    }
+                }
+            }
+            (whole, expired)
+        });
+        let mut session = db.session().unwrap();
+        for round in 0..300u64 {
+            let mut tx = session.begin();
+            for k in 0..100u32 {
+                tx.put(&table, &k.to_be_bytes(), &round.to_be_bytes())
+                    .unwrap();
+            }
+            tx.commit().unwrap();
+            db.run_maintenance().unwrap();
+            let _ = db.collect_garbage();
+        }
+        done.store(true, SeqCst);
+        reader.join().unwrap()
+    });
+    assert!(whole > 0 && expired > 0, "whole {whole}, expired {expired}");
+    assert!(db.stats().gc.blocks_freed > 0);
+}

@@ -98,6 +98,15 @@ pub struct Options {
     /// long-transaction region at its next call, so checkpoints stop
     /// waiting for it.
     pub long_transaction_after: Duration,
+    /// A snapshot ([`Session::begin_read_only`](crate::Session::begin_read_only))
+    /// more than this many timestamps (transactions begun since) behind
+    /// the clock is expired at the next maintenance round: GC no longer
+    /// keeps what it reads, and its next read is
+    /// [`Error::SnapshotTooOld`]. What a snapshot holds back is then
+    /// bounded by what that many transactions write. 0 (the default): no
+    /// bound, a snapshot keeps what it reads however long it is open, as
+    /// an LMDB or redb reader does.
+    pub max_snapshot_lag: u64,
     /// Run the background thread (default). It wakes every 50 ms (or every
     /// `checkpoint_interval` if shorter) and does one round of maintenance:
     /// removes the index entries of settled deletions, flags transactions
@@ -155,6 +164,7 @@ impl Default for Options {
             load_indexes_in_background: true,
             gc: GcOptions::default(),
             long_transaction_after: Duration::from_secs(1),
+            max_snapshot_lag: 0,
             background_thread: true,
             index_recovery: IndexRecovery::Adaptive,
             index_recovery_threads: 0,
@@ -210,6 +220,10 @@ setters!(Options {
     /// Age after which a transaction moves its versions to its
     /// long-transaction region (default: 1 s).
     long_transaction_after: Duration,
+    /// Expire snapshots this many timestamps behind the clock (default: 0,
+    /// never); see
+    /// [`Options::max_snapshot_lag`](Options#structfield.max_snapshot_lag).
+    max_snapshot_lag: u64,
     /// Run the background maintenance thread (default: true); see
     /// [`Options::background_thread`](Options#structfield.background_thread).
     background_thread: bool,
@@ -305,6 +319,7 @@ impl Options {
             load_indexes_in_background: self.load_indexes_in_background,
             gc: self.gc,
             long_transaction_after: self.long_transaction_after,
+            max_snapshot_lag: self.max_snapshot_lag,
             index_recovery: self.index_recovery,
             index_recovery_threads: self.index_recovery_threads,
             index_recovery_in_background: self.index_recovery_in_background,

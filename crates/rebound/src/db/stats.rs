@@ -63,6 +63,9 @@ pub struct SnapshotStats {
     /// work of a crash grow until it closes.
     #[cfg_attr(feature = "serde", serde(default))]
     pub reader_processes: u64,
+    /// Snapshots expired for lagging more than `Options::max_snapshot_lag`.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub expired: u64,
 }
 
 /// Storage of one table. Versions are fixed-size slots; an obsolete version
@@ -166,5 +169,6 @@ fn snapshot_stats(store: &crate::txn::Store) -> SnapshotStats {
         oldest_behind,
         started_stale,
         reader_processes: 0,
+        expired: store.expired_snapshots(),
     }
 }

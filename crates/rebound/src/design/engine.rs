@@ -70,6 +70,8 @@ pub struct Engine {
     /// transactions; rounds hold it, so they do not overlap.
     clock_history: Mutex<std::collections::VecDeque<(Instant, u64)>>,
     long_after: Duration,
+    /// Snapshots further behind the clock are expired (0: never).
+    max_snapshot_lag: u64,
     path: Option<PathBuf>,
     sessions: Mutex<Vec<bool>>,
     create_lock: Mutex<()>,
@@ -134,6 +136,7 @@ impl Engine {
             background: Mutex::new(None),
             clock_history: Mutex::new(std::collections::VecDeque::new()),
             long_after: config.long_transaction_after,
+            max_snapshot_lag: config.max_snapshot_lag,
             path: parts.path,
             sessions: Mutex::new(vec![false; MAX_SESSIONS]),
             create_lock: Mutex::new(()),
@@ -627,6 +630,10 @@ impl Engine {
     /// in `Stats` with the last error.
     pub fn maintain(&self, background: bool) -> Result<()> {
         let mut history = self.clock_history.lock();
+        // First, so that this round's reaping and GC no longer count them.
+        if self.max_snapshot_lag > 0 {
+            self.store.expire_snapshots_behind(self.max_snapshot_lag);
+        }
         self.store.reap_deleted();
         secondary::maintain(self, &self.collector, background);
         history.push_back((Instant::now(), self.store.clock().peek()));

@@ -58,6 +58,8 @@ pub struct Config {
     pub load_indexes_in_background: bool,
     pub gc: GcOptions,
     pub long_transaction_after: Duration,
+    /// Expire snapshots this far behind the clock (0: never).
+    pub max_snapshot_lag: u64,
     pub index_recovery: IndexRecovery,
     pub index_recovery_threads: usize,
     pub index_recovery_in_background: bool,

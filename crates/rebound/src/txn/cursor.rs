@@ -129,6 +129,12 @@ impl<'t, 's> Cursor<'t, 's> {
     /// The key of the next entry at the `order` end with a version visible
     /// to the transaction, whose value is read into `value`.
     fn next_visible(&mut self, order: Order, value: &mut Vec<u8>) -> Option<Result<Vec<u8>>> {
+        // The batch's addresses are read only inside a read that has not
+        // been expired (a snapshot's, see `txn::snapshot`).
+        let _op = match self.txn.snapshot_op() {
+            Ok(op) => op,
+            Err(e) => return Some(self.fail(e)),
+        };
         while !self.failed {
             let (key, head) = match self.take(order) {
                 Ok(Some(entry)) => entry,

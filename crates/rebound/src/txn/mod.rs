@@ -78,7 +78,7 @@ use crate::medium::Medium;
 use crossbeam_utils::CachePadded;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 use std::sync::Arc;
 
 /// How long a reader spins on a writer that is finishing its commit.
@@ -108,6 +108,11 @@ pub struct Store {
     snapshots: Box<[AtomicU64]>,
     /// Snapshots that started below a writer they would not wait for.
     stale_snapshots: AtomicU64,
+    /// Per worker: reads of its snapshot in progress (`SnapshotOp`); a
+    /// snapshot is expired only between them.
+    snapshot_ops: Box<[AtomicU32]>,
+    /// Snapshots expired for holding GC back too far.
+    expired_snapshots: AtomicU64,
     /// Per worker (sessions and GC): timestamp of its newest committed
     /// transaction that wrote, stored when it publishes, before it is
     /// acknowledged. Contiguous: a snapshot reads them all at begin.
@@ -307,6 +312,10 @@ impl Store {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             stale_snapshots: AtomicU64::new(0),
+            snapshot_ops: (0..crate::catalog::MAX_WORKERS)
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+            expired_snapshots: AtomicU64::new(0),
             last_writes: (0..=catalog::GC_WORKER)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
@@ -1373,6 +1382,7 @@ impl<'s> TxnState<'s> {
     /// Reads `key`'s value into `out`; false (and `out` unspecified) if absent.
     pub fn get_into(&mut self, table: &TableRt, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         self.check_usable()?;
+        let _op = self.snapshot_op()?;
         let table = self.table(table, key, None)?;
         let result = self.read_key_into(table, key, out);
         self.guard(result)

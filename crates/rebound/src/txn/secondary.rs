@@ -238,6 +238,7 @@ impl TxnState<'_> {
     ) -> Result<Rows> {
         self.check_usable()?;
         self.check_index(table)?;
+        let _op = self.snapshot_op()?;
         let mut result = self.lookup_through_tree(table, index, range, limit);
         if let (Ok(rows), true) = (&mut result, self.is_occ()) {
             self.add_buffered_rows(table, index, range, (rows, limit));
@@ -256,6 +257,7 @@ impl TxnState<'_> {
     ) -> Result<Rows> {
         self.check_usable()?;
         self.check_index(&table)?;
+        let _op = self.snapshot_op()?;
         let mut found = Vec::new();
         let mut secondary = Vec::new();
         let cursor = self.range(

@@ -32,14 +32,27 @@
 //! not: a snapshot writes nothing, so it holds back neither checkpoints
 //! nor relocation, only the release of retired blocks and the reaping of
 //! tombstones newer than it. `Store::snapshot_lag` reports how far back.
+//!
+//! That hold is bounded by `Options::max_snapshot_lag`: a snapshot more
+//! timestamps behind the clock than that is expired
+//! (`Store::expire_snapshots_behind`, at the start of each maintenance
+//! round), and its next read is `Error::SnapshotTooOld`. Every read of a
+//! snapshot runs inside a `SnapshotOp`, which counts itself in the
+//! worker's `snapshot_ops` and then checks that its slot still holds its
+//! timestamp; expiry clears the slot and then waits until the count is
+//! zero. Both sides store before they load (SeqCst), so either the read
+//! sees the cleared slot and fails, or expiry sees the read and waits for
+//! it: GC never frees what a read in progress reaches, and addresses a
+//! read kept (a cursor's batch) are only used inside a later read, which
+//! fails first.
 
 use super::{Store, TableRt, TxnState, Visible};
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
 use crate::heap::Addr;
 use crate::txn::Concurrency;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
 /// An open snapshot's worker and how it opened (`TxnState::anchor`).
@@ -115,6 +128,46 @@ impl Store {
             .unwrap_or(0)
     }
 
+    /// Enters a read of `worker`'s snapshot at `at`: `SnapshotTooOld` if
+    /// it was expired.
+    pub(super) fn enter_snapshot_op(&self, worker: usize, at: u64) -> Result<SnapshotOp<'_>> {
+        let ops = &self.snapshot_ops[worker];
+        ops.fetch_add(1, SeqCst);
+        let op = SnapshotOp { ops };
+        match self.snapshots[worker].load(SeqCst) == at {
+            true => Ok(op),
+            false => Err(Error::SnapshotTooOld),
+        }
+    }
+
+    /// Expires every snapshot more than `max_lag` timestamps behind the
+    /// clock, once no read of it is in progress; returns how many.
+    pub fn expire_snapshots_behind(&self, max_lag: u64) -> usize {
+        let now = self.clock.peek();
+        let mut expired = 0;
+        for (worker, slot) in self.snapshots.iter().enumerate() {
+            let at = slot.load(SeqCst);
+            if at <= CHOOSING || now.saturating_sub(at) <= max_lag {
+                continue;
+            }
+            if slot.compare_exchange(at, 0, SeqCst, SeqCst).is_err() {
+                continue;
+            }
+            // Reads are short (a key, a cursor's batch): this wait ends.
+            while self.snapshot_ops[worker].load(SeqCst) != 0 {
+                std::thread::yield_now();
+            }
+            expired += 1;
+        }
+        self.expired_snapshots.fetch_add(expired as u64, Relaxed);
+        expired
+    }
+
+    /// Snapshots expired so far for holding GC back too far.
+    pub fn expired_snapshots(&self) -> u64 {
+        self.expired_snapshots.load(Relaxed)
+    }
+
     /// Announces that `worker`'s snapshot ended.
     pub(super) fn close_snapshot(&self, worker: usize) {
         self.snapshots[worker].store(0, SeqCst);
@@ -177,7 +230,30 @@ impl Store {
     }
 }
 
+/// A read of a snapshot in progress: expiry waits until it is dropped.
+pub(super) struct SnapshotOp<'s> {
+    ops: &'s AtomicU32,
+}
+
+impl Drop for SnapshotOp<'_> {
+    fn drop(&mut self) {
+        self.ops.fetch_sub(1, SeqCst);
+    }
+}
+
 impl<'s> TxnState<'s> {
+    /// Enters one read (see `SnapshotOp`); nothing for a transaction that
+    /// is not a snapshot.
+    pub(super) fn snapshot_op(&self) -> Result<Option<SnapshotOp<'s>>> {
+        match self.snapshot {
+            true => {
+                let store: &'s Store = self.store;
+                store.enter_snapshot_op(self.worker, self.ts).map(Some)
+            }
+            false => Ok(None),
+        }
+    }
+
     /// A read-only transaction on a snapshot (see the module's docs).
     pub fn begin_snapshot(store: &'s Store, worker: usize) -> Self {
         let opened = store.open_snapshot(worker);
