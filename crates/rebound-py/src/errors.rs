@@ -183,6 +183,18 @@ create_exception!(
 );
 create_exception!(
     rebound_db,
+    SnapshotTooOldError,
+    ReboundError,
+    "A snapshot expired for lagging more than max_snapshot_lag: begin a new one."
+);
+create_exception!(
+    rebound_db,
+    HeldByReadersError,
+    ReboundError,
+    "GC or a checkpoint waits while a read-only process holds a lease on the database."
+);
+create_exception!(
+    rebound_db,
     IoError,
     ReboundError,
     "An operating-system I/O error."
@@ -217,6 +229,8 @@ pub fn to_py(error: Error) -> PyErr {
         Error::Poisoned(_) => PoisonedError::new_err(message),
         Error::InvalidOption(_) => InvalidOptionError::new_err(message),
         Error::ReadOnly => ReadOnlyError::new_err(message),
+        Error::SnapshotTooOld => SnapshotTooOldError::new_err(message),
+        Error::HeldByReaders(_) => HeldByReadersError::new_err(message),
         Error::Io(_) => IoError::new_err(message),
         // A kind newer than these bindings.
         _ => ReboundError::new_err(message),
@@ -266,6 +280,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         py.get_type::<PoisonedError>(),
         py.get_type::<InvalidOptionError>(),
         py.get_type::<ReadOnlyError>(),
+        py.get_type::<SnapshotTooOldError>(),
+        py.get_type::<HeldByReadersError>(),
         py.get_type::<IoError>(),
     ];
     for class in &classes {

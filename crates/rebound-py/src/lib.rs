@@ -28,9 +28,11 @@ struct PyDatabase {
 impl PyDatabase {
     /// Opens (or creates) the database in directory `path`; with
     /// `read_only=True`, without writing to its files (every transaction
-    /// is a snapshot).
+    /// is a snapshot). `max_snapshot_lag=n` expires snapshots more than
+    /// `n` transactions behind (their next read raises
+    /// `SnapshotTooOldError`); 0, the default, never.
     #[new]
-    #[pyo3(signature = (path, *, durability = "log-free", checkpoint = "chain", background_thread = true, create_if_missing = true, max_size = None, concurrency = "mvto", read_only = false))]
+    #[pyo3(signature = (path, *, durability = "log-free", checkpoint = "chain", background_thread = true, create_if_missing = true, max_size = None, concurrency = "mvto", read_only = false, max_snapshot_lag = 0))]
     fn new(
         py: Python<'_>,
         path: &str,
@@ -41,6 +43,7 @@ impl PyDatabase {
         max_size: Option<u64>,
         concurrency: &str,
         read_only: bool,
+        max_snapshot_lag: u64,
     ) -> PyResult<Self> {
         let mut options = Options::default()
             .durability(parse_durability(durability)?)
@@ -48,7 +51,8 @@ impl PyDatabase {
             .checkpoint(parse_checkpoint(checkpoint)?)
             .background_thread(background_thread)
             .create_if_missing(create_if_missing)
-            .read_only(read_only);
+            .read_only(read_only)
+            .max_snapshot_lag(max_snapshot_lag);
         if let Some(max_size) = max_size {
             options = options.max_size(max_size);
         }
@@ -150,6 +154,12 @@ impl PyDatabase {
     /// What the last open had to do, phase by phase, as a dict.
     fn recovery_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         to_dict(py, self.db.recovery_report())
+    }
+
+    /// Runs one round of the background thread's maintenance now (reaping,
+    /// snapshot expiry, GC, a checkpoint when due).
+    fn run_maintenance(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.db.run_maintenance()).map_err(to_py)
     }
 
     /// Takes an index checkpoint now; returns what it did, as a dict.

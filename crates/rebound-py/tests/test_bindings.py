@@ -114,6 +114,21 @@ def test_snapshots_backup_check_and_range_deletes():
         assert len(snapshot.scan(t)) == 10
         expect(rb.ReadOnlyError, lambda: snapshot.put(t, b"x", b"y"))
         snapshot.commit()
+        bounded = rb.Database(path + "-lag", max_snapshot_lag=5, background_thread=False)
+        bt = bounded.create_table("t")
+        with bounded.session().begin() as tx:
+            tx.put(bt, b"k", b"v0")
+        old = bounded.session().begin(read_only=True)
+        assert old.get(bt, b"k") == b"v0"
+        writer = bounded.session()
+        for i in range(10):
+            with writer.begin() as tx:
+                tx.put(bt, b"k", b"v%d" % i)
+        bounded.run_maintenance()
+        expect(rb.SnapshotTooOldError, lambda: old.get(bt, b"k"))
+        assert bounded.stats()["snapshots"]["expired"] == 1
+        bounded.close()
+        shutil.rmtree(path + "-lag")
         copy = path + "-copy"
         stats = db.backup_to(copy)
         assert stats["rows"] == 7, stats
