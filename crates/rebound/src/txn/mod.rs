@@ -825,6 +825,19 @@ impl TableRt {
         self.cold.read().clone()
     }
 
+    /// The index head of `key`, materializing a cold entry if needed.
+    pub fn lookup(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
+        // Read before the miss: see `warm`.
+        let loading = self.is_loading();
+        if let Some(head) = self.index.get(key) {
+            return Ok(Some(head));
+        }
+        Ok(match self.warm(medium, key)? || loading {
+            true => self.index.get(key),
+            false => None,
+        })
+    }
+
     /// The index head of `key` for a write about to replace it (see
     /// `BTree::get_for_update`), materializing a cold entry if needed.
     pub fn lookup_for_update(
@@ -833,10 +846,12 @@ impl TableRt {
         key: &[u8],
         ut: u64,
     ) -> Result<Option<(u64, UpdateHint<'_>)>> {
+        // Read before the miss: see `warm`.
+        let loading = self.is_loading();
         if let Some(found) = self.index.get_for_update(key, ut) {
             return Ok(Some(found));
         }
-        Ok(match self.warm(medium, key)? {
+        Ok(match self.warm(medium, key)? || loading {
             true => self.index.get_for_update(key, ut),
             false => None,
         })
@@ -854,6 +869,14 @@ impl TableRt {
 
     /// Moves `key`'s cold entry into the DRAM index; true if it did. A
     /// damaged run marks the table damaged: no answer may come from it.
+    ///
+    /// False does not mean the key is absent: between the caller's miss
+    /// and this call the background load (or another lookup) may have
+    /// taken the key in, and then this call adopts nothing, or finds the
+    /// cold entries retired. A caller that missed while the table was
+    /// loading (`is_loading` read before its miss) looks in the index
+    /// again whatever this returns; one that missed after the load ended
+    /// need not, since the load took every cold entry in before it ended.
     fn warm(&self, medium: &Medium, key: &[u8]) -> Result<bool> {
         // Held until the entry is in: `finish_cold` waits for it.
         let guard = self.cold_guard();

@@ -455,13 +455,8 @@ impl TxnState<'_> {
     /// it as it is: a committed live version or this transaction's own.
     fn replaceable(&self, table: &TableRt, key: &[u8]) -> Result<Option<(Addr, Vec<u8>)>> {
         let medium = &self.store.medium;
-        let head = match table.index.get(key) {
-            Some(head) => head,
-            None if table.warm(medium, key)? => match table.index.get(key) {
-                Some(head) => head,
-                None => return Ok(None),
-            },
-            None => return Ok(None),
+        let Some(head) = table.lookup(medium, key)? else {
+            return Ok(None);
         };
         let Some(header) = table.heap.header(Addr(head)) else {
             return Ok(None);

@@ -320,10 +320,8 @@ impl<'s> TxnState<'s> {
     ) -> Result<bool> {
         let medium = &self.store.medium;
         loop {
-            let head = match table.index.get(key) {
-                Some(head) => head,
-                None if table.warm(medium, key)? => continue,
-                None => return Ok(false),
+            let Some(head) = table.lookup(medium, key)? else {
+                return Ok(false);
             };
             table.heap.prefetch_version(medium, Addr(head));
             match self.snapshot_visible(table, Addr(head))? {

@@ -1697,6 +1697,118 @@ mod tests {
         assert_eq!(scan_all(&db, &table), expected, "loaded");
     }
 
+    /// Serves a table's snapshot rows in place, but lets the background
+    /// load take each key in just before a lookup reads it: the lookup then
+    /// copies nothing, as when the load wins a race with a reader between
+    /// its miss in the DRAM index and its read of the snapshot.
+    struct LoadedMeanwhile {
+        run: SnapshotRun,
+        recovered: Arc<Recovered>,
+    }
+
+    impl ColdEntries for LoadedMeanwhile {
+        fn len(&self) -> u64 {
+            self.run.len()
+        }
+
+        fn split_keys(&self, medium: &Medium, parts: usize) -> Vec<Vec<u8>> {
+            self.run.split_keys(medium, parts)
+        }
+
+        fn find(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
+            let engine = self.run.engine.upgrade().ok_or(Error::Closed)?;
+            let table = engine.store().table(self.run.table);
+            let mut after = key.to_vec();
+            after.push(0);
+            let just_the_key = (Some(key.to_vec()), Some(after));
+            load_range(engine.store(), &self.recovered, table, &just_the_key, 1)?;
+            self.run.find(medium, key)
+        }
+
+        fn range(
+            &self,
+            medium: &Medium,
+            lower: Bound<&[u8]>,
+            upper: Bound<&[u8]>,
+            limit: usize,
+        ) -> Result<Vec<(Vec<u8>, u64)>> {
+            self.run.range(medium, lower, upper, limit)
+        }
+
+        fn range_rev(
+            &self,
+            medium: &Medium,
+            lower: Bound<&[u8]>,
+            upper: Bound<&[u8]>,
+            limit: usize,
+        ) -> Result<Vec<(Vec<u8>, u64)>> {
+            self.run.range_rev(medium, lower, upper, limit)
+        }
+
+        fn copies(&self) -> bool {
+            true
+        }
+    }
+
+    /// A key that the load takes in while a lookup of it runs is found by
+    /// every read that serves cold rows: snapshot and read-write reads,
+    /// and the read of a write, under both concurrency controls.
+    #[test]
+    fn a_key_the_load_takes_in_during_a_lookup_is_found() {
+        for concurrency in [crate::Concurrency::Mvto, crate::Concurrency::Occ] {
+            let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+            let options = crate::Options::default()
+                .durability(crate::Durability::Wal)
+                .concurrency(concurrency)
+                .background_thread(false);
+            let db = Database::open(dir.path(), options).unwrap();
+            let table_options = TableOptions::default().max_key_len(8).max_value_len(8);
+            let table = db.create_table("kv", table_options).unwrap();
+            let id = table.rt().heap.def.id;
+            let mut newest = NewestVersions::default();
+            for key in 0..8u64 {
+                newest.push(id, key + 1, &key.to_be_bytes(), Some(&key.to_le_bytes()));
+            }
+            newest.settle();
+            let recovered = Arc::new(Recovered::new(newest, None));
+            serve_recovered(db.engine(), &recovered, &[]).unwrap();
+            table.rt().set_cold(Arc::new(LoadedMeanwhile {
+                run: SnapshotRun {
+                    snapshot: recovered.clone(),
+                    table: id,
+                    engine: Arc::downgrade(db.engine()),
+                },
+                recovered,
+            }));
+            let key = |k: u64| k.to_be_bytes();
+            let value = |k: u64| Some(k.to_le_bytes().to_vec());
+            let mut session = db.session().unwrap();
+
+            let mut tx = session.begin_read_only();
+            assert_eq!(
+                tx.get(&table, &key(1)).unwrap(),
+                value(1),
+                "{concurrency:?}"
+            );
+            tx.commit().unwrap();
+            let mut tx = session.begin();
+            assert_eq!(
+                tx.get(&table, &key(2)).unwrap(),
+                value(2),
+                "{concurrency:?}"
+            );
+            tx.update(&table, &key(3), b"updated").unwrap();
+            assert!(tx.delete(&table, &key(4)).unwrap(), "{concurrency:?}");
+            tx.commit().unwrap();
+
+            let mut tx = session.begin_read_only();
+            assert_eq!(tx.get(&table, &key(3)).unwrap(), Some(b"updated".to_vec()));
+            assert_eq!(tx.get(&table, &key(4)).unwrap(), None);
+            assert_eq!(tx.get(&table, &key(8)).unwrap(), None, "never written");
+            tx.commit().unwrap();
+        }
+    }
+
     /// A fold thread that could not be spawned is noted and leaves nothing
     /// claimed: the fold due at the next snapshot runs.
     #[test]

@@ -348,13 +348,9 @@ impl<'s> TxnState<'s> {
     fn committed_read(&self, table: &TableRt, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         let medium = &self.store.medium;
         loop {
-            let head = match table.index.get(key) {
-                Some(head) => head,
-                None if table.warm(medium, key)? => continue,
-                None => {
-                    self.remember_absent(table, key);
-                    return Ok(false);
-                }
+            let Some(head) = table.lookup(medium, key)? else {
+                self.remember_absent(table, key);
+                return Ok(false);
             };
             table.heap.prefetch_version(medium, Addr(head));
             if let Some((live, _)) = self.observe(table, Addr(head), Some(out))? {
