@@ -9,7 +9,9 @@ use crate::error::{Error, Result};
 use crate::medium::FileView;
 use std::sync::Arc;
 
-pub const SEGMENT_MAGIC: [u8; 8] = *b"RBWAL\0\0\x01";
+/// The last byte is the format version: 2 logs variable-length versions
+/// (txn word and record, see `heap`), 1 logged fixed-slot layouts.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"RBWAL\0\0\x02";
 pub const SEGMENT_HEADER: usize = 32;
 
 /// What the log remembers of a segment file.
@@ -56,6 +58,21 @@ fn header(number: u64, first_round: u64) -> [u8; SEGMENT_HEADER] {
         dst.copy_from_slice(&crc.to_le_bytes());
     }
     header
+}
+
+/// A segment of another format version is `UnsupportedVersion`, not
+/// damage: its records are not ours to read.
+fn check_version(bytes: &[u8]) -> Result<()> {
+    let (stem, version) = SEGMENT_MAGIC.split_at(7);
+    match (bytes.get(..7), bytes.get(7)) {
+        (Some(found), Some(&v)) if found == stem && Some(&v) != version.first() => {
+            Err(Error::UnsupportedVersion {
+                found: u32::from(v),
+                supported: u32::from(version.first().copied().unwrap_or_default()),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Number and first round of a segment header, if it is intact.
@@ -307,6 +324,7 @@ fn read_segment(
     mut visit: impl FnMut(Record<'_>) -> Result<()>,
 ) -> Result<ReadSegment> {
     let bytes = view.bytes();
+    check_version(bytes)?;
     let (found, first_round) = parse_header(bytes)
         .ok_or_else(|| Error::Corrupt(format!("log segment {number:x}: bad header")))?;
     if found != number {
