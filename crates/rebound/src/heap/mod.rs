@@ -174,9 +174,6 @@ pub const DEFAULT_BLOCK_BYTES: u64 = 256 << 10;
 /// Largest value a default block holds with the longest key, its record
 /// header and two entries (its own, and room for a seal).
 pub const DEFAULT_MAX_VALUE_BYTES: u32 = 255 << 10;
-/// Blocks never grow past this (a table asking for many entries of a
-/// large limit gets fewer per block).
-const MAX_BLOCK_BYTES: u64 = 64 << 20;
 const _: () = assert!(
     DIRECTORY_OFFSET
         + 2 * ENTRY_BYTES
@@ -212,24 +209,21 @@ impl Addr {
 }
 
 /// Geometry of a table's blocks: (largest record, entries per block,
-/// block size). `requested_slots` 0 picks `DEFAULT_BLOCK_BYTES` blocks of
-/// up to `MAX_SLOTS_PER_BLOCK` entries; n sizes blocks to hold n of the
-/// largest records. Either way a block holds at least one largest record.
+/// block size). `requested_slots` n sizes blocks to hold n of the largest
+/// records, up to `DEFAULT_BLOCK_BYTES`; 0 picks `DEFAULT_BLOCK_BYTES`
+/// blocks of up to `MAX_SLOTS_PER_BLOCK` entries (the same as asking for
+/// that many, so a stored definition maps back to its geometry). Either
+/// way a block holds at least one largest record.
 pub fn geometry(max_key_len: u32, max_value_len: u32, requested_slots: u32) -> (u32, u32, u32) {
     let record =
         record::record_space(slot::RECORD_HEADER + max_key_len as u64 + max_value_len as u64);
-    let (slots, wanted) = match requested_slots {
-        0 => (MAX_SLOTS_PER_BLOCK as u64, DEFAULT_BLOCK_BYTES),
-        n => (
-            n as u64,
-            DIRECTORY_OFFSET + n as u64 * (ENTRY_BYTES + record),
-        ),
+    let slots = match requested_slots {
+        0 => MAX_SLOTS_PER_BLOCK as u64,
+        n => n as u64,
     };
+    let wanted = (DIRECTORY_OFFSET + slots * (ENTRY_BYTES + record)).min(DEFAULT_BLOCK_BYTES);
     let least = DIRECTORY_OFFSET + 2 * ENTRY_BYTES + record;
-    let block = wanted
-        .min(MAX_BLOCK_BYTES)
-        .max(least)
-        .next_multiple_of(BLOCK_ALIGN);
+    let block = wanted.max(least).next_multiple_of(BLOCK_ALIGN);
     (record as u32, slots as u32, block as u32)
 }
 

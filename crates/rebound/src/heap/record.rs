@@ -278,7 +278,7 @@ impl TableHeap {
         let start = out.len();
         out.resize(start + len, 0);
         if let Some(key) = out.get_mut(start..) {
-            medium.read_bytes(found.at + RECORD_HEADER, key);
+            medium.read_at(found.at + RECORD_HEADER, key);
         }
         len
     }
