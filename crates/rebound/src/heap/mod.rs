@@ -94,6 +94,8 @@
 //!   the index, so a damaged bit can delay collection but never lose data.
 
 mod block;
+#[cfg(test)]
+mod fuzz_tests;
 mod record;
 mod recover;
 mod reserve;
@@ -778,8 +780,7 @@ impl TableHeap {
         let record = version.get(8..).unwrap_or_default();
         let needed = record::record_space(record.len() as u64);
         assert!(
-            version.len() as u64 >= slot::SLOT_HEADER + 1
-                && needed <= self.def.max_record_len as u64,
+            version.len() as u64 > slot::SLOT_HEADER && needed <= self.def.max_record_len as u64,
             "an encoded version of {} bytes does not fit table {}'s limits",
             version.len(),
             self.def.id
@@ -799,12 +800,15 @@ impl TableHeap {
             free_end: offset as u32,
             ..*cursor
         };
-        drop(cursor);
-        // The record and its place first, the txn word last: the word is
-        // what makes the entry count (once the commit's fence is passed).
+        // The place is stored under the lock: a reader of the next entry
+        // (another thread may append it as soon as the lock is released)
+        // checks it against this one.
         let entry = record::entry_at(block, addr.slot());
-        medium.write_bytes(block.offset() + offset, record);
         medium.store(entry + 8, record::pack_place(offset, needed));
+        drop(cursor);
+        // The record before the txn word: the word is what makes the
+        // entry count (once the commit's fence is passed).
+        medium.write_bytes(block.offset() + offset, record);
         medium.store(
             entry,
             u64::from_le_bytes(version.first_chunk().copied().unwrap_or_default()),

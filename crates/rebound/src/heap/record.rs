@@ -189,7 +189,9 @@ impl TableHeap {
     /// checksum). The region's last block is left for later: versions may
     /// still be appended to it. Returns whether the block is trusted now.
     pub fn scrub_block(&self, medium: &Medium, worker: usize, seq: usize) -> bool {
-        let region = &self.regions[worker];
+        let Some(region) = self.regions.get(worker) else {
+            return false;
+        };
         let Some(block) = region.get(seq) else {
             return false;
         };
@@ -208,7 +210,7 @@ impl TableHeap {
     /// Verifies the live versions of a block, calling `damaged` with each
     /// that fails (and with the entry a damaged directory ends at);
     /// returns how many were verified and how the directory ends.
-    fn verify_block(
+    pub(super) fn verify_block(
         &self,
         medium: &Medium,
         worker: usize,
@@ -370,8 +372,11 @@ impl TableHeap {
     pub fn version_ranges(&self, medium: &Medium, addr: Addr) -> Option<[(u64, u64); 2]> {
         let block = self.block(addr)?;
         let entry = entry_at(block, addr.slot());
+        let block_size = self.def.block_size as u64;
         let (offset, space) = unpack_place(medium.load(entry + 8));
-        let space = space.min((self.def.block_size as u64).saturating_sub(offset));
+        // Never past the block, whatever the entry says.
+        let offset = offset.min(block_size);
+        let space = space.min(block_size - offset);
         Some([(block.offset() + offset, space), (entry, ENTRY_BYTES)])
     }
 
@@ -402,7 +407,9 @@ impl TableHeap {
         };
         let at = entry_at(block, addr.slot());
         medium.store(at, SlotWord::encode(txn, true));
-        medium.persist(at, 8);
+        // The whole entry: recovery checks a hole's place too, and a
+        // medium may make durable no more than the range asked for.
+        medium.persist(at, ENTRY_BYTES);
         self.set_obsolete(medium, addr);
     }
 

@@ -378,6 +378,26 @@ impl TableHeap {
                         "committed version after the uncommitted tail at {addr:?}"
                     )))
                 }
+                // A hole whose writer never committed, found beside a
+                // place a crash left stale (its line torn, or never
+                // fenced): the abort's word made it, the append's place
+                // did not. Nothing committed follows it; the tail starts.
+                (Class::Other(Held::Hole { txn }), false) if !is_placed && txn > last_commit => {
+                    scan.tail = Some(Cursor {
+                        block: b,
+                        slot: s,
+                        free_end: free_end as u32,
+                    });
+                    placed = false;
+                    self.undo(medium, addr);
+                    let held = Held::Hole { txn };
+                    visitor.visit(SlotFate::Undone {
+                        addr,
+                        held,
+                        starts_tail: true,
+                    });
+                    continue;
+                }
                 (Class::Other(Held::Hole { txn }), false) => {
                     if !is_placed {
                         return Err(misplaced());
