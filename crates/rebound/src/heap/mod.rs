@@ -1531,4 +1531,148 @@ mod tests {
         ));
         assert_eq!(region.len(), 1006, "nothing allocated for a refused number");
     }
+
+    /// A table of 4096-byte blocks of up to 64 entries whose records take
+    /// up to 1024 bytes: three of the largest fill a block by bytes.
+    fn byte_bound_heap() -> (TableHeap, Medium, Space) {
+        let def = TableDef {
+            id: 0,
+            name: "t".into(),
+            max_key_len: 8,
+            max_value_len: 1000,
+            max_record_len: 1024,
+            slots_per_block: 64,
+            block_size: 4096,
+            dropped: false,
+        };
+        let medium = Medium::volatile(1 << 24, catalog::DATA_START).unwrap();
+        let space = Space::new(catalog::DATA_START, Vec::new(), catalog::DATA_START);
+        (TableHeap::new(def), medium, space)
+    }
+
+    fn append_value(
+        heap: &TableHeap,
+        medium: &Medium,
+        space: &Space,
+        txn: u64,
+        len: usize,
+    ) -> Addr {
+        let mut buf = Vec::new();
+        heap.encode(&mut buf, txn, b"key", &vec![7; len], false);
+        heap.append(medium, space, 0, txn, &buf).unwrap()
+    }
+
+    /// Recovery's fates, as (slot address, what).
+    #[derive(Default)]
+    struct Fates(Vec<(Addr, &'static str)>);
+
+    impl RegionVisitor for Fates {
+        fn in_checkpoint(&self, _: u64) -> bool {
+            false
+        }
+        fn visit(&mut self, fate: SlotFate<'_>) {
+            let what = match fate {
+                SlotFate::Redo(_) => "redo",
+                SlotFate::InCheckpoint { .. } => "checkpoint",
+                SlotFate::Hole { .. } => "hole",
+                SlotFate::Undone {
+                    starts_tail: true, ..
+                } => "tail",
+                SlotFate::Undone { .. } => "undone",
+            };
+            self.0.push((fate.addr(), what));
+        }
+    }
+
+    /// Recovers region 0 of `def` from the medium, with `last_commit` as
+    /// its LCTT entry.
+    fn recover(def: &TableDef, medium: &Medium, last_commit: u64) -> Result<(TableHeap, Fates)> {
+        let heap = TableHeap::new(def.clone());
+        let mut budget = SeqGapBudget::default();
+        let blocks = RegionBlocks {
+            listed: &[],
+            budget: &mut budget,
+        };
+        let horizon = RegionHorizon {
+            last_commit,
+            redo_from: 0,
+        };
+        let mut fates = Fates::default();
+        heap.recover_region(medium, 0, blocks, horizon, &mut fates)?;
+        Ok((heap, fates))
+    }
+
+    #[test]
+    fn a_record_that_does_not_fit_seals_its_block_and_recovery_reads_past_the_seal() {
+        let (heap, medium, space) = byte_bound_heap();
+        for txn in [3, 4, 5, 6] {
+            append_value(&heap, &medium, &space, txn, 1000);
+        }
+        let first = heap.regions[0].get(0).unwrap();
+        let (entries, end) = heap.directory(&medium, first);
+        assert_eq!(end, DirectoryEnd::Closed);
+        assert_eq!(entries.len(), 4, "three records and the seal");
+        let seal = entries[3];
+        assert!(record::is_seal(seal.word, seal.space));
+        assert!(heap.is_obsolete(&medium, Addr::new(0, 0, 3)));
+        assert_eq!(heap.entries_in(&medium, first), 4);
+        let (recovered, fates) = recover(&heap.def, &medium, 6).unwrap();
+        let kinds: Vec<&str> = fates.0.iter().map(|f| f.1).take(6).collect();
+        assert_eq!(kinds, ["redo", "redo", "redo", "hole", "redo", "tail"]);
+        let cursor = *recovered.regions[0].cursor.lock();
+        assert_eq!((cursor.block, cursor.slot), (1, 1));
+        assert_eq!(
+            cursor.free_end as u64,
+            4096 - record::record_space(12 + 3 + 1000)
+        );
+        let mut value = Vec::new();
+        let read = recovered.read_live(&medium, Addr::new(0, 1, 0), &mut value);
+        assert!(matches!(read, SlotRead::Value) && value == vec![7; 1000]);
+    }
+
+    #[test]
+    fn a_tail_entry_left_unplaced_clears_what_follows_without_reading_it() {
+        let (heap, medium, space) = byte_bound_heap();
+        append_value(&heap, &medium, &space, 3, 100);
+        append_value(&heap, &medium, &space, 3, 200);
+        let torn = append_value(&heap, &medium, &space, 5, 300);
+        append_value(&heap, &medium, &space, 5, 10);
+        let block = heap.regions[0].get(0).unwrap();
+        // A crash kept the word of slot 2 but not its place, and slot 5's
+        // position holds bytes that look like a committed entry.
+        medium.store(record::entry_at(block, torn.slot()) + 8, 0);
+        let fake = record::entry_at(block, 5);
+        medium.store(fake, SlotWord::encode(3, false));
+        let (recovered, fates) = recover(&heap.def, &medium, 4).unwrap();
+        let kinds: Vec<&str> = fates.0.iter().map(|f| f.1).take(4).collect();
+        assert_eq!(kinds, ["redo", "redo", "tail", "undone"]);
+        assert_eq!(medium.load(fake), TXN_EMPTY, "cleared, not judged");
+        let cursor = *recovered.regions[0].cursor.lock();
+        let prefix_end =
+            4096 - record::record_space(12 + 3 + 100) - record::record_space(12 + 3 + 200);
+        assert_eq!(
+            (cursor.block, cursor.slot, cursor.free_end as u64),
+            (0, 2, prefix_end)
+        );
+    }
+
+    #[test]
+    fn a_committed_entry_out_of_place_is_corrupt() {
+        let (heap, medium, space) = byte_bound_heap();
+        append_value(&heap, &medium, &space, 3, 100);
+        let second = append_value(&heap, &medium, &space, 3, 200);
+        let block = heap.regions[0].get(0).unwrap();
+        let at = record::entry_at(block, second.slot()) + 8;
+        let (offset, space_taken) = record::unpack_place(medium.load(at));
+        medium.store(at, record::pack_place(offset - 8, space_taken));
+        assert!(matches!(
+            recover(&heap.def, &medium, 3),
+            Err(Error::Corrupt(_))
+        ));
+        let mut out = Vec::new();
+        assert!(matches!(
+            heap.read_live(&medium, second, &mut out),
+            SlotRead::Damaged
+        ));
+    }
 }
