@@ -43,9 +43,12 @@
 //!          entry whose txn id is below its block's min txn is left over
 //!          from earlier use of the space.
 //! 8   u32  record offset in the block (8-aligned)
-//! 12  u32  record space in bytes: the record's length rounded up to 8
-//!          (a rewrite by the same transaction may leave more); a hole
-//!          with space 0 is a *seal*: the directory ends after it
+//! 12  u32  bits 0..31: record space in bytes, the record's length
+//!          rounded up to 8 (a rewrite by the same transaction may leave
+//!          more); a hole with space 0 is a *seal*: the directory ends
+//!          after it. Bit 31: the version is a tombstone, a copy of the
+//!          record's flag, so a writer learns it from the entry alone
+//!          (every verification of the record checks that they agree)
 //! ```
 //! Entry i's record ends where entry i−1's starts (the block's end for
 //! entry 0) and starts after entry i's own end, so a flipped offset or
@@ -804,7 +807,8 @@ impl TableHeap {
         // (another thread may append it as soon as the lock is released)
         // checks it against this one.
         let entry = record::entry_at(block, addr.slot());
-        medium.store(entry + 8, record::pack_place(offset, needed));
+        let tombstone = record::encoded_tombstone(version);
+        medium.store(entry + 8, record::pack_place(offset, needed, tombstone));
         drop(cursor);
         // The record before the txn word: the word is what makes the
         // entry count (once the commit's fence is passed).
@@ -906,7 +910,10 @@ impl TableHeap {
             cursor.slot,
             block.seq
         );
-        medium.store(entry + 8, record::pack_place(cursor.free_end as u64, 0));
+        medium.store(
+            entry + 8,
+            record::pack_place(cursor.free_end as u64, 0, false),
+        );
         medium.store(entry, SlotWord::encode(txn, true));
         medium.persist(entry, ENTRY_BYTES);
         let (word, bit) = bitmap_bit(block, cursor.slot);
@@ -1664,7 +1671,7 @@ mod tests {
         let block = heap.regions[0].get(0).unwrap();
         let at = record::entry_at(block, second.slot()) + 8;
         let (offset, space_taken) = record::unpack_place(medium.load(at));
-        medium.store(at, record::pack_place(offset - 8, space_taken));
+        medium.store(at, record::pack_place(offset - 8, space_taken, false));
         assert!(matches!(
             recover(&heap.def, &medium, 3),
             Err(Error::Corrupt(_))

@@ -30,15 +30,33 @@ pub fn entry_at(block: &Block, slot: u32) -> u64 {
     block.offset() + directory_end(slot)
 }
 
+/// Bit of a directory entry's second word that says its version is a
+/// tombstone (a copy of the record's flag, so that a writer learns it
+/// without reading the record).
+const TOMBSTONE_BIT: u64 = 1 << 63;
+
 /// The second word of a directory entry: the record's offset in the
-/// block (low half) and the bytes it takes (high half).
-pub fn pack_place(offset: u64, space: u64) -> u64 {
-    debug_assert!(offset <= u32::MAX as u64 && space <= u32::MAX as u64);
-    offset | (space << 32)
+/// block (bits 0..32), the bytes it takes (bits 32..63) and whether it is
+/// a tombstone (bit 63).
+pub fn pack_place(offset: u64, space: u64, tombstone: bool) -> u64 {
+    debug_assert!(offset <= u32::MAX as u64 && space < 1 << 31);
+    offset | (space << 32) | if tombstone { TOMBSTONE_BIT } else { 0 }
 }
 
+/// The record's offset and space from an entry's second word.
 pub fn unpack_place(word: u64) -> (u64, u64) {
-    (word & 0xFFFF_FFFF, word >> 32)
+    (word & 0xFFFF_FFFF, (word & !TOMBSTONE_BIT) >> 32)
+}
+
+/// Whether an entry's second word says its version is a tombstone.
+pub fn place_says_tombstone(word: u64) -> bool {
+    word & TOMBSTONE_BIT != 0
+}
+
+/// Whether an encoded version (txn word, then record) is a tombstone.
+pub fn encoded_tombstone(version: &[u8]) -> bool {
+    let flags = version.get(14..16).and_then(|f| f.try_into().ok());
+    flags.is_some_and(|f| u16::from_le_bytes(f) & FLAG_TOMBSTONE != 0)
 }
 
 /// Whether a record at `offset` taking `space` bytes can belong to entry
@@ -135,18 +153,39 @@ impl TableHeap {
         let block = self.block(addr)?;
         let slot = addr.slot();
         let entry = entry_at(block, slot);
-        let block_size = self.def.block_size as u64;
-        let upper = match slot {
-            0 => block_size,
-            _ => unpack_place(medium.load(entry - 8)).0,
-        };
-        let place = unpack_place(medium.load(entry + 8));
-        if upper > block_size || place.1 < MIN_RECORD_SPACE || !is_placed(slot, place, upper) {
+        let place_word = medium.load(entry + 8);
+        let place = unpack_place(place_word);
+        if !self.in_place(medium, block, slot, place) {
             return None;
         }
         let at = block.offset() + place.0;
         let header = SlotHeader::read(medium, medium.load(entry), at);
-        (self.fits(&header) && header.record_len() <= place.1).then_some(Located { at, header })
+        let agrees = place_says_tombstone(place_word) == header.is_tombstone();
+        let fits = self.fits(&header) && header.record_len() <= place.1;
+        (agrees && fits).then_some(Located { at, header })
+    }
+
+    /// Whether a record place can be entry `slot`'s: within the block,
+    /// clear of its entry, and (in a block from the medium) right below
+    /// the record of the entry before. A block this process wrote or
+    /// verified skips the last check, which costs a second directory line
+    /// on one read in four.
+    fn in_place(&self, medium: &Medium, block: &Block, slot: u32, place: (u64, u64)) -> bool {
+        let block_size = self.def.block_size as u64;
+        if place.1 < MIN_RECORD_SPACE {
+            return false;
+        }
+        if block.is_trusted() {
+            let end = place.0 + place.1;
+            return place.0.is_multiple_of(8)
+                && place.0 >= directory_end(slot + 1)
+                && end <= block_size;
+        }
+        let upper = match slot {
+            0 => block_size,
+            _ => unpack_place(medium.load(entry_at(block, slot) - 8)).0,
+        };
+        upper <= block_size && is_placed(slot, place, upper)
     }
 
     /// Whether a header's lengths fit this table's limits.
@@ -257,10 +296,13 @@ impl TableHeap {
     /// never turns a live version into a deletion or back.
     pub fn tombstone(&self, medium: &Medium, addr: Addr) -> Option<bool> {
         let block = self.block(addr)?;
-        let header = self.locate(medium, addr)?.header;
         if block.is_trusted() {
-            return Some(header.is_tombstone());
+            // The entry's copy of the flag: the record stays unread.
+            let place_word = medium.load(entry_at(block, addr.slot()) + 8);
+            let placed = self.in_place(medium, block, addr.slot(), unpack_place(place_word));
+            return placed.then_some(place_says_tombstone(place_word));
         }
+        let header = self.locate(medium, addr)?.header;
         if header.value_len > 0 {
             return (!header.is_tombstone()).then_some(false);
         }
@@ -397,6 +439,8 @@ impl TableHeap {
             return false;
         }
         medium.write_bytes(block.offset() + offset, record);
+        let tombstone = encoded_tombstone(version);
+        medium.store(entry + 8, pack_place(offset, space, tombstone));
         true
     }
 
