@@ -3,7 +3,8 @@
 //! loads ROWS (100 000) rows of 8-byte keys and VALUE_LEN-byte (100)
 //! values into a table with default options, closes the database, and
 //! prints the bytes the directory's files occupy (allocated blocks, as
-//! `du` counts them) over rows × (key + value).
+//! `du` counts them) over rows × (key + value), and what the table's
+//! statistics say its versions take.
 
 use rebound::{Database, Options, TableOptions};
 use std::os::unix::fs::MetadataExt;
@@ -26,6 +27,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tx.commit()?;
     }
     drop(session);
+    let stats = db.stats();
+    if let Some(t) = stats.tables.iter().find(|t| t.name == "t") {
+        println!(
+            "heap: {} blocks, {} bytes; versions take {} bytes ({:.2}x the data)",
+            t.blocks,
+            t.block_bytes,
+            t.live_bytes + t.obsolete_bytes,
+            (t.live_bytes + t.obsolete_bytes) as f64 / (rows * (8 + value_len as u64)) as f64
+        );
+    }
     db.close()?;
     let used = allocated_bytes(Path::new(&dir))?;
     let live = rows * (8 + value_len as u64);
