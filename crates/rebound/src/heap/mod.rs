@@ -775,7 +775,8 @@ impl TableHeap {
         }
     }
 
-    /// Appends an encoded slot to `worker`'s region and returns its address.
+    /// Appends an encoded version (txn word, then record) to `worker`'s
+    /// region and returns its address.
     /// Not persisted: the commit persists and fences it.
     /// `txn` is the appending transaction; it becomes a new block's min txn.
     /// It must not be below any txn id appended to the region before
@@ -885,8 +886,11 @@ impl TableHeap {
         let region = &self.regions[worker];
         if let Some(block) = region.get(cursor.block as usize) {
             self.seal(medium, block, cursor, txn);
-            let used = (self.def.block_size - cursor.free_end) / cursor.slot.max(1);
-            self.mean_space.store(used, Relaxed);
+            // A cursor recovery left after a full block knows no records.
+            if cursor.slot > 0 && cursor.free_end > 0 {
+                let used = (self.def.block_size - cursor.free_end) / cursor.slot;
+                self.mean_space.store(used, Relaxed);
+            }
         }
         let has_block = region.get(cursor.block as usize).is_some();
         if !has_block || (cursor.block as usize + 1) >= region.len() {
