@@ -12,6 +12,7 @@ mod engines;
 mod gen;
 mod inspect;
 mod load;
+mod raft;
 mod tatp;
 mod timeline;
 mod torture;
@@ -82,6 +83,10 @@ enum Command {
     Export(inspect::ExportArgs),
     /// Create a database from a stream `export` wrote.
     Import(inspect::ImportArgs),
+    /// SIGKILL the leader of a local rebound-raft cluster again and
+    /// again: the time from each kill to the first write a new leader
+    /// acknowledges (median).
+    RaftFailover(raft::FailoverArgs),
     /// Render SVG/PNG charts from result JSON files.
     Chart(chart::ChartArgs),
     /// The child process of `demo` (not for direct use).
@@ -93,6 +98,10 @@ enum Command {
     /// The child process of `recovery-timeline` (not for direct use).
     #[command(hide = true)]
     RecoveryTimelineChild(timeline::TimelineChildArgs),
+    /// A rebound-raft node, a child of `ycsb --engine raft` and
+    /// `raft-failover` (not for direct use).
+    #[command(hide = true)]
+    RaftNode(raft::NodeArgs),
     /// The child process of `torture` (not for direct use).
     #[command(hide = true)]
     TortureChild(torture::TortureChildArgs),
@@ -124,6 +133,8 @@ fn main() {
         Command::DemoChild(args) => demo::child(args),
         Command::CrashChild(args) => crash::child(args),
         Command::Torture(args) => torture::run(args),
+        Command::RaftFailover(args) => raft::failover(args),
+        Command::RaftNode(args) => raft::node(args),
         Command::TortureChild(args) => torture::child(args),
     };
     if let Err(e) = result {

@@ -594,10 +594,18 @@ pub struct YcsbArgs {
     pub backup_at: Option<f64>,
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// With `--engine raft`: nodes of the local cluster.
+    #[arg(long, default_value_t = 3)]
+    #[serde(default = "three_nodes")]
+    pub nodes: usize,
     #[command(flatten)]
     pub dir: DirArgs,
     #[command(flatten)]
     pub out: OutArgs,
+}
+
+fn three_nodes() -> usize {
+    3
 }
 
 /// A backup taken during a run, and the throughput around it.
@@ -626,6 +634,9 @@ pub struct YcsbResult {
 
 pub fn run(args: YcsbArgs) -> BoxResult<()> {
     args.cfg.validate()?;
+    if args.engine.engine == engines::EngineKind::Raft {
+        return crate::raft::ycsb(&args);
+    }
     let dir = DbDir::new(&args.dir, "ycsb")?;
     with_engine!(args.engine.engine, |E| run_engine::<E>(&args, &dir))
 }

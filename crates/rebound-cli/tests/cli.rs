@@ -828,3 +828,53 @@ fn inspection_beside_a_writer() {
         "{stderr}"
     );
 }
+
+#[test]
+fn ycsb_runs_through_a_local_raft_cluster() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = rebound(&[
+        "ycsb",
+        "--engine",
+        "raft",
+        "--nodes",
+        "3",
+        "--records",
+        "500",
+        "--duration",
+        "1",
+        "--out",
+        s(out.path()),
+        "--name",
+        "r",
+    ]);
+    assert!(stdout.contains("loaded 500 rows"), "{stdout}");
+    let v = json(&out.path().join("r.json"));
+    assert_eq!(v["nodes"], 3);
+    assert_eq!(v["failed"], 0);
+    assert!(v["committed"].as_u64().unwrap() > 0);
+    assert!(v["p99_us"].as_u64().unwrap() >= v["p50_us"].as_u64().unwrap());
+}
+
+#[test]
+fn raft_failover_times_each_leader_kill() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = rebound(&[
+        "raft-failover",
+        "--kills",
+        "2",
+        "--out",
+        s(out.path()),
+        "--name",
+        "f",
+    ]);
+    assert!(stdout.contains("kill 2: leader"), "{stdout}");
+    let v = json(&out.path().join("f.json"));
+    let times = v["kill_to_write_ms"].as_array().unwrap();
+    assert_eq!(times.len(), 2);
+    assert!(times.iter().all(|t| t.as_f64().unwrap() > 0.0), "{v}");
+    let (first, second) = (
+        stdout.find("kill 1: leader").unwrap(),
+        stdout.find("kill 2: leader").unwrap(),
+    );
+    assert!(first < second, "{stdout}");
+}

@@ -349,6 +349,7 @@ fn a_writer_older_than_a_snapshot_commits_what_the_snapshot_read() {
             Concurrency::Mvto => assert!(stale == 1 && !sees_c, "{design}"),
             _ => assert!(stale == 0 && sees_c, "{design}"),
         }
+        assert_eq!(snapshot.is_stale_snapshot(), !sees_c, "{design}");
         assert_eq!(snapshot.get(&table, b"a").unwrap(), Some(b"1".to_vec()));
         assert_eq!(
             snapshot.scan::<&[u8]>(&table, .., 10).unwrap().len(),
@@ -364,6 +365,7 @@ fn a_writer_older_than_a_snapshot_commits_what_the_snapshot_read() {
         drop(snapshot);
         // With no older writer left, a new snapshot sees everything at once.
         let mut later = reading.begin_read_only();
+        assert!(!later.is_stale_snapshot(), "{design}");
         assert_eq!(later.scan::<&[u8]>(&table, .., 10).unwrap().len(), 3);
         assert_eq!(db.stats().snapshots.started_stale, stale);
     })

@@ -95,6 +95,8 @@ pub enum EngineKind {
     Fjall,
     /// Only in builds with the `rocksdb` feature.
     Rocksdb,
+    /// A local cluster of `rebound-raft` nodes (`ycsb` only, with `--nodes`).
+    Raft,
 }
 
 impl EngineKind {
@@ -106,6 +108,7 @@ impl EngineKind {
             EngineKind::Sqlite => "sqlite",
             EngineKind::Fjall => "fjall",
             EngineKind::Rocksdb => "rocksdb",
+            EngineKind::Raft => "raft",
         }
     }
 
@@ -540,6 +543,10 @@ macro_rules! with_engine {
             #[cfg(not(feature = "rocksdb"))]
             $crate::engines::EngineKind::Rocksdb => Err($crate::engines::Error::Unsupported(
                 "this build has no RocksDB: build with --features rocksdb".into(),
+            )
+            .into()),
+            $crate::engines::EngineKind::Raft => Err($crate::engines::Error::Unsupported(
+                "the raft engine runs only under `ycsb` (a cluster behind HTTP, no embedded handle)".into(),
             )
             .into()),
         }

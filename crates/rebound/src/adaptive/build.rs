@@ -62,6 +62,10 @@ impl IndexManager {
                 .all(|(i, w)| { w.is_none_or(|w| !workers[..i].contains(&Some(w))) }),
             "a build's threads read under distinct session slots: {workers:?}"
         );
+        // Dropped with its table before this build took the lock.
+        if index.is_dropped() {
+            return Ok(());
+        }
         self.wait_for_primary(table);
         let started = Instant::now();
         index.build_progress.store(0, Relaxed);
@@ -115,7 +119,9 @@ impl IndexManager {
         {
             std::thread::sleep(IDLE_POLL);
         }
-        self.cancel.load(Acquire)
+        // A drop waits for this build's lock: stop rather than copy a
+        // table nobody can read.
+        self.cancel.load(Acquire) || table.is_dropped()
     }
 }
 

@@ -38,6 +38,10 @@ pub struct BackupStats {
     pub elapsed: Duration,
 }
 
+/// A table's secondary indexes as `create_index` takes them: (name,
+/// options).
+pub(super) type IndexDefinitions = Vec<(String, IndexOptions)>;
+
 impl Database {
     /// Writes a consistent copy of this database into directory `target`,
     /// which must not exist yet, while transactions go on (see the
@@ -81,22 +85,19 @@ impl Database {
     fn copy_into(&self, dir: &Path, threads: usize) -> Result<BackupStats> {
         let copy = Database::open(dir, self.options.as_ref().clone().for_copy())?;
         let mut reading = self.session()?;
-        let snapshot = reading.begin_read_only();
+        let (snapshot, tables) = self.snapshot_with_tables(&mut reading)?;
         let mut stats = BackupStats {
             at: snapshot.id(),
             ..BackupStats::default()
         };
-        for name in self.table_names() {
-            let Some(table) = self.table(&name)? else {
-                continue;
-            };
-            let copied = copy.create_table(&name, table.options())?;
+        for (table, indexes) in tables {
+            let copied = copy.create_table(table.name(), table.options())?;
             let (rows, bytes) = self.copy_table(&snapshot, &table, (&copy, &copied), threads)?;
             stats.tables += 1;
             stats.rows += rows;
             stats.bytes += bytes;
             // Built from the copied rows, once: cheaper than maintained.
-            for (index, options) in self.index_definitions(&table) {
+            for (index, options) in indexes {
                 copy.create_index(&copied, &index, options)?;
                 stats.indexes += 1;
             }
@@ -108,7 +109,7 @@ impl Database {
     }
 
     /// (name, options) of `table`'s secondary indexes.
-    pub(super) fn index_definitions(&self, table: &Table) -> Vec<(String, IndexOptions)> {
+    pub(super) fn index_definitions(&self, table: &Table) -> IndexDefinitions {
         table
             .rt
             .secondaries

@@ -65,15 +65,12 @@ impl Database {
         out.put(MAGIC)?;
         out.put(&STREAM_VERSION.to_le_bytes())?;
         let mut session = self.session()?;
-        let mut snapshot = session.begin_read_only();
+        let (mut snapshot, tables) = self.snapshot_with_tables(&mut session)?;
         let mut stats = ExportStats::default();
-        for name in self.table_names() {
-            let Some(table) = self.table(&name)? else {
-                continue;
-            };
+        for (table, indexes) in tables {
             write_table(&mut out, &table)?;
             stats.tables += 1;
-            for (name, options) in self.index_definitions(&table) {
+            for (name, options) in indexes {
                 write_index(&mut out, &name, &options)?;
                 stats.indexes += 1;
             }

@@ -11,6 +11,7 @@ mod secondary;
 mod stats;
 
 pub use backup::BackupStats;
+use backup::IndexDefinitions;
 pub use export::ExportStats;
 pub use integrity::IntegrityReport;
 pub use options::{Durability, MediumChoice, Options, MIN_MAX_SIZE};
@@ -192,6 +193,29 @@ impl Database {
         Ok(Some(Table { rt }))
     }
 
+    /// A snapshot, and the tables live when it began with their index
+    /// definitions then (see `Engine::with_catalog_fixed`): what a backup
+    /// or an export copies.
+    pub(crate) fn snapshot_with_tables<'s>(
+        &self,
+        session: &'s mut Session,
+    ) -> Result<(Transaction<'s>, Vec<(Table, IndexDefinitions)>)> {
+        let (snapshot, tables) = self.inner.with_catalog_fixed(|| {
+            let snapshot = session.begin_read_only();
+            let live = self.inner.store().tables().filter(|t| !t.is_dropped());
+            let tables: Vec<_> = live.map(|rt| Table { rt: rt.clone() }).collect();
+            let defined = tables.into_iter().map(|t| {
+                let indexes = self.index_definitions(&t);
+                (t, indexes)
+            });
+            (snapshot, defined.collect::<Vec<_>>())
+        });
+        for (table, _) in &tables {
+            table.rt.check_damaged()?;
+        }
+        Ok((snapshot, tables))
+    }
+
     /// Names of all tables, in creation order.
     pub fn table_names(&self) -> Vec<String> {
         self.inner
@@ -242,7 +266,9 @@ impl Database {
     }
 
     /// Stops accepting work and makes everything durable. Sessions still
-    /// held afterwards get [`Error::Closed`].
+    /// held afterwards get [`Error::Closed`]. The files stay locked until
+    /// the last handle (sessions and transactions included) is dropped:
+    /// an abort then still writes to them.
     pub fn close(&self) -> Result<()> {
         self.inner.close()
     }
@@ -358,6 +384,18 @@ impl<'s> Transaction<'s> {
     /// Whether this is a snapshot ([`Session::begin_read_only`]).
     pub fn is_read_only(&self) -> bool {
         self.state.is_snapshot()
+    }
+
+    /// Whether this snapshot started stale: under MVTO, a writer older
+    /// than a commit acknowledged before the snapshot began was still
+    /// running after [`FRESH_PATIENCE`], and the snapshot reads below it
+    /// (a consistent prefix of the serial order that may lack such
+    /// commits). Begin another one to see them once that writer ends.
+    /// Always false for read-write transactions and under OCC.
+    ///
+    /// [`FRESH_PATIENCE`]: crate::FRESH_PATIENCE
+    pub fn is_stale_snapshot(&self) -> bool {
+        self.state.is_stale_snapshot()
     }
 
     /// A snapshot's anchor (see `Session::begin_read_only_beside`).

@@ -517,14 +517,18 @@ impl Engine {
         // table must not be in force while its descriptor says created.
         catalog::drop_table(store.medium(), id)?;
         table.mark_dropped(store.clock().next(store.medium())?);
-        for (_, index) in table.secondaries.iter() {
-            index.set_state(crate::txn::DROPPED);
-        }
         // The `wal` design's commit point, after the table is hidden: a
         // snapshot at or after the record's timestamp lists it dropped.
         self.design.log_ddl(self, &mut |buf, ts| {
             crate::wal::record::encode_drop(buf, ts, &super::wal::table_spec(&table.heap.def));
         })?;
+        // A build running now stops at its next batch (it sees the table
+        // dropped); none starts on an index dropped under its lock, so
+        // none reads the table once its blocks may go.
+        for (_, index) in table.secondaries.iter() {
+            let _building = index.build_lock.lock();
+            index.set_state(crate::txn::DROPPED);
+        }
         table.mark_reclaimable();
         Ok(())
     }
@@ -540,6 +544,15 @@ impl Engine {
         // starts later sees it dropped and passes it by).
         let _checkpoints = self.design.gc_guard();
         collector.reclaim_dropped(&self.store)
+    }
+
+    /// Runs `f` while no table or index is created or dropped: a
+    /// snapshot's begin and the tables and indexes live then are what a
+    /// copy through that snapshot holds, even if a table is dropped (and
+    /// its name reused) while the copy runs.
+    pub fn with_catalog_fixed<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _guard = self.create_lock.lock();
+        f()
     }
 
     /// The live table called `name`.

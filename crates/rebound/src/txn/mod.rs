@@ -711,12 +711,13 @@ impl TableRt {
     }
 
     /// `NoSuchTable` once the table is dropped, unless a snapshot that
-    /// began before the drop reads it; `Corrupt` when its recovered index is damaged.
-    pub fn check_live(&self, snapshot_at: Option<u64>) -> Result<()> {
+    /// began before the drop reads it (`snapshot_began`: the clock when it
+    /// began); `Corrupt` when its recovered index is damaged.
+    pub fn check_live(&self, snapshot_began: Option<u64>) -> Result<()> {
         match self.dropped_at() {
-            // A snapshot that began after the drop reads above the
-            // timestamp the drop took.
-            Some(dropped) if snapshot_at.is_none_or(|at| at > dropped) => {
+            // A snapshot that began after the drop read the clock above
+            // the timestamp the drop took.
+            Some(dropped) if snapshot_began.is_none_or(|began| began > dropped) => {
                 Err(Error::NoSuchTable(self.heap.def.name.clone()))
             }
             _ => self.check_damaged(),
@@ -1209,6 +1210,8 @@ pub struct TxnState<'s> {
     hints: Vec<UpdateHint<'s>>,
     /// A read-only transaction on the snapshot at `ts` (`snapshot`).
     snapshot: bool,
+    /// How the snapshot opened (`snapshot`).
+    snapshot_opened: snapshot::Opened,
 }
 
 impl<'s> TxnState<'s> {
@@ -1267,6 +1270,7 @@ impl<'s> TxnState<'s> {
             occ: None,
             hints: Vec::new(),
             snapshot: false,
+            snapshot_opened: snapshot::Opened::default(),
         }
     }
 
@@ -1319,7 +1323,7 @@ impl<'s> TxnState<'s> {
         if !self.store.owns(table) {
             return Err(Error::ForeignTable);
         }
-        table.check_live(self.snapshot.then_some(self.ts))
+        table.check_live(self.snapshot.then_some(self.snapshot_opened.began))
     }
 
     fn table<'t>(

@@ -633,6 +633,11 @@ impl Store {
         let mut keep = Vec::new();
         let mut removed = 0;
         for stale in pending {
+            // A dropped index goes with its table, whose versions may be
+            // freed already.
+            if stale.index.is_dropped() {
+                continue;
+            }
             match self.judge_stale(&stale, low_water) {
                 Judgement::Remove(seen) => {
                     removed += u64::from(stale.index.tree.remove_if(&stale.entry, seen, 0, ut));

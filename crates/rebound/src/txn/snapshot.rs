@@ -42,11 +42,24 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 use std::time::{Duration, Instant};
 
-/// An open snapshot's worker and timestamp (`TxnState::anchor`).
+/// An open snapshot's worker and how it opened (`TxnState::anchor`).
 #[derive(Debug, Clone, Copy)]
 pub struct Anchor {
     worker: usize,
-    at: u64,
+    opened: Opened,
+}
+
+/// How a snapshot opened.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Opened {
+    /// Where it reads.
+    pub at: u64,
+    /// Below a writer it would not wait for longer (MVTO): it may miss
+    /// commits acknowledged before it began.
+    pub stale: bool,
+    /// The clock when it began, at or above `at`: a table dropped at a
+    /// later timestamp was dropped after it began, and it still reads it.
+    pub began: u64,
 }
 
 /// How long an MVTO snapshot waits for older writers before it starts
@@ -107,16 +120,19 @@ impl Store {
         self.snapshots[worker].store(0, SeqCst);
     }
 
-    /// Chooses `worker`'s snapshot timestamp and announces it.
-    fn open_snapshot(&self, worker: usize) -> Result<u64> {
+    /// Chooses `worker`'s snapshot timestamp and announces it; with it,
+    /// whether the snapshot starts stale (below a writer it would not wait
+    /// for longer, so it may miss commits acknowledged before it began).
+    fn open_snapshot(&self, worker: usize) -> Result<Opened> {
         let slot = &self.snapshots[worker];
         slot.store(CHOOSING, SeqCst);
+        let began = self.clock.peek();
         let at = match self.concurrency {
-            Concurrency::Occ => self.clock.next(&self.medium),
+            Concurrency::Occ => self.clock.next(&self.medium).map(|at| (at, false)),
             Concurrency::Mvto => Ok(self.mvto_snapshot_timestamp()),
         };
         match at {
-            Ok(at) => {
+            Ok((at, _)) => {
                 assert!(
                     (CHOOSING..=self.clock.peek()).contains(&at),
                     "a snapshot reads at an issued timestamp at or above its bound: {at}"
@@ -125,7 +141,11 @@ impl Store {
             }
             Err(_) => slot.store(0, SeqCst),
         }
-        at
+        at.map(|(at, stale)| Opened {
+            at,
+            stale,
+            began: began.max(at),
+        })
     }
 
     /// The low water of the running writers once it is above every
@@ -140,17 +160,17 @@ impl Store {
     /// acted before that only on a lower low water (it never falls).
     /// A commit acknowledged before the call stored its timestamp in
     /// `last_writes` before it was acknowledged, so the check sees it.
-    fn mvto_snapshot_timestamp(&self) -> u64 {
+    fn mvto_snapshot_timestamp(&self) -> (u64, bool) {
         let wanted = self.clock.peek();
         let deadline = Instant::now() + FRESH_PATIENCE;
         loop {
             let low = self.low_water_of_writers();
             if low >= wanted || low > self.newest_write() {
-                return low;
+                return (low, false);
             }
             if Instant::now() >= deadline {
                 self.stale_snapshots.fetch_add(1, Relaxed);
-                return low;
+                return (low, true);
             }
             std::thread::yield_now();
         }
@@ -168,7 +188,7 @@ impl<'s> TxnState<'s> {
     pub fn anchor(&self) -> Anchor {
         Anchor {
             worker: self.worker,
-            at: self.ts,
+            opened: self.snapshot_opened,
         }
     }
 
@@ -177,34 +197,42 @@ impl<'s> TxnState<'s> {
     /// below that timestamp until this one is announced too.
     pub fn begin_snapshot_beside(store: &'s Store, worker: usize, anchor: Anchor) -> Self {
         let open = store.snapshots[anchor.worker].load(SeqCst);
-        let opened = match open == anchor.at && anchor.at != 0 {
+        let at = anchor.opened.at;
+        let opened = match open == at && at != 0 {
             true => {
-                store.snapshots[worker].store(anchor.at, SeqCst);
-                Ok(anchor.at)
+                store.snapshots[worker].store(at, SeqCst);
+                Ok(anchor.opened)
             }
             false => Err(Error::TransactionPoisoned),
         };
         TxnState::snapshot_at(store, worker, opened)
     }
 
-    fn snapshot_at(store: &'s Store, worker: usize, opened: Result<u64>) -> Self {
-        let (at, poisoned) = match opened {
-            Ok(at) => (at, None),
-            Err(e) => (0, Some(e)),
+    fn snapshot_at(store: &'s Store, worker: usize, opened: Result<Opened>) -> Self {
+        let (opened, poisoned) = match opened {
+            Ok(opened) => (opened, None),
+            Err(e) => (Opened::default(), Some(e)),
         };
         let (buf, spare_keys) = {
             let mut set = store.write_sets[worker].lock();
             let keys = std::mem::take(&mut set.spare_keys);
             (std::mem::take(&mut set.spare_buf), keys)
         };
-        let mut txn = TxnState::idle(store, worker, at, (buf, spare_keys));
+        let mut txn = TxnState::idle(store, worker, opened.at, (buf, spare_keys));
         txn.poisoned = poisoned;
         txn.snapshot = true;
+        txn.snapshot_opened = opened;
         txn
     }
 
     pub fn is_snapshot(&self) -> bool {
         self.snapshot
+    }
+
+    /// A snapshot that started below a writer it would not wait for
+    /// longer than `FRESH_PATIENCE` (MVTO only).
+    pub fn is_stale_snapshot(&self) -> bool {
+        self.snapshot_opened.stale
     }
 
     /// Reads `key` as of the snapshot.

@@ -9,9 +9,10 @@ use crate::error::{Error, Result};
 use crate::medium::FileView;
 use std::sync::Arc;
 
-/// The last byte is the format version: 2 logs variable-length versions
-/// (txn word and record, see `heap`), 1 logged fixed-slot layouts.
-pub const SEGMENT_MAGIC: [u8; 8] = *b"RBWAL\0\0\x02";
+/// The last byte is the format version: 3 logs variable-length versions
+/// (txn word and record, see `heap`); 2 logged fixed-slot layouts and has
+/// the dropped flag in table records; 1 did not have that flag.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"RBWAL\0\0\x03";
 pub const SEGMENT_HEADER: usize = 32;
 
 /// What the log remembers of a segment file.
@@ -245,7 +246,14 @@ pub fn replay<S: Send>(
             let Some(&number) = numbers.get(at) else {
                 return done;
             };
-            let parsed = dir.view(&segment_name(number)).and_then(|view| {
+            // A reader beside the writer copies the bytes: the writer
+            // appends to (and a restarting one may cut) what a mapping
+            // would show changing or fault on.
+            let view = match reader {
+                true => dir.read(&segment_name(number)).map(FileView::from_bytes),
+                false => dir.view(&segment_name(number)),
+            };
+            let parsed = view.and_then(|view| {
                 let view = Arc::new(view);
                 let mut state = init(view.clone());
                 let segment = read_segment(&view, number, |rec| visit(&mut state, rec))?;

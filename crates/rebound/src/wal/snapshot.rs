@@ -15,11 +15,12 @@ use crate::error::{Error, Result};
 use std::io::{BufWriter, Write};
 use std::ops::{Bound, Range};
 
-pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RBSNAP\0\x02";
+/// Version 3: catalog table records carry the dropped flag.
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RBSNAP\0\x03";
 /// The magic without its version byte: a file that has it and another
 /// version is a snapshot this build cannot read.
 const MAGIC_STEM: [u8; 7] = *b"RBSNAP\0";
-const FORMAT_VERSION: u32 = 2;
+const FORMAT_VERSION: u32 = 3;
 pub const FOOTER_MAGIC: [u8; 8] = *b"RBSNAPND";
 const HEADER: u64 = 32;
 const FOOTER: u64 = 48;
@@ -868,7 +869,9 @@ impl SnapshotFile {
             return Err(self.bad("too short"));
         }
         let header = self.read_at(0, HEADER)?;
-        if header.get(..7) == Some(&MAGIC_STEM[..]) && field::<1>(&header, 7) != [2] {
+        if header.get(..7) == Some(&MAGIC_STEM[..])
+            && u32::from(field::<1>(&header, 7)[0]) != FORMAT_VERSION
+        {
             return Err(Error::UnsupportedVersion {
                 found: u32::from(field::<1>(&header, 7)[0]),
                 supported: FORMAT_VERSION,

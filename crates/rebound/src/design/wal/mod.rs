@@ -435,7 +435,14 @@ fn replay(
     serve_recovered(engine, &recovered, &all_indexes)?;
     let replayed_after = replay_started.elapsed();
     let indexes_started = Instant::now();
-    for def in &all_indexes {
+    // An index of a table dropped later goes with it.
+    let live = |def: &&IndexDef| {
+        engine
+            .store()
+            .get_table(def.table)
+            .is_none_or(|t| !t.is_dropped())
+    };
+    for def in all_indexes.iter().filter(live) {
         create_logged_index(engine, def)?;
     }
     let indexes_after = indexes_started.elapsed();
@@ -583,13 +590,15 @@ fn serve_recovered(
 }
 
 /// A table's create or drop record from the log. One at or after the
-/// snapshot's timestamp may be in its catalog already.
+/// snapshot's timestamp may be in its catalog already, dropped even (a
+/// snapshot reads the catalog after waiting for older transactions, so
+/// a table created and dropped meanwhile is in it as dropped while both
+/// records are above its timestamp).
 fn replay_table(engine: &Engine, spec: &TableSpec) -> Result<()> {
     let twice = || Error::Corrupt(format!("table {} logged twice", spec.id));
     match (engine.store().get_table(spec.id), spec.dropped) {
         (Some(rt), _) if rt.heap.def.name != spec.name => Err(twice()),
         (Some(rt), true) if !rt.is_dropped() => drop_logged_table(engine, rt),
-        (Some(rt), false) if rt.is_dropped() => Err(twice()),
         (Some(_), _) => Ok(()),
         (None, false) => create_logged_table(engine, spec).map(drop),
         (None, true) => Err(Error::Corrupt(format!(
