@@ -23,7 +23,7 @@
 //!
 //! # Segment file
 //! ```text
-//! 0   [u8; 8] magic "RBWAL\0\0\x02" (the last byte is the format
+//! 0   [u8; 8] magic "RBWAL\0\0\x03" (the last byte is the format
 //!             version; another one: UnsupportedVersion)
 //! 8   u64     segment number (as in the file name)
 //! 16  u64     round of its first frame
@@ -63,7 +63,7 @@
 //! ```
 //! # Snapshot file
 //! ```text
-//! 0   [u8; 8] magic "RBSNAP\0\x02" (another last byte: UnsupportedVersion)
+//! 0   [u8; 8] magic "RBSNAP\0\x03" (another last byte: UnsupportedVersion)
 //! 8   u64     snapshot number (as in the file name)
 //! 16  u64     ts S: holds exactly the commits of transactions older than S
 //!             (a delta: those at or after its predecessor's S)
