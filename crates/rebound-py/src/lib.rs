@@ -63,7 +63,7 @@ impl PyDatabase {
     }
 
     /// Creates a table; durable when this returns.
-    #[pyo3(signature = (name, *, max_key_len = 64, max_value_len = 1024))]
+    #[pyo3(signature = (name, *, max_key_len = 64, max_value_len = rebound::DEFAULT_MAX_VALUE_LEN))]
     fn create_table(
         &self,
         py: Python<'_>,

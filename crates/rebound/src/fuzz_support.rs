@@ -1,5 +1,5 @@
 //! What the in-crate fuzz targets (`checkpoint::fuzz_tests`,
-//! `wal::fuzz_tests`) share: how many cases they run and with which seed,
+//! `heap::fuzz_tests`, `wal::fuzz_tests`) share: how many cases they run and with which seed,
 //! and the hostile values they set a field to.
 
 #![allow(clippy::unwrap_used)]

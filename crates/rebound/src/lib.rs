@@ -59,7 +59,7 @@ pub use checkpoint::{CheckpointMode, CheckpointStats};
 pub use db::{
     BackupStats, Database, Durability, ExportStats, Index, IndexOptions, IndexStats,
     IntegrityReport, MediumChoice, Options, Session, SnapshotStats, Stats, Table, TableStats,
-    Transaction, DATA_FILE, MAX_VALUE_LEN, MIN_MAX_SIZE,
+    Transaction, DATA_FILE, DEFAULT_MAX_VALUE_LEN, MAX_VALUE_LEN, MIN_MAX_SIZE,
 };
 pub use design::RecoveryReport;
 pub use design::WalStats;

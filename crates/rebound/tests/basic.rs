@@ -254,3 +254,70 @@ fn stats_count_commits_conflicts_and_obsolete_versions() {
     younger.commit().unwrap();
     assert_eq!(db.stats().conflicts, 1);
 }
+
+/// Versions take what their values need: a second write of a key by the
+/// same transaction rewrites its record in place when it fits, moves to
+/// a new record when it grows (the first becomes a hole), and mixed sizes
+/// up to the table's limit read back after a crash.
+#[test]
+fn values_of_any_size_up_to_the_limit_round_trip_and_survive_a_crash() {
+    let device = SimDevice::new(1 << 28);
+    let db = Database::open("unused", sim_options(&device)).unwrap();
+    let t = db.create_table("t", TableOptions::default()).unwrap();
+    let mut s = db.session().unwrap();
+    let sizes = [
+        0usize,
+        1,
+        7,
+        100,
+        1000,
+        4096,
+        65_536,
+        rebound::DEFAULT_MAX_VALUE_LEN as usize,
+    ];
+    let value = |i: usize, len: usize| vec![i as u8 ^ 0x5A; len];
+    let mut tx = s.begin();
+    for (i, &len) in sizes.iter().enumerate() {
+        tx.insert(&t, &[i as u8], &value(i, len)).unwrap();
+    }
+    tx.commit().unwrap();
+    let mut tx = s.begin();
+    tx.update(&t, &[1], &value(1, 5000)).unwrap();
+    tx.update(&t, &[1], &value(1, 3)).unwrap();
+    tx.update(&t, &[1], &value(1, 70_000)).unwrap();
+    assert_eq!(tx.get(&t, &[1]).unwrap(), Some(value(1, 70_000)));
+    tx.commit().unwrap();
+    let too_long = vec![0u8; rebound::DEFAULT_MAX_VALUE_LEN as usize + 1];
+    let mut tx = s.begin();
+    assert!(matches!(
+        tx.insert(&t, b"big", &too_long),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    tx.abort();
+    drop(s);
+    let stats = db.stats();
+    let table = stats.tables.iter().find(|t| t.name == "t").unwrap();
+    let data: u64 = sizes.iter().map(|&l| 1 + l as u64).sum::<u64>() + 70_000;
+    assert!(
+        table.live_bytes >= data,
+        "live bytes {} for {data} of data",
+        table.live_bytes
+    );
+    db.close().unwrap();
+    drop(db);
+
+    let db = Database::open("unused", sim_options(&device.crash(3))).unwrap();
+    let t = db.table("t").unwrap().unwrap();
+    let mut s = db.session().unwrap();
+    let mut tx = s.begin();
+    for (i, &len) in sizes.iter().enumerate() {
+        let expected = if i == 1 {
+            value(1, 70_000)
+        } else {
+            value(i, len)
+        };
+        assert_eq!(tx.get(&t, &[i as u8]).unwrap(), Some(expected), "key {i}");
+    }
+    assert_eq!(tx.get(&t, b"big").unwrap(), None);
+    tx.commit().unwrap();
+}

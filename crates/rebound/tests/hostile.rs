@@ -363,13 +363,13 @@ struct SlotAt {
     len: usize,
 }
 
-/// Recomputes a slot's checksum (txn id ++ bytes 12..24+key+value) if
-/// its lengths still fit the entry.
+/// Recomputes a logged version's checksum (txn id ++ bytes 12..20+key+value)
+/// if its lengths still fit the entry.
 fn reseal_slot(b: &mut [u8], slot: SlotAt) {
     let at = slot.at;
     let key = u16::from_le_bytes([b[at + 12], b[at + 13]]) as usize;
     let value = u32_at(b, at + 16) as usize;
-    let Some(end) = (24 + key).checked_add(value).filter(|&e| e <= slot.len) else {
+    let Some(end) = (20 + key).checked_add(value).filter(|&e| e <= slot.len) else {
         return;
     };
     let txn = u64_at(b, at) & ((1 << 56) - 1);
@@ -870,7 +870,7 @@ fn crashed_file_of_nodes() -> &'static FileCrash {
 fn blocks(image: &[u8]) -> BTreeMap<usize, (u32, u64)> {
     (DATA_START..image.len())
         .step_by(4096)
-        .filter(|&at| &image[at..at + 4] == b"BLK1")
+        .filter(|&at| &image[at..at + 4] == b"BLK2")
         .map(|at| (at, (u32_at(image, at + 8), u64_at(image, at + 16))))
         .collect()
 }
@@ -977,8 +977,9 @@ enum Seal {
     Superblock,
     /// A secondary index slot of the descriptor: crc32c of bytes 12..112.
     IndexSlot(usize),
-    /// A slot: its txn word's check bits and its checksum.
-    Slot(usize),
+    /// A version: its directory entry's txn word check bits and its
+    /// record's checksum (entry offset, block offset).
+    Slot(usize, usize),
     /// A node image of a node part: word 0 is crc32c of the rest; then
     /// the image holding it.
     Node(usize, usize),
@@ -1027,7 +1028,7 @@ fn file_targets(image: &[u8]) -> Vec<FileTarget> {
     for (off, what) in [
         (16, "max key length"),
         (20, "max value length"),
-        (24, "slot size"),
+        (24, "largest record"),
         (28, "slots per block"),
         (32, "block size"),
         (36, "name length"),
@@ -1047,14 +1048,20 @@ fn file_targets(image: &[u8]) -> Vec<FileTarget> {
         push(at + 16, 8, "block sequence", Seal::Block(at));
         push(at + 24, 8, "block next", Seal::Packed);
         push(at + 32, 4, "block capacity", Seal::Block(at));
-        push(at + 36, 4, "block slot size", Seal::Block(at));
+        push(at + 36, 4, "block size", Seal::Block(at));
         push(at + 40, 8, "block min txn", Seal::Packed);
-        let slot_size = u32_at(image, DESCRIPTOR + 24) as usize;
-        for slot in (0..4).map(|i| at + 320 + i * slot_size) {
-            push(slot, 8, "slot txn word", Seal::Slot(slot));
-            push(slot + 12, 2, "slot key length", Seal::Slot(slot));
-            push(slot + 14, 2, "slot flags", Seal::Slot(slot));
-            push(slot + 16, 4, "slot value length", Seal::Slot(slot));
+        for entry in (0..4).map(|i| at + 320 + 16 * i) {
+            let seal = Seal::Slot(entry, at);
+            push(entry, 8, "entry txn word", seal);
+            push(entry + 8, 4, "entry record offset", seal);
+            push(entry + 12, 4, "entry record space", seal);
+            let record = at + u32_at(image, entry + 8) as usize;
+            let block_end = at + u32_at(image, at + 36) as usize;
+            if u64_at(image, entry) != 0 && record + 16 <= block_end.min(image.len()) {
+                push(record + 4, 2, "record key length", seal);
+                push(record + 6, 2, "record flags", seal);
+                push(record + 8, 4, "record value length", seal);
+            }
         }
     }
     for at in checkpoints(image) {
@@ -1105,22 +1112,41 @@ fn file_targets(image: &[u8]) -> Vec<FileTarget> {
     out
 }
 
-/// A slot's txn word gets the check bits of its (new) txn id and hole
-/// flag, and its checksum is recomputed if its lengths fit the slot.
-fn reseal_file_slot(image: &mut [u8], at: usize) {
-    let word = u64_at(image, at);
-    if word != 0 {
-        let (txn, hole) = (word & ((1 << 56) - 1), word >> 63 == 1);
-        let crc = u64::from(crc32c::crc32c(&txn.to_le_bytes()) & 0x3F);
-        let parity = u64::from((txn.count_ones() + u32::from(hole)) & 1);
-        put_u64(
-            image,
-            at,
-            txn | ((crc << 1 | parity) << 56) | (u64::from(hole) << 63),
-        );
+/// An entry's txn word gets the check bits of its (new) txn id and hole
+/// flag, and its record's checksum is recomputed if the record lies in
+/// the block and its lengths fit its space.
+fn reseal_file_slot(image: &mut [u8], (entry, block): (usize, usize)) {
+    let word = u64_at(image, entry);
+    if word == 0 {
+        return;
     }
-    let slot_size = u32_at(image, DESCRIPTOR + 24) as usize;
-    reseal_slot(image, SlotAt { at, len: slot_size });
+    let (txn, hole) = (word & ((1 << 56) - 1), word >> 63 == 1);
+    let crc = u64::from(crc32c::crc32c(&txn.to_le_bytes()) & 0x3F);
+    let parity = u64::from((txn.count_ones() + u32::from(hole)) & 1);
+    put_u64(
+        image,
+        entry,
+        txn | ((crc << 1 | parity) << 56) | (u64::from(hole) << 63),
+    );
+    let block_size = u32_at(image, block + 36) as usize;
+    let (offset, space) = (
+        u32_at(image, entry + 8) as usize,
+        u32_at(image, entry + 12) as usize,
+    );
+    let Some(record) = Some(block + offset).filter(|_| offset + space <= block_size && space >= 16)
+    else {
+        return;
+    };
+    let key = u16::from_le_bytes([image[record + 4], image[record + 5]]) as usize;
+    let value = u32_at(image, record + 8) as usize;
+    let Some(end) = (12 + key).checked_add(value).filter(|&e| e <= space) else {
+        return;
+    };
+    let crc = crc32c::crc32c_append(
+        crc32c::crc32c(&txn.to_le_bytes()),
+        &image[record + 4..record + end],
+    );
+    put_u32(image, record, crc);
 }
 
 /// The fields of a node part (IACoW) and of its node images: root, id
@@ -1169,7 +1195,7 @@ fn reseal(image: &mut [u8], target: FileTarget) {
             let crc = crc32c::crc32c(&image[at + 12..at + 112]);
             put_u32(image, at + 8, crc);
         }
-        Seal::Slot(at) => reseal_file_slot(image, at),
+        Seal::Slot(entry, block) => reseal_file_slot(image, (entry, block)),
         Seal::Node(at, checkpoint) => {
             let crc = crc32c::crc32c(&image[at + 8..at + 4096]);
             put_u64(image, at, u64::from(crc));

@@ -26,7 +26,10 @@ fn options_come_from_partial_json_with_defaults_elsewhere() {
     assert!(matches!(options.medium, MediumChoice::Auto));
 
     let table: TableOptions = serde_json::from_str(r#"{"max_key_len": 16}"#).unwrap();
-    assert_eq!((table.max_key_len, table.max_value_len), (16, 1024));
+    assert_eq!(
+        (table.max_key_len, table.max_value_len),
+        (16, rebound::DEFAULT_MAX_VALUE_LEN)
+    );
     let round_trip: Options =
         serde_json::from_str(&serde_json::to_string(&options).unwrap()).unwrap();
     assert_eq!(round_trip.checkpoint_interval, options.checkpoint_interval);

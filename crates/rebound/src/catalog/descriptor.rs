@@ -7,7 +7,8 @@
 //! 8     u32   crc32c of bytes 16..128
 //! 12    u32   table id (= t)
 //! 16    u32   max key length     20  u32  max value length
-//! 24    u32   slot size          28  u32  slots per block
+//! 24    u32   largest record     28  u32  directory entries per block
+//!             (bytes, see heap)
 //! 32    u32   block size         36  u32  name length
 //! 40    [u8; 64] name (UTF-8, zero padded)
 //! 104   24 bytes reserved
@@ -43,7 +44,7 @@ pub fn create_table(medium: &Medium, def: &TableDef) -> Result<()> {
     put(&mut body, ID_AT, &def.id.to_le_bytes());
     put(&mut body, 16, &def.max_key_len.to_le_bytes());
     put(&mut body, 20, &def.max_value_len.to_le_bytes());
-    put(&mut body, 24, &def.slot_size.to_le_bytes());
+    put(&mut body, 24, &def.max_record_len.to_le_bytes());
     put(&mut body, 28, &def.slots_per_block.to_le_bytes());
     put(&mut body, 32, &def.block_size.to_le_bytes());
     put(
@@ -115,7 +116,7 @@ fn read_descriptor(medium: &Medium, id: u32) -> Result<TableDef> {
         name: name.to_owned(),
         max_key_len: u32_at(&body, 16),
         max_value_len: u32_at(&body, 20),
-        slot_size: u32_at(&body, 24),
+        max_record_len: u32_at(&body, 24),
         slots_per_block: u32_at(&body, 28),
         block_size: u32_at(&body, 32),
         dropped: false,

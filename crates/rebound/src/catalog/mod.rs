@@ -73,8 +73,9 @@ pub use words::{
 };
 
 pub const MAGIC: [u8; 8] = *b"REBOUND\0";
-/// 4: table descriptors may be `TABLE_DROPPED` (3 had no drops).
-pub const FORMAT_VERSION: u32 = 4;
+/// 5: variable-length versions in slotted blocks. 4 had fixed slots and
+/// table descriptors that may be `TABLE_DROPPED`; 3 had no drops.
+pub const FORMAT_VERSION: u32 = 5;
 /// State word of a created table descriptor ("TABLE\0" + 0xA5 0x5A).
 pub const TABLE_CREATED: u64 = u64::from_le_bytes(*b"TABLE\0\xA5\x5A");
 /// State word of a dropped table's descriptor ("DROPT\0" + 0x5A 0xA5): its
@@ -108,7 +109,9 @@ pub struct TableDef {
     pub name: String,
     pub max_key_len: u32,
     pub max_value_len: u32,
-    pub slot_size: u32,
+    /// Bytes of the largest record the limits allow (see `heap::geometry`).
+    pub max_record_len: u32,
+    /// Directory entries (versions) a block holds at most.
     pub slots_per_block: u32,
     pub block_size: u32,
     /// Dropped: recovery gives it no rows and no blocks.

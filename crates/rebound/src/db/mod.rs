@@ -41,6 +41,9 @@ const _: () = assert!(crate::heap::MAX_KEY_BYTES == MAX_KEY_LEN);
 pub const DATA_FILE: &str = design::DATA_FILE;
 /// Largest value a table may be defined to hold.
 pub const MAX_VALUE_LEN: u32 = crate::heap::MAX_VALUE_BYTES;
+/// Largest value a table holds by default: what one default block holds
+/// (a table defined with a larger limit gets blocks large enough for it).
+pub const DEFAULT_MAX_VALUE_LEN: u32 = crate::heap::DEFAULT_MAX_VALUE_BYTES;
 
 /// A handle to a table; cheap to clone.
 #[derive(Clone)]

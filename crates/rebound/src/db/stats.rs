@@ -1,7 +1,6 @@
 //! Statistics of an open database, gathered from the engine and its
 //! design.
 
-use crate::catalog::MAX_WORKERS;
 use crate::design::{Engine, WalStats};
 use crate::gc::GcStats;
 use crate::medium::Medium;
@@ -68,7 +67,10 @@ pub struct SnapshotStats {
     pub expired: u64,
 }
 
-/// Storage of one table. Versions are fixed-size slots; an obsolete version
+/// Storage of one table. A version takes a directory entry (16 bytes) and
+/// a record as long as its key and value need (12 bytes of header, 8-byte
+/// aligned); `versions` counts entries (holes and block seals included),
+/// `live_bytes` and `obsolete_bytes` the bytes they take. An obsolete version
 /// has a committed successor (or is a hole left by an abort, or a deleted
 /// key's tombstone nobody needs) and is what garbage collection reclaims.
 #[derive(Debug, Clone)]
@@ -104,8 +106,8 @@ pub struct TableStats {
 
 fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
     let heap = &table.heap;
-    let versions: u64 = (0..MAX_WORKERS).map(|w| heap.used_slots(w)).sum();
     let (mut blocks, mut obsolete, mut unverified) = (0u64, 0u64, 0u64);
+    let mut used = crate::heap::BlockUsage::default();
     let mut regions = 0;
     for region in heap.regions.iter() {
         regions += u64::from(region.present().next().is_some());
@@ -113,19 +115,22 @@ fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
             blocks += 1;
             obsolete += heap.obsolete_in(medium, block);
             unverified += u64::from(!block.is_trusted());
+            let usage = heap.block_usage(medium, block);
+            used.entries += usage.entries;
+            used.bytes += usage.bytes;
+            used.obsolete_bytes += usage.obsolete_bytes;
         }
     }
-    let slot = heap.def.slot_size as u64;
     TableStats {
         name: heap.def.name.clone(),
         index_entries: table.index().len() as u64,
         blocks,
         regions,
         block_bytes: blocks * heap.def.block_size as u64,
-        versions,
+        versions: used.entries,
         obsolete_versions: obsolete,
-        live_bytes: versions.saturating_sub(obsolete) * slot,
-        obsolete_bytes: obsolete * slot,
+        live_bytes: used.bytes - used.obsolete_bytes,
+        obsolete_bytes: used.obsolete_bytes,
         tiles: heap.tiles.allocated() as u64,
         unverified_blocks: unverified,
         reserved_blocks: heap.reserved_blocks() as u64,

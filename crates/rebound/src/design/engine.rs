@@ -573,7 +573,7 @@ impl Engine {
 }
 
 fn table_def(id: u32, name: &str, options: &TableOptions) -> TableDef {
-    let (slot_size, slots_per_block, block_size) = crate::heap::geometry(
+    let (max_record_len, slots_per_block, block_size) = crate::heap::geometry(
         options.max_key_len,
         options.max_value_len,
         options.block_slots,
@@ -583,7 +583,7 @@ fn table_def(id: u32, name: &str, options: &TableOptions) -> TableDef {
         name: name.to_owned(),
         max_key_len: options.max_key_len,
         max_value_len: options.max_value_len,
-        slot_size,
+        max_record_len,
         slots_per_block,
         block_size,
         dropped: false,

@@ -412,7 +412,6 @@ fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
             continue;
         }
         let heap = &table.heap;
-        let slots = heap.def.slots_per_block as u64;
         let mut blocks = Vec::new();
         for (region_no, region) in heap.regions.iter().enumerate() {
             let current = region.cursor.lock().block;
@@ -421,23 +420,27 @@ fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
                     continue;
                 }
                 let obsolete = heap.obsolete_in(store.medium(), block);
+                let entries = heap.entries_in(store.medium(), block);
                 let id = BlockId {
                     table: heap.def.id,
                     region: region_no,
                     seq: block.seq,
                     offset: block.offset(),
                 };
-                blocks.push((obsolete, id));
+                blocks.push((obsolete.min(entries), entries, id));
             }
         }
-        let total = blocks.len() as u64 * slots;
-        let live = total - blocks.iter().map(|b| b.0.min(slots)).sum::<u64>();
+        let total: u64 = blocks.iter().map(|b| b.1).sum();
+        let live = total - blocks.iter().map(|b| b.0).sum::<u64>();
         let threshold = match total as f64 > options.space_target * live.max(1) as f64 {
             true => options.threshold.min(SPACE_THRESHOLD),
             false => options.threshold,
         };
-        let needed = (threshold * slots as f64).ceil().max(1.0) as u64;
-        found.extend(blocks.into_iter().filter(|b| b.0 >= needed));
+        // Blocks hold as many versions as fit: each is judged by its own.
+        let enough = |&(obsolete, entries, _): &(u64, u64, BlockId)| {
+            obsolete >= (threshold * entries as f64).ceil().max(1.0) as u64
+        };
+        found.extend(blocks.into_iter().filter(enough).map(|(o, _, id)| (o, id)));
     }
     found.sort_by_key(|&(obsolete, _)| std::cmp::Reverse(obsolete));
     found.into_iter().map(|(_, id)| id).collect()
@@ -486,18 +489,23 @@ fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied
         ))
     })?;
     let candidate = Candidate { id, block, min_txn };
+    let damaged = |slot: u32| {
+        Error::Corrupt(format!(
+            "table {} region {} block {} slot {slot} fails its checks",
+            id.table, id.region, id.seq
+        ))
+    };
+    let (entries, end) = table.heap.directory(store.medium(), block);
+    if let heap::DirectoryEnd::Damaged { slot } = end {
+        return Err(damaged(slot));
+    }
     let mut live = Vec::new();
-    for slot in 0..table.heap.def.slots_per_block {
+    for slot in entries.iter().map(|entry| entry.slot) {
         match classify(store, &table, &candidate, slot) {
             Slot::Dead => {}
             Slot::Busy => return Ok(Emptied::Busy(0)),
             Slot::Live(addr) => live.push(addr),
-            Slot::Damaged => {
-                return Err(Error::Corrupt(format!(
-                    "table {} region {} block {} slot {slot} fails its checks",
-                    id.table, id.region, id.seq
-                )))
-            }
+            Slot::Damaged => return Err(damaged(slot)),
         }
     }
     let mut copied = 0;

@@ -8,7 +8,7 @@ use crate::catalog::{self, TableDef};
 use crate::error::{Error, Result};
 use crate::medium::Medium;
 
-pub const BLOCK_MAGIC: u32 = u32::from_le_bytes(*b"BLK1");
+pub const BLOCK_MAGIC: u32 = u32::from_le_bytes(*b"BLK2");
 pub const BLOCK_HEADER: u64 = 64;
 pub const BLOCK_ALIGN: u64 = 4096;
 const TABLE_AT: usize = 4;
@@ -19,7 +19,7 @@ const SEQ_AT: usize = 16;
 pub const NEXT_AT: u64 = 24;
 pub const MIN_TXN_AT: u64 = 40;
 const CAPACITY_AT: usize = 32;
-const SLOT_SIZE_AT: usize = 36;
+const BLOCK_SIZE_AT: usize = 36;
 
 /// The header of a new block of `def`'s region `worker`.
 pub fn header(def: &TableDef, worker: usize, seq: u64, min_txn: u64) -> [u8; 64] {
@@ -29,7 +29,7 @@ pub fn header(def: &TableDef, worker: usize, seq: u64, min_txn: u64) -> [u8; 64]
     put(&mut h, WORKER_AT, &(worker as u32).to_le_bytes());
     put(&mut h, SEQ_AT, &seq.to_le_bytes());
     put(&mut h, CAPACITY_AT, &def.slots_per_block.to_le_bytes());
-    put(&mut h, SLOT_SIZE_AT, &def.slot_size.to_le_bytes());
+    put(&mut h, BLOCK_SIZE_AT, &def.block_size.to_le_bytes());
     let crc = header_crc(&h);
     put(
         &mut h,

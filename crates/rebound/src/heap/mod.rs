@@ -8,37 +8,62 @@
 //! the writer's transaction id live in the medium.
 //!
 //! # Block layout (at a `BLOCK_ALIGN`-aligned medium offset)
+//! A *slotted block*: a directory of fixed-size entries grows from the
+//! front, the records they place grow from the back, and the block is
+//! full when the next record (with its entry, and room for one more
+//! entry to seal the block with) does not fit, or every entry is used.
 //! ```text
-//! 0    u32  magic "BLK1"            4   u32  table id
+//! 0    u32  magic "BLK2"            4   u32  table id
 //! 8    u32  worker (region)         12  u32  crc32c of bytes 0..12 ++ 16..24 ++ 32..40
 //! 16   u64  sequence number of the block in its region: ascending along
 //!           the chain, never reused (numbers of collected blocks are skipped)
 //! 24   u64  offset of the next block of the region, packed with a check
 //!           byte (catalog::pack), 0 = none; set when the next block is
 //!           linked, rewritten with one atomic store when GC unlinks it
-//! 32   u32  capacity in slots       36  u32  slot size in bytes
+//! 32   u32  capacity: directory entries at most (4..=2048)
+//! 36   u32  block size in bytes
 //! 40   u64  min txn, packed with a check byte (catalog::pack): the id of
 //!           the first transaction that wrote into the block; restamped with
 //!           one atomic store when a block left behind by a crash is reused
 //! 48   16 bytes reserved
 //! 64   [u8; 256] obsolete bitmap: bit i set = slot i has a committed successor
-//! 320  slots, `slot size` bytes each
+//! 320  directory: entry i at 320 + 16·i
+//! ...  free space
+//! ...  records, the first entry's at the block's end, each next one
+//!      right below the one before (8-aligned, contiguous)
 //! ```
 //!
-//! # Slot layout (8-aligned)
+//! # Directory entry (16 bytes, one per slot)
 //! ```text
 //! 0   u64  txn word: 0 = never written; else bits 0..56 the writer's txn
 //!          id, bit 63 the hole flag (the writer aborted), bits 56..63 a
 //!          check of both (see `SlotWord`): any single flipped bit of the
 //!          word makes it invalid, so a damaged word is `Corrupt`, never a
-//!          live version taken for a hole or a hole for a live version. A
-//!          slot whose txn id is below its block's min txn is left over
+//!          live version taken for a hole or a hole for a live version. An
+//!          entry whose txn id is below its block's min txn is left over
 //!          from earlier use of the space.
-//! 8   u32  crc32c of (txn id as u64 ++ bytes 12..24+key+value)
-//! 12  u16  key length       14  u16  flags (bit 0 = tombstone)
-//! 16  u32  value length     20  u32  reserved (0)
-//! 24  key bytes, then value bytes, zero padded to the slot size
+//! 8   u32  record offset in the block (8-aligned)
+//! 12  u32  bits 0..31: record space in bytes, the record's length
+//!          rounded up to 8 (a rewrite by the same transaction may leave
+//!          more); a hole with space 0 is a *seal*: the directory ends
+//!          after it. Bit 31: the version is a tombstone, a copy of the
+//!          record's flag, so a writer learns it from the entry alone
+//!          (every verification of the record checks that they agree)
 //! ```
+//! Entry i's record ends where entry i−1's starts (the block's end for
+//! entry 0) and starts after entry i's own end, so a flipped offset or
+//! space bit never goes unnoticed: every read checks an entry against the
+//! one before it (`record::is_placed`).
+//!
+//! # Record (8-aligned)
+//! ```text
+//! 0   u32  crc32c of (txn id as u64 ++ bytes 4..12+key+value)
+//! 4   u16  key length       6   u16  flags (bit 0 = tombstone)
+//! 8   u32  value length
+//! 12  key bytes, then value bytes, zero or stale padding up to the space
+//! ```
+//! An *encoded version* (what `encode` builds, `append` takes and the
+//! `wal` design logs) is the txn word followed by the record, unpadded.
 //!
 //! # Logical address (64 bits)
 //! `region (16) | block sequence (32) | slot (16)`, as in FIR. A region's
@@ -46,12 +71,16 @@
 //! leaves a vacant entry, so an address never names a different block.
 //!
 //! # Invariants
-//! * A block allocated from reused space has every slot's txn word zeroed
-//!   before it is linked (old bytes there may be anything: slots, checkpoint
-//!   images), so no old bytes pass for a slot. As a second line, txn ids are
-//!   leased ahead (see catalog) and a slot below its block's min txn is
-//!   ignored.
-//! * In a region, slots are written in increasing txn-id order; the committed
+//! * A block allocated from reused space has the txn word of every
+//!   directory entry it can hold zeroed before it is linked (old bytes
+//!   there may be anything: records, checkpoint images), so no old bytes
+//!   pass for an entry. As a second line, txn ids are leased ahead (see
+//!   catalog) and an entry below its block's min txn is ignored. Between
+//!   a block's last entry and its lowest record, every entry's txn word is
+//!   zero: appends write records only below the lowest one, and recovery
+//!   clears what a crash left there.
+//! * In a region, slots (directory entries) are written in increasing
+//!   txn-id order; the committed
 //!   slots (txn id ≤ LCTT[worker]) form a prefix, followed by at most one
 //!   uncommitted transaction's slots. Aborted slots become holes before any
 //!   later transaction of the worker commits, so they never sit behind it.
@@ -68,6 +97,9 @@
 //!   the index, so a damaged bit can delay collection but never lose data.
 
 mod block;
+#[cfg(test)]
+mod fuzz_tests;
+mod record;
 mod recover;
 mod reserve;
 mod slot;
@@ -76,9 +108,10 @@ pub mod tile;
 
 pub use block::{next_of, set_next, BLOCK_ALIGN};
 use block::{BLOCK_HEADER, MIN_TXN_AT};
+pub use record::DirectoryEnd;
 pub use recover::{Held, RegionBlocks, RegionHorizon, RegionVisitor, SeqGapBudget, SlotFate};
+use slot::TXN_EMPTY;
 pub use slot::{decode_bytes, SlotWord};
-use slot::{SlotHeader, FLAG_TOMBSTONE, SLOT_HEADER, TXN_EMPTY};
 pub use space::Space;
 pub use tile::VersionHeader;
 
@@ -90,7 +123,8 @@ use reserve::SPARE_ROOM_BLOCKS;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 
-/// Limits of a table; slots are fixed-size, so these size its storage.
+/// Limits of a table. A version takes the bytes its key and value need;
+/// the limits only bound them (and the largest record sizes the blocks).
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default))]
@@ -98,8 +132,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 pub struct TableOptions {
     pub max_key_len: u32,
     pub max_value_len: u32,
-    /// Slots per block (4..=2048), the unit of allocation and, later, of
-    /// garbage collection; 0 chooses blocks of about 1 MiB.
+    /// Versions per block at most (4..=2048), each block sized to hold
+    /// that many of the largest; 0 chooses blocks of
+    /// `DEFAULT_BLOCK_BYTES` (larger if one largest version needs it)
+    /// holding up to 2048 versions.
     pub block_slots: u32,
 }
 
@@ -107,7 +143,7 @@ impl Default for TableOptions {
     fn default() -> Self {
         TableOptions {
             max_key_len: 64,
-            max_value_len: 1024,
+            max_value_len: DEFAULT_MAX_VALUE_BYTES,
             block_slots: 0,
         }
     }
@@ -116,9 +152,12 @@ impl Default for TableOptions {
 setters!(TableOptions {
     /// Longest key, in bytes (1..=512; default 64).
     max_key_len: u32,
-    /// Longest value, in bytes (at most [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN); default 1024).
+    /// Longest value, in bytes: a limit, not a reservation (at most
+    /// [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN); default
+    /// [`DEFAULT_MAX_VALUE_LEN`](crate::DEFAULT_MAX_VALUE_LEN), the most a
+    /// default block holds: a larger limit makes the table's blocks larger).
     max_value_len: u32,
-    /// Slots per block (4..=2048), or 0 for blocks of about 1 MiB.
+    /// Versions per block at most (4..=2048), or 0 for default blocks.
     block_slots: u32,
 });
 
@@ -127,11 +166,29 @@ setters!(TableOptions {
 pub const TOMBSTONE: u64 = u64::MAX;
 const BITMAP_OFFSET: u64 = 64;
 const BITMAP_BYTES: u64 = 256;
-const SLOTS_OFFSET: u64 = BLOCK_HEADER + BITMAP_BYTES;
+const DIRECTORY_OFFSET: u64 = BLOCK_HEADER + BITMAP_BYTES;
+/// Bytes of a directory entry: the txn word and the record's place.
+const ENTRY_BYTES: u64 = 16;
 pub const MAX_SLOTS_PER_BLOCK: u32 = 2048;
 pub const MIN_SLOTS_PER_BLOCK: u32 = 4;
-/// Target block size; blocks of tables with large slots hold fewer slots.
-const TARGET_BLOCK_BYTES: u64 = 1 << 20;
+/// Size of a default table's blocks: 2048 versions of 100-byte values
+/// (136 bytes each with their entries) need 272 KiB, so small rows fill
+/// a block by bytes before they run out of entries, and a block still
+/// holds values up to `DEFAULT_MAX_VALUE_BYTES`.
+pub const DEFAULT_BLOCK_BYTES: u64 = 256 << 10;
+/// Largest value a default block holds with the longest key, its record
+/// header and two entries (its own, and room for a seal).
+pub const DEFAULT_MAX_VALUE_BYTES: u32 = 255 << 10;
+const _: () = assert!(
+    DIRECTORY_OFFSET
+        + 2 * ENTRY_BYTES
+        + slot::RECORD_HEADER
+        + MAX_KEY_BYTES as u64
+        + DEFAULT_MAX_VALUE_BYTES as u64
+        <= DEFAULT_BLOCK_BYTES
+);
+const _: () =
+    assert!(DIRECTORY_OFFSET + ENTRY_BYTES * MAX_SLOTS_PER_BLOCK as u64 <= DEFAULT_BLOCK_BYTES);
 /// A region's block table holds an entry per sequence number; a gap wider
 /// than this between consecutive blocks (collected blocks in between) is
 /// taken for damage rather than allocated.
@@ -156,17 +213,23 @@ impl Addr {
     }
 }
 
-/// Geometry of a table's slots and blocks: (slot size, slots per block,
-/// block size). `requested_slots` 0 picks blocks of about
-/// `TARGET_BLOCK_BYTES`.
+/// Geometry of a table's blocks: (largest record, entries per block,
+/// block size). `requested_slots` n sizes blocks to hold n of the largest
+/// records, up to `DEFAULT_BLOCK_BYTES`; 0 picks `DEFAULT_BLOCK_BYTES`
+/// blocks of up to `MAX_SLOTS_PER_BLOCK` entries (the same as asking for
+/// that many, so a stored definition maps back to its geometry). Either
+/// way a block holds at least one largest record.
 pub fn geometry(max_key_len: u32, max_value_len: u32, requested_slots: u32) -> (u32, u32, u32) {
-    let slot = (SLOT_HEADER + max_key_len as u64 + max_value_len as u64).next_multiple_of(8);
+    let record =
+        record::record_space(slot::RECORD_HEADER + max_key_len as u64 + max_value_len as u64);
     let slots = match requested_slots {
-        0 => ((TARGET_BLOCK_BYTES - SLOTS_OFFSET) / slot).clamp(16, MAX_SLOTS_PER_BLOCK as u64),
+        0 => MAX_SLOTS_PER_BLOCK as u64,
         n => n as u64,
     };
-    let block = (SLOTS_OFFSET + slots * slot).next_multiple_of(BLOCK_ALIGN);
-    (slot as u32, slots as u32, block as u32)
+    let wanted = (DIRECTORY_OFFSET + slots * (ENTRY_BYTES + record)).min(DEFAULT_BLOCK_BYTES);
+    let least = DIRECTORY_OFFSET + 2 * ENTRY_BYTES + record;
+    let block = wanted.max(least).next_multiple_of(BLOCK_ALIGN);
+    (record as u32, slots as u32, block as u32)
 }
 
 /// One block of a region. Its tile of version headers (one per slot) is
@@ -187,6 +250,9 @@ pub struct Block {
     /// this process, and for blocks from the medium once the scrub has
     /// verified all their slots (see `TableHeap::scrub_block`).
     trusted: AtomicBool,
+    /// Entries written + 1 once the block is closed (sealed or every
+    /// entry used), 0 until counted: a closed directory never changes.
+    closed_entries: AtomicU32,
 }
 
 impl Block {
@@ -198,6 +264,7 @@ impl Block {
             tile: AtomicU32::new(0),
             retired: AtomicBool::new(false),
             trusted: AtomicBool::new(false),
+            closed_entries: AtomicU32::new(0),
         }
     }
 
@@ -381,7 +448,11 @@ impl Tiles {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Cursor {
     pub block: u32,
+    /// The next directory entry.
     pub slot: u32,
+    /// Offset in the block of its lowest record so far (the block size
+    /// while it has none): the next record goes right below it.
+    pub free_end: u32,
 }
 
 /// A worker's append-only part of a table, indexed by block sequence
@@ -530,6 +601,14 @@ pub struct SlotContent {
     pub value: Vec<u8>,
 }
 
+/// What a block holds (see `TableHeap::block_usage`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BlockUsage {
+    pub entries: u64,
+    pub bytes: u64,
+    pub obsolete_bytes: u64,
+}
+
 /// The blocks of a table that existed when `TableHeap::block_set` ran.
 pub struct BlockSet {
     slots_per_block: u32,
@@ -563,6 +642,9 @@ pub struct TableHeap {
     /// Tiles `prepare_tiles_ahead` works towards: the blocks present when
     /// it first ran (0 once it is done).
     tiles_ahead: std::sync::OnceLock<AtomicU32>,
+    /// Mean record space of the last block a region of this table closed
+    /// (0: none yet), for `prefetch_version`'s guess.
+    mean_space: AtomicU32,
 }
 
 impl TableHeap {
@@ -573,6 +655,7 @@ impl TableHeap {
             regions: (0..MAX_WORKERS).map(|_| Region::default()).collect(),
             reserve: reserve::Reserve::default(),
             tiles_ahead: std::sync::OnceLock::new(),
+            mean_space: AtomicU32::new(0),
         }
     }
 
@@ -638,13 +721,29 @@ impl TableHeap {
         let Some(block) = self.block(addr) else {
             return;
         };
-        medium.prefetch(self.slot_at(block, addr.slot()), self.def.slot_size as u64);
+        medium.prefetch(record::entry_at(block, addr.slot()), ENTRY_BYTES);
+        // Where the record is becomes known only once the entry is read;
+        // a guess from the mean record space fetches its line meanwhile
+        // (exact when a table's rows have one size, as YCSB's do).
+        if let Some(guess) = self.guess_record(block, addr.slot()) {
+            medium.prefetch(guess, self.mean_space.load(Relaxed) as u64);
+        }
         let tile = block.tile.load(Acquire);
         if tile != 0 {
             if let Some(header) = self.tiles.header(tile - 1, addr.slot()) {
                 crate::medium::prefetch(header);
             }
         }
+    }
+
+    /// Where slot `slot`'s record would be if every record before it took
+    /// the mean space of the table's last closed block; `None` before a
+    /// block closed.
+    fn guess_record(&self, block: &Block, slot: u32) -> Option<u64> {
+        let mean = self.mean_space.load(Relaxed) as u64;
+        let from_end = (slot as u64 + 1).checked_mul(mean)?;
+        let offset = (self.def.block_size as u64).checked_sub(from_end)?;
+        (mean != 0 && offset >= DIRECTORY_OFFSET).then_some(block.offset() + offset)
     }
 
     /// A block's tile, taken from the pool on first use.
@@ -676,17 +775,8 @@ impl TableHeap {
         }
     }
 
-    fn slot_at(&self, block: &Block, slot: u32) -> u64 {
-        block.offset() + SLOTS_OFFSET + slot as u64 * self.def.slot_size as u64
-    }
-
-    /// Medium offset of a slot, `None` once its block was collected.
-    pub fn slot_offset(&self, addr: Addr) -> Option<u64> {
-        let block = self.block(addr)?;
-        Some(self.slot_at(block, addr.slot()))
-    }
-
-    /// Appends an encoded slot to `worker`'s region and returns its address.
+    /// Appends an encoded version (txn word, then record) to `worker`'s
+    /// region and returns its address.
     /// Not persisted: the commit persists and fences it.
     /// `txn` is the appending transaction; it becomes a new block's min txn.
     /// It must not be below any txn id appended to the region before
@@ -708,48 +798,152 @@ impl TableHeap {
         space: &Space,
         worker: usize,
         (txn, age): (u64, Age),
-        slot: &[u8],
+        version: &[u8],
     ) -> Result<Addr> {
+        let record = version.get(8..).unwrap_or_default();
+        let needed = record::record_space(record.len() as u64);
+        assert!(
+            version.len() as u64 > slot::SLOT_HEADER && needed <= self.def.max_record_len as u64,
+            "an encoded version of {} bytes does not fit table {}'s limits",
+            version.len(),
+            self.def.id
+        );
         let region = &self.regions[worker];
         let mut cursor = region.cursor.lock();
-        let full = cursor.slot >= self.def.slots_per_block;
-        if full && (cursor.block as usize + 1) < region.len() {
-            // A block linked by a transaction that did not survive a crash;
-            // recovery cleared its slots, and the region continues in it.
-            // Its min txn must become ours, as for a new block, so that
-            // every slot of the block before is below it (redo relies on it).
-            *cursor = Cursor {
-                block: cursor.block + 1,
-                slot: 0,
-            };
-            let Some(block) = region.get(cursor.block as usize) else {
-                return Err(Error::Corrupt("a linked block vanished".into()));
-            };
-            assert_min_txn_bounds_block_before(region, txn, age);
-            medium.store(block.offset() + MIN_TXN_AT, catalog::pack(txn));
-            medium.persist_now(block.offset() + MIN_TXN_AT, 8)?;
-            // Recovery emptied it: whatever it holds from now on is ours.
-            block.trust();
-        }
         let current = region.get(cursor.block as usize);
         let block = match current {
-            Some(block) if cursor.slot < self.def.slots_per_block => block,
-            _ => self.add_block(medium, space, worker, (txn, age), &mut cursor)?,
+            Some(block) if self.has_room(&cursor, needed) => block,
+            _ => self.next_block(medium, space, worker, (txn, age), &mut cursor)?,
         };
         region.note_append(txn, age);
         let addr = Addr::new(worker, cursor.block, cursor.slot);
-        cursor.slot += 1;
-        let next = cursor.slot;
+        let offset = cursor.free_end as u64 - needed;
+        *cursor = Cursor {
+            slot: cursor.slot + 1,
+            free_end: offset as u32,
+            ..*cursor
+        };
+        // The place is stored under the lock: a reader of the next entry
+        // (another thread may append it as soon as the lock is released)
+        // checks it against this one.
+        let entry = record::entry_at(block, addr.slot());
+        let tombstone = record::encoded_tombstone(version);
+        medium.store(entry + 8, record::pack_place(offset, needed, tombstone));
         drop(cursor);
-        medium.write_bytes(self.slot_at(block, addr.slot()), slot);
+        // The record before the txn word: the word is what makes the
+        // entry count (once the commit's fence is passed).
+        medium.write_bytes(block.offset() + offset, record);
+        medium.store(
+            entry,
+            u64::from_le_bytes(version.first_chunk().copied().unwrap_or_default()),
+        );
+        self.assert_placed(medium, block, addr.slot(), offset + needed);
         // The region's next append writes there. The block was prepared
         // (txn words zeroed and written back) out of this thread's cache,
         // so its lines start coming now, an operation ahead, instead of
         // stalling that append's stores (+6 % YCSB-A, +8 % TPC-C).
-        if next < self.def.slots_per_block {
-            medium.prefetch(self.slot_at(block, next), self.def.slot_size as u64);
-        }
+        medium.prefetch(entry + ENTRY_BYTES, ENTRY_BYTES);
+        medium.prefetch(block.offset() + offset.saturating_sub(needed), needed);
         Ok(addr)
+    }
+
+    /// Where an append writes a directory entry, it reads back as placed:
+    /// contiguous with the record before it and clear of the directory.
+    fn assert_placed(&self, medium: &Medium, block: &Block, slot: u32, upper: u64) {
+        let place = record::unpack_place(medium.load(record::entry_at(block, slot) + 8));
+        assert!(
+            record::is_placed(slot, place, upper) && upper <= self.def.block_size as u64,
+            "records are contiguous: slot {slot} of block {} of table {} is at {place:?} below {upper}",
+            block.seq,
+            self.def.id
+        );
+    }
+
+    /// Whether a record taking `needed` bytes fits the cursor's block:
+    /// below the entry limit, and with room for its entry, its record and,
+    /// unless it takes the last entry, one more entry (to seal the block
+    /// with if the next record does not fit).
+    fn has_room(&self, cursor: &Cursor, needed: u64) -> bool {
+        let capacity = self.def.slots_per_block;
+        let entries = match cursor.slot + 1 < capacity {
+            true => cursor.slot + 2,
+            false => cursor.slot + 1,
+        };
+        cursor.slot < capacity && record::directory_end(entries) + needed <= cursor.free_end as u64
+    }
+
+    /// Seals the cursor's block (if it has one with entries left) and
+    /// moves the cursor to the region's next block: one a crash left
+    /// linked, or a new one.
+    fn next_block(
+        &self,
+        medium: &Medium,
+        space: &Space,
+        worker: usize,
+        (txn, age): (u64, Age),
+        cursor: &mut Cursor,
+    ) -> Result<&Block> {
+        let region = &self.regions[worker];
+        if let Some(block) = region.get(cursor.block as usize) {
+            self.seal(medium, block, cursor, txn);
+            // A cursor recovery left after a full block knows no records.
+            if cursor.slot > 0 && cursor.free_end > 0 {
+                let used = (self.def.block_size - cursor.free_end) / cursor.slot;
+                self.mean_space.store(used, Relaxed);
+            }
+        }
+        let has_block = region.get(cursor.block as usize).is_some();
+        if !has_block || (cursor.block as usize + 1) >= region.len() {
+            return self.add_block(medium, space, worker, (txn, age), cursor);
+        }
+        // A block linked by a transaction that did not survive a crash;
+        // recovery cleared its entries, and the region continues in it.
+        // Its min txn must become ours, as for a new block, so that every
+        // version of the block before is below it (redo relies on it).
+        *cursor = Cursor {
+            block: cursor.block + 1,
+            slot: 0,
+            free_end: self.def.block_size,
+        };
+        let Some(block) = region.get(cursor.block as usize) else {
+            return Err(Error::Corrupt("a linked block vanished".into()));
+        };
+        assert_min_txn_bounds_block_before(region, txn, age);
+        medium.store(block.offset() + MIN_TXN_AT, catalog::pack(txn));
+        // Also fences the seal written above.
+        medium.persist_now(block.offset() + MIN_TXN_AT, 8)?;
+        // Recovery emptied it: whatever it holds from now on is ours.
+        block.trust();
+        Ok(block)
+    }
+
+    /// Closes a block whose next record does not fit with a *seal*: a hole
+    /// of `txn` taking no space at the next entry, so that recovery knows
+    /// the directory ends there and does not take the unwritten entries
+    /// for the start of the region's tail. Written back here; the fence
+    /// before the next block is linked (or restamped) makes it durable
+    /// first. A block with every entry written needs none.
+    fn seal(&self, medium: &Medium, block: &Block, cursor: &Cursor, txn: u64) {
+        if cursor.slot >= self.def.slots_per_block {
+            return;
+        }
+        let entry = record::entry_at(block, cursor.slot);
+        assert!(
+            record::directory_end(cursor.slot + 1) <= cursor.free_end as u64
+                && medium.load(entry) == TXN_EMPTY,
+            "a seal goes to an unwritten entry the records left room for: slot {} of block {}",
+            cursor.slot,
+            block.seq
+        );
+        medium.store(
+            entry + 8,
+            record::pack_place(cursor.free_end as u64, 0, false),
+        );
+        medium.store(entry, SlotWord::encode(txn, true));
+        medium.persist(entry, ENTRY_BYTES);
+        let (word, bit) = bitmap_bit(block, cursor.slot);
+        medium.fetch_or(word, bit);
+        medium.persist(word, 8);
     }
 
     /// `append` for a version older than every transaction of this process
@@ -802,7 +996,7 @@ impl TableHeap {
         // Invariant 2, checked where it costs no page the writes do not
         // touch anyway: the first slot shares the header's page.
         assert_eq!(
-            medium.load(offset + SLOTS_OFFSET),
+            medium.load(offset + DIRECTORY_OFFSET),
             TXN_EMPTY,
             "no stale slots: the first slot of a block about to be linked at {offset} was not zeroed"
         );
@@ -836,6 +1030,7 @@ impl TableHeap {
         *cursor = Cursor {
             block: seq as u32,
             slot: 0,
+            free_end: self.def.block_size,
         };
         region
             .get(seq as usize)
@@ -880,284 +1075,41 @@ impl TableHeap {
         slot::encode(buf, txn, key, value, tombstone);
     }
 
-    /// Whether a header's lengths fit this table's slots.
-    fn fits(&self, header: &SlotHeader) -> bool {
-        (1..=self.def.max_key_len as usize).contains(&header.key_len)
-            && header.value_len <= self.def.max_value_len as usize
-    }
-
-    /// What a reader finds in a published slot: the value, verified
-    /// against the slot checksum, so a damaged value is never served.
-    ///
-    /// The value lands in `out` (its earlier contents are dropped), so a
-    /// reader that keeps one buffer reads without allocating.
-    pub fn read_live(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> SlotRead {
-        let Some(block) = self.block(addr) else {
-            return SlotRead::Gone;
-        };
-        let slot_at = self.slot_at(block, addr.slot());
-        let header = SlotHeader::read(medium, slot_at);
-        if !self.fits(&header) {
-            return SlotRead::Damaged;
-        }
-        let intact = match block.is_trusted() {
-            true => {
-                out.resize(header.value_len, 0);
-                medium.read_at(slot_at + SLOT_HEADER + header.key_len as u64, out);
-                true
-            }
-            false => self.read_verified(medium, slot_at, &header, out),
-        };
-        match (intact, header.is_tombstone()) {
-            (false, _) => SlotRead::Damaged,
-            (true, true) => SlotRead::Deleted,
-            (true, false) => SlotRead::Value,
-        }
-    }
-
-    /// Reads a slot's value into `out` and checks the slot checksum. The
-    /// checked bytes (12 header bytes, key, value) are contiguous: one
-    /// copy, one checksum, then the value is moved to the front.
-    fn read_verified(
-        &self,
-        medium: &Medium,
-        slot_at: u64,
-        header: &SlotHeader,
-        out: &mut Vec<u8>,
-    ) -> bool {
-        let head_len = (SLOT_HEADER - slot::CHECKED_FROM) as usize + header.key_len;
-        out.resize(head_len + header.value_len, 0);
-        medium.read_at(slot_at + slot::CHECKED_FROM, out);
-        let computed = slot::crc(header.txn(), out);
-        out.drain(..head_len);
-        computed == header.crc
-    }
-
-    /// Verifies every written slot of a block that came from the medium and,
-    /// if all pass, trusts the block from then on (reads skip the checksum).
-    /// The region's last block is left for later: slots may still be
-    /// appended to it. Returns whether the block is trusted now.
-    pub fn scrub_block(&self, medium: &Medium, worker: usize, seq: usize) -> bool {
-        let region = &self.regions[worker];
-        let Some(block) = region.get(seq) else {
-            return false;
-        };
-        if block.is_trusted() || block.is_vacant() || seq + 1 >= region.len() {
-            return block.is_trusted();
-        }
-        let mut buf = Vec::new();
-        for slot in 0..self.def.slots_per_block {
-            let addr = Addr::new(worker, seq as u32, slot);
-            let intact = match self.slot_word(medium, addr) {
-                SlotWord::Written { hole: false, .. } => {
-                    self.verify_into(medium, addr, &mut buf).is_some()
-                }
-                SlotWord::Written { hole: true, .. } | SlotWord::Empty => true,
-                SlotWord::Invalid => false,
-            };
-            if !intact {
-                return false;
-            }
-        }
-        block.trust();
-        true
-    }
-
-    /// Verifies every written slot of every full block (each region's
-    /// current block may be half written: its versions are checked when
-    /// read), calling `damaged` with each that fails; returns how many
-    /// slots were verified.
-    pub fn verify_full_blocks(&self, medium: &Medium, mut damaged: impl FnMut(Addr)) -> u64 {
-        let mut verified = 0;
-        let mut buf = Vec::new();
-        for (worker, region) in self.regions.iter().enumerate() {
-            for seq in 0..region.len().saturating_sub(1) {
-                if region.get(seq).is_none_or(|block| block.is_vacant()) {
-                    continue;
-                }
-                for slot in 0..self.def.slots_per_block {
-                    let addr = Addr::new(worker, seq as u32, slot);
-                    let intact = match self.slot_word(medium, addr) {
-                        SlotWord::Written { hole: false, .. } => {
-                            verified += 1;
-                            self.verify_into(medium, addr, &mut buf).is_some()
-                        }
-                        SlotWord::Written { hole: true, .. } | SlotWord::Empty => true,
-                        SlotWord::Invalid => false,
-                    };
-                    if !intact {
-                        damaged(addr);
-                    }
-                }
-            }
-        }
-        verified
-    }
-
-    /// Whether a version is a tombstone; `None` if its header is damaged.
-    /// A flag is trusted only with what a tombstone has: no value bytes
-    /// and, as that makes it cheap, a matching checksum; so a flipped flag
-    /// never turns a live version into a deletion or back.
-    pub fn tombstone(&self, medium: &Medium, addr: Addr) -> Option<bool> {
-        let block = self.block(addr)?;
-        let header = SlotHeader::read(medium, self.slot_at(block, addr.slot()));
-        if block.is_trusted() {
-            return Some(header.is_tombstone());
-        }
-        if header.value_len > 0 {
-            return (!header.is_tombstone()).then_some(false);
-        }
-        let mut buf = Vec::new();
-        self.verify_into(medium, addr, &mut buf)
-            .map(|(_, tombstone)| tombstone)
-    }
-
-    /// The key of a slot this process wrote (unverified: use
-    /// `decode_checked` for slots read back from the medium).
-    /// Appends the key of the slot at `addr` to `out`; returns its length.
-    pub fn read_key_into(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> usize {
-        let Some(at) = self.slot_offset(addr) else {
-            return 0;
-        };
-        let header = SlotHeader::read(medium, at);
-        let len = header.key_len.min(self.def.max_key_len as usize);
-        let start = out.len();
-        out.resize(start + len, 0);
-        medium.read_bytes(at + SLOT_HEADER, &mut out[start..]);
-        len
-    }
-
-    pub fn read_key(&self, medium: &Medium, addr: Addr) -> Vec<u8> {
-        let Some(at) = self.slot_offset(addr) else {
-            return Vec::new();
-        };
-        let header = SlotHeader::read(medium, at);
-        let mut key = vec![0u8; header.key_len.min(self.def.max_key_len as usize)];
-        medium.read_bytes(at + SLOT_HEADER, &mut key);
-        key
-    }
-
-    /// Decodes and verifies a slot read back from the medium.
-    /// `None` if its bytes do not form a valid slot (torn or corrupt).
-    pub fn decode_checked(&self, medium: &Medium, addr: Addr) -> Option<SlotContent> {
-        let mut buf = Vec::new();
-        let (key_len, tombstone) = self.verify_into(medium, addr, &mut buf)?;
-        let body = buf.get(SLOT_HEADER as usize - 12..)?;
-        let (key, value) = body.split_at_checked(key_len)?;
-        Some(SlotContent {
-            txn: self.slot_txn(medium, addr) & catalog::MAX_TXN_ID,
-            tombstone,
-            key: key.to_vec(),
-            value: value.to_vec(),
-        })
-    }
-
-    /// Verifies a live slot, leaving bytes 12.. of it (header rest, key,
-    /// value) in `buf`; returns the key length and whether it is a
-    /// tombstone. Lengths are checked against the table's limits before
-    /// anything is sized by them.
-    fn verify_into(&self, medium: &Medium, addr: Addr, buf: &mut Vec<u8>) -> Option<(usize, bool)> {
-        let at = self.slot_offset(addr)?;
-        let header = SlotHeader::read(medium, at);
-        let live = matches!(
-            SlotWord::decode(header.word),
-            SlotWord::Written { hole: false, .. }
-        );
-        if !live || !self.fits(&header) || header.flags & !FLAG_TOMBSTONE != 0 {
-            return None;
-        }
-        buf.resize(
-            (SLOT_HEADER as usize - 12) + header.key_len + header.value_len,
-            0,
-        );
-        medium.read_at(at + slot::CHECKED_FROM, buf);
-        (slot::crc(header.txn(), buf) == header.crc)
-            .then_some((header.key_len, header.is_tombstone()))
-    }
-
-    /// Appends the used bytes of a slot (header, key, value) to `out`, as
-    /// the redo log carries them; returns how many, or `None` once its
-    /// block is gone or its lengths do not fit this table.
-    pub fn copy_slot(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> Option<usize> {
-        let at = self.slot_offset(addr)?;
-        let len = self.used_len(&SlotHeader::read(medium, at))?;
-        let start = out.len();
-        out.resize(start + len, 0);
-        medium.read_at(at, out.get_mut(start..)?);
-        Some(len)
-    }
-
-    /// The raw txn word stored in a slot (see `SlotWord`).
-    fn slot_txn(&self, medium: &Medium, addr: Addr) -> u64 {
-        self.slot_offset(addr)
-            .map_or(TXN_EMPTY, |at| medium.load(at))
-    }
-
-    /// The decoded txn word of a slot.
-    pub fn slot_word(&self, medium: &Medium, addr: Addr) -> SlotWord {
-        SlotWord::decode(self.slot_txn(medium, addr))
-    }
-
-    /// Bytes of a slot in use (header, key, value), if its header fits
-    /// the table.
-    fn used_len(&self, header: &SlotHeader) -> Option<usize> {
-        self.fits(header)
-            .then(|| SLOT_HEADER as usize + header.key_len + header.value_len)
-    }
-
-    /// Bytes of a slot in use, from its header; the whole slot if the
-    /// header does not fit the table.
-    pub fn slot_bytes(&self, medium: &Medium, addr: Addr) -> u32 {
-        let header = self
-            .slot_offset(addr)
-            .map(|at| SlotHeader::read(medium, at));
-        let used = header.and_then(|h| self.used_len(&h));
-        used.unwrap_or(self.def.slot_size as usize) as u32
-    }
-
-    /// Turns an aborted slot into a hole that recovery skips.
-    pub fn make_hole(&self, medium: &Medium, addr: Addr, txn: u64) {
-        let Some(at) = self.slot_offset(addr) else {
-            return;
-        };
-        medium.store(at, SlotWord::encode(txn, true));
-        medium.persist(at, 8);
-        self.set_obsolete(medium, addr);
-    }
-
-    /// Clears a slot written by a transaction that never committed.
-    fn clear_slot(&self, medium: &Medium, addr: Addr) {
-        let Some(at) = self.slot_offset(addr) else {
-            return;
-        };
-        medium.store(at, TXN_EMPTY);
-        medium.persist(at, 8);
-    }
-
-    /// An extent for a block, its slots' txn words zeroed and written
-    /// back (not fenced) if the space was used before. With `fault_in`,
-    /// fresh space is touched too, so that its pages fault in here and
-    /// not under the writes into the block.
+    /// An extent for a block, its directory's txn words zeroed and
+    /// written back (not fenced) if the space was used before. With
+    /// `fault_in`, fresh space is touched too, so that its pages fault in
+    /// here and not under the writes into the block.
     fn allocate_cleared(&self, medium: &Medium, space: &Space, fault_in: bool) -> Result<u64> {
         let (offset, fresh) = space.allocate(medium, self.def.block_size as u64)?;
-        if fault_in || !fresh {
-            self.clear_slot_words(medium, offset, !fresh);
+        match (fresh, fault_in) {
+            (false, _) => self.clear_entry_words(medium, offset),
+            (true, true) => self.fault_in(medium, offset),
+            (true, false) => {}
         }
         Ok(offset)
     }
 
-    /// Zeroes the txn word of every slot of a block, so that old bytes in
-    /// reused space (earlier slots, checkpoint images) can never look like
-    /// slots; written back if `persist` (fresh space is zero already, and
-    /// the stores only fault its pages in). The caller fences before
-    /// linking the block.
-    fn clear_slot_words(&self, medium: &Medium, offset: u64, persist: bool) {
-        for slot in 0..self.def.slots_per_block as u64 {
-            let at = offset + SLOTS_OFFSET + slot * self.def.slot_size as u64;
+    /// Zeroes and writes back the txn word of every directory entry a
+    /// block can have, so that old bytes in reused space (earlier records,
+    /// checkpoint images) can never look like entries. The caller fences
+    /// before linking the block.
+    fn clear_entry_words(&self, medium: &Medium, offset: u64) {
+        let capacity = self.def.slots_per_block;
+        assert!(
+            record::directory_end(capacity) <= self.def.block_size as u64,
+            "a block holds its whole directory"
+        );
+        for slot in 0..capacity {
+            let at = offset + record::directory_end(slot);
             medium.store(at, TXN_EMPTY);
-            if persist {
-                medium.persist(at, 8);
-            }
+            medium.persist(at, 8);
+        }
+    }
+
+    /// Touches every page of a fresh (zeroed) block so that it faults in.
+    fn fault_in(&self, medium: &Medium, offset: u64) {
+        for page in (0..self.def.block_size as u64).step_by(BLOCK_ALIGN as usize) {
+            medium.store(offset + page, 0);
         }
     }
 
@@ -1192,11 +1144,10 @@ impl TableHeap {
             }
             // Invariant 2 for extents held ready: their first and last
             // slots (the pages were just faulted in) hold no txn id.
-            let last = offset
-                + SLOTS_OFFSET
-                + (self.def.slots_per_block as u64 - 1) * self.def.slot_size as u64;
+            let last = offset + record::directory_end(self.def.slots_per_block - 1);
             assert!(
-                medium.load(offset + SLOTS_OFFSET) == TXN_EMPTY && medium.load(last) == TXN_EMPTY,
+                medium.load(offset + DIRECTORY_OFFSET) == TXN_EMPTY
+                    && medium.load(last) == TXN_EMPTY,
                 "no stale slots: an extent made ready at {offset} was not zeroed"
             );
             self.reserve.put(offset);
@@ -1241,18 +1192,36 @@ impl TableHeap {
         self.reserve.len()
     }
 
-    /// Slots written so far in a worker's region, holes included.
-    /// Slots written so far into the blocks a worker's region still has,
-    /// holes included.
-    pub fn used_slots(&self, worker: usize) -> u64 {
-        let region = &self.regions[worker];
-        let cursor = *region.cursor.lock();
-        let full = region.present().filter(|b| b.seq < cursor.block).count() as u64;
-        let in_cursor = match region.get(cursor.block as usize) {
-            Some(_) => cursor.slot as u64,
-            None => 0,
-        };
-        full * self.def.slots_per_block as u64 + in_cursor
+    /// Entries written in a block (holes and seals included); counted
+    /// once for a closed block.
+    pub fn entries_in(&self, medium: &Medium, block: &Block) -> u64 {
+        let known = block.closed_entries.load(Acquire);
+        if known != 0 {
+            return known as u64 - 1;
+        }
+        let mut entries = 0u32;
+        let end = self.walk_directory(medium, block, |_| entries += 1);
+        if end == DirectoryEnd::Closed {
+            block.closed_entries.store(entries + 1, Release);
+        }
+        entries as u64
+    }
+
+    /// What a block holds: its written entries (holes and seals
+    /// included) and the bytes they take with their records, in all and
+    /// those whose obsolete bit is set.
+    pub fn block_usage(&self, medium: &Medium, block: &Block) -> BlockUsage {
+        let mut usage = BlockUsage::default();
+        self.walk_directory(medium, block, |entry| {
+            let bytes = ENTRY_BYTES + entry.space;
+            usage.entries += 1;
+            usage.bytes += bytes;
+            let (word, bit) = bitmap_bit(block, entry.slot);
+            if medium.load(word) & bit != 0 {
+                usage.obsolete_bytes += bytes;
+            }
+        });
+        usage
     }
 
     /// Clears a slot's obsolete bit that a crash left without its cause;
@@ -1346,7 +1315,7 @@ pub fn bitmap_line(n: u64, line: u64) -> u64 {
 
 /// The first slot's offset in a block at `BLOCK_ALIGN`: not a bitmap word.
 #[cfg(test)]
-pub const FIRST_SLOT_OF_SECOND_BLOCK: u64 = BLOCK_ALIGN + SLOTS_OFFSET;
+pub const FIRST_SLOT_OF_SECOND_BLOCK: u64 = BLOCK_ALIGN + DIRECTORY_OFFSET;
 
 /// The medium offset of the bitmap word holding a slot's obsolete bit,
 /// and the bit.
@@ -1448,7 +1417,7 @@ mod tests {
             name: "t".into(),
             max_key_len: 8,
             max_value_len: 8,
-            slot_size: 48,
+            max_record_len: 48,
             slots_per_block: 10,
             block_size: 4096,
             dropped: false,
@@ -1487,7 +1456,7 @@ mod tests {
             name: "t".into(),
             max_key_len: 8,
             max_value_len: 8,
-            slot_size: 48,
+            max_record_len: 48,
             slots_per_block: 4,
             block_size: 4096,
             dropped: false,
@@ -1560,7 +1529,7 @@ mod tests {
     fn a_ready_extent_with_a_slot_left_in_it_is_never_linked() {
         let (heap, medium, space) = small_heap();
         let (offset, _) = space.allocate(&medium, 4096).unwrap();
-        medium.store(offset + SLOTS_OFFSET, SlotWord::encode(3, false));
+        medium.store(offset + DIRECTORY_OFFSET, SlotWord::encode(3, false));
         heap.reserve.put(offset);
         let _ = append_one(&heap, &medium, &space, 7);
     }
@@ -1593,5 +1562,149 @@ mod tests {
             Err(Error::Corrupt(_))
         ));
         assert_eq!(region.len(), 1006, "nothing allocated for a refused number");
+    }
+
+    /// A table of 4096-byte blocks of up to 64 entries whose records take
+    /// up to 1024 bytes: three of the largest fill a block by bytes.
+    fn byte_bound_heap() -> (TableHeap, Medium, Space) {
+        let def = TableDef {
+            id: 0,
+            name: "t".into(),
+            max_key_len: 8,
+            max_value_len: 1000,
+            max_record_len: 1024,
+            slots_per_block: 64,
+            block_size: 4096,
+            dropped: false,
+        };
+        let medium = Medium::volatile(1 << 24, catalog::DATA_START).unwrap();
+        let space = Space::new(catalog::DATA_START, Vec::new(), catalog::DATA_START);
+        (TableHeap::new(def), medium, space)
+    }
+
+    fn append_value(
+        heap: &TableHeap,
+        medium: &Medium,
+        space: &Space,
+        txn: u64,
+        len: usize,
+    ) -> Addr {
+        let mut buf = Vec::new();
+        heap.encode(&mut buf, txn, b"key", &vec![7; len], false);
+        heap.append(medium, space, 0, txn, &buf).unwrap()
+    }
+
+    /// Recovery's fates, as (slot address, what).
+    #[derive(Default)]
+    struct Fates(Vec<(Addr, &'static str)>);
+
+    impl RegionVisitor for Fates {
+        fn in_checkpoint(&self, _: u64) -> bool {
+            false
+        }
+        fn visit(&mut self, fate: SlotFate<'_>) {
+            let what = match fate {
+                SlotFate::Redo(_) => "redo",
+                SlotFate::InCheckpoint { .. } => "checkpoint",
+                SlotFate::Hole { .. } => "hole",
+                SlotFate::Undone {
+                    starts_tail: true, ..
+                } => "tail",
+                SlotFate::Undone { .. } => "undone",
+            };
+            self.0.push((fate.addr(), what));
+        }
+    }
+
+    /// Recovers region 0 of `def` from the medium, with `last_commit` as
+    /// its LCTT entry.
+    fn recover(def: &TableDef, medium: &Medium, last_commit: u64) -> Result<(TableHeap, Fates)> {
+        let heap = TableHeap::new(def.clone());
+        let mut budget = SeqGapBudget::default();
+        let blocks = RegionBlocks {
+            listed: &[],
+            budget: &mut budget,
+        };
+        let horizon = RegionHorizon {
+            last_commit,
+            redo_from: 0,
+        };
+        let mut fates = Fates::default();
+        heap.recover_region(medium, 0, blocks, horizon, &mut fates)?;
+        Ok((heap, fates))
+    }
+
+    #[test]
+    fn a_record_that_does_not_fit_seals_its_block_and_recovery_reads_past_the_seal() {
+        let (heap, medium, space) = byte_bound_heap();
+        for txn in [3, 4, 5, 6] {
+            append_value(&heap, &medium, &space, txn, 1000);
+        }
+        let first = heap.regions[0].get(0).unwrap();
+        let (entries, end) = heap.directory(&medium, first);
+        assert_eq!(end, DirectoryEnd::Closed);
+        assert_eq!(entries.len(), 4, "three records and the seal");
+        let seal = entries[3];
+        assert!(record::is_seal(seal.word, seal.space));
+        assert!(heap.is_obsolete(&medium, Addr::new(0, 0, 3)));
+        assert_eq!(heap.entries_in(&medium, first), 4);
+        let (recovered, fates) = recover(&heap.def, &medium, 6).unwrap();
+        let kinds: Vec<&str> = fates.0.iter().map(|f| f.1).take(6).collect();
+        assert_eq!(kinds, ["redo", "redo", "redo", "hole", "redo", "tail"]);
+        let cursor = *recovered.regions[0].cursor.lock();
+        assert_eq!((cursor.block, cursor.slot), (1, 1));
+        assert_eq!(
+            cursor.free_end as u64,
+            4096 - record::record_space(12 + 3 + 1000)
+        );
+        let mut value = Vec::new();
+        let read = recovered.read_live(&medium, Addr::new(0, 1, 0), &mut value);
+        assert!(matches!(read, SlotRead::Value) && value == vec![7; 1000]);
+    }
+
+    #[test]
+    fn a_tail_entry_left_unplaced_clears_what_follows_without_reading_it() {
+        let (heap, medium, space) = byte_bound_heap();
+        append_value(&heap, &medium, &space, 3, 100);
+        append_value(&heap, &medium, &space, 3, 200);
+        let torn = append_value(&heap, &medium, &space, 5, 300);
+        append_value(&heap, &medium, &space, 5, 10);
+        let block = heap.regions[0].get(0).unwrap();
+        // A crash kept the word of slot 2 but not its place, and slot 5's
+        // position holds bytes that look like a committed entry.
+        medium.store(record::entry_at(block, torn.slot()) + 8, 0);
+        let fake = record::entry_at(block, 5);
+        medium.store(fake, SlotWord::encode(3, false));
+        let (recovered, fates) = recover(&heap.def, &medium, 4).unwrap();
+        let kinds: Vec<&str> = fates.0.iter().map(|f| f.1).take(4).collect();
+        assert_eq!(kinds, ["redo", "redo", "tail", "undone"]);
+        assert_eq!(medium.load(fake), TXN_EMPTY, "cleared, not judged");
+        let cursor = *recovered.regions[0].cursor.lock();
+        let prefix_end =
+            4096 - record::record_space(12 + 3 + 100) - record::record_space(12 + 3 + 200);
+        assert_eq!(
+            (cursor.block, cursor.slot, cursor.free_end as u64),
+            (0, 2, prefix_end)
+        );
+    }
+
+    #[test]
+    fn a_committed_entry_out_of_place_is_corrupt() {
+        let (heap, medium, space) = byte_bound_heap();
+        append_value(&heap, &medium, &space, 3, 100);
+        let second = append_value(&heap, &medium, &space, 3, 200);
+        let block = heap.regions[0].get(0).unwrap();
+        let at = record::entry_at(block, second.slot()) + 8;
+        let (offset, space_taken) = record::unpack_place(medium.load(at));
+        medium.store(at, record::pack_place(offset - 8, space_taken, false));
+        assert!(matches!(
+            recover(&heap.def, &medium, 3),
+            Err(Error::Corrupt(_))
+        ));
+        let mut out = Vec::new();
+        assert!(matches!(
+            heap.read_live(&medium, second, &mut out),
+            SlotRead::Damaged
+        ));
     }
 }

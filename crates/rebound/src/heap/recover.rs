@@ -11,15 +11,11 @@
 //! committed slot after it means the medium broke the prefix invariant
 //! (invariant 1): `Corrupt`.
 
-use super::slot::{CHECKED_FROM, SLOT_HEADER};
+use super::record::{self, KEY_AT};
 use super::{block, Addr, Block, Cursor, SlotWord, TableHeap, MAX_SEQ_GAP, MIN_TXN_AT};
 use crate::catalog::{self, MAX_TXN_ID};
 use crate::error::{Error, Result};
 use crate::medium::Medium;
-
-/// Where the key starts in what `TableHeap::verify_into` leaves (the slot
-/// from its checked bytes on).
-const KEY_AT: usize = (SLOT_HEADER - CHECKED_FROM) as usize;
 
 /// What recovery knows of a region before its slots are read.
 #[derive(Debug, Clone, Copy)]
@@ -300,80 +296,31 @@ impl TableHeap {
             0 => 0,
             _ => self.first_block_from(medium, worker, &blocks, redo_from)?,
         };
-        let mut tail: Option<Cursor> = None;
+        let mut scan = Scan::default();
         let mut buf = Vec::new();
-        // The newest committed txn id so far: the read side of the time
-        // order `append` asserts (invariants 1 and 3), checked on what the
-        // medium holds, so a breach is damage (`Corrupt`).
-        let mut newest = 0;
         for block in &blocks[first.min(blocks.len())..] {
             let b = block.seq;
             let (_, min_txn) = self.validate_block(medium, block.offset(), worker, b as u64)?;
-            if newest > min_txn && tail.is_none() {
+            // The read side of the time order `append` asserts
+            // (invariants 1 and 3), checked on what the medium holds, so a
+            // breach is damage (`Corrupt`).
+            if scan.newest > min_txn && scan.tail.is_none() {
                 return Err(Error::Corrupt(format!(
-                    "table {} region {worker}: block {b}'s min txn {min_txn} is below txn {newest} of a block before",
-                    self.def.id
+                    "table {} region {worker}: block {b}'s min txn {min_txn} is below txn {} of a block before",
+                    self.def.id, scan.newest
                 )));
             }
-            for s in 0..capacity {
-                let addr = Addr::new(worker, b, s);
-                let word = self.slot_txn(medium, addr);
-                let class = Class::of(word, min_txn, last_commit).ok_or_else(|| {
-                    Error::Corrupt(format!(
-                        "slot {addr:?} of table {} has a damaged txn word",
-                        self.def.id
-                    ))
-                })?;
-                if let (Class::Committed { txn }, None) = (class, tail) {
-                    if txn < newest {
-                        return Err(Error::Corrupt(format!(
-                            "committed version of txn {txn} at {addr:?} follows one of txn {newest}"
-                        )));
-                    }
-                    newest = txn;
-                }
-                let txn = match (class, tail.is_some()) {
-                    (Class::Committed { .. }, true) => {
-                        return Err(Error::Corrupt(format!(
-                            "committed version after the uncommitted tail at {addr:?}"
-                        )))
-                    }
-                    (Class::Other(Held::Hole { txn }), false) => {
-                        visitor.visit(SlotFate::Hole { addr, txn });
-                        continue;
-                    }
-                    (Class::Other(held), in_tail) => {
-                        if !in_tail {
-                            tail = Some(Cursor { block: b, slot: s });
-                        }
-                        self.undo(medium, addr, held);
-                        visitor.visit(SlotFate::Undone {
-                            addr,
-                            held,
-                            starts_tail: !in_tail,
-                        });
-                        continue;
-                    }
-                    (Class::Committed { txn }, false) if visitor.in_checkpoint(txn) => {
-                        visitor.visit(SlotFate::InCheckpoint { addr, txn });
-                        continue;
-                    }
-                    (Class::Committed { txn }, false) => txn,
-                };
-                // Redone only what is committed, before the tail.
-                assert!(min_txn <= txn && txn <= last_commit && tail.is_none());
-                let (key_len, tombstone) =
-                    self.verify_into(medium, addr, &mut buf).ok_or_else(|| {
-                        Error::Corrupt(format!("committed version at {addr:?} fails its checksum"))
-                    })?;
-                visitor.visit(SlotFate::Redo(CommittedVersion {
-                    addr,
-                    txn,
-                    key: &buf[KEY_AT..KEY_AT + key_len],
-                    tombstone,
-                }));
-            }
+            let bounds = (min_txn, last_commit);
+            self.scan_block(
+                medium,
+                (worker, block),
+                bounds,
+                &mut scan,
+                visitor,
+                &mut buf,
+            )?;
         }
+        let tail = scan.tail;
         if let Some(tail) = tail {
             self.unstamp_blocks_after(medium, &blocks, tail.block);
         }
@@ -381,9 +328,155 @@ impl TableHeap {
             Some(last) => Cursor {
                 block: last.seq,
                 slot: capacity,
+                free_end: 0,
             },
             None => Cursor::default(),
         });
+        Ok(())
+    }
+
+    /// Decides the fate of every entry of one block, in slot order. Each
+    /// entry's record must lie right below the one before it; while the
+    /// entries so far are placed so, the next position holds an entry or
+    /// zero (records never reach below their own entry and room for one
+    /// more). In the tail, past an entry a crash left unplaced, the
+    /// positions up to the lowest placed record are only cleared.
+    fn scan_block(
+        &self,
+        medium: &Medium,
+        (worker, block): (usize, &Block),
+        (min_txn, last_commit): (u64, u64),
+        scan: &mut Scan,
+        visitor: &mut impl RegionVisitor,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        let b = block.seq;
+        let mut free_end = self.def.block_size as u64;
+        let mut placed = true;
+        for s in 0..self.def.slots_per_block {
+            let addr = Addr::new(worker, b, s);
+            if record::directory_end(s + 1) > free_end {
+                return match scan.tail {
+                    None => Err(Error::Corrupt(format!(
+                        "directory of table {} runs into its records at {addr:?}",
+                        self.def.id
+                    ))),
+                    Some(_) => Ok(()),
+                };
+            }
+            let entry = record::entry_at(block, s);
+            if !placed {
+                self.undo(medium, addr);
+                visitor.visit(SlotFate::Undone {
+                    addr,
+                    held: Held::Nothing,
+                    starts_tail: false,
+                });
+                continue;
+            }
+            let class = Class::of(medium.load(entry), min_txn, last_commit).ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "slot {addr:?} of table {} has a damaged txn word",
+                    self.def.id
+                ))
+            })?;
+            let place = record::unpack_place(medium.load(entry + 8));
+            let is_placed = record::is_placed(s, place, free_end);
+            let misplaced = || {
+                Error::Corrupt(format!(
+                    "record of {addr:?} of table {} is not where its entry and the one before say",
+                    self.def.id
+                ))
+            };
+            let txn = match (class, scan.tail.is_some()) {
+                (Class::Committed { .. }, true) => {
+                    return Err(Error::Corrupt(format!(
+                        "committed version after the uncommitted tail at {addr:?}"
+                    )))
+                }
+                // A hole whose writer never committed, found beside a
+                // place a crash left stale (its line torn, or never
+                // fenced): the abort's word made it, the append's place
+                // did not. Nothing committed follows it; the tail starts.
+                (Class::Other(Held::Hole { txn }), false) if !is_placed && txn > last_commit => {
+                    scan.tail = Some(Cursor {
+                        block: b,
+                        slot: s,
+                        free_end: free_end as u32,
+                    });
+                    placed = false;
+                    self.undo(medium, addr);
+                    let held = Held::Hole { txn };
+                    visitor.visit(SlotFate::Undone {
+                        addr,
+                        held,
+                        starts_tail: true,
+                    });
+                    continue;
+                }
+                (Class::Other(Held::Hole { txn }), false) => {
+                    if !is_placed {
+                        return Err(misplaced());
+                    }
+                    visitor.visit(SlotFate::Hole { addr, txn });
+                    free_end = place.0;
+                    if place.1 == 0 {
+                        // A seal: the directory ends here.
+                        return Ok(());
+                    }
+                    continue;
+                }
+                (Class::Other(held), in_tail) => {
+                    if !in_tail {
+                        scan.tail = Some(Cursor {
+                            block: b,
+                            slot: s,
+                            free_end: free_end as u32,
+                        });
+                    }
+                    // A written entry in its place tells where the next
+                    // one's record ends; an unwritten or torn one does not.
+                    placed = is_placed && held.is_current();
+                    if placed {
+                        free_end = place.0;
+                    }
+                    self.undo(medium, addr);
+                    visitor.visit(SlotFate::Undone {
+                        addr,
+                        held,
+                        starts_tail: !in_tail,
+                    });
+                    continue;
+                }
+                (Class::Committed { txn }, false) => txn,
+            };
+            if !is_placed || place.1 == 0 {
+                return Err(misplaced());
+            }
+            free_end = place.0;
+            if txn < scan.newest {
+                return Err(Error::Corrupt(format!(
+                    "committed version of txn {txn} at {addr:?} follows one of txn {}",
+                    scan.newest
+                )));
+            }
+            scan.newest = txn;
+            if visitor.in_checkpoint(txn) {
+                visitor.visit(SlotFate::InCheckpoint { addr, txn });
+                continue;
+            }
+            // Redone only what is committed, before the tail.
+            assert!(min_txn <= txn && txn <= last_commit && scan.tail.is_none());
+            let (key_len, tombstone) = self.verify_into(medium, addr, buf).ok_or_else(|| {
+                Error::Corrupt(format!("committed version at {addr:?} fails its checksum"))
+            })?;
+            visitor.visit(SlotFate::Redo(CommittedVersion {
+                addr,
+                txn,
+                key: &buf[KEY_AT..KEY_AT + key_len],
+                tombstone,
+            }));
+        }
         Ok(())
     }
 
@@ -402,14 +495,21 @@ impl TableHeap {
         }
     }
 
-    /// Clears a slot of the uncommitted tail. Only a slot that holds no
-    /// committed version can be named (`Held` has none). The slot will be
-    /// written again and must not inherit a bit: an abort cut short can
-    /// leave a hole's bit without the hole (or the slot).
-    fn undo(&self, medium: &Medium, addr: Addr, held: Held) {
+    /// Clears a position of the uncommitted tail: an entry that holds no
+    /// committed version (`Held` has none), or one past where a crash left
+    /// the directory. It will be written again and must not inherit a
+    /// bit: an abort cut short can leave a hole's bit without the hole.
+    fn undo(&self, medium: &Medium, addr: Addr) {
         self.clear_obsolete(medium, addr);
-        if held != Held::Nothing {
-            self.clear_slot(medium, addr);
-        }
+        self.clear_slot(medium, addr);
     }
+}
+
+/// What the scan of a region has found so far.
+#[derive(Default)]
+struct Scan {
+    /// Where the uncommitted tail starts, once it has.
+    tail: Option<Cursor>,
+    /// The newest committed txn id so far.
+    newest: u64,
 }

@@ -1,17 +1,27 @@
-//! The slot format: the txn word, the slot header and the checksum.
-//! Layout in the module above. Decoding is free of indexing and `unwrap`
-//! (denied by lint).
+//! A version's bytes: the txn word of its directory entry, its record
+//! header and the checksum. Layouts in the module above. An *encoded
+//! version* (what `encode` writes, `append` takes and the `wal` design
+//! logs) is the txn word followed by the record: the heap puts the word
+//! in the version's directory entry and the record at the back of the
+//! block. Decoding is free of indexing and `unwrap` (denied by lint).
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 use crate::catalog::MAX_TXN_ID;
 use crate::medium::Medium;
 
-pub const SLOT_HEADER: u64 = 24;
+/// Bytes of a record before its key: crc, key length, flags, value length.
+pub const RECORD_HEADER: u64 = 12;
+/// Bytes of an encoded version before its key: the txn word and the
+/// record header.
+pub const SLOT_HEADER: u64 = 8 + RECORD_HEADER;
 pub const TXN_EMPTY: u64 = 0;
 pub const HOLE_BIT: u64 = 1 << 63;
 pub const FLAG_TOMBSTONE: u16 = 1;
-/// Where the checksummed bytes after the txn word and crc start.
+/// Where the checksummed bytes start in an encoded version: after the
+/// txn word and the crc (in a record: after the crc).
 pub const CHECKED_FROM: u64 = 12;
+/// Where the checksummed bytes start in a record.
+pub const RECORD_CHECKED_FROM: u64 = 4;
 
 /// What a slot's txn word says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +65,8 @@ fn check(txn: u64, hole: bool) -> u64 {
     (crc << 1) | parity
 }
 
-/// The first 24 bytes of a slot, decoded but not yet verified.
+/// A record's header, decoded but not yet verified, with the txn word
+/// of its directory entry.
 #[derive(Debug, Clone, Copy)]
 pub struct SlotHeader {
     pub word: u64,
@@ -66,17 +77,17 @@ pub struct SlotHeader {
 }
 
 impl SlotHeader {
-    /// The header of the slot at `at`.
-    pub fn read(medium: &Medium, at: u64) -> SlotHeader {
-        let word = medium.load(at);
+    /// The header of the record at `at` (8-aligned, at least 16 bytes),
+    /// whose directory entry holds `word`.
+    pub fn read(medium: &Medium, word: u64, at: u64) -> SlotHeader {
+        let w0 = medium.load(at);
         let w1 = medium.load(at + 8);
-        let w2 = medium.load(at + 16);
         SlotHeader {
             word,
-            crc: (w1 & 0xFFFF_FFFF) as u32,
-            key_len: ((w1 >> 32) & 0xFFFF) as usize,
-            flags: (w1 >> 48) as u16,
-            value_len: (w2 & 0xFFFF_FFFF) as usize,
+            crc: (w0 & 0xFFFF_FFFF) as u32,
+            key_len: ((w0 >> 32) & 0xFFFF) as usize,
+            flags: (w0 >> 48) as u16,
+            value_len: (w1 & 0xFFFF_FFFF) as usize,
         }
     }
 
@@ -88,9 +99,15 @@ impl SlotHeader {
     pub fn txn(&self) -> u64 {
         self.word & MAX_TXN_ID
     }
+
+    /// Bytes of the record in use (header, key, value).
+    pub fn record_len(&self) -> u64 {
+        RECORD_HEADER + self.key_len as u64 + self.value_len as u64
+    }
 }
 
-/// Encodes a slot written by `txn` into `buf`.
+/// Encodes a version written by `txn` into `buf`: its txn word, then
+/// its record.
 pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
     buf.clear();
     buf.extend_from_slice(&SlotWord::encode(txn, false).to_le_bytes());
@@ -98,7 +115,6 @@ pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: 
     buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
     buf.extend_from_slice(&(if tombstone { FLAG_TOMBSTONE } else { 0 }).to_le_bytes());
     buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&[0; 4]);
     buf.extend_from_slice(key);
     buf.extend_from_slice(value);
     let crc = crc(txn, buf.get(CHECKED_FROM as usize..).unwrap_or_default());
@@ -107,7 +123,8 @@ pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: 
     }
 }
 
-/// A slot copied out of the heap (a redo log entry), decoded and verified.
+/// An encoded version copied out of the heap (a redo log entry), decoded
+/// and verified.
 pub struct SlotBytes<'b> {
     pub txn: u64,
     pub tombstone: bool,
@@ -115,7 +132,8 @@ pub struct SlotBytes<'b> {
     pub value: &'b [u8],
 }
 
-/// Decodes a whole slot held in `bytes` (as `encode` lays it out);
+/// Decodes a whole encoded version held in `bytes` (as `encode` lays it
+/// out);
 /// `None` unless its word, lengths and checksum all agree.
 pub fn decode_bytes(bytes: &[u8]) -> Option<SlotBytes<'_>> {
     let word = u64::from_le_bytes(bytes.get(0..8)?.try_into().ok()?);
@@ -142,8 +160,9 @@ pub fn decode_bytes(bytes: &[u8]) -> Option<SlotBytes<'_>> {
     })
 }
 
-/// The slot checksum: crc32c of the txn id (as a u64, without check bits
-/// or hole flag) followed by bytes 12.. of the slot.
+/// The record checksum: crc32c of the txn id (as a u64, without check
+/// bits or hole flag) followed by the record from its key length on
+/// (bytes 12.. of an encoded version).
 pub fn crc(txn: u64, rest: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&txn.to_le_bytes()), rest)
 }

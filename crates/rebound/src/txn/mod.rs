@@ -1173,21 +1173,13 @@ pub struct WriteSet {
 }
 
 impl WriteSet {
-    /// Bytes of `write`'s slot in use: as recorded, unless a rewrite in
-    /// place may have changed them.
-    fn slot_bytes(&self, write: &Write, heap: &TableHeap, medium: &Medium) -> u32 {
-        match self.rewrote {
-            true => heap.slot_bytes(medium, write.new),
-            false => write.bytes,
-        }
-    }
-
     fn key(&self, write: &Write) -> &[u8] {
         let at = write.key_at;
         self.keys.get(at..at + write.key_len).unwrap_or_default()
     }
 
-    /// Whether `write`'s version deletes its key (see `slot_bytes`).
+    /// Whether `write`'s version deletes its key: as recorded, unless a
+    /// rewrite in place may have changed it.
     fn deletes(&self, write: &Write, heap: &TableHeap, medium: &Medium) -> bool {
         match self.rewrote {
             true => heap.tombstone(medium, write.new) == Some(true),
@@ -1863,10 +1855,58 @@ impl<'s> TxnState<'s> {
             value.unwrap_or(&[]),
             value.is_none(),
         );
-        let at = table.heap.slot_offset(own).ok_or(Error::Conflict)?;
-        medium.write_bytes(at, &self.buf);
+        if !table.heap.rewrite(medium, own, &self.buf) {
+            self.relocate_own(table, key, value, own, set)?;
+            return Ok(existed);
+        }
         set.rewrote = true;
         Ok(existed)
+    }
+
+    /// A second write to a key whose new record does not fit the space
+    /// the first one took: the version moves to a new record (with the
+    /// first one's predecessor and read mark), the index is repointed
+    /// and the first one becomes a hole. Both are this transaction's,
+    /// uncommitted, so no reader can have used either.
+    fn relocate_own(
+        &mut self,
+        table: &TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+        own: Addr,
+        set: &mut WriteSet,
+    ) -> Result<()> {
+        let own_header = self.version(table, own)?;
+        let new = self.append(table, key, value, set.region)?;
+        let new_header = self.version(table, new)?;
+        new_header
+            .read
+            .store(own_header.read.load(Acquire), Release);
+        new_header
+            .prev
+            .store(own_header.prev.load(Acquire), Release);
+        new_header.begin.store(PENDING | self.ts, Release);
+        if table
+            .index
+            .compare_and_set(key, own.0, new.0, self.ts)
+            .is_err()
+        {
+            self.discard(table, new)?;
+            return Err(Error::Conflict);
+        }
+        let id = table.heap.def.id;
+        let write = set
+            .writes
+            .iter_mut()
+            .find(|w| w.table == id && w.new == own);
+        let Some(write) = write else {
+            unreachable!("a version this transaction wrote is in its write set");
+        };
+        write.new = new;
+        write.bytes = self.buf.len() as u32;
+        write.tombstone = value.is_none();
+        self.discard(table, own)?;
+        Ok(())
     }
 
     /// Inserts a key the index does not have; false if it appeared meanwhile.
@@ -2080,11 +2120,15 @@ impl<'s> TxnState<'s> {
 
     fn make_durable(&self, set: &mut WriteSet) -> Result<()> {
         let store = self.store;
-        store.medium.persist_all(set.writes.iter().filter_map(|w| {
+        // Records go down a block as entries go up: records in reverse
+        // order, then entries, so that neighbours merge into runs.
+        let ranges = |w: &Write| {
             let heap = &store.tables[w.table as usize].heap;
-            let at = heap.slot_offset(w.new)?;
-            Some((at, set.slot_bytes(w, heap, &store.medium) as u64))
-        }));
+            heap.version_ranges(&store.medium, w.new)
+        };
+        let records = set.writes.iter().rev().filter_map(|w| Some(ranges(w)?[0]));
+        let entries = set.writes.iter().filter_map(|w| Some(ranges(w)?[1]));
+        store.medium.persist_all(records.chain(entries));
         store.medium.fence()?;
         // A moved transaction's versions are all in its long region, whose
         // LCTT entry decides them.

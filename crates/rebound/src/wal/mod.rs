@@ -23,7 +23,8 @@
 //!
 //! # Segment file
 //! ```text
-//! 0   [u8; 8] magic "RBWAL\0\0\x01"
+//! 0   [u8; 8] magic "RBWAL\0\0\x03" (the last byte is the format
+//!             version; another one: UnsupportedVersion)
 //! 8   u64     segment number (as in the file name)
 //! 16  u64     round of its first frame
 //! 24  u32     crc32c of bytes 0..24
@@ -41,9 +42,10 @@
 //! # Records (all integers little-endian)
 //! ```text
 //! commit  0 u8 kind = 1, 1 [u8; 3] zero, 4 u32 entry count, 8 u64 txn ts,
-//!         16 entries: u32 table id, u32 length l, [u8; l] the version's
-//!         slot exactly as the heap lays it out (txn word with check bits,
-//!         slot crc, key and value lengths, tombstone flag, key, value)
+//!         16 entries: u32 table id, u32 length l, [u8; l] the encoded
+//!         version: its directory entry's txn word (with check bits), then
+//!         its record exactly as the heap lays it out, unpadded (record
+//!         crc, key length, flags, value length, key, value; see `heap`)
 //! table   0 u8 kind = 2, 1 u8 dropped (0: created, 1: dropped; in the
 //!         log the drop's own record, in a catalog a dropped table whose id
 //!         stays taken), 2 u16 name length, 4 u32 table id,
@@ -61,7 +63,7 @@
 //! ```
 //! # Snapshot file
 //! ```text
-//! 0   [u8; 8] magic "RBSNAP\0\x02" (another last byte: UnsupportedVersion)
+//! 0   [u8; 8] magic "RBSNAP\0\x03" (another last byte: UnsupportedVersion)
 //! 8   u64     snapshot number (as in the file name)
 //! 16  u64     ts S: holds exactly the commits of transactions older than S
 //!             (a delta: those at or after its predecessor's S)

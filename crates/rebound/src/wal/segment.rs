@@ -9,9 +9,10 @@ use crate::error::{Error, Result};
 use crate::medium::FileView;
 use std::sync::Arc;
 
-/// The last byte is the format version: 2 has the dropped flag in table
-/// records (1 did not).
-pub const SEGMENT_MAGIC: [u8; 8] = *b"RBWAL\0\0\x02";
+/// The last byte is the format version: 3 logs variable-length versions
+/// (txn word and record, see `heap`); 2 logged fixed-slot layouts and has
+/// the dropped flag in table records; 1 did not have that flag.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"RBWAL\0\0\x03";
 pub const SEGMENT_HEADER: usize = 32;
 
 /// What the log remembers of a segment file.

@@ -395,7 +395,6 @@ const CKPT_HEADER: u64 = 64 + 8 * 64;
 pub struct FileMap {
     image_len: u64,
     block_size: u64,
-    slot_size: u64,
     slots: u64,
     /// Live blocks (reachable from a region head or listed by the
     /// checkpoint in force): offset → (region, seq).
@@ -430,7 +429,6 @@ impl FileMap {
     pub fn of(image: &[u8]) -> FileMap {
         // Links and region heads carry a check byte above the offset.
         const OFFSET_MASK: u64 = (1 << 56) - 1;
-        let slot_size = u32_at(image, DESCRIPTOR + 24) as u64;
         let slots = u32_at(image, DESCRIPTOR + 28) as u64;
         let block_size = u32_at(image, DESCRIPTOR + 32) as u64;
         let root = u64_at(image, 128) & ((1 << 56) - 1);
@@ -461,7 +459,7 @@ impl FileMap {
         let mut at = DATA_START;
         while at + 8 <= image.len() as u64 {
             let magic = &image[at as usize..at as usize + 8];
-            if &magic[..4] == b"BLK1" && !blocks.contains_key(&at) {
+            if &magic[..4] == b"BLK2" && !blocks.contains_key(&at) {
                 stale_blocks.insert(at);
             }
             if magic == b"RBCKPT05" {
@@ -477,7 +475,6 @@ impl FileMap {
         FileMap {
             image_len: image.len() as u64,
             block_size,
-            slot_size,
             slots,
             blocks,
             stale_blocks,
@@ -602,28 +599,24 @@ impl FileMap {
             16..=23 => format!("header seq word bit {word_bit}"),
             24..=31 => format!("header next pointer bit {word_bit}"),
             32..=35 => "header capacity".into(),
-            36..=39 => "header slot size".into(),
+            36..=39 => "header block size".into(),
             40..=47 => format!("header min txn word bit {word_bit}"),
             48..=63 => "header reserved".into(),
             64..=319 => "obsolete bitmap bit".into(),
             _ => {
                 let s = rel - 320;
-                let (slot, r) = (s / self.slot_size, s % self.slot_size);
+                let (slot, r) = (s / 16, s % 16);
                 if slot >= self.slots {
-                    return "unused tail".into();
+                    return "records or free space".into();
                 }
                 let field = match r {
                     0..=7 if word_bit == 63 => "txn word bit 63 (hole bit)".to_string(),
                     0..=7 if word_bit >= 56 => format!("txn word high byte bit {word_bit}"),
                     0..=7 => format!("txn word bit {word_bit}"),
-                    8..=11 => "checksum".into(),
-                    12..=13 => "key length".into(),
-                    14..=15 => "flags".into(),
-                    16..=19 => "value length".into(),
-                    20..=23 => "reserved".into(),
-                    _ => "key/value bytes".into(),
+                    8..=11 => "record offset".into(),
+                    _ => "record space".into(),
                 };
-                format!("slot {field}")
+                format!("directory entry {slot} {field} (or records)")
             }
         }
     }

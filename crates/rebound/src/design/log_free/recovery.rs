@@ -627,7 +627,7 @@ fn validate_defs(defs: &[TableDef]) -> Result<()> {
             && (1..=MAX_KEY_LEN).contains(&(def.max_key_len as usize))
             && (crate::heap::MIN_SLOTS_PER_BLOCK..=crate::heap::MAX_SLOTS_PER_BLOCK)
                 .contains(&def.slots_per_block)
-            && (slot, slots, block) == (def.slot_size, def.slots_per_block, def.block_size);
+            && (slot, slots, block) == (def.max_record_len, def.slots_per_block, def.block_size);
         if !sane {
             return Err(Error::Corrupt(format!(
                 "table {:?} has an impossible geometry",

@@ -1,0 +1,489 @@
+//! Versions in a slotted block: directory entries and the records they
+//! place (layouts in the module above). Every read finds a record through
+//! its entry and checks the place against the entry before it (records
+//! are contiguous from the block's end down), so a damaged offset or
+//! length is caught before anything is read or sized by it. Decoding is
+//! free of indexing and `unwrap` (denied by lint).
+#![deny(clippy::indexing_slicing, clippy::unwrap_used)]
+
+use super::slot::{self, SlotHeader, FLAG_TOMBSTONE, RECORD_CHECKED_FROM, RECORD_HEADER};
+use super::{Addr, Block, SlotContent, SlotRead, SlotWord, TableHeap};
+use super::{DIRECTORY_OFFSET, ENTRY_BYTES, TXN_EMPTY};
+use crate::catalog;
+use crate::medium::Medium;
+
+/// The least space a record takes: its header and a one-byte key.
+pub const MIN_RECORD_SPACE: u64 = (RECORD_HEADER + 1).next_multiple_of(8);
+
+/// Bytes a record of `len` bytes takes in a block (records are 8-aligned).
+pub fn record_space(len: u64) -> u64 {
+    len.next_multiple_of(8)
+}
+
+/// Offset in a block of the first byte after `entries` directory entries.
+pub fn directory_end(entries: u32) -> u64 {
+    DIRECTORY_OFFSET + entries as u64 * ENTRY_BYTES
+}
+
+/// Medium offset of the directory entry of slot `slot` of `block`.
+pub fn entry_at(block: &Block, slot: u32) -> u64 {
+    block.offset() + directory_end(slot)
+}
+
+/// Bit of a directory entry's second word that says its version is a
+/// tombstone (a copy of the record's flag, so that a writer learns it
+/// without reading the record).
+const TOMBSTONE_BIT: u64 = 1 << 63;
+
+/// The second word of a directory entry: the record's offset in the
+/// block (bits 0..32), the bytes it takes (bits 32..63) and whether it is
+/// a tombstone (bit 63).
+pub fn pack_place(offset: u64, space: u64, tombstone: bool) -> u64 {
+    debug_assert!(offset <= u32::MAX as u64 && space < 1 << 31);
+    offset | (space << 32) | if tombstone { TOMBSTONE_BIT } else { 0 }
+}
+
+/// The record's offset and space from an entry's second word.
+pub fn unpack_place(word: u64) -> (u64, u64) {
+    (word & 0xFFFF_FFFF, (word & !TOMBSTONE_BIT) >> 32)
+}
+
+/// Whether an entry's second word says its version is a tombstone.
+pub fn place_says_tombstone(word: u64) -> bool {
+    word & TOMBSTONE_BIT != 0
+}
+
+/// Whether an encoded version (txn word, then record) is a tombstone.
+pub fn encoded_tombstone(version: &[u8]) -> bool {
+    let flags = version.get(14..16).and_then(|f| f.try_into().ok());
+    flags.is_some_and(|f| u16::from_le_bytes(f) & FLAG_TOMBSTONE != 0)
+}
+
+/// Whether a record at `offset` taking `space` bytes can belong to entry
+/// `slot` of a block whose records so far start at `free_end`: it lies
+/// right below them, 8-aligned, clear of its own entry.
+pub fn is_placed(slot: u32, (offset, space): (u64, u64), free_end: u64) -> bool {
+    offset.is_multiple_of(8) && offset >= directory_end(slot + 1) && offset + space == free_end
+}
+
+/// A hole taking no space: the entry that closes a block whose next
+/// record did not fit (see `TableHeap::seal`).
+pub fn is_seal(word: SlotWord, space: u64) -> bool {
+    matches!(word, SlotWord::Written { hole: true, .. }) && space == 0
+}
+
+/// How a walk over a block's directory ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectoryEnd {
+    /// Every entry the block can hold is written, or it is sealed.
+    Closed,
+    /// Entry `slot` was never written; records start at `free_end`.
+    Open { slot: u32, free_end: u64 },
+    /// Entry `slot` fails its checks: nothing after it can be placed.
+    Damaged { slot: u32 },
+}
+
+/// One written entry of a directory walk.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub slot: u32,
+    pub word: SlotWord,
+    /// Bytes its record takes (0 for a seal).
+    pub space: u64,
+}
+
+/// A version's record: where it is, and its header, its lengths checked
+/// against the table and the space its entry gives it.
+struct Located {
+    at: u64,
+    header: SlotHeader,
+}
+
+impl TableHeap {
+    /// Visits the written entries of a block in slot order, each checked
+    /// against the one before; returns how the directory ends.
+    pub fn walk_directory(
+        &self,
+        medium: &Medium,
+        block: &Block,
+        mut visit: impl FnMut(Entry),
+    ) -> DirectoryEnd {
+        let mut free_end = self.def.block_size as u64;
+        for slot in 0..self.def.slots_per_block {
+            // Appends leave room for one more entry (a seal) after each
+            // record but the last a block can hold.
+            if directory_end(slot + 1) > free_end {
+                return DirectoryEnd::Damaged { slot };
+            }
+            let entry = entry_at(block, slot);
+            let word = SlotWord::decode(medium.load(entry));
+            let place = unpack_place(medium.load(entry + 8));
+            match word {
+                SlotWord::Empty => return DirectoryEnd::Open { slot, free_end },
+                SlotWord::Invalid => return DirectoryEnd::Damaged { slot },
+                SlotWord::Written { .. } if !is_placed(slot, place, free_end) => {
+                    return DirectoryEnd::Damaged { slot }
+                }
+                SlotWord::Written { .. } => {}
+            }
+            visit(Entry {
+                slot,
+                word,
+                space: place.1,
+            });
+            free_end = place.0;
+            if is_seal(word, place.1) {
+                return DirectoryEnd::Closed;
+            }
+        }
+        DirectoryEnd::Closed
+    }
+
+    /// The written entries of a block and how its directory ends.
+    pub fn directory(&self, medium: &Medium, block: &Block) -> (Vec<Entry>, DirectoryEnd) {
+        let mut entries = Vec::new();
+        let end = self.walk_directory(medium, block, |entry| entries.push(entry));
+        (entries, end)
+    }
+
+    /// Finds the record of the slot at `addr` through its directory
+    /// entry; `None` once its block was collected, or if the entry, the
+    /// one before it or the record header do not agree.
+    fn locate(&self, medium: &Medium, addr: Addr) -> Option<Located> {
+        let block = self.block(addr)?;
+        let slot = addr.slot();
+        let entry = entry_at(block, slot);
+        let place_word = medium.load(entry + 8);
+        let place = unpack_place(place_word);
+        if !self.in_place(medium, block, slot, place) {
+            return None;
+        }
+        let at = block.offset() + place.0;
+        let header = SlotHeader::read(medium, medium.load(entry), at);
+        let agrees = place_says_tombstone(place_word) == header.is_tombstone();
+        let fits = self.fits(&header) && header.record_len() <= place.1;
+        (agrees && fits).then_some(Located { at, header })
+    }
+
+    /// Whether a record place can be entry `slot`'s: within the block,
+    /// clear of its entry, and (in a block from the medium) right below
+    /// the record of the entry before. A block this process wrote or
+    /// verified skips the last check, which costs a second directory line
+    /// on one read in four.
+    fn in_place(&self, medium: &Medium, block: &Block, slot: u32, place: (u64, u64)) -> bool {
+        let block_size = self.def.block_size as u64;
+        if place.1 < MIN_RECORD_SPACE {
+            return false;
+        }
+        if block.is_trusted() {
+            let end = place.0 + place.1;
+            return place.0.is_multiple_of(8)
+                && place.0 >= directory_end(slot + 1)
+                && end <= block_size;
+        }
+        let upper = match slot {
+            0 => block_size,
+            _ => unpack_place(medium.load(entry_at(block, slot) - 8)).0,
+        };
+        upper <= block_size && is_placed(slot, place, upper)
+    }
+
+    /// Whether a header's lengths fit this table's limits.
+    fn fits(&self, header: &SlotHeader) -> bool {
+        (1..=self.def.max_key_len as usize).contains(&header.key_len)
+            && header.value_len <= self.def.max_value_len as usize
+    }
+
+    /// What a reader finds in a published version: the value, verified
+    /// against the record checksum unless the block is trusted, so a
+    /// damaged value is never served.
+    ///
+    /// The value lands in `out` (its earlier contents are dropped), so a
+    /// reader that keeps one buffer reads without allocating.
+    pub fn read_live(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> SlotRead {
+        let Some(block) = self.block(addr) else {
+            return SlotRead::Gone;
+        };
+        let Some(found) = self.locate(medium, addr) else {
+            return SlotRead::Damaged;
+        };
+        let header = &found.header;
+        let intact = match block.is_trusted() {
+            true => {
+                out.resize(header.value_len, 0);
+                medium.read_at(found.at + RECORD_HEADER + header.key_len as u64, out);
+                true
+            }
+            false => read_verified(medium, &found, out),
+        };
+        match (intact, header.is_tombstone()) {
+            (false, _) => SlotRead::Damaged,
+            (true, true) => SlotRead::Deleted,
+            (true, false) => SlotRead::Value,
+        }
+    }
+
+    /// Verifies every live version of a block that came from the medium
+    /// and, if all pass, trusts the block from then on (reads skip the
+    /// checksum). The region's last block is left for later: versions may
+    /// still be appended to it. Returns whether the block is trusted now.
+    pub fn scrub_block(&self, medium: &Medium, worker: usize, seq: usize) -> bool {
+        let Some(region) = self.regions.get(worker) else {
+            return false;
+        };
+        let Some(block) = region.get(seq) else {
+            return false;
+        };
+        if block.is_trusted() || block.is_vacant() || seq + 1 >= region.len() {
+            return block.is_trusted();
+        }
+        let mut damaged = false;
+        let end = self.verify_block(medium, worker, block, |_| damaged = true);
+        if damaged || matches!(end.1, DirectoryEnd::Damaged { .. }) {
+            return false;
+        }
+        block.trust();
+        true
+    }
+
+    /// Verifies the live versions of a block, calling `damaged` with each
+    /// that fails (and with the entry a damaged directory ends at);
+    /// returns how many were verified and how the directory ends.
+    pub(super) fn verify_block(
+        &self,
+        medium: &Medium,
+        worker: usize,
+        block: &Block,
+        mut damaged: impl FnMut(Addr),
+    ) -> (u64, DirectoryEnd) {
+        let mut verified = 0;
+        let mut buf = Vec::new();
+        let end = self.walk_directory(medium, block, |entry| {
+            if let SlotWord::Written { hole: false, .. } = entry.word {
+                verified += 1;
+                let addr = Addr::new(worker, block.seq, entry.slot);
+                if self.verify_into(medium, addr, &mut buf).is_none() {
+                    damaged(addr);
+                }
+            }
+        });
+        if let DirectoryEnd::Damaged { slot } = end {
+            damaged(Addr::new(worker, block.seq, slot));
+        }
+        (verified, end)
+    }
+
+    /// Verifies every live version of every full block (each region's
+    /// current block may be half written: its versions are checked when
+    /// read), calling `damaged` with each that fails; returns how many
+    /// versions were verified.
+    pub fn verify_full_blocks(&self, medium: &Medium, mut damaged: impl FnMut(Addr)) -> u64 {
+        let mut verified = 0;
+        for (worker, region) in self.regions.iter().enumerate() {
+            for seq in 0..region.len().saturating_sub(1) {
+                let Some(block) = region.get(seq) else {
+                    continue;
+                };
+                verified += self.verify_block(medium, worker, block, &mut damaged).0;
+            }
+        }
+        verified
+    }
+
+    /// Whether a version is a tombstone; `None` if its record is damaged.
+    /// A flag is trusted only with what a tombstone has: no value bytes
+    /// and, as that makes it cheap, a matching checksum; so a flipped flag
+    /// never turns a live version into a deletion or back.
+    pub fn tombstone(&self, medium: &Medium, addr: Addr) -> Option<bool> {
+        let block = self.block(addr)?;
+        if block.is_trusted() {
+            // The entry's copy of the flag: the record stays unread.
+            let place_word = medium.load(entry_at(block, addr.slot()) + 8);
+            let placed = self.in_place(medium, block, addr.slot(), unpack_place(place_word));
+            return placed.then_some(place_says_tombstone(place_word));
+        }
+        let header = self.locate(medium, addr)?.header;
+        if header.value_len > 0 {
+            return (!header.is_tombstone()).then_some(false);
+        }
+        let mut buf = Vec::new();
+        self.verify_into(medium, addr, &mut buf)
+            .map(|(_, tombstone)| tombstone)
+    }
+
+    /// Appends the key of the version at `addr` to `out`; returns its
+    /// length (0 if its record cannot be found). Unverified: use
+    /// `decode_checked` for versions read back from the medium.
+    pub fn read_key_into(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> usize {
+        let Some(found) = self.locate(medium, addr) else {
+            return 0;
+        };
+        let len = found.header.key_len;
+        let start = out.len();
+        out.resize(start + len, 0);
+        if let Some(key) = out.get_mut(start..) {
+            medium.read_at(found.at + RECORD_HEADER, key);
+        }
+        len
+    }
+
+    pub fn read_key(&self, medium: &Medium, addr: Addr) -> Vec<u8> {
+        let mut key = Vec::new();
+        self.read_key_into(medium, addr, &mut key);
+        key
+    }
+
+    /// Decodes and verifies a version read back from the medium.
+    /// `None` if its bytes do not form a valid version (torn or corrupt).
+    pub fn decode_checked(&self, medium: &Medium, addr: Addr) -> Option<SlotContent> {
+        let mut buf = Vec::new();
+        let (key_len, tombstone) = self.verify_into(medium, addr, &mut buf)?;
+        let body = buf.get(KEY_AT..)?;
+        let (key, value) = body.split_at_checked(key_len)?;
+        Some(SlotContent {
+            txn: self.slot_txn(medium, addr) & catalog::MAX_TXN_ID,
+            tombstone,
+            key: key.to_vec(),
+            value: value.to_vec(),
+        })
+    }
+
+    /// Verifies a live version, leaving its record from the key length on
+    /// (lengths, key, value; the key at `KEY_AT`) in `buf`; returns the
+    /// key length and whether it is a tombstone. Lengths are checked
+    /// against the table's limits and the record's space before anything
+    /// is sized by them.
+    pub(super) fn verify_into(
+        &self,
+        medium: &Medium,
+        addr: Addr,
+        buf: &mut Vec<u8>,
+    ) -> Option<(usize, bool)> {
+        let found = self.locate(medium, addr)?;
+        let header = &found.header;
+        let live = matches!(
+            SlotWord::decode(header.word),
+            SlotWord::Written { hole: false, .. }
+        );
+        if !live || header.flags & !FLAG_TOMBSTONE != 0 {
+            return None;
+        }
+        buf.resize(KEY_AT + header.key_len + header.value_len, 0);
+        medium.read_at(found.at + RECORD_CHECKED_FROM, buf);
+        (slot::crc(header.txn(), buf) == header.crc)
+            .then_some((header.key_len, header.is_tombstone()))
+    }
+
+    /// Appends the encoded version at `addr` (its txn word, then its
+    /// record without padding), as the redo log carries it; returns how
+    /// many bytes, or `None` once its block is gone or its record cannot
+    /// be found.
+    pub fn copy_slot(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> Option<usize> {
+        let found = self.locate(medium, addr)?;
+        let record = found.header.record_len() as usize;
+        let start = out.len();
+        out.extend_from_slice(&found.header.word.to_le_bytes());
+        out.resize(start + 8 + record, 0);
+        medium.read_at(found.at, out.get_mut(start + 8..)?);
+        Some(8 + record)
+    }
+
+    /// The raw txn word of a slot's directory entry (see `SlotWord`).
+    pub(super) fn slot_txn(&self, medium: &Medium, addr: Addr) -> u64 {
+        self.block(addr)
+            .map_or(TXN_EMPTY, |block| medium.load(entry_at(block, addr.slot())))
+    }
+
+    /// The decoded txn word of a slot.
+    pub fn slot_word(&self, medium: &Medium, addr: Addr) -> SlotWord {
+        SlotWord::decode(self.slot_txn(medium, addr))
+    }
+
+    /// Bytes of the encoded version at `addr` (txn word, record header,
+    /// key, value); the largest a version can have if its record cannot
+    /// be found.
+    pub fn slot_bytes(&self, medium: &Medium, addr: Addr) -> u32 {
+        let found = self.locate(medium, addr);
+        let record = found.map_or(self.def.max_record_len as u64, |f| f.header.record_len());
+        (8 + record) as u32
+    }
+
+    /// The medium ranges that hold the version at `addr`: its record (all
+    /// the space its entry gives it) and its directory entry, for the
+    /// commit to write back; `None` once its block was collected.
+    pub fn version_ranges(&self, medium: &Medium, addr: Addr) -> Option<[(u64, u64); 2]> {
+        let block = self.block(addr)?;
+        let entry = entry_at(block, addr.slot());
+        let block_size = self.def.block_size as u64;
+        let (offset, space) = unpack_place(medium.load(entry + 8));
+        // Never past the block, whatever the entry says.
+        let offset = offset.min(block_size);
+        let space = space.min(block_size - offset);
+        Some([(block.offset() + offset, space), (entry, ENTRY_BYTES)])
+    }
+
+    /// Writes `version` (encoded, by this transaction) over the version
+    /// at `addr` that the same transaction wrote, if its record fits the
+    /// space the first one took; returns whether it did. The entry keeps
+    /// its place, so the directory stays contiguous.
+    pub fn rewrite(&self, medium: &Medium, addr: Addr, version: &[u8]) -> bool {
+        let Some(block) = self.block(addr) else {
+            return false;
+        };
+        let entry = entry_at(block, addr.slot());
+        let (offset, space) = unpack_place(medium.load(entry + 8));
+        let Some(record) = version.get(8..) else {
+            return false;
+        };
+        if record.len() as u64 > space {
+            return false;
+        }
+        medium.write_bytes(block.offset() + offset, record);
+        let tombstone = encoded_tombstone(version);
+        medium.store(entry + 8, pack_place(offset, space, tombstone));
+        true
+    }
+
+    /// Turns an aborted version into a hole that recovery skips.
+    pub fn make_hole(&self, medium: &Medium, addr: Addr, txn: u64) {
+        let Some(block) = self.block(addr) else {
+            return;
+        };
+        let at = entry_at(block, addr.slot());
+        medium.store(at, SlotWord::encode(txn, true));
+        // The whole entry: recovery checks a hole's place too, and a
+        // medium may make durable no more than the range asked for.
+        medium.persist(at, ENTRY_BYTES);
+        self.set_obsolete(medium, addr);
+    }
+
+    /// Clears the txn word of a slot written by a transaction that never
+    /// committed (or of a position past a region's tail).
+    pub(super) fn clear_slot(&self, medium: &Medium, addr: Addr) {
+        let Some(block) = self.block(addr) else {
+            return;
+        };
+        let at = entry_at(block, addr.slot());
+        if medium.load(at) != TXN_EMPTY {
+            medium.store(at, TXN_EMPTY);
+            medium.persist(at, 8);
+        }
+    }
+}
+
+/// Where the key starts in what `verify_into` leaves: after the key and
+/// value lengths and the flags.
+pub const KEY_AT: usize = (RECORD_HEADER - RECORD_CHECKED_FROM) as usize;
+
+/// Reads a record's value into `out` and checks the record checksum. The
+/// checked bytes (lengths, flags, key, value) are contiguous: one copy,
+/// one checksum, then the value is moved to the front.
+fn read_verified(medium: &Medium, found: &Located, out: &mut Vec<u8>) -> bool {
+    let header = &found.header;
+    let head_len = KEY_AT + header.key_len;
+    out.resize(head_len + header.value_len, 0);
+    medium.read_at(found.at + RECORD_CHECKED_FROM, out);
+    let computed = slot::crc(header.txn(), out);
+    out.drain(..head_len);
+    computed == header.crc
+}
