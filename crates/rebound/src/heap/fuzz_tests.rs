@@ -193,6 +193,7 @@ fn recover(medium: &Medium) -> std::result::Result<(), TestCaseError> {
     let blocks = RegionBlocks {
         listed: &[],
         budget: &mut budget,
+        stop_above: None,
     };
     let horizon = RegionHorizon {
         last_commit: 5,

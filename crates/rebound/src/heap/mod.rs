@@ -1624,6 +1624,7 @@ mod tests {
         let blocks = RegionBlocks {
             listed: &[],
             budget: &mut budget,
+            stop_above: None,
         };
         let horizon = RegionHorizon {
             last_commit,
