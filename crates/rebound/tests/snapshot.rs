@@ -262,9 +262,13 @@ fn snapshots_are_the_serial_order_below_them() {
 #[test]
 fn snapshots_make_no_writer_conflict() {
     // One writer conflicts with nobody else: any conflict would be the
-    // snapshots' doing.
+    // snapshots' doing. Without the background thread: under CPU load
+    // its maintenance made an optimistic writer conflict now and then
+    // (seed 42 with two busy loops: 4 of 30 runs, snapshots or not, at a
+    // version that predates them; 0 of 30 without the thread).
     common::each_seed(|seed| {
         each_scheme(|design, _, options| {
+            let options = options.background_thread(false);
             let history = checked_snapshots(options, 1, seed);
             assert_eq!(
                 history.writer_conflicts.load(SeqCst),
