@@ -70,10 +70,12 @@ pub struct Options {
     /// Open without writing to the database's files: every transaction
     /// is a snapshot (writes are `Error::ReadOnly`), nothing is created,
     /// and no background thread runs. A log-free database is recovered in
-    /// a private copy-on-write mapping of its file and held with a shared
-    /// lock (a writer cannot open it meanwhile, and a writer holding it
-    /// makes this `Locked`); a `wal` database is read beside a writer
-    /// process, as of what its log held when the open read it.
+    /// a private copy-on-write mapping of its file: with no writer, held
+    /// with a shared lock (a writer cannot open it meanwhile); beside a
+    /// writer process, under a read lease that writer grants (as of a
+    /// horizon every earlier commit is below; `Locked` if none comes in
+    /// 10 s). A `wal` database is read beside a writer process, as of
+    /// what its log held when the open read it.
     pub read_only: bool,
     /// Address space reserved for the data file; the file may grow to this.
     pub max_size: u64,
