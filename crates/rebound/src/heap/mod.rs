@@ -1451,13 +1451,23 @@ mod tests {
 
     /// A small table on a volatile medium, with its free space.
     fn small_heap() -> (TableHeap, Medium, Space) {
+        test_heap(8, 48, 4)
+    }
+
+    /// A table of 4096-byte blocks and 8-byte keys on a volatile medium,
+    /// with its free space.
+    fn test_heap(
+        max_value_len: u32,
+        max_record_len: u32,
+        slots_per_block: u32,
+    ) -> (TableHeap, Medium, Space) {
         let def = TableDef {
             id: 0,
             name: "t".into(),
             max_key_len: 8,
-            max_value_len: 8,
-            max_record_len: 48,
-            slots_per_block: 4,
+            max_value_len,
+            max_record_len,
+            slots_per_block,
             block_size: 4096,
             dropped: false,
         };
@@ -1567,19 +1577,7 @@ mod tests {
     /// A table of 4096-byte blocks of up to 64 entries whose records take
     /// up to 1024 bytes: three of the largest fill a block by bytes.
     fn byte_bound_heap() -> (TableHeap, Medium, Space) {
-        let def = TableDef {
-            id: 0,
-            name: "t".into(),
-            max_key_len: 8,
-            max_value_len: 1000,
-            max_record_len: 1024,
-            slots_per_block: 64,
-            block_size: 4096,
-            dropped: false,
-        };
-        let medium = Medium::volatile(1 << 24, catalog::DATA_START).unwrap();
-        let space = Space::new(catalog::DATA_START, Vec::new(), catalog::DATA_START);
-        (TableHeap::new(def), medium, space)
+        test_heap(1000, 1024, 64)
     }
 
     fn append_value(
