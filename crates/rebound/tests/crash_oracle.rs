@@ -116,14 +116,20 @@ fn open_loading(
     Database::open("unused", options)
 }
 
-/// Small blocks, so that regions span many blocks and crashes land while a
-/// transaction is linking a new one.
+/// Few versions per block, so that regions span many blocks and crashes
+/// land while a transaction is linking a new one; values large enough to
+/// go out of line now and then (see `value`).
 fn table_options() -> TableOptions {
     TableOptions::default()
         .max_key_len(16)
-        .max_value_len(40)
+        .max_value_len(LARGE_VALUES.end)
         .block_slots(8)
 }
+
+/// Sizes of the values that go out of line (records above 64 KiB), one
+/// value in `LARGE_ONE_IN`.
+const LARGE_VALUES: std::ops::Range<u32> = 65_600..150_000;
+const LARGE_ONE_IN: u32 = 16;
 
 /// One committed transaction's effects, in order.
 type Effects = Vec<(usize, Vec<u8>, Option<Vec<u8>>)>;
@@ -140,7 +146,10 @@ fn key(rng: &mut StdRng, space: u32) -> Vec<u8> {
 }
 
 fn value(rng: &mut StdRng) -> Vec<u8> {
-    let len = rng.gen_range(0..=40);
+    let len = match rng.gen_range(0..LARGE_ONE_IN) {
+        0 => rng.gen_range(LARGE_VALUES) as usize,
+        _ => rng.gen_range(0..=40),
+    };
     (0..len).map(|_| rng.gen()).collect()
 }
 

@@ -15,6 +15,10 @@
 //!   4bcd2c0 that opened the database, created table "t" with the default
 //!   options and inserted the rows one transaction each (the `wal` one
 //!   exited without closing, so the commits stay in the log).
+//! - `format5-log-free.pages`: format 5 (slotted blocks, every value in
+//!   its block): written by a program against the engine of main at
+//!   3f5ca62 that created table "t" with the default options, inserted
+//!   the rows one transaction each and closed the database.
 
 use rebound::{Database, Durability, Error, Options};
 use std::path::Path;
@@ -22,7 +26,7 @@ use std::path::Path;
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 /// This build's format versions: the log-free data file and `wal` log
 /// segments (snapshots keep format 3: their rows are keys and values).
-const FORMAT: u32 = 5;
+const FORMAT: u32 = 6;
 const SEGMENT_FORMAT: u32 = 3;
 const SNAPSHOT_FORMAT: u32 = 3;
 
@@ -94,6 +98,13 @@ fn a_format_4_data_file_is_refused_as_unsupported() {
     let dir = log_free_fixture("format4-log-free.pages");
     let what = "a format 4 data file";
     expect_refused(dir.path(), Options::default(), (4, FORMAT), what);
+}
+
+#[test]
+fn a_format_5_data_file_is_refused_as_unsupported() {
+    let dir = log_free_fixture("format5-log-free.pages");
+    let what = "a format 5 data file";
+    expect_refused(dir.path(), Options::default(), (5, FORMAT), what);
 }
 
 /// Its snapshot (format 2) is read first, and refused.

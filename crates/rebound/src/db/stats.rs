@@ -109,13 +109,13 @@ fn table_stats(medium: &Medium, table: &TableRt) -> TableStats {
     let (mut blocks, mut obsolete, mut unverified) = (0u64, 0u64, 0u64);
     let mut used = crate::heap::BlockUsage::default();
     let mut regions = 0;
-    for region in heap.regions.iter() {
+    for (worker, region) in heap.regions.iter().enumerate() {
         regions += u64::from(region.present().next().is_some());
         for block in region.present() {
             blocks += 1;
             obsolete += heap.obsolete_in(medium, block);
             unverified += u64::from(!block.is_trusted());
-            let usage = heap.block_usage(medium, block);
+            let usage = heap.block_usage(medium, worker, block);
             used.entries += usage.entries;
             used.bytes += usage.bytes;
             used.obsolete_bytes += usage.obsolete_bytes;

@@ -43,7 +43,7 @@
 use crate::catalog::{self, GC_WORKER};
 use crate::error::{Error, Result};
 use crate::heap::tile::{LOCKED, PENDING, REAPED};
-use crate::heap::{self, Addr, Block, SlotWord};
+use crate::heap::{self, Addr, Block, SlotWord, VersionHeader};
 use crate::txn::{relocate, Store, TableRt, TxnState};
 use std::sync::atomic::Ordering::Acquire;
 use std::sync::Arc;
@@ -316,6 +316,7 @@ impl Collector {
     /// Frees the unlinked blocks no running transaction or snapshot can
     /// reach.
     pub fn release(&mut self, store: &Store) -> usize {
+        self.free_dead_extents(store);
         if self.releasing.is_empty() {
             return 0;
         }
@@ -335,9 +336,14 @@ impl Collector {
                 "only retired blocks below every running transaction are freed: {id:?} unlinked at {after}, oldest {oldest:?}"
             );
             let size = table.heap.def.block_size as u64;
+            let extents = block.map_or(0, |b| {
+                table
+                    .heap
+                    .free_extents(store.medium(), store.space(), id.region, b)
+            });
             table.heap.vacate(id.region, id.seq as usize);
             store.space().free(store.medium(), id.offset, size);
-            self.stats.bytes_freed += size;
+            self.stats.bytes_freed += size + extents;
         }
         self.stats.blocks_freed += ready.len() as u64;
         self.stats.time += started.elapsed();
@@ -346,6 +352,50 @@ impl Collector {
 }
 
 impl Collector {
+    /// Frees the extents of obsolete versions no running transaction or
+    /// snapshot can read: out-of-line values are freed as their versions
+    /// die, not when their block is collected (a block of pointers may
+    /// outlive thousands of them). A failed fence leaves them for the
+    /// next round.
+    fn free_dead_extents(&mut self, store: &Store) {
+        let oldest = store.oldest_reader();
+        for table in store.tables() {
+            if table.is_loading() || table.is_damaged() || table.is_dropped() {
+                continue;
+            }
+            let heap = &table.heap;
+            for (region_no, region) in heap.regions.iter().enumerate() {
+                for block in region.present() {
+                    if !heap.holds_extents(store.medium(), block) || block.is_retired() {
+                        continue;
+                    }
+                    let obsolete = heap.obsolete_in(store.medium(), block);
+                    if obsolete == 0 || !block.note_swept(obsolete) {
+                        continue;
+                    }
+                    let unreachable = |addr: Addr, header: &VersionHeader| {
+                        is_unreachable(store, table, oldest, addr, header)
+                    };
+                    let freed = heap.free_dead_extents(
+                        store.medium(),
+                        store.space(),
+                        region_no,
+                        block,
+                        unreachable,
+                    );
+                    match freed {
+                        Ok((bytes, true)) => self.stats.bytes_freed += bytes,
+                        Ok((bytes, false)) => {
+                            self.stats.bytes_freed += bytes;
+                            block.forget_sweep();
+                        }
+                        Err(_) => block.forget_sweep(),
+                    }
+                }
+            }
+        }
+    }
+
     /// Frees every block of each table whose drop is durable and older
     /// than every running transaction and snapshot (none can reach its
     /// versions, and none can write to it); returns how many tables it
@@ -384,10 +434,13 @@ impl Collector {
         for (region_no, region) in table.heap.regions.iter().enumerate() {
             let blocks: Vec<(u32, u64)> = region.present().map(|b| (b.seq, b.offset())).collect();
             for (seq, offset) in blocks {
+                let extents = region.get(seq as usize).map_or(0, |b| {
+                    table.heap.free_extents(medium, store.space(), region_no, b)
+                });
                 table.heap.vacate(region_no, seq as usize);
                 store.space().free(medium, offset, size);
                 self.stats.blocks_freed += 1;
-                self.stats.bytes_freed += size;
+                self.stats.bytes_freed += size + extents;
             }
         }
         table.heap.release_reserve(medium, store.space());
@@ -413,6 +466,7 @@ fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
         }
         let heap = &table.heap;
         let mut blocks = Vec::new();
+        let mut extent_blocks = Vec::new();
         for (region_no, region) in heap.regions.iter().enumerate() {
             let current = region.cursor.lock().block;
             for block in region.present() {
@@ -427,6 +481,9 @@ fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
                     seq: block.seq,
                     offset: block.offset(),
                 };
+                if obsolete > 0 && heap.holds_extents(store.medium(), block) {
+                    extent_blocks.push((heap.block_usage(store.medium(), region_no, block), id));
+                }
                 blocks.push((obsolete.min(entries), entries, id));
             }
         }
@@ -440,7 +497,20 @@ fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
         let enough = |&(obsolete, entries, _): &(u64, u64, BlockId)| {
             obsolete >= (threshold * entries as f64).ceil().max(1.0) as u64
         };
-        found.extend(blocks.into_iter().filter(enough).map(|(o, _, id)| (o, id)));
+        let (by_count, rest): (Vec<_>, Vec<_>) = blocks.into_iter().partition(enough);
+        found.extend(by_count.into_iter().map(|(o, _, id)| (o, id)));
+        // Out-of-line values make a few versions most of a block's bytes:
+        // such a block is judged by the bytes its obsolete versions hold,
+        // and taken once they are at least half (it copies no more than
+        // it frees).
+        let by_bytes = |usage: &crate::heap::BlockUsage| {
+            usage.obsolete_bytes as f64 >= threshold.min(SPACE_THRESHOLD) * usage.bytes as f64
+        };
+        for (obsolete, _, id) in rest {
+            if extent_blocks.iter().any(|(u, b)| *b == id && by_bytes(u)) {
+                found.push((obsolete, id));
+            }
+        }
     }
     found.sort_by_key(|&(obsolete, _)| std::cmp::Reverse(obsolete));
     found.into_iter().map(|(_, id)| id).collect()
@@ -655,13 +725,14 @@ fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u3
     }
     // The obsolete bit chose the block; the index decides about the slot,
     // so one damaged bit can never make GC drop a key's newest version.
-    let Some(slot) = heap.decode_checked(medium, addr) else {
+    // The key is enough (a dead version's extent may be freed already).
+    let Some(key) = heap.verified_key(medium, addr) else {
         return Slot::Damaged;
     };
     if header.end.load(Acquire) != end {
         return Slot::Busy;
     }
-    let Some(head) = table.index().get(&slot.key) else {
+    let Some(head) = table.index().get(&key) else {
         return Slot::Dead;
     };
     if head == addr.0 {
@@ -673,6 +744,38 @@ fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u3
         Some(h) if h.begin.load(Acquire) & PENDING == 0 => Slot::Dead,
         Some(h) if h.prev.load(Acquire) != addr.0 + 1 => Slot::Dead,
         _ => Slot::Busy,
+    }
+}
+
+/// Whether no running or later reader can read the version at `addr`:
+/// a successor committed (in this process, at `end`) below every running
+/// reader, or (for a version recovered from the medium, whose header
+/// knows nothing) the index's head of its key is another, committed
+/// version, so its successor committed before the process began.
+fn is_unreachable(
+    store: &Store,
+    table: &TableRt,
+    oldest: Option<u64>,
+    addr: Addr,
+    header: &VersionHeader,
+) -> bool {
+    let end = header.end.load(Acquire);
+    if end == REAPED || end & LOCKED != 0 || header.begin.load(Acquire) & PENDING != 0 {
+        return false;
+    }
+    if end != 0 {
+        return oldest.is_none_or(|o| o > end);
+    }
+    let Some(key) = table.heap.verified_key(store.medium(), addr) else {
+        return false;
+    };
+    match table.index().get(&key) {
+        Some(head) if head == addr.0 => false,
+        Some(head) => table
+            .heap
+            .header(Addr(head))
+            .is_some_and(|h| h.begin.load(Acquire) & PENDING == 0),
+        None => false,
     }
 }
 

@@ -18,6 +18,11 @@ const SEQ_AT: usize = 16;
 /// Offsets of header fields written after the header itself.
 pub const NEXT_AT: u64 = 24;
 pub const MIN_TXN_AT: u64 = 40;
+/// `catalog::pack(1)` once a record of the block points to an extent
+/// (see `extent`), 0 before: recovery reads the directories of such
+/// blocks only, to list the extents their versions own.
+pub const EXTENTS_AT: u64 = 48;
+const RESERVED_AT: usize = 56;
 const CAPACITY_AT: usize = 32;
 const BLOCK_SIZE_AT: usize = 36;
 
@@ -64,9 +69,14 @@ pub fn validate(
         .ok_or_else(|| bad("min txn fails its check"))?;
     let expected = header(def, worker, seq, min_txn);
     let same = h.get(..NEXT_AT as usize) == expected.get(..NEXT_AT as usize)
-        && h.get(CAPACITY_AT..) == expected.get(CAPACITY_AT..);
+        && h.get(CAPACITY_AT..EXTENTS_AT as usize)
+            == expected.get(CAPACITY_AT..EXTENTS_AT as usize)
+        && h.get(RESERVED_AT..) == expected.get(RESERVED_AT..);
     if !same {
         return Err(bad("header does not match (checksum, owner or sequence)"));
+    }
+    if !matches!(u64_at(&h, EXTENTS_AT as usize), 0) && holds_extents(medium, offset).is_none() {
+        return Err(bad("extents word fails its check"));
     }
     let next = catalog::unpack_checked(u64_at(&h, NEXT_AT as usize))
         .ok_or_else(|| bad("next-block link fails its check"))?;
@@ -84,6 +94,24 @@ pub fn claimed_seq(medium: &Medium, def: &TableDef, offset: u64) -> Option<u64> 
 pub fn set_next(medium: &Medium, block: u64, next: u64) {
     medium.store(block + NEXT_AT, catalog::pack(next));
     medium.persist(block + NEXT_AT, 8);
+}
+
+/// Marks the block at `block` as holding a record that points to an
+/// extent; the caller fences.
+pub fn mark_holds_extents(medium: &Medium, block: u64) {
+    if medium.load(block + EXTENTS_AT) == 0 {
+        medium.store(block + EXTENTS_AT, catalog::pack(1));
+        medium.persist(block + EXTENTS_AT, 8);
+    }
+}
+
+/// Whether a record of the block at `block` may point to an extent;
+/// `None` if the word is neither 0 nor the packed 1.
+pub fn holds_extents(medium: &Medium, block: u64) -> Option<bool> {
+    match medium.load(block + EXTENTS_AT) {
+        0 => Some(false),
+        word => (catalog::unpack_checked(word) == Some(1)).then_some(true),
+    }
 }
 
 /// The block linked after the block at `block` (0 = none); `None` if the

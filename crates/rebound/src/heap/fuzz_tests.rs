@@ -177,7 +177,7 @@ fn read_everything(medium: &Medium, offset: u64) -> std::result::Result<(), Test
         let mut entries = 0;
         heap.walk_directory(medium, block, |_| entries += 1);
         prop_assert!(entries <= ENTRIES);
-        let usage = heap.block_usage(medium, block);
+        let usage = heap.block_usage(medium, 0, block);
         prop_assert!(usage.bytes <= heap.def.block_size as u64);
         heap.verify_block(medium, 0, block, |_| {});
         let _ = heap.entries_in(medium, block);

@@ -97,6 +97,7 @@
 //!   the index, so a damaged bit can delay collection but never lose data.
 
 mod block;
+pub mod extent;
 #[cfg(test)]
 mod fuzz_tests;
 mod record;
@@ -176,16 +177,17 @@ pub const MIN_SLOTS_PER_BLOCK: u32 = 4;
 /// a block by bytes before they run out of entries, and a block still
 /// holds values up to `DEFAULT_MAX_VALUE_BYTES`.
 pub const DEFAULT_BLOCK_BYTES: u64 = 256 << 10;
-/// Largest value a default block holds with the longest key, its record
-/// header and two entries (its own, and room for a seal).
-pub const DEFAULT_MAX_VALUE_BYTES: u32 = 255 << 10;
+/// A default table's value limit: every value the engine takes (values
+/// whose records do not fit `extent::INLINE_RECORD_MAX` go out of line).
+pub const DEFAULT_MAX_VALUE_BYTES: u32 = MAX_VALUE_BYTES;
+/// A block holds at least one record of the largest inline size with its
+/// entry and room for a seal.
+const _: () =
+    assert!(DIRECTORY_OFFSET + 2 * ENTRY_BYTES + extent::INLINE_RECORD_MAX <= DEFAULT_BLOCK_BYTES);
+/// A pointer record with the longest key is inline.
 const _: () = assert!(
-    DIRECTORY_OFFSET
-        + 2 * ENTRY_BYTES
-        + slot::RECORD_HEADER
-        + MAX_KEY_BYTES as u64
-        + DEFAULT_MAX_VALUE_BYTES as u64
-        <= DEFAULT_BLOCK_BYTES
+    slot::RECORD_HEADER + MAX_KEY_BYTES as u64 + extent::POINTER_BYTES as u64
+        <= extent::INLINE_RECORD_MAX
 );
 const _: () =
     assert!(DIRECTORY_OFFSET + ENTRY_BYTES * MAX_SLOTS_PER_BLOCK as u64 <= DEFAULT_BLOCK_BYTES);
@@ -220,8 +222,9 @@ impl Addr {
 /// that many, so a stored definition maps back to its geometry). Either
 /// way a block holds at least one largest record.
 pub fn geometry(max_key_len: u32, max_value_len: u32, requested_slots: u32) -> (u32, u32, u32) {
-    let record =
+    let largest =
         record::record_space(slot::RECORD_HEADER + max_key_len as u64 + max_value_len as u64);
+    let record = largest.min(extent::INLINE_RECORD_MAX);
     let slots = match requested_slots {
         0 => MAX_SLOTS_PER_BLOCK as u64,
         n => n as u64,
@@ -253,6 +256,9 @@ pub struct Block {
     /// Entries written + 1 once the block is closed (sealed or every
     /// entry used), 0 until counted: a closed directory never changes.
     closed_entries: AtomicU32,
+    /// Obsolete slots + 1 when the block's dead extents were last freed
+    /// (0: never): a sweep that would find the same bits is skipped.
+    swept_obsolete: AtomicU32,
 }
 
 impl Block {
@@ -265,6 +271,7 @@ impl Block {
             retired: AtomicBool::new(false),
             trusted: AtomicBool::new(false),
             closed_entries: AtomicU32::new(0),
+            swept_obsolete: AtomicU32::new(0),
         }
     }
 
@@ -297,6 +304,18 @@ impl Block {
 
     pub fn retire(&self) {
         self.retired.store(true, Release);
+    }
+
+    /// Records that the block's dead extents were freed with `obsolete`
+    /// slots obsolete; false if they already were at that count.
+    pub fn note_swept(&self, obsolete: u64) -> bool {
+        let mark = obsolete as u32 + 1;
+        self.swept_obsolete.swap(mark, AcqRel) != mark
+    }
+
+    /// Makes the next sweep of the block's dead extents run.
+    pub fn forget_sweep(&self) {
+        self.swept_obsolete.store(0, Release);
     }
 }
 
@@ -574,8 +593,9 @@ impl Region {
     }
 }
 
-/// Largest value a table may be defined to hold.
-pub const MAX_VALUE_BYTES: u32 = 1 << 20;
+/// Largest value a table may be defined to hold (64 MiB): values whose
+/// records exceed `extent::INLINE_RECORD_MAX` are stored out of line.
+pub const MAX_VALUE_BYTES: u32 = 64 << 20;
 
 /// Longest key a slot can hold (the index's limit; tables are validated
 /// against it).
@@ -801,6 +821,73 @@ impl TableHeap {
         version: &[u8],
     ) -> Result<Addr> {
         let record = version.get(8..).unwrap_or_default();
+        if record::record_space(record.len() as u64) > self.def.max_record_len as u64 {
+            return self.append_out_of_line(medium, space, worker, (txn, age), version);
+        }
+        self.append_record(medium, space, worker, (txn, age), version, |_, _| Ok(()))
+    }
+
+    /// Appends a version whose record does not fit a block: its value
+    /// goes to an extent of its own, written and fenced (with the block's
+    /// mark) after the entry is placed and before the record pointing to
+    /// it is written.
+    fn append_out_of_line(
+        &self,
+        medium: &Medium,
+        space: &Space,
+        worker: usize,
+        (txn, age): (u64, Age),
+        version: &[u8],
+    ) -> Result<Addr> {
+        let (key, value) = slot::key_and_value(version)
+            .filter(|_| !record::encoded_tombstone(version))
+            .unwrap_or_else(|| {
+                panic!(
+                    "an out-of-line version of {} bytes is a well-formed value of table {}",
+                    version.len(),
+                    self.def.id
+                )
+            });
+        let len = extent::extent_len(value.len() as u64);
+        let (offset, _) = space.allocate(medium, len)?;
+        let pointer = extent::Pointer {
+            offset,
+            len: value.len() as u64,
+            crc: crc32c::crc32c(value),
+        };
+        let mut record = Vec::new();
+        slot::encode_pointer(&mut record, txn, key, &pointer.encode());
+        let write_extent = |block: &Block, addr: Addr| {
+            block::mark_holds_extents(medium, block.offset());
+            let owner = extent::Owner {
+                table: self.def.id,
+                addr,
+                txn,
+            };
+            let written = extent::write(medium, offset, owner, value)?;
+            assert_eq!(written, pointer, "an extent holds what its pointer says");
+            Ok(())
+        };
+        let appended = self.append_record(medium, space, worker, (txn, age), &record, write_extent);
+        if appended.is_err() {
+            space.free(medium, offset, len);
+        }
+        appended
+    }
+
+    /// Places an encoded version's record in the region's current block
+    /// (or a new one), runs `before_record` with the block and address
+    /// once the entry is placed, then writes the record and its txn word.
+    fn append_record(
+        &self,
+        medium: &Medium,
+        space: &Space,
+        worker: usize,
+        (txn, age): (u64, Age),
+        version: &[u8],
+        before_record: impl FnOnce(&Block, Addr) -> Result<()>,
+    ) -> Result<Addr> {
+        let record = version.get(8..).unwrap_or_default();
         let needed = record::record_space(record.len() as u64);
         assert!(
             version.len() as u64 > slot::SLOT_HEADER && needed <= self.def.max_record_len as u64,
@@ -830,6 +917,7 @@ impl TableHeap {
         let tombstone = record::encoded_tombstone(version);
         medium.store(entry + 8, record::pack_place(offset, needed, tombstone));
         drop(cursor);
+        before_record(block, addr)?;
         // The record before the txn word: the word is what makes the
         // entry count (once the commit's fence is passed).
         medium.write_bytes(block.offset() + offset, record);
@@ -1210,10 +1298,16 @@ impl TableHeap {
     /// What a block holds: its written entries (holes and seals
     /// included) and the bytes they take with their records, in all and
     /// those whose obsolete bit is set.
-    pub fn block_usage(&self, medium: &Medium, block: &Block) -> BlockUsage {
+    pub fn block_usage(&self, medium: &Medium, worker: usize, block: &Block) -> BlockUsage {
         let mut usage = BlockUsage::default();
+        let extents = self.holds_extents(medium, block);
         self.walk_directory(medium, block, |entry| {
-            let bytes = ENTRY_BYTES + entry.space;
+            let addr = Addr::new(worker, block.seq, entry.slot);
+            let out_of_line = match extents {
+                true => self.owned_extent(medium, addr).map_or(0, |(_, len)| len),
+                false => 0,
+            };
+            let bytes = ENTRY_BYTES + entry.space + out_of_line;
             usage.entries += 1;
             usage.bytes += bytes;
             let (word, bit) = bitmap_bit(block, entry.slot);
@@ -1222,6 +1316,11 @@ impl TableHeap {
             }
         });
         usage
+    }
+
+    /// Whether a record of the block may point to an extent.
+    pub fn holds_extents(&self, medium: &Medium, block: &Block) -> bool {
+        block::holds_extents(medium, block.offset()) == Some(true)
     }
 
     /// Clears a slot's obsolete bit that a crash left without its cause;

@@ -6,7 +6,9 @@
 //! free of indexing and `unwrap` (denied by lint).
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
+use super::extent::{self, Owner, Pointer, POINTER_BYTES};
 use super::slot::{self, SlotHeader, FLAG_TOMBSTONE, RECORD_CHECKED_FROM, RECORD_HEADER};
+use super::space::Space;
 use super::{Addr, Block, SlotContent, SlotRead, SlotWord, TableHeap};
 use super::{DIRECTORY_OFFSET, ENTRY_BYTES, TXN_EMPTY};
 use crate::catalog;
@@ -192,6 +194,22 @@ impl TableHeap {
     fn fits(&self, header: &SlotHeader) -> bool {
         (1..=self.def.max_key_len as usize).contains(&header.key_len)
             && header.value_len <= self.def.max_value_len as usize
+            && header.flags_valid()
+    }
+
+    /// The extent owner a version's pointer must name.
+    fn owner(&self, addr: Addr, header: &SlotHeader) -> Owner {
+        Owner {
+            table: self.def.id,
+            addr,
+            txn: header.txn(),
+        }
+    }
+
+    /// Decodes an out-of-line record's pointer, `None` unless the value
+    /// it names is within the table's limit.
+    fn pointer(&self, bytes: &[u8]) -> Option<Pointer> {
+        Pointer::decode(bytes).filter(|p| p.len <= self.def.max_value_len as u64)
     }
 
     /// What a reader finds in a published version: the value, verified
@@ -208,7 +226,8 @@ impl TableHeap {
             return SlotRead::Damaged;
         };
         let header = &found.header;
-        let intact = match block.is_trusted() {
+        let trusted = block.is_trusted();
+        let mut intact = match trusted {
             true => {
                 out.resize(header.value_len, 0);
                 medium.read_at(found.at + RECORD_HEADER + header.key_len as u64, out);
@@ -216,6 +235,11 @@ impl TableHeap {
             }
             false => read_verified(medium, &found, out),
         };
+        if intact && header.is_out_of_line() {
+            intact = self.pointer(out).is_some_and(|pointer| {
+                extent::read(medium, pointer, self.owner(addr, header), !trusted, out)
+            });
+        }
         match (intact, header.is_tombstone()) {
             (false, _) => SlotRead::Damaged,
             (true, true) => SlotRead::Deleted,
@@ -262,7 +286,11 @@ impl TableHeap {
             if let SlotWord::Written { hole: false, .. } = entry.word {
                 verified += 1;
                 let addr = Addr::new(worker, block.seq, entry.slot);
-                if self.verify_into(medium, addr, &mut buf).is_none() {
+                let checked = match self.is_obsolete(medium, addr) {
+                    true => self.verify_record_into(medium, addr, &mut buf),
+                    false => self.verify_into(medium, addr, &mut buf),
+                };
+                if checked.is_none() {
                     damaged(addr);
                 }
             }
@@ -348,6 +376,14 @@ impl TableHeap {
         })
     }
 
+    /// The key of a live version whose record verifies (an out-of-line
+    /// value is not read: its extent may be freed once the version died).
+    pub fn verified_key(&self, medium: &Medium, addr: Addr) -> Option<Vec<u8>> {
+        let mut buf = Vec::new();
+        let (key_len, _) = self.verify_record_into(medium, addr, &mut buf)?;
+        buf.get(KEY_AT..KEY_AT + key_len).map(<[u8]>::to_vec)
+    }
+
     /// Verifies a live version, leaving its record from the key length on
     /// (lengths, key, value; the key at `KEY_AT`) in `buf`; returns the
     /// key length and whether it is a tombstone. Lengths are checked
@@ -359,19 +395,53 @@ impl TableHeap {
         addr: Addr,
         buf: &mut Vec<u8>,
     ) -> Option<(usize, bool)> {
+        self.verify_version(medium, addr, buf, true)
+    }
+
+    /// `verify_into` of the record alone: an out-of-line value's pointer
+    /// stays in `buf`, unread (recovery needs only keys, and the extent
+    /// of an obsolete version may be freed already).
+    pub(super) fn verify_record_into(
+        &self,
+        medium: &Medium,
+        addr: Addr,
+        buf: &mut Vec<u8>,
+    ) -> Option<(usize, bool)> {
+        self.verify_version(medium, addr, buf, false)
+    }
+
+    fn verify_version(
+        &self,
+        medium: &Medium,
+        addr: Addr,
+        buf: &mut Vec<u8>,
+        with_value: bool,
+    ) -> Option<(usize, bool)> {
         let found = self.locate(medium, addr)?;
         let header = &found.header;
         let live = matches!(
             SlotWord::decode(header.word),
             SlotWord::Written { hole: false, .. }
         );
-        if !live || header.flags & !FLAG_TOMBSTONE != 0 {
+        if !live || !header.flags_valid() {
             return None;
         }
         buf.resize(KEY_AT + header.key_len + header.value_len, 0);
         medium.read_at(found.at + RECORD_CHECKED_FROM, buf);
-        (slot::crc(header.txn(), buf) == header.crc)
-            .then_some((header.key_len, header.is_tombstone()))
+        if slot::crc(header.txn(), buf) != header.crc {
+            return None;
+        }
+        if header.is_out_of_line() && with_value {
+            let value_at = KEY_AT + header.key_len;
+            let pointer = self.pointer(buf.get(value_at..)?)?;
+            let mut value = Vec::new();
+            if !extent::read(medium, pointer, self.owner(addr, header), true, &mut value) {
+                return None;
+            }
+            buf.truncate(value_at);
+            buf.extend_from_slice(&value);
+        }
+        Some((header.key_len, header.is_tombstone()))
     }
 
     /// Appends the encoded version at `addr` (its txn word, then its
@@ -380,12 +450,31 @@ impl TableHeap {
     /// be found.
     pub fn copy_slot(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> Option<usize> {
         let found = self.locate(medium, addr)?;
+        if found.header.is_out_of_line() {
+            return self.copy_out_of_line(medium, addr, out);
+        }
         let record = found.header.record_len() as usize;
         let start = out.len();
         out.extend_from_slice(&found.header.word.to_le_bytes());
         out.resize(start + 8 + record, 0);
         medium.read_at(found.at, out.get_mut(start + 8..)?);
         Some(8 + record)
+    }
+
+    /// `copy_slot` for a version whose value is out of line: the log
+    /// carries the value itself, encoded as an inline version would be.
+    fn copy_out_of_line(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> Option<usize> {
+        let content = self.decode_checked(medium, addr)?;
+        let mut encoded = Vec::new();
+        slot::encode(
+            &mut encoded,
+            content.txn,
+            &content.key,
+            &content.value,
+            content.tombstone,
+        );
+        out.extend_from_slice(&encoded);
+        Some(encoded.len())
     }
 
     /// The raw txn word of a slot's directory entry (see `SlotWord`).
@@ -403,9 +492,19 @@ impl TableHeap {
     /// key, value); the largest a version can have if its record cannot
     /// be found.
     pub fn slot_bytes(&self, medium: &Medium, addr: Addr) -> u32 {
-        let found = self.locate(medium, addr);
-        let record = found.map_or(self.def.max_record_len as u64, |f| f.header.record_len());
-        (8 + record) as u32
+        let Some(found) = self.locate(medium, addr) else {
+            return 8 + self.def.max_record_len;
+        };
+        let header = &found.header;
+        if !header.is_out_of_line() {
+            return (8 + header.record_len()) as u32;
+        }
+        let mut bytes = [0u8; POINTER_BYTES];
+        medium.read_at(found.at + RECORD_HEADER + header.key_len as u64, &mut bytes);
+        let value_len = self
+            .pointer(&bytes)
+            .map_or(self.def.max_value_len as u64, |p| p.len);
+        (8 + RECORD_HEADER + header.key_len as u64 + value_len) as u32
     }
 
     /// The medium ranges that hold the version at `addr`: its record (all
@@ -435,13 +534,110 @@ impl TableHeap {
         let Some(record) = version.get(8..) else {
             return false;
         };
-        if record.len() as u64 > space {
+        // An extent belongs to one version for as long as its block
+        // lives: a value going out of line, or one that was, moves on.
+        let old = SlotHeader::read(medium, medium.load(entry), block.offset() + offset);
+        if record.len() as u64 > space || old.is_out_of_line() {
             return false;
         }
         medium.write_bytes(block.offset() + offset, record);
         let tombstone = encoded_tombstone(version);
         medium.store(entry + 8, pack_place(offset, space, tombstone));
         true
+    }
+
+    /// The extents the written entries of a block own (committed versions
+    /// and holes alike), as (offset, length): what recovery lists as used
+    /// and what freeing the block frees.
+    pub fn owned_extents(&self, medium: &Medium, worker: usize, block: &Block) -> Vec<(u64, u64)> {
+        let mut owned = Vec::new();
+        if !self.holds_extents(medium, block) {
+            return owned;
+        }
+        self.walk_directory(medium, block, |entry| {
+            let addr = Addr::new(worker, block.seq, entry.slot);
+            if let Some(range) = self.owned_extent(medium, addr) {
+                owned.push(range);
+            }
+        });
+        owned
+    }
+
+    /// The extent of an out-of-line version (live or a hole) whose record
+    /// verifies and whose extent names it.
+    pub(super) fn owned_extent(&self, medium: &Medium, addr: Addr) -> Option<(u64, u64)> {
+        let found = self.locate(medium, addr)?;
+        let header = &found.header;
+        let written = matches!(SlotWord::decode(header.word), SlotWord::Written { .. });
+        if !written || !header.is_out_of_line() || !header.flags_valid() {
+            return None;
+        }
+        let mut buf = vec![0u8; KEY_AT + header.key_len + header.value_len];
+        medium.read_at(found.at + RECORD_CHECKED_FROM, &mut buf);
+        if slot::crc(header.txn(), &buf) != header.crc {
+            return None;
+        }
+        let pointer = self.pointer(buf.get(KEY_AT + header.key_len..)?)?;
+        extent::is_owned(medium, pointer, self.owner(addr, header)).then(|| pointer.range())
+    }
+
+    /// Frees the extents a block's versions own, before the block itself
+    /// is freed (nobody can reach its versions any more); returns their
+    /// bytes.
+    pub fn free_extents(
+        &self,
+        medium: &Medium,
+        space: &Space,
+        worker: usize,
+        block: &Block,
+    ) -> u64 {
+        let owned = self.owned_extents(medium, worker, block);
+        for &(offset, len) in &owned {
+            space.free(medium, offset, len);
+        }
+        owned.iter().map(|&(_, len)| len).sum()
+    }
+
+    /// Frees the extents of the obsolete versions of a block that no
+    /// reader can reach any more (`unreachable` is asked with the
+    /// version's address and header: the obsolete bit only chooses, as it
+    /// chooses GC's blocks, so a damaged bit never frees a live value); returns their bytes, and whether none was left
+    /// for a reader. Each extent's header is
+    /// zeroed and fenced first, so that it is owned by nobody after a
+    /// crash and freeing the block later does not free it again.
+    pub fn free_dead_extents(
+        &self,
+        medium: &Medium,
+        space: &Space,
+        worker: usize,
+        block: &Block,
+        unreachable: impl Fn(Addr, &super::VersionHeader) -> bool,
+    ) -> crate::error::Result<(u64, bool)> {
+        let mut dead = Vec::new();
+        let mut complete = true;
+        self.walk_directory(medium, block, |entry| {
+            let addr = Addr::new(worker, block.seq, entry.slot);
+            let live = matches!(entry.word, SlotWord::Written { hole: false, .. });
+            if !live || !self.is_obsolete(medium, addr) {
+                return;
+            }
+            let Some(extent) = self.owned_extent(medium, addr) else {
+                return;
+            };
+            match self.header(addr).is_some_and(|h| unreachable(addr, h)) {
+                true => dead.push(extent),
+                false => complete = false,
+            }
+        });
+        for &(offset, _) in &dead {
+            medium.zero(offset, extent::EXTENT_HEADER);
+            medium.persist(offset, extent::EXTENT_HEADER);
+        }
+        medium.fence()?;
+        for &(offset, len) in &dead {
+            space.free(medium, offset, len);
+        }
+        Ok((dead.iter().map(|&(_, len)| len).sum(), complete))
     }
 
     /// Turns an aborted version into a hole that recovery skips.

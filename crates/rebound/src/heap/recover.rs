@@ -467,9 +467,10 @@ impl TableHeap {
             }
             // Redone only what is committed, before the tail.
             assert!(min_txn <= txn && txn <= last_commit && scan.tail.is_none());
-            let (key_len, tombstone) = self.verify_into(medium, addr, buf).ok_or_else(|| {
-                Error::Corrupt(format!("committed version at {addr:?} fails its checksum"))
-            })?;
+            let (key_len, tombstone) =
+                self.verify_record_into(medium, addr, buf).ok_or_else(|| {
+                    Error::Corrupt(format!("committed version at {addr:?} fails its checksum"))
+                })?;
             visitor.visit(SlotFate::Redo(CommittedVersion {
                 addr,
                 txn,

@@ -6,6 +6,7 @@
 //! block. Decoding is free of indexing and `unwrap` (denied by lint).
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
+use super::extent::{FLAG_OUT_OF_LINE, POINTER_BYTES};
 use crate::catalog::MAX_TXN_ID;
 use crate::medium::Medium;
 
@@ -95,6 +96,22 @@ impl SlotHeader {
         self.flags & FLAG_TOMBSTONE != 0
     }
 
+    /// Whether the value bytes are a pointer to an extent.
+    pub fn is_out_of_line(&self) -> bool {
+        self.flags & FLAG_OUT_OF_LINE != 0
+    }
+
+    /// Whether the flags are a combination a record may have: a
+    /// tombstone, an out-of-line value (with a pointer's bytes), or
+    /// neither.
+    pub fn flags_valid(&self) -> bool {
+        match self.flags {
+            0 | FLAG_TOMBSTONE => true,
+            FLAG_OUT_OF_LINE => self.value_len == POINTER_BYTES,
+            _ => false,
+        }
+    }
+
     /// The writer's txn id, whatever the rest of the word says.
     pub fn txn(&self) -> u64 {
         self.word & MAX_TXN_ID
@@ -121,6 +138,31 @@ pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: 
     if let Some(field) = buf.get_mut(8..12) {
         field.copy_from_slice(&crc.to_le_bytes());
     }
+}
+
+/// Encodes a version written by `txn` whose value is out of line: its
+/// record holds `pointer` (see `extent`) as its value bytes.
+pub fn encode_pointer(buf: &mut Vec<u8>, txn: u64, key: &[u8], pointer: &[u8; POINTER_BYTES]) {
+    encode(buf, txn, key, pointer, false);
+    if let Some(flags) = buf.get_mut(14..16) {
+        flags.copy_from_slice(&FLAG_OUT_OF_LINE.to_le_bytes());
+    }
+    let crc = crc(txn, buf.get(CHECKED_FROM as usize..).unwrap_or_default());
+    if let Some(field) = buf.get_mut(8..12) {
+        field.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// The key and value of an encoded version (as `encode` lays it out),
+/// unverified: for the heap's own use of what it was handed.
+pub fn key_and_value(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let key_len = u16::from_le_bytes(bytes.get(12..14)?.try_into().ok()?) as usize;
+    let value_len = u32::from_le_bytes(bytes.get(16..20)?.try_into().ok()?) as usize;
+    let body = bytes.get(SLOT_HEADER as usize..)?;
+    if body.len() != key_len + value_len {
+        return None;
+    }
+    body.split_at_checked(key_len)
 }
 
 /// An encoded version copied out of the heap (a redo log entry), decoded

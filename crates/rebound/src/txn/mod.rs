@@ -1073,8 +1073,8 @@ impl TableRt {
             && (1..=crate::index::MAX_KEY_LEN).contains(&key.len())
             && self
                 .heap
-                .decode_checked(medium, Addr(addr))
-                .is_some_and(|slot| slot.key == key);
+                .verified_key(medium, Addr(addr))
+                .is_some_and(|found| found == key);
         if !sound {
             self.mark_damaged();
             return self.check_damaged().map(|_| false);

@@ -154,12 +154,11 @@ pub fn recover(
     for (table, counts, times, redone_here) in results {
         let id = table.heap.def.id;
         redone.extend(redone_here.into_iter().map(|addr| (id, addr)));
-        for region in table.heap.regions.iter() {
-            extents.extend(
-                region
-                    .present()
-                    .map(|b| (b.offset(), table.heap.def.block_size as u64)),
-            );
+        for (worker, region) in table.heap.regions.iter().enumerate() {
+            for block in region.present() {
+                extents.push((block.offset(), table.heap.def.block_size as u64));
+                extents.extend(table.heap.owned_extents(&medium, worker, block));
+            }
         }
         report.blocks += counts.blocks;
         report.versions_scanned += counts.scanned;
