@@ -47,19 +47,33 @@ fn key(thread: u64, k: u64) -> [u8; 8] {
     (thread * KEYS_PER_THREAD + k).to_be_bytes()
 }
 
+/// 100 bytes, and one write in 16 a value that goes out of line (70 to
+/// 130 KB), so kills land amid extent writes too.
 fn value(thread: u64, seq: u64) -> Vec<u8> {
     let mut v = format!("{thread}:{seq}:").into_bytes();
-    v.resize(100, b'.');
+    let len = match seq % 16 {
+        7 => 70_000 + (seq * 7919 % 60_000) as usize,
+        _ => 100,
+    };
+    v.resize(len, b'.');
     v
 }
 
+/// The (thread, seq) a value names; the whole value must be the one
+/// `value` makes for them.
 fn parse_value(v: &[u8]) -> (u64, u64) {
     let text = std::str::from_utf8(v).unwrap();
     let mut parts = text.split(':');
-    (
+    let named = (
         parts.next().unwrap().parse().unwrap(),
         parts.next().unwrap().parse().unwrap(),
-    )
+    );
+    assert!(
+        v == value(named.0, named.1).as_slice(),
+        "a value of {} bytes is not the one its prefix names",
+        v.len()
+    );
+    named
 }
 
 /// The design under test, passed to the child in `REBOUND_KILL_DESIGN`.
@@ -96,7 +110,7 @@ fn child() {
                 "kv",
                 TableOptions::default()
                     .max_key_len(8)
-                    .max_value_len(100)
+                    .max_value_len(200_000)
                     .block_slots(16),
             )
             .unwrap(),

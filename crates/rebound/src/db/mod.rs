@@ -39,10 +39,10 @@ const _: () = assert!(crate::heap::MAX_KEY_BYTES == MAX_KEY_LEN);
 
 /// Name of the data file inside a database directory.
 pub const DATA_FILE: &str = design::DATA_FILE;
-/// Largest value a table may be defined to hold.
+/// Largest value a table may be defined to hold (64 MiB).
 pub const MAX_VALUE_LEN: u32 = crate::heap::MAX_VALUE_BYTES;
-/// Largest value a table holds by default: what one default block holds
-/// (a table defined with a larger limit gets blocks large enough for it).
+/// Largest value a table holds by default: `MAX_VALUE_LEN` (values above
+/// a 64 KiB record go out of line, so the limit costs small rows nothing).
 pub const DEFAULT_MAX_VALUE_LEN: u32 = crate::heap::DEFAULT_MAX_VALUE_BYTES;
 
 /// A handle to a table; cheap to clone.

@@ -70,7 +70,8 @@ pub struct SnapshotStats {
 /// Storage of one table. A version takes a directory entry (16 bytes) and
 /// a record as long as its key and value need (12 bytes of header, 8-byte
 /// aligned); `versions` counts entries (holes and block seals included),
-/// `live_bytes` and `obsolete_bytes` the bytes they take. An obsolete version
+/// `live_bytes` and `obsolete_bytes` the bytes they take, with the extents
+/// of out-of-line values (those not freed yet). An obsolete version
 /// has a committed successor (or is a hole left by an abort, or a deleted
 /// key's tombstone nobody needs) and is what garbage collection reclaims.
 #[derive(Debug, Clone)]

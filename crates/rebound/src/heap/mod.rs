@@ -155,8 +155,8 @@ setters!(TableOptions {
     max_key_len: u32,
     /// Longest value, in bytes: a limit, not a reservation (at most
     /// [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN); default
-    /// [`DEFAULT_MAX_VALUE_LEN`](crate::DEFAULT_MAX_VALUE_LEN), the most a
-    /// default block holds: a larger limit makes the table's blocks larger).
+    /// [`DEFAULT_MAX_VALUE_LEN`](crate::DEFAULT_MAX_VALUE_LEN), the same:
+    /// values above a 64 KiB record go out of line).
     max_value_len: u32,
     /// Versions per block at most (4..=2048), or 0 for default blocks.
     block_slots: u32,
@@ -216,8 +216,9 @@ impl Addr {
 }
 
 /// Geometry of a table's blocks: (largest record, entries per block,
-/// block size). `requested_slots` n sizes blocks to hold n of the largest
-/// records, up to `DEFAULT_BLOCK_BYTES`; 0 picks `DEFAULT_BLOCK_BYTES`
+/// block size). The largest record is at most `INLINE_RECORD_MAX`
+/// (longer ones go out of line). `requested_slots` n sizes blocks to hold
+/// n of the largest records, up to `DEFAULT_BLOCK_BYTES`; 0 picks `DEFAULT_BLOCK_BYTES`
 /// blocks of up to `MAX_SLOTS_PER_BLOCK` entries (the same as asking for
 /// that many, so a stored definition maps back to its geometry). Either
 /// way a block holds at least one largest record.
