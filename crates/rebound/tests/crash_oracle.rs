@@ -128,8 +128,8 @@ fn table_options() -> TableOptions {
 
 /// Sizes of the values that go out of line (records above 64 KiB), one
 /// value in `LARGE_ONE_IN`.
-const LARGE_VALUES: std::ops::Range<u32> = 65_600..150_000;
-const LARGE_ONE_IN: u32 = 16;
+const LARGE_VALUES: std::ops::Range<u32> = 65_600..100_000;
+const LARGE_ONE_IN: u32 = 32;
 
 /// One committed transaction's effects, in order.
 type Effects = Vec<(usize, Vec<u8>, Option<Vec<u8>>)>;
