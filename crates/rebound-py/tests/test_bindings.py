@@ -63,8 +63,8 @@ def test_errors_are_exceptions():
         expect(rb.KeyNotFoundError, lambda: tx.update(t, b"nope", b"w"))
         expect(rb.KeyLengthError, lambda: tx.get(t, b"x" * 9))
         expect(rb.KeyLengthError, lambda: tx.get(t, b""))
-        # Over the default value limit (255 KiB, what a default block holds).
-        expect(rb.ValueTooLargeError, lambda: tx.put(t, b"k", b"v" * (256 << 10)))
+        # Over the default value limit (64 MiB, the engine's largest).
+        expect(rb.ValueTooLargeError, lambda: tx.put(t, b"k", b"v" * ((64 << 20) + 1)))
         expect(TypeError, lambda: tx.get(t, "not bytes"))
         tx.commit()
         expect(rb.TransactionClosedError, lambda: tx.get(t, b"k"))

@@ -17,9 +17,10 @@ use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-/// Largest encoded log entry; a larger one is refused with
-/// [`StoreError::EntryTooLarge`] (and the whole append with it).
-pub const MAX_ENTRY_BYTES: usize = rebound::MAX_VALUE_LEN as usize;
+/// Largest encoded log entry (1 MiB, four times the largest request);
+/// a larger one is refused with [`StoreError::EntryTooLarge`] (and the
+/// whole append with it).
+pub const MAX_ENTRY_BYTES: usize = 1 << 20;
 
 const VOTE_KEY: &str = "vote";
 const PURGED_KEY: &str = "last_purged";

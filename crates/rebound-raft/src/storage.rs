@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Bytes of every chunk-table value: Rebound stores values in slots of
-/// the table's `max_value_len`, so a table sized for 1 MiB values would
-/// spend a megabyte of medium on every small log entry. Large byte
-/// strings are split into rows of this size instead (`rows.rs`).
+/// Bytes of every chunk-table value: large byte strings are split into
+/// rows of this size (`rows.rs`), a choice made when Rebound stored values
+/// in fixed slots of the table's `max_value_len` (a table sized for 1 MiB
+/// values spent a megabyte per small log entry); the formats keep it.
 pub(crate) const CHUNK_BYTES: usize = 1024;
 /// A chunk row's key: an 8-byte big-endian sequence (log index or
 /// snapshot number) then a 4-byte big-endian chunk number.
