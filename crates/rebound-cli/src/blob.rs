@@ -159,7 +159,6 @@ fn put_all<E: Engine>(db: &E, table: &E::Table, args: &BlobArgs) -> engines::Res
     fill_random(
         &mut value,
         args.value_size,
-        &[],
         &mut SmallRng::seed_from_u64(args.seed),
     );
     let mut session = db.session()?;

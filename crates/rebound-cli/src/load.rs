@@ -228,12 +228,11 @@ fn loaded_bytes(args: &LoadArgs) -> u64 {
         .sum()
 }
 
-/// Row `k`'s loaded value: its size drawn from `sizes`, headed like the
-/// YCSB loader's values (loader, row, 0).
+/// Row `k`'s loaded value: its size drawn from `sizes`, its bytes random.
 fn row_value(seed: u64, sizes: &ValueSizes, k: u64, value: &mut Vec<u8>) {
     let mut rng = rng_of(seed, ycsb::LOADER, k);
     let size = sizes.sample(&mut rng);
-    fill_random(value, size, &[ycsb::LOADER, k, 0], &mut rng);
+    fill_random(value, size, &mut rng);
 }
 
 /// Updates random rows on the reopened store for `--update-seconds`,
@@ -285,9 +284,9 @@ where
         let k = rng.gen_range(0..self.args.records);
         let size = self.args.sizes().sample(&mut rng);
         let key = ycsb::key(k, self.args.key_size);
-        let (table, value) = (&self.table, &mut self.value);
+        fill_random(&mut self.value, size, &mut rng);
+        let (table, value) = (&self.table, &self.value);
         let done = run_txn(session, |tx| {
-            fill_random(value, size, &[self.thread, seq, tx.id()], &mut rng.clone());
             tx.update(table, &key, value)?;
             Ok(Flow::Commit(()))
         })?;
