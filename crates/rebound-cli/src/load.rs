@@ -54,6 +54,11 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 0.0)]
     #[serde(default)]
     pub update_seconds: f64,
+    /// Run this many update transactions instead of --update-seconds:
+    /// engines that commit at different rates then face the same churn.
+    #[arg(long)]
+    #[serde(default)]
+    pub update_txns: Option<u64>,
     /// Updater threads (each with its own session).
     #[arg(long, default_value_t = 1)]
     #[serde(default = "one")]
@@ -190,7 +195,7 @@ fn run_engine<E: Engine>(args: &LoadArgs, dir: &DbDir) -> BoxResult<()> {
         )
         .into());
     }
-    let updates = match args.update_seconds > 0.0 {
+    let updates = match args.update_seconds > 0.0 || args.update_txns.is_some() {
         true => Some(update_phase(E::open(&dir.path, &settings)?, args, dir)?),
         false => None,
     };
@@ -235,7 +240,8 @@ fn row_value(seed: u64, sizes: &ValueSizes, k: u64, value: &mut Vec<u8>) {
     fill_random(value, size, &mut rng);
 }
 
-/// Updates random rows on the reopened store for `--update-seconds`,
+/// Updates random rows on the reopened store for `--update-seconds` (or
+/// `--update-txns` transactions),
 /// then measures the space and closes it.
 fn update_phase<E: Engine>(db: E, args: &LoadArgs, dir: &DbDir) -> BoxResult<UpdatePhase> {
     let table = ycsb::usertable(&db, &args.ycsb())?;
@@ -249,7 +255,10 @@ fn update_phase<E: Engine>(db: E, args: &LoadArgs, dir: &DbDir) -> BoxResult<Upd
         })
         .collect();
     let spec = DriveSpec {
-        limit: Limit::Time(Duration::from_secs_f64(args.update_seconds)),
+        limit: match args.update_txns {
+            Some(txns) => Limit::Txns(txns),
+            None => Limit::Time(Duration::from_secs_f64(args.update_seconds)),
+        },
         label: "update",
         phase: "update",
         show_progress: true,

@@ -969,15 +969,26 @@ fn load_draws_the_same_rows_on_every_engine_from_a_seed() {
         &[&dist[..], &["--engine", "lmdb", "--seed", "7"]].concat(),
     );
     assert_ne!(live(&other), l);
-    // Fixed sizes are what --value-size gives.
+    // Fixed sizes are what --value-size gives; --update-txns runs that
+    // many updates.
     let (_, fixed) = load_json(
         out.path(),
         "f",
-        &["--records", "1000", "--value-dist", "fixed:100"],
+        &[
+            "--records",
+            "1000",
+            "--value-dist",
+            "fixed:100",
+            "--update-txns",
+            "300",
+        ],
     );
-    assert_eq!(fixed["space"]["live"]["min_value"], 100);
-    assert_eq!(fixed["space"]["live"]["max_value"], 100);
-    assert!(ratio(&fixed["space"]) >= 1.0);
+    assert_eq!(fixed["updates"]["run"]["committed"], 300);
+    for point in [&fixed["space"], &fixed["updates"]["space"]] {
+        assert_eq!(point["live"]["min_value"], 100);
+        assert_eq!(point["live"]["max_value"], 100);
+        assert!(ratio(point) >= 1.0, "{point}");
+    }
 }
 
 #[test]
