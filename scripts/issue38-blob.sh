@@ -8,8 +8,8 @@ out=${1:?usage: $0 OUT_DIR}
 bin=${REBOUND:-target/release/rebound}
 rounds=${ROUNDS:-3}
 mkdir -p "$out"
-# size, values per run (about 100 MB at 1 KiB, 128 MB at 64 KiB)
-cases=("1k 100000" "64k 2000")
+# size, values per run (about 300 MB at 1 KiB, 390 MB at 64 KiB)
+cases=("1k 300000" "64k 6000")
 for round in $(seq 1 "$rounds"); do
   for case in "${cases[@]}"; do
     read -r size count <<<"$case"

@@ -122,6 +122,9 @@ def main():
         line(f"checkpoint image depth {depth} ({magic.decode()})", n)
         accounted += n
     totals = [0] * 7
+    # Blocks whose records are mostly obsolete by bytes but not by count:
+    # GC judges a block by the share of its entries that are obsolete.
+    dead_by_bytes = [0, 0]
     if images:
         newest = images[0][0]
         tables = u32(pread(f, newest, 64), 32)
@@ -131,6 +134,9 @@ def main():
                 n, rec, obs, obs_rec = block_usage(f, at, size)
                 for i, v in enumerate([1, size, n, rec, obs, obs_rec, allocated_in(ranges, at, at + size)]):
                     totals[i] += v
+                if rec and obs_rec >= rec / 2 and obs < n / 2:
+                    dead_by_bytes[0] += 1
+                    dead_by_bytes[1] += obs_rec
             line(f"table {table}: {len(listed)} blocks of {size} B, {entries} index entries", 0)
     blocks, block_bytes, entries, record, obs, obs_rec, alloc = totals
     line("heap blocks listed by the checkpoint", alloc)
@@ -140,6 +146,7 @@ def main():
     line("  records of obsolete versions", obs_rec)
     line("  free space left in blocks", block_bytes - 320 * blocks - 16 * entries - record)
     line(f"  ({entries} versions, {obs} obsolete)", 0)
+    line(f"  obsolete records in the {dead_by_bytes[0]} blocks over half obsolete by bytes, under half by count", dead_by_bytes[1])
     accounted += alloc
     line("rest: prepared blocks, unpunched free extents, growth tail", st.st_blocks * 512 - accounted)
     for what, n in rows:
