@@ -26,7 +26,7 @@ def space_table(path):
 
 def blob_table(path):
     runs = {}
-    for f in glob.glob(os.path.join(path, "*.json")):
+    for f in sorted(glob.glob(os.path.join(path, "*.json"))):
         d = json.load(open(f))
         engine, size, _ = os.path.basename(f)[:-5].rsplit("-", 2)
         for way in ["put", "get"]:
