@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 mod bench;
+mod blob;
 mod chart;
 mod common;
 mod compare;
@@ -13,10 +14,12 @@ mod gen;
 mod inspect;
 mod load;
 mod raft;
+mod space;
 mod tatp;
 mod timeline;
 mod torture;
 mod tpcc;
+mod values;
 mod ycsb;
 
 use clap::{Parser, Subcommand};
@@ -61,8 +64,13 @@ enum Command {
     /// Designs: none, log-free, log-free-mirror, log-free-iacow, log-free-nockpt, log-free-leaf, log-free-full, log-free-incr, log-free-nogc, wal, wal-epoch (any of them with -occ).
     Compare(compare::CompareArgs),
     /// Bulk-load rows into one table of any engine, 1000 rows per
-    /// transaction; reports rows/s.
+    /// transaction; reports rows/s and the space the files take against
+    /// the rows' bytes, optionally again after a phase of updates.
     Load(load::LoadArgs),
+    /// Put and get throughput of large values in MB/s on any engine: N
+    /// values of one size, each put in its own durable transaction, then
+    /// each read back in its own transaction.
+    Blob(blob::BlobArgs),
     /// Throughput over time across a SIGKILL, per secondary index recovery
     /// strategy (synchronous, on-demand, adaptive): time to the first
     /// transaction, to 90 % of the pre-crash throughput, and until every
@@ -121,6 +129,7 @@ fn main() {
         Command::Crash(args) => crash::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Load(args) => load::run(args),
+        Command::Blob(args) => blob::run(args),
         Command::Chart(args) => chart::run(args),
         Command::Stat(args) => inspect::stat(args),
         Command::Dump(args) => inspect::dump(args),

@@ -457,12 +457,24 @@ pub fn usertable<E: Engine>(db: &E, cfg: &YcsbConfig) -> BoxResult<E::Table> {
 
 pub use crate::common::LoadStats;
 
-/// Loads `records` rows, 1000 per transaction, with `threads` threads.
 /// Load batches a thread may have committed before the oldest of them is
 /// acknowledged (engines that defer durability only).
 const LOAD_BATCHES_IN_FLIGHT: usize = 4;
 
+/// Loads `records` rows, 1000 per transaction, with `threads` threads.
 pub fn load<E: Engine>(db: &E, cfg: &YcsbConfig, show_progress: bool) -> BoxResult<LoadStats> {
+    let fill = |k: u64, value: &mut Vec<u8>| fill_value(value, cfg.value_size, LOADER, k, 0);
+    load_rows(db, cfg, show_progress, &fill)
+}
+
+/// `load` with the values `fill` writes: `fill(k, buffer)` makes row
+/// `k`'s value in the buffer.
+pub fn load_rows<E: Engine>(
+    db: &E,
+    cfg: &YcsbConfig,
+    show_progress: bool,
+    fill: &(impl Fn(u64, &mut Vec<u8>) + Sync),
+) -> BoxResult<LoadStats> {
     let table = usertable(db, cfg)?;
     let bar = progress(cfg.records, "load", "rows");
     if !show_progress {
@@ -491,7 +503,7 @@ pub fn load<E: Engine>(db: &E, cfg: &YcsbConfig, show_progress: bool) -> BoxResu
                         let last = (first + BATCH).min(cfg.records);
                         let done = run_txn_acked(&mut session, true, |tx| {
                             for k in first..last {
-                                fill_value(&mut value, cfg.value_size, LOADER, k, 0);
+                                fill(k, &mut value);
                                 tx.insert(table, &key(k, cfg.key_size), &value)?;
                             }
                             Ok(Flow::Commit(()))

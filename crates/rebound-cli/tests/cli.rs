@@ -882,3 +882,168 @@ fn raft_failover_times_each_leader_kill() {
     );
     assert!(first < second, "{stdout}");
 }
+
+/// `load`'s JSON result `name` in `out`, after running it with `args`.
+fn load_json(out: &Path, name: &str, args: &[&str]) -> (String, Value) {
+    let mut all = vec!["load", "--out", s(out), "--name", name];
+    all.extend_from_slice(args);
+    let stdout = rebound(&all);
+    (stdout, json(&out.join(format!("{name}.json"))))
+}
+
+fn ratio(point: &Value) -> f64 {
+    point["ratio"].as_f64().unwrap()
+}
+
+#[test]
+fn load_reports_space_after_loading_and_after_updates() {
+    let out = tempfile::tempdir().unwrap();
+    let (stdout, v) = load_json(
+        out.path(),
+        "s",
+        &[
+            "--records",
+            "3000",
+            "--value-dist",
+            "uniform:10:1000",
+            "--update-seconds",
+            "0.5",
+        ],
+    );
+    assert!(stdout.contains("space after load"), "{stdout}");
+    assert!(stdout.contains("space after updates"), "{stdout}");
+    assert_eq!(v["config"]["value_dist"]["kind"], "uniform");
+    for point in [&v["space"], &v["updates"]["space"]] {
+        let live = &point["live"];
+        assert_eq!(live["rows"], 3000);
+        assert_eq!(live["key_bytes"], 3000 * 8);
+        assert!(live["min_value"].as_u64().unwrap() >= 10, "{live}");
+        assert!(live["max_value"].as_u64().unwrap() <= 1000, "{live}");
+        // Uniform: the mean is near 505, the sizes spread over the range.
+        let values = live["value_bytes"].as_f64().unwrap();
+        assert!((440.0..570.0).contains(&(values / 3000.0)), "{live}");
+        assert!(live["max_value"].as_u64().unwrap() - live["min_value"].as_u64().unwrap() > 900);
+        // Rebound's files hold every byte of the rows at least once.
+        assert!(ratio(point) >= 1.0, "{point}");
+        assert!(point["open_ratio"].as_f64().unwrap() >= 1.0, "{point}");
+        let live_bytes = values + 3000.0 * 8.0;
+        let allocated = point["closed"]["allocated_bytes"].as_f64().unwrap();
+        assert!((ratio(point) - allocated / live_bytes).abs() < 1e-9);
+        // Rebound's own account: every row in the index.
+        assert_eq!(point["rebound"]["tables"][0]["index_entries"], 3000);
+    }
+    let run = &v["updates"]["run"];
+    assert!(run["committed"].as_u64().unwrap() > 0, "{run}");
+    // The updates wrote values of their own sizes: the live data changed.
+    assert_ne!(
+        v["space"]["live"]["value_bytes"],
+        v["updates"]["space"]["live"]["value_bytes"]
+    );
+}
+
+#[test]
+fn load_draws_the_same_rows_on_every_engine_from_a_seed() {
+    let out = tempfile::tempdir().unwrap();
+    let dist = ["--records", "1500", "--value-dist", "lognormal:1k:1.7:64k"];
+    let live = |v: &Value| v["space"]["live"].clone();
+    let (_, rebound_run) = load_json(out.path(), "r", &dist);
+    let (stdout, lmdb) = load_json(
+        out.path(),
+        "l",
+        &[&dist[..], &["--engine", "lmdb"]].concat(),
+    );
+    assert!(stdout.contains("lognormal:1024:1.7:65536"), "{stdout}");
+    assert_eq!(live(&rebound_run), live(&lmdb));
+    let l = live(&lmdb);
+    assert!(l["max_value"].as_u64().unwrap() <= 64 << 10, "{l}");
+    // The median is 1 KiB and the tail long: the mean lies well above it.
+    let mean = l["value_bytes"].as_f64().unwrap() / 1500.0;
+    assert!((1500.0..6000.0).contains(&mean), "{l}");
+    assert!(ratio(&lmdb["space"]) > 0.0);
+    assert!(lmdb["space"]["rebound"].is_null());
+    assert!(lmdb["updates"].is_null());
+    // Another seed draws other sizes.
+    let (_, other) = load_json(
+        out.path(),
+        "o",
+        &[&dist[..], &["--engine", "lmdb", "--seed", "7"]].concat(),
+    );
+    assert_ne!(live(&other), l);
+    // Fixed sizes are what --value-size gives; --update-txns runs that
+    // many updates.
+    let (_, fixed) = load_json(
+        out.path(),
+        "f",
+        &[
+            "--records",
+            "1000",
+            "--value-dist",
+            "fixed:100",
+            "--update-txns",
+            "300",
+        ],
+    );
+    assert_eq!(fixed["updates"]["run"]["committed"], 300);
+    for point in [&fixed["space"], &fixed["updates"]["space"]] {
+        assert_eq!(point["live"]["min_value"], 100);
+        assert_eq!(point["live"]["max_value"], 100);
+        assert!(ratio(point) >= 1.0, "{point}");
+    }
+}
+
+#[test]
+fn load_refuses_bad_value_distributions() {
+    for (args, says) in [
+        (&["--value-dist", "uniform:9:3"][..], "above max"),
+        (&["--value-dist", "zipf:3"][..], "expected fixed:N"),
+        (
+            &["--value-dist", "fixed:10", "--value-size", "10"][..],
+            "cannot be used with",
+        ),
+    ] {
+        let (ok, _, stderr) = rebound_status(&[&["load", "--records", "10"][..], args].concat());
+        assert!(!ok);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn blob_puts_and_gets_values_and_reports_a_refusal() {
+    let out = tempfile::tempdir().unwrap();
+    let blob = |engine: &str, size: &str, count: &str, name: &str| {
+        let stdout = rebound(&[
+            "blob",
+            "--engine",
+            engine,
+            "--value-size",
+            size,
+            "--count",
+            count,
+            "--out",
+            s(out.path()),
+            "--name",
+            name,
+        ]);
+        (stdout, json(&out.path().join(format!("{name}.json"))))
+    };
+    for (engine, size, count, bytes) in [
+        ("rebound", "1k", "300", 300 * 1024),
+        ("rebound", "64k", "20", 20 * 65536),
+        ("lmdb", "64k", "20", 20 * 65536),
+        ("lmdb", "1m", "3", 3 << 20),
+    ] {
+        let (stdout, v) = blob(engine, size, count, "b");
+        assert!(stdout.contains("MB/s"), "{stdout}");
+        for way in ["put", "get"] {
+            assert_eq!(v[way]["bytes"], bytes, "{engine} {size}: {v}");
+            assert!(v[way]["mb_per_s"].as_f64().unwrap() > 0.0);
+        }
+        assert!(v["refused"].is_null());
+    }
+    // Above its default table's limit Rebound says so, and nothing is
+    // measured.
+    let (stdout, v) = blob("rebound", "1m", "2", "big");
+    assert!(stdout.contains("refused (ValueTooLarge)"), "{stdout}");
+    assert!(v["refused"].as_str().unwrap().contains("exceeds"), "{v}");
+    assert!(v["put"].is_null() && v["get"].is_null());
+}

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Where the bytes of a closed log-free Rebound data file go.
+
+Usage: scripts/rebound-space.py DIR [LIVE_BYTES]
+
+Reads DIR/rebound.db (on-medium format 5, see docs/DESIGN.md) and splits
+its allocated bytes (st_blocks: holes take none) into the metadata area,
+the images of the checkpoint chain in force, the heap blocks its newest
+image lists (with what their directories hold: live records, obsolete
+ones, entries, headers, and the free space left in each block), and the
+rest (blocks prepared ahead, extents freed but not punched, the growth
+tail). With LIVE_BYTES (the rows' key and value bytes) every line also
+reads as a multiple of it. Open the database with nothing else: the file
+must not change while it is read.
+"""
+import os
+import struct
+import sys
+
+DATA_FILE = "rebound.db"
+OFFSET_MASK = (1 << 56) - 1
+MAX_REGIONS = 128
+
+
+def u32(b, at):
+    return struct.unpack_from("<I", b, at)[0]
+
+
+def u64(b, at):
+    return struct.unpack_from("<Q", b, at)[0]
+
+
+def data_ranges(fd, length):
+    """The allocated (non-hole) ranges of the file, as (start, end)."""
+    ranges, at = [], 0
+    while at < length:
+        try:
+            start = os.lseek(fd, at, os.SEEK_DATA)
+        except OSError:
+            break
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        ranges.append((start, end))
+        at = end
+    return ranges
+
+
+def allocated_in(ranges, start, end):
+    return sum(max(0, min(e, end) - max(s, start)) for s, e in ranges)
+
+
+def chain(f, root):
+    """(offset, length, depth, magic) of each image, newest first."""
+    images, at = [], root
+    while at:
+        head = pread(f, at, 64)
+        images.append((at, u64(head, 24), u32(head, 44), head[:8]))
+        at = u64(head, 56)
+    return images
+
+
+def pread(f, at, n):
+    return os.pread(f, n, at)
+
+
+def table_sections(f, image_at, tables):
+    """(table id, [(seq, offset)], entries, entry bytes) per section."""
+    sections, at = [], image_at + 576
+    for _ in range(tables):
+        head = pread(f, at, 24 + 8 * MAX_REGIONS)
+        table, entries, entry_bytes = u32(head, 0), u64(head, 8), u64(head, 16)
+        blocks = sum(u64(head, 24 + 8 * r) for r in range(MAX_REGIONS))
+        lists = pread(f, at + len(head), 16 * blocks)
+        listed = [(u64(lists, 16 * i), u64(lists, 16 * i + 8)) for i in range(blocks)]
+        sections.append((table, listed, entries, entry_bytes))
+        at += len(head) + 16 * blocks + entry_bytes + 16 * ((entries + 63) // 64)
+    return sections
+
+
+def block_usage(f, at, size):
+    """(entries, record bytes, obsolete entries, obsolete record bytes)."""
+    block = pread(f, at, size)
+    capacity = u32(block, 32)
+    bitmap = block[64:320]
+    entries = record = obsolete = obsolete_record = 0
+    for i in range(capacity):
+        e = 320 + 16 * i
+        if u64(block, e) == 0:
+            break
+        space = u32(block, e + 12) & 0x7FFFFFFF
+        entries += 1
+        record += space
+        if bitmap[i // 8] >> (i % 8) & 1:
+            obsolete += 1
+            obsolete_record += space
+        if space == 0 and u64(block, e) >> 63:
+            break  # a seal: the directory ends here
+    return entries, record, obsolete, obsolete_record
+
+
+def main():
+    path = os.path.join(sys.argv[1], DATA_FILE)
+    live = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    f = os.open(path, os.O_RDONLY)
+    st = os.fstat(f)
+    sb = pread(f, 0, 256)
+    if sb[:8] != b"REBOUND\0" or u32(sb, 8) != 5:
+        sys.exit(f"{path}: not a format-5 Rebound data file")
+    data_start, root = u64(sb, 40), u64(sb, 128) & OFFSET_MASK
+    ranges = data_ranges(f, st.st_size)
+    rows = []
+
+    def line(what, n):
+        rows.append((what, n))
+
+    line("file length (apparent)", st.st_size)
+    line("allocated (st_blocks x 512)", st.st_blocks * 512)
+    line("metadata area", allocated_in(ranges, 0, data_start))
+    accounted = allocated_in(ranges, 0, data_start)
+    images = chain(f, root)
+    for at, length, depth, magic in images:
+        n = allocated_in(ranges, at, at + length)
+        line(f"checkpoint image depth {depth} ({magic.decode()})", n)
+        accounted += n
+    totals = [0] * 7
+    # Blocks whose records are mostly obsolete by bytes but not by count:
+    # GC judges a block by the share of its entries that are obsolete.
+    dead_by_bytes = [0, 0]
+    if images:
+        newest = images[0][0]
+        tables = u32(pread(f, newest, 64), 32)
+        for table, listed, entries, _ in table_sections(f, newest, tables):
+            size = u32(pread(f, 12288 + 2048 * table, 64), 32)
+            for _, at in listed:
+                n, rec, obs, obs_rec = block_usage(f, at, size)
+                for i, v in enumerate([1, size, n, rec, obs, obs_rec, allocated_in(ranges, at, at + size)]):
+                    totals[i] += v
+                if rec and obs_rec >= rec / 2 and obs < n / 2:
+                    dead_by_bytes[0] += 1
+                    dead_by_bytes[1] += obs_rec
+            line(f"table {table}: {len(listed)} blocks of {size} B, {entries} index entries", 0)
+    blocks, block_bytes, entries, record, obs, obs_rec, alloc = totals
+    line("heap blocks listed by the checkpoint", alloc)
+    line("  block headers and bitmaps (320 B each)", 320 * blocks)
+    line("  directory entries (16 B each)", 16 * entries)
+    line("  records of live versions", record - obs_rec)
+    line("  records of obsolete versions", obs_rec)
+    line("  free space left in blocks", block_bytes - 320 * blocks - 16 * entries - record)
+    line(f"  ({entries} versions, {obs} obsolete)", 0)
+    line(f"  obsolete records in the {dead_by_bytes[0]} blocks over half obsolete by bytes, under half by count", dead_by_bytes[1])
+    accounted += alloc
+    line("rest: prepared blocks, unpunched free extents, growth tail", st.st_blocks * 512 - accounted)
+    for what, n in rows:
+        ratio = f"{n / live:7.3f}x" if live and n else ""
+        print(f"{what:<60} {n:>14,} {ratio}")
+
+
+if __name__ == "__main__":
+    main()
