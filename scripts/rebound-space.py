@@ -3,7 +3,7 @@
 
 Usage: scripts/rebound-space.py DIR [LIVE_BYTES]
 
-Reads DIR/rebound.db (on-medium format 5, see docs/DESIGN.md) and splits
+Reads DIR/rebound.db (on-medium format 6, see docs/DESIGN.md) and splits
 its allocated bytes (st_blocks: holes take none) into the metadata area,
 the images of the checkpoint chain in force, the heap blocks its newest
 image lists (with what their directories hold: live records, obsolete
@@ -103,8 +103,8 @@ def main():
     f = os.open(path, os.O_RDONLY)
     st = os.fstat(f)
     sb = pread(f, 0, 256)
-    if sb[:8] != b"REBOUND\0" or u32(sb, 8) != 5:
-        sys.exit(f"{path}: not a format-5 Rebound data file")
+    if sb[:8] != b"REBOUND\0" or u32(sb, 8) != 6:
+        sys.exit(f"{path}: not a format-6 Rebound data file")
     data_start, root = u64(sb, 40), u64(sb, 128) & OFFSET_MASK
     ranges = data_ranges(f, st.st_size)
     rows = []
@@ -148,6 +148,22 @@ def main():
     line(f"  ({entries} versions, {obs} obsolete)", 0)
     line(f"  obsolete records in the {dead_by_bytes[0]} blocks over half obsolete by bytes, under half by count", dead_by_bytes[1])
     accounted += alloc
+    # Extents of out-of-line values: a header with the magic at a 4096-
+    # aligned offset (freed ones have theirs zeroed, or punched).
+    extents = extent_bytes = 0
+    for start, end in ranges:
+        at = max(start, data_start + 0) // 4096 * 4096
+        while at < end:
+            head = pread(f, at, 40)
+            if head[:4] == b"EXT1":
+                length = (64 + u64(head, 32) + 4095) // 4096 * 4096
+                extents += 1
+                extent_bytes += allocated_in(ranges, at, at + length)
+                at += length
+            else:
+                at += 4096
+    line(f"extents of out-of-line values ({extents})", extent_bytes)
+    accounted += extent_bytes
     line("rest: prepared blocks, unpunched free extents, growth tail", st.st_blocks * 512 - accounted)
     for what, n in rows:
         ratio = f"{n / live:7.3f}x" if live and n else ""

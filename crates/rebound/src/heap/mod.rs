@@ -112,7 +112,7 @@ use block::{BLOCK_HEADER, MIN_TXN_AT};
 pub use record::DirectoryEnd;
 pub use recover::{Held, RegionBlocks, RegionHorizon, RegionVisitor, SeqGapBudget, SlotFate};
 use slot::TXN_EMPTY;
-pub use slot::{decode_bytes, SlotWord};
+pub use slot::{decode_bytes, encode as encode_checked, SlotWord};
 pub use space::Space;
 pub use tile::VersionHeader;
 
@@ -1159,9 +1159,15 @@ impl TableHeap {
         Ok((seq, next, min_txn))
     }
 
-    /// Encodes a slot for this table into `buf`.
+    /// Encodes a slot for this table into `buf`. A version that will go
+    /// out of line gets no checksum: `append` checksums its value and its
+    /// pointer record instead, so a 16 MiB value is not checksummed twice.
     pub fn encode(&self, buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
-        slot::encode(buf, txn, key, value, tombstone);
+        let record = slot::RECORD_HEADER + (key.len() + value.len()) as u64;
+        match record::record_space(record) > self.def.max_record_len as u64 {
+            true => slot::encode_unchecked(buf, txn, key, value, tombstone),
+            false => slot::encode(buf, txn, key, value, tombstone),
+        }
     }
 
     /// An extent for a block, its directory's txn words zeroed and

@@ -126,6 +126,16 @@ impl SlotHeader {
 /// Encodes a version written by `txn` into `buf`: its txn word, then
 /// its record.
 pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
+    encode_unchecked(buf, txn, key, value, tombstone);
+    let crc = crc(txn, buf.get(CHECKED_FROM as usize..).unwrap_or_default());
+    if let Some(field) = buf.get_mut(8..12) {
+        field.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// `encode` with a zero checksum: for a version whose record the heap
+/// rebuilds (one going out of line).
+pub fn encode_unchecked(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
     buf.clear();
     buf.extend_from_slice(&SlotWord::encode(txn, false).to_le_bytes());
     buf.extend_from_slice(&[0; 4]);
@@ -134,10 +144,6 @@ pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: 
     buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
     buf.extend_from_slice(key);
     buf.extend_from_slice(value);
-    let crc = crc(txn, buf.get(CHECKED_FROM as usize..).unwrap_or_default());
-    if let Some(field) = buf.get_mut(8..12) {
-        field.copy_from_slice(&crc.to_le_bytes());
-    }
 }
 
 /// Encodes a version written by `txn` whose value is out of line: its

@@ -2106,7 +2106,7 @@ impl<'s> TxnState<'s> {
                 let len_at = record::entry_header(buf, w.table);
                 match heap.copy_slot(&store.medium, w.new, buf) {
                     Some(len) => {
-                        stamp_logged(heap, buf, len, self.ts);
+                        stamp_logged(buf, len, self.ts);
                         record::finish_entry(buf, len_at, len);
                         count += 1;
                     }
@@ -2273,7 +2273,7 @@ impl Drop for TxnState<'_> {
 /// A logged version carries its record's id; an optimistic insert's slot
 /// keeps its begin id in the heap (`occ::publish_placeholder`), so its
 /// copy at the end of `buf` (`len` bytes) is encoded again with `ts`.
-fn stamp_logged(heap: &TableHeap, buf: &mut Vec<u8>, len: usize, ts: u64) {
+fn stamp_logged(buf: &mut Vec<u8>, len: usize, ts: u64) {
     let start = buf.len() - len;
     // Most slots carry `ts` already: their word says so, without the
     // checksum a full decode computes.
@@ -2290,7 +2290,8 @@ fn stamp_logged(heap: &TableHeap, buf: &mut Vec<u8>, len: usize, ts: u64) {
         return;
     };
     let mut stamped = Vec::with_capacity(len);
-    heap.encode(&mut stamped, ts, slot.key, slot.value, slot.tombstone);
+    // The log's copy is checked at replay, whatever its size.
+    crate::heap::encode_checked(&mut stamped, ts, slot.key, slot.value, slot.tombstone);
     buf.truncate(start);
     buf.extend_from_slice(&stamped);
 }
