@@ -38,8 +38,13 @@ pub enum SlotWord {
 impl SlotWord {
     /// The word for a slot written by `txn`, a hole if `hole`.
     pub fn encode(txn: u64, hole: bool) -> u64 {
+        Self::encode_with(txn, hole, txn_crc(txn))
+    }
+
+    /// `encode` with the crc32c of the txn id computed already.
+    fn encode_with(txn: u64, hole: bool, txn_crc: u32) -> u64 {
         debug_assert!(txn != 0 && txn <= MAX_TXN_ID);
-        txn | (check(txn, hole) << 56) | if hole { HOLE_BIT } else { 0 }
+        txn | (check(txn, hole, txn_crc) << 56) | if hole { HOLE_BIT } else { 0 }
     }
 
     pub fn decode(word: u64) -> SlotWord {
@@ -48,7 +53,8 @@ impl SlotWord {
         }
         let txn = word & MAX_TXN_ID;
         let hole = word & HOLE_BIT != 0;
-        let expected = txn | (check(txn, hole) << 56) | if hole { HOLE_BIT } else { 0 };
+        let expected =
+            txn | (check(txn, hole, txn_crc(txn)) << 56) | if hole { HOLE_BIT } else { 0 };
         match word == expected && txn != 0 {
             true => SlotWord::Written { txn, hole },
             false => SlotWord::Invalid,
@@ -59,8 +65,8 @@ impl SlotWord {
 /// Seven check bits of a slot word: six from crc32c, and a parity bit
 /// over the txn id and the hole flag, so that every single-bit flip of
 /// the word is detected.
-fn check(txn: u64, hole: bool) -> u64 {
-    let crc = crc32c::crc32c(&txn.to_le_bytes()) as u64 & 0x3F;
+fn check(txn: u64, hole: bool, txn_crc: u32) -> u64 {
+    let crc = txn_crc as u64 & 0x3F;
     let parity = (txn.count_ones() as u64 + hole as u64) & 1;
     (crc << 1) | parity
 }
@@ -109,15 +115,18 @@ impl SlotHeader {
 /// Encodes a version written by `txn` into `buf`: its txn word, then
 /// its record.
 pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
+    // The word's check bits and the record's checksum both start from it.
+    let txn_crc = txn_crc(txn);
     buf.clear();
-    buf.extend_from_slice(&SlotWord::encode(txn, false).to_le_bytes());
+    buf.extend_from_slice(&SlotWord::encode_with(txn, false, txn_crc).to_le_bytes());
     buf.extend_from_slice(&[0; 4]);
     buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
     buf.extend_from_slice(&(if tombstone { FLAG_TOMBSTONE } else { 0 }).to_le_bytes());
     buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
     buf.extend_from_slice(key);
     buf.extend_from_slice(value);
-    let crc = crc(txn, buf.get(CHECKED_FROM as usize..).unwrap_or_default());
+    let rest = buf.get(CHECKED_FROM as usize..).unwrap_or_default();
+    let crc = crc32c::crc32c_append(txn_crc, rest);
     if let Some(field) = buf.get_mut(8..12) {
         field.copy_from_slice(&crc.to_le_bytes());
     }
@@ -164,7 +173,12 @@ pub fn decode_bytes(bytes: &[u8]) -> Option<SlotBytes<'_>> {
 /// bits or hole flag) followed by the record from its key length on
 /// (bytes 12.. of an encoded version).
 pub fn crc(txn: u64, rest: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&txn.to_le_bytes()), rest)
+    crc32c::crc32c_append(txn_crc(txn), rest)
+}
+
+/// The crc32c of a txn id as a little-endian u64.
+fn txn_crc(txn: u64) -> u32 {
+    crc32c::crc32c(&txn.to_le_bytes())
 }
 
 #[cfg(test)]
