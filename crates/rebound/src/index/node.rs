@@ -211,9 +211,13 @@ trait SlotView {
             return self.bisect(low, high, key);
         }
         let at = low + self.heads_below(low, high, head);
-        match at < high && self.slot_head(at) == head {
-            true => self.bisect(at, high, key),
-            false => (at, false),
+        if at == high || self.slot_head(at) != head {
+            return (at, false);
+        }
+        match self.compare_slot(at, key) {
+            Ordering::Equal => (at, true),
+            Ordering::Greater => (at, false),
+            Ordering::Less => self.bisect(at + 1, high, key),
         }
     }
 
