@@ -425,11 +425,10 @@ impl<'s> TxnState<'s> {
         let medium = &self.store.medium;
         let live = match out {
             Some(out) => table.read_value(medium, head, out),
-            None => table
-                .heap
-                .tombstone(medium, head)
-                .map(|deleted| !deleted)
-                .ok_or(Error::Conflict),
+            None => match table.heap.tombstone(medium, head) {
+                Some(deleted) => Ok(!deleted),
+                None => Err(Error::Conflict),
+            },
         };
         // A slot reused under us reads as garbage: its TID word says so.
         if header.begin.load(Acquire) != begin {
@@ -547,6 +546,9 @@ impl<'s> TxnState<'s> {
             // Nodes of trees with node versions are recycled: a leaf held
             // for long could be another node by commit.
             let hint = (!table.index.has_node_versions()).then(|| {
+                if self.hints.capacity() == 0 {
+                    self.hints.reserve(LINEAR_WRITES);
+                }
                 self.hints.push(hint);
                 self.hints.len() - 1
             });
