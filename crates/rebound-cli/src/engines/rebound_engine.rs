@@ -24,9 +24,16 @@ impl Engine for Database {
         } else {
             "none"
         };
-        let options = design_options(design)
+        let mut options = design_options(design)
             .map_err(|e| Error::Unsupported(e.to_string()))?
             .max_running_transactions(settings.max_running);
+        // Tools such as valgrind cannot map the default 1 TiB reservation.
+        if let Some(bytes) = std::env::var("REBOUND_MAX_SIZE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            options.max_size = bytes;
+        }
         Ok(Database::open(dir, options)?)
     }
 

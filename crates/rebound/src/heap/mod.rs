@@ -350,6 +350,7 @@ const MIN_FULL_CHUNK: u32 = 5;
 /// The chunk holding tile `index` when chunks from `full_chunk` on hold
 /// `1 << full_chunk` tiles, the tile's position in it, and the chunk's
 /// size in tiles.
+#[inline]
 fn tile_place(index: u32, full_chunk: u32) -> (usize, u32, u32) {
     let full_tiles = 1 << full_chunk;
     let growing_tiles = full_tiles - 1;
@@ -441,6 +442,7 @@ impl Tiles {
     }
 
     /// The headers of tile `index`, which `take` returned.
+    #[inline]
     fn get(&self, index: u32) -> &[VersionHeader] {
         let (chunk, position, _) = tile_place(index, self.full_chunk);
         let capacity = self.capacity as usize;
@@ -707,6 +709,7 @@ impl TableHeap {
 
     /// The block an address points into; `None` once it was collected
     /// (or for an address that never named a block).
+    #[inline]
     pub fn block(&self, addr: Addr) -> Option<&Block> {
         let block = self
             .regions
@@ -716,6 +719,7 @@ impl TableHeap {
     }
 
     /// The version header of a slot, `None` once its block was collected.
+    #[inline]
     pub fn header(&self, addr: Addr) -> Option<&VersionHeader> {
         let block = self.block(addr)?;
         Some(&self.tile(block)[addr.slot() as usize])
@@ -768,18 +772,24 @@ impl TableHeap {
     }
 
     /// A block's tile, taken from the pool on first use.
+    #[inline]
     pub fn tile(&self, block: &Block) -> &[VersionHeader] {
-        let mut index = block.tile.load(Acquire);
-        if index == 0 {
-            let mine = self.tiles.take() + 1;
-            index = match block.tile.compare_exchange(0, mine, AcqRel, Acquire) {
-                Ok(_) => mine,
-                Err(theirs) => {
-                    self.tiles.give_back(mine - 1);
-                    theirs
-                }
-            };
+        match block.tile.load(Acquire) {
+            0 => self.first_tile(block),
+            index => self.tiles.get(index - 1),
         }
+    }
+
+    #[cold]
+    fn first_tile(&self, block: &Block) -> &[VersionHeader] {
+        let mine = self.tiles.take() + 1;
+        let index = match block.tile.compare_exchange(0, mine, AcqRel, Acquire) {
+            Ok(_) => mine,
+            Err(theirs) => {
+                self.tiles.give_back(mine - 1);
+                theirs
+            }
+        };
         self.tiles.get(index - 1)
     }
 

@@ -39,8 +39,13 @@ pub enum SlotWord {
 impl SlotWord {
     /// The word for a slot written by `txn`, a hole if `hole`.
     pub fn encode(txn: u64, hole: bool) -> u64 {
+        Self::encode_with(txn, hole, txn_crc(txn))
+    }
+
+    /// `encode` with the crc32c of the txn id computed already.
+    fn encode_with(txn: u64, hole: bool, txn_crc: u32) -> u64 {
         debug_assert!(txn != 0 && txn <= MAX_TXN_ID);
-        txn | (check(txn, hole) << 56) | if hole { HOLE_BIT } else { 0 }
+        txn | (check(txn, hole, txn_crc) << 56) | if hole { HOLE_BIT } else { 0 }
     }
 
     pub fn decode(word: u64) -> SlotWord {
@@ -49,7 +54,8 @@ impl SlotWord {
         }
         let txn = word & MAX_TXN_ID;
         let hole = word & HOLE_BIT != 0;
-        let expected = txn | (check(txn, hole) << 56) | if hole { HOLE_BIT } else { 0 };
+        let expected =
+            txn | (check(txn, hole, txn_crc(txn)) << 56) | if hole { HOLE_BIT } else { 0 };
         match word == expected && txn != 0 {
             true => SlotWord::Written { txn, hole },
             false => SlotWord::Invalid,
@@ -60,8 +66,8 @@ impl SlotWord {
 /// Seven check bits of a slot word: six from crc32c, and a parity bit
 /// over the txn id and the hole flag, so that every single-bit flip of
 /// the word is detected.
-fn check(txn: u64, hole: bool) -> u64 {
-    let crc = crc32c::crc32c(&txn.to_le_bytes()) as u64 & 0x3F;
+fn check(txn: u64, hole: bool, txn_crc: u32) -> u64 {
+    let crc = txn_crc as u64 & 0x3F;
     let parity = (txn.count_ones() as u64 + hole as u64) & 1;
     (crc << 1) | parity
 }
@@ -126,8 +132,11 @@ impl SlotHeader {
 /// Encodes a version written by `txn` into `buf`: its txn word, then
 /// its record.
 pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
-    encode_unchecked(buf, txn, key, value, tombstone);
-    let crc = crc(txn, buf.get(CHECKED_FROM as usize..).unwrap_or_default());
+    // The word's check bits and the record's checksum both start from it.
+    let txn_crc = txn_crc(txn);
+    lay_out(buf, (txn, txn_crc), key, value, tombstone);
+    let rest = buf.get(CHECKED_FROM as usize..).unwrap_or_default();
+    let crc = crc32c::crc32c_append(txn_crc, rest);
     if let Some(field) = buf.get_mut(8..12) {
         field.copy_from_slice(&crc.to_le_bytes());
     }
@@ -136,8 +145,19 @@ pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: 
 /// `encode` with a zero checksum: for a version whose record the heap
 /// rebuilds (one going out of line).
 pub fn encode_unchecked(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: bool) {
+    lay_out(buf, (txn, txn_crc(txn)), key, value, tombstone);
+}
+
+/// The txn word and the record, its checksum field zero.
+fn lay_out(
+    buf: &mut Vec<u8>,
+    (txn, txn_crc): (u64, u32),
+    key: &[u8],
+    value: &[u8],
+    tombstone: bool,
+) {
     buf.clear();
-    buf.extend_from_slice(&SlotWord::encode(txn, false).to_le_bytes());
+    buf.extend_from_slice(&SlotWord::encode_with(txn, false, txn_crc).to_le_bytes());
     buf.extend_from_slice(&[0; 4]);
     buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
     buf.extend_from_slice(&(if tombstone { FLAG_TOMBSTONE } else { 0 }).to_le_bytes());
@@ -149,7 +169,7 @@ pub fn encode_unchecked(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], t
 /// Encodes a version written by `txn` whose value is out of line: its
 /// record holds `pointer` (see `extent`) as its value bytes.
 pub fn encode_pointer(buf: &mut Vec<u8>, txn: u64, key: &[u8], pointer: &[u8; POINTER_BYTES]) {
-    encode(buf, txn, key, pointer, false);
+    encode_unchecked(buf, txn, key, pointer, false);
     if let Some(flags) = buf.get_mut(14..16) {
         flags.copy_from_slice(&FLAG_OUT_OF_LINE.to_le_bytes());
     }
@@ -212,7 +232,12 @@ pub fn decode_bytes(bytes: &[u8]) -> Option<SlotBytes<'_>> {
 /// bits or hole flag) followed by the record from its key length on
 /// (bytes 12.. of an encoded version).
 pub fn crc(txn: u64, rest: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&txn.to_le_bytes()), rest)
+    crc32c::crc32c_append(txn_crc(txn), rest)
+}
+
+/// The crc32c of a txn id as a little-endian u64.
+fn txn_crc(txn: u64) -> u32 {
+    crc32c::crc32c(&txn.to_le_bytes())
 }
 
 #[cfg(test)]

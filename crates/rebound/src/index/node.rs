@@ -43,6 +43,10 @@ const TRAILER_WORDS: usize = 2;
 pub(crate) const BODY_WORDS: usize = NODE_WORDS - HEADER_WORDS - HINTS - TRAILER_WORDS;
 /// head, meta, payload.
 const SLOT_WORDS: usize = 3;
+/// Up to this many slots a search counts the heads below the key instead
+/// of bisecting: no branch on the data, and the slots' loads, independent
+/// of each other, miss in parallel.
+const LINEAR_FROM: usize = 16;
 pub(crate) const MAX_SLOTS: usize = BODY_WORDS / SLOT_WORDS;
 const MAX_ENTRY_WORDS: usize = SLOT_WORDS + tail_words(MAX_KEY_LEN);
 const _: () = assert!(
@@ -192,9 +196,34 @@ trait SlotView {
     }
 
     /// First slot whose key is >= `key`, and whether it is equal.
+    ///
+    /// Once hints narrowed the range to a few slots, the first slot whose
+    /// head is not below the key's is counted without branches on the
+    /// data, and full keys decide only when that slot has the key's own
+    /// head. Wider ranges (small nodes without hints, runs of keys sharing
+    /// a head) are bisected.
     #[inline]
     fn find(&self, key: &impl KeyWords) -> (usize, bool) {
-        let (mut low, mut high) = self.search_range(self.header().count, key.word(0));
+        let head = key.word(0);
+        let (low, high) = self.search_range(self.header().count, head);
+        if high - low > LINEAR_FROM {
+            self.prefetch_slots(low, high);
+            return self.bisect(low, high, key);
+        }
+        let at = low + self.heads_below(low, high, head);
+        if at == high || self.slot_head(at) != head {
+            return (at, false);
+        }
+        match self.compare_slot(at, key) {
+            Ordering::Equal => (at, true),
+            Ordering::Greater => (at, false),
+            Ordering::Less => self.bisect(at + 1, high, key),
+        }
+    }
+
+    /// First slot of `low..high` whose key is >= `key` (`high` if none),
+    /// and whether it is equal.
+    fn bisect(&self, mut low: usize, mut high: usize, key: &impl KeyWords) -> (usize, bool) {
         while low < high {
             let mid = (low + high) / 2;
             match self.compare_slot(mid, key) {
@@ -204,6 +233,19 @@ trait SlotView {
             }
         }
         (low, false)
+    }
+
+    /// Starts loading the lines of slots `low..high`, for a bisection's
+    /// probes; nodes do.
+    #[inline]
+    fn prefetch_slots(&self, _low: usize, _high: usize) {}
+
+    /// How many of the slots `low..high` have a head below `head`.
+    #[inline]
+    fn heads_below(&self, low: usize, high: usize, head: u64) -> usize {
+        (low..high)
+            .map(|slot| usize::from(self.slot_head(slot) < head))
+            .sum()
     }
 
     fn key_at(&self, slot: usize) -> InlineKey {
@@ -350,19 +392,37 @@ impl SlotView for Node {
         // Torn hints may disagree with the count; validation rejects the
         // answer then, but the range must stay inside the slots.
         let high = high.min(count);
-        let low = low.min(high);
-        // The bisection's probes then hit lines already on their way.
+        (low.min(high), high)
+    }
+
+    #[inline]
+    fn prefetch_slots(&self, low: usize, high: usize) {
         let first = self
             .body
             .as_ptr()
             .wrapping_add(low * SLOT_WORDS)
             .cast::<u8>();
         let misalign = first.addr() % 64;
-        let bytes = (high - low) * SLOT_WORDS * 8 + misalign;
-        for line in (0..bytes).step_by(64) {
-            crate::medium::prefetch(first.wrapping_sub(misalign).wrapping_add(line));
+        let lines = ((high - low) * SLOT_WORDS * 8 + misalign).div_ceil(64);
+        let mut line = first.wrapping_sub(misalign);
+        for _ in 0..lines {
+            crate::medium::prefetch(line);
+            line = line.wrapping_add(64);
         }
-        (low, high)
+    }
+
+    /// The heads' loads do not depend on each other, so their misses
+    /// overlap without prefetching.
+    #[inline]
+    fn heads_below(&self, low: usize, high: usize, head: u64) -> usize {
+        let slots = self
+            .body
+            .get(low * SLOT_WORDS..high * SLOT_WORDS)
+            .unwrap_or_default();
+        slots
+            .chunks_exact(SLOT_WORDS)
+            .map(|slot| usize::from(slot[0].load(Relaxed) < head))
+            .sum()
     }
 }
 

@@ -1444,7 +1444,11 @@ impl<'s> TxnState<'s> {
 
     /// The header of a version this transaction reached (see `Gone`).
     fn version<'t>(&self, table: &'t TableRt, addr: Addr) -> Result<&'t VersionHeader> {
-        table.heap.header(addr).ok_or(Error::Conflict)
+        // A match: `ok_or` would build and drop an `Error` on every call.
+        match table.heap.header(addr) {
+            Some(header) => Ok(header),
+            None => Err(Error::Conflict),
+        }
     }
 
     /// Finds the version of a chain visible at `ts`, recording the read.
@@ -1944,6 +1948,17 @@ impl<'s> TxnState<'s> {
         value: Option<&[u8]>,
         region: usize,
     ) -> Result<Addr> {
+        Ok(self.append_version(table, key, value, region)?.0)
+    }
+
+    /// `append`, also handing back the new version's header.
+    fn append_version<'t>(
+        &mut self,
+        table: &'t TableRt,
+        key: &[u8],
+        value: Option<&[u8]>,
+        region: usize,
+    ) -> Result<(Addr, &'t VersionHeader)> {
         table.heap.encode(
             &mut self.buf,
             self.ts,
@@ -1966,7 +1981,7 @@ impl<'s> TxnState<'s> {
         let header = self.version(table, addr)?;
         header.end.store(0, Release);
         header.read.store(0, Release);
-        Ok(addr)
+        Ok((addr, header))
     }
 
     /// Turns a slot that was never published into a durable hole.

@@ -93,12 +93,13 @@ impl TxnState<'_> {
                 None => Err(Error::Conflict),
             };
         };
-        if self.version(table, head)?.begin.load(Acquire) != begin {
+        let read = self.version(table, head)?;
+        if read.begin.load(Acquire) != begin {
             return Err(Error::Conflict);
         }
         let mut target = (head, hint);
+        let mut header = read;
         loop {
-            let header = self.version(table, target.0)?;
             match header
                 .end
                 .compare_exchange(0, LOCKED | self.ts, SeqCst, SeqCst)
@@ -111,15 +112,18 @@ impl TxnState<'_> {
                 // GC copied what we read: lock its copy instead (the leaf
                 // changed, so no hint).
                 Err(_) => match self.relocated_head(table, head) {
-                    Some(copy) if copy != target.0 => target = (copy, None),
+                    Some(copy) if copy != target.0 => {
+                        target = (copy, None);
+                        header = self.version(table, copy)?;
+                    }
                     _ => return Err(Error::Conflict),
                 },
             }
         }
         // The head read had `begin` (checked above, and a slot is reused
         // only after its end is set): what we locked carries what we read.
-        if self.version(table, head)?.begin.load(Acquire) != begin {
-            self.version(table, target.0)?.end.store(0, Release);
+        if read.begin.load(Acquire) != begin {
+            header.end.store(0, Release);
             return Err(Error::Conflict);
         }
         Ok(Lock::Head {
@@ -137,8 +141,7 @@ impl TxnState<'_> {
         head: Addr,
         (region, hint): (usize, Option<&UpdateHint<'_>>),
     ) -> Result<Addr> {
-        let new = self.append(table, key, value, region)?;
-        let header = self.version(table, new)?;
+        let (new, header) = self.append_version(table, key, value, region)?;
         header.prev.store(head.0 + 1, Release);
         header.begin.store(PENDING | self.ts, Release);
         // Publish checks the lock under the id the versions carry.
@@ -168,8 +171,7 @@ impl TxnState<'_> {
         value: Option<&[u8]>,
         region: usize,
     ) -> Result<Option<Addr>> {
-        let new = self.append(table, key, value, region)?;
-        let header = self.version(table, new)?;
+        let (new, header) = self.append_version(table, key, value, region)?;
         header.prev.store(0, Release);
         header.begin.store(PENDING | self.ts, Release);
         // Nobody marks gaps under OCC (GC reads no absent keys): no phantom.

@@ -92,7 +92,9 @@ struct Buffered {
     value: Option<(usize, usize)>,
     /// What the write's own read found: commit locks exactly that.
     found: Found,
-    /// The next buffered write whose key hashes alike (`NONE`).
+    /// Once the writes are hashed: the hash of (table, key).
+    hash: u64,
+    /// The next buffered write in the same bucket (`NONE`).
     next_alike: usize,
 }
 
@@ -114,6 +116,8 @@ enum Found {
 const NONE: usize = usize::MAX;
 /// Buffered writes searched one by one up to this many; beyond, by hash.
 const LINEAR_WRITES: usize = 16;
+/// The fewest buckets the hashed writes get.
+const MIN_BUCKETS: usize = 64;
 
 /// A committed head a read returned, with the TID word it had.
 struct Observed {
@@ -164,9 +168,11 @@ enum Lock {
 pub struct OccSet {
     writes: Vec<Buffered>,
     bytes: Vec<u8>,
-    /// Once there are more than `LINEAR_WRITES`: the first buffered write
-    /// by hash of (table, key), chained through `Buffered::next_alike`.
-    by_hash: std::collections::HashMap<u32, usize>,
+    /// Once there are more than `LINEAR_WRITES`: per bucket (hash of
+    /// (table, key) modulo its power-of-two length), the last buffered
+    /// write there, chained through `Buffered::next_alike`; `NONE` in
+    /// every other bucket, also between transactions.
+    buckets: Vec<usize>,
     reads: Vec<Observed>,
     /// Keys read absent: (table, key in `absent_keys`).
     absent: Vec<(u32, (usize, usize))>,
@@ -184,9 +190,15 @@ pub struct OccSet {
 
 impl OccSet {
     pub(super) fn clear(&mut self) {
+        if self.writes.len() > LINEAR_WRITES {
+            let mask = self.buckets.len() - 1;
+            for write in &self.writes {
+                self.buckets[write.hash as usize & mask] = NONE;
+            }
+        }
+        debug_assert!(self.buckets.iter().all(|&at| at == NONE));
         self.writes.clear();
         self.bytes.clear();
-        self.by_hash.clear();
         self.reads.clear();
         self.absent.clear();
         self.absent_keys.clear();
@@ -214,7 +226,8 @@ impl OccSet {
         if self.writes.len() <= LINEAR_WRITES {
             return self.writes.iter().position(same);
         }
-        let mut at = *self.by_hash.get(&hash(table, key))?;
+        let mask = self.buckets.len() - 1;
+        let mut at = self.buckets[hash(table, key) as usize & mask];
         while at != NONE {
             if same(&self.writes[at]) {
                 return Some(at);
@@ -244,20 +257,35 @@ impl OccSet {
             key,
             value,
             found,
+            hash: 0,
             next_alike: NONE,
         });
-        match self.writes.len() {
-            n if n == LINEAR_WRITES + 1 => (0..n).for_each(|at| self.index_write(at)),
-            n if n > LINEAR_WRITES + 1 => self.index_write(n - 1),
-            _ => {}
+        let n = self.writes.len();
+        if n == LINEAR_WRITES + 1 && self.buckets.len() >= MIN_BUCKETS {
+            (0..n).for_each(|at| self.index_write(at));
+        } else if n > LINEAR_WRITES && 2 * n > self.buckets.len() {
+            self.rehash();
+        } else if n > LINEAR_WRITES {
+            self.index_write(n - 1);
         }
+    }
+
+    /// Hashes every write into a table at most half full.
+    fn rehash(&mut self) {
+        let buckets = (4 * self.writes.len()).next_power_of_two().max(MIN_BUCKETS);
+        self.buckets.clear();
+        self.buckets.resize(buckets, NONE);
+        (0..self.writes.len()).for_each(|at| self.index_write(at));
     }
 
     fn index_write(&mut self, at: usize) {
         let write = &self.writes[at];
-        let alike = hash(write.table, self.key(write));
-        let next = self.by_hash.insert(alike, at).unwrap_or(NONE);
-        self.writes[at].next_alike = next;
+        let hash = hash(write.table, self.key(write));
+        let mask = self.buckets.len() - 1;
+        let next = std::mem::replace(&mut self.buckets[hash as usize & mask], at);
+        let write = &mut self.writes[at];
+        write.hash = hash;
+        write.next_alike = next;
     }
 
     /// Buffered keys of `table` inside the span, ascending.
@@ -279,8 +307,17 @@ impl OccSet {
     }
 }
 
-fn hash(table: u32, key: &[u8]) -> u32 {
-    crc32c::crc32c_append(table, key)
+/// Multiplicative hashing of the key's words (as FxHash does), folded so
+/// that the low bits, which pick the bucket, depend on every word.
+fn hash(table: u32, key: &[u8]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut hash = u64::from(table).wrapping_mul(K);
+    for chunk in key.chunks(8) {
+        let mut word = [0; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        hash = (hash.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+    }
+    hash ^ (hash >> 32)
 }
 
 fn as_ref(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
@@ -388,11 +425,10 @@ impl<'s> TxnState<'s> {
         let medium = &self.store.medium;
         let live = match out {
             Some(out) => table.read_value(medium, head, out),
-            None => table
-                .heap
-                .tombstone(medium, head)
-                .map(|deleted| !deleted)
-                .ok_or(Error::Conflict),
+            None => match table.heap.tombstone(medium, head) {
+                Some(deleted) => Ok(!deleted),
+                None => Err(Error::Conflict),
+            },
         };
         // A slot reused under us reads as garbage: its TID word says so.
         if header.begin.load(Acquire) != begin {
@@ -510,6 +546,9 @@ impl<'s> TxnState<'s> {
             // Nodes of trees with node versions are recycled: a leaf held
             // for long could be another node by commit.
             let hint = (!table.index.has_node_versions()).then(|| {
+                if self.hints.capacity() == 0 {
+                    self.hints.reserve(LINEAR_WRITES);
+                }
                 self.hints.push(hint);
                 self.hints.len() - 1
             });
