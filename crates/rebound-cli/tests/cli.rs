@@ -1029,6 +1029,7 @@ fn blob_puts_and_gets_values_and_reports_a_refusal() {
     for (engine, size, count, bytes) in [
         ("rebound", "1k", "300", 300 * 1024),
         ("rebound", "64k", "20", 20 * 65536),
+        ("rebound", "1m", "3", 3 << 20),
         ("lmdb", "64k", "20", 20 * 65536),
         ("lmdb", "1m", "3", 3 << 20),
     ] {
@@ -1040,9 +1041,9 @@ fn blob_puts_and_gets_values_and_reports_a_refusal() {
         }
         assert!(v["refused"].is_null());
     }
-    // Above its default table's limit Rebound says so, and nothing is
+    // Above the engine's limit (64 MiB) Rebound says so, and nothing is
     // measured.
-    let (stdout, v) = blob("rebound", "1m", "2", "big");
+    let (stdout, v) = blob("rebound", "67108865", "1", "big");
     assert!(stdout.contains("refused (ValueTooLarge)"), "{stdout}");
     assert!(v["refused"].as_str().unwrap().contains("exceeds"), "{v}");
     assert!(v["put"].is_null() && v["get"].is_null());
