@@ -161,6 +161,27 @@ fn large_values_round_trip_through_a_reopen_in_the_wal_design() {
     check(&db, &model, "after reading the snapshot");
 }
 
+/// Bytes of the value `rewrite_one_value` rewrites.
+const REWRITTEN: usize = 4 << 20;
+
+/// Writes a 4 MiB value under one key 40 times, each commit followed by
+/// a maintenance round, and checks that the last one reads back.
+fn rewrite_one_value(db: &Database, key_seed: u8) {
+    let table = db.create_table("t", TableOptions::default()).unwrap();
+    let mut s = db.session().unwrap();
+    for version in 0..40 {
+        let mut tx = s.begin();
+        tx.put(&table, b"blob", &value(key_seed, version, REWRITTEN))
+            .unwrap();
+        tx.commit().unwrap();
+        db.run_maintenance().unwrap();
+    }
+    let mut tx = s.begin();
+    let last = value(key_seed, 39, REWRITTEN);
+    assert!(tx.get(&table, b"blob").unwrap() == Some(last));
+    tx.commit().unwrap();
+}
+
 /// Rewriting one 4 MiB value many times keeps the file near the live data:
 /// the extents of dead versions are freed as maintenance runs, though
 /// their pointers share one block that stays open throughout.
@@ -169,24 +190,13 @@ fn the_extents_of_dead_versions_are_freed() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let path = dir.path().join("db");
     let db = Database::open(&path, Options::default().background_thread(false)).unwrap();
-    let table = db.create_table("t", TableOptions::default()).unwrap();
-    let mut s = db.session().unwrap();
-    const LEN: usize = 4 << 20;
-    for version in 0..40 {
-        let mut tx = s.begin();
-        tx.put(&table, b"blob", &value(1, version, LEN)).unwrap();
-        tx.commit().unwrap();
-        db.run_maintenance().unwrap();
-    }
+    rewrite_one_value(&db, 1);
     let occupied = std::fs::metadata(path.join(rebound::DATA_FILE)).unwrap();
     let occupied = std::os::unix::fs::MetadataExt::blocks(&occupied) * 512;
     assert!(
-        occupied < 8 * LEN as u64,
+        occupied < 8 * REWRITTEN as u64,
         "40 versions of a 4 MiB value occupy {occupied} bytes"
     );
-    let mut tx = s.begin();
-    assert_eq!(tx.get(&table, b"blob").unwrap(), Some(value(1, 39, LEN)));
-    tx.commit().unwrap();
 }
 
 /// The same in the `wal` design, whose versions (and extents) are in
@@ -198,24 +208,13 @@ fn the_extents_of_dead_versions_are_freed_in_the_wal_design() {
         .durability(Durability::Wal)
         .background_thread(false);
     let db = Database::open(dir.path().join("db"), options).unwrap();
-    let table = db.create_table("t", TableOptions::default()).unwrap();
-    let mut s = db.session().unwrap();
-    const LEN: usize = 4 << 20;
-    for version in 0..40 {
-        let mut tx = s.begin();
-        tx.put(&table, b"blob", &value(2, version, LEN)).unwrap();
-        tx.commit().unwrap();
-        db.run_maintenance().unwrap();
-    }
+    rewrite_one_value(&db, 2);
     let stats = db.stats();
     let held = stats.tables[0].live_bytes + stats.tables[0].obsolete_bytes;
     assert!(
-        held < 4 * LEN as u64,
+        held < 4 * REWRITTEN as u64,
         "40 versions of a 4 MiB value hold {held} bytes"
     );
-    let mut tx = s.begin();
-    assert_eq!(tx.get(&table, b"blob").unwrap(), Some(value(2, 39, LEN)));
-    tx.commit().unwrap();
 }
 
 #[test]
