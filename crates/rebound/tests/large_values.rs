@@ -66,6 +66,17 @@ fn check(db: &Database, model: &Model, context: &str) {
     tx.commit().unwrap();
 }
 
+/// Inserts a value of each of `SIZES` (key = its index) in one commit.
+fn insert_every_size(s: &mut rebound::Session, table: &rebound::Table, model: &mut Model) {
+    let mut tx = s.begin();
+    for (i, &len) in SIZES.iter().enumerate() {
+        let v = value(i as u8, 0, len);
+        tx.insert(table, &[i as u8], &v).unwrap();
+        model.insert(vec![i as u8], v);
+    }
+    tx.commit().unwrap();
+}
+
 /// Writes every size, then rewrites them across the limit both ways, in
 /// one database; checks after each commit, after a crash image and after
 /// a reopen.
@@ -74,13 +85,7 @@ fn round_trip(options: impl Fn() -> Options, crash: impl Fn(u64) -> Options) {
     let db = Database::open("unused", options()).unwrap();
     let table = db.create_table("t", TableOptions::default()).unwrap();
     let mut s = db.session().unwrap();
-    let mut tx = s.begin();
-    for (i, &len) in SIZES.iter().enumerate() {
-        let v = value(i as u8, 0, len);
-        tx.insert(&table, &[i as u8], &v).unwrap();
-        model.insert(vec![i as u8], v);
-    }
-    tx.commit().unwrap();
+    insert_every_size(&mut s, &table, &mut model);
     check(&db, &model, "after the first commit");
     let mut tx = s.begin();
     let grown = value(0, 1, 2 << 20);
@@ -143,13 +148,7 @@ fn large_values_round_trip_through_a_reopen_in_the_wal_design() {
     let db = open(options());
     let table = db.create_table("t", TableOptions::default()).unwrap();
     let mut s = db.session().unwrap();
-    let mut tx = s.begin();
-    for (i, &len) in SIZES.iter().enumerate() {
-        let v = value(i as u8, 0, len);
-        tx.insert(&table, &[i as u8], &v).unwrap();
-        model.insert(vec![i as u8], v);
-    }
-    tx.commit().unwrap();
+    insert_every_size(&mut s, &table, &mut model);
     drop(s);
     drop(db);
     // Replayed from the log, then from the snapshot a close writes.
