@@ -125,6 +125,32 @@ impl Space {
         Ok((offset, offset >= ext.fresh_from))
     }
 
+    /// Cuts the medium back to its last allocated extent (free extents at
+    /// the end and the unused growth step go), for a planned shutdown:
+    /// a closed file then takes what it holds. Under the allocation lock,
+    /// so no extent can be handed out past the cut meanwhile. Returns the
+    /// medium's length afterwards.
+    pub fn give_back_tail(&self, medium: &Medium) -> Result<u64> {
+        let mut ext = self.inner.lock();
+        let end = match ext.free.last() {
+            Some(&(offset, len)) if offset + len == ext.end => offset,
+            _ => ext.end,
+        };
+        let len = medium.shrink_to(end)?;
+        // A medium that keeps its length keeps its old bytes there too:
+        // the free extent stays listed, as extents that are not fresh.
+        if len == end && end < ext.end {
+            let (_, freed) = ext.free.pop().unwrap_or_default();
+            ext.free_bytes -= freed;
+        }
+        if len == end {
+            ext.end = end;
+            // The file reads as zeros past the cut once it grows again.
+            ext.fresh_from = ext.fresh_from.min(end);
+        }
+        Ok(len)
+    }
+
     /// Returns an extent nobody references any more, and its storage to
     /// the file system.
     pub fn free(&self, medium: &Medium, offset: u64, len: u64) {

@@ -298,6 +298,30 @@ impl Medium {
         Ok(())
     }
 
+    /// Cuts a file-backed medium down to `new_len` (never below what it
+    /// holds: the caller knows nothing past `new_len` is referenced), so a
+    /// closed file does not keep the growth step reserved past its data.
+    /// The usable length drops first: nothing in this process reaches the
+    /// cut bytes. A later `grow` reserves real space again. Other media
+    /// keep their length. Returns the length now in force.
+    pub fn shrink_to(&self, new_len: u64) -> Result<u64> {
+        let _guard = self.grow_lock.lock();
+        if new_len >= self.len() {
+            return Ok(self.len());
+        }
+        let file = match &self.backend {
+            Backend::PersistentMemory { file, .. }
+            | Backend::Disk {
+                target: DiskTarget::File(file),
+                ..
+            } => file,
+            _ => return Ok(self.len()),
+        };
+        self.map.set_len(new_len);
+        file.set_len(new_len)?;
+        Ok(new_len)
+    }
+
     /// Gives the storage behind a free extent back: to the file system
     /// (a hole) or, for anonymous memory, to the system. The extent then
     /// reads as zeros, or keeps its bytes where holes are not supported

@@ -527,6 +527,14 @@ impl Design for LogFree {
         if mode != CheckpointMode::Off && self.persistent && !held {
             self.take_checkpoint(engine)?;
         }
+        // Blocks held ready and the growth step past the last extent are
+        // free space after a restart anyway: the closed file gives them
+        // back (a reader process may still map the tail: then it stays).
+        if self.persistent && !held {
+            let store = engine.store();
+            store.release_reserves();
+            store.space().give_back_tail(store.medium())?;
+        }
         Ok(())
     }
 
