@@ -11,7 +11,9 @@
 //! `Medium::discard`), so the file occupies about what is live even though
 //! its length keeps its high-water mark; reusing an extent backs it with
 //! real space first (`Medium::refill`), so a full disk is an error at
-//! allocation, never a SIGBUS at the first write.
+//! allocation, never a SIGBUS at the first write. A planned shutdown cuts
+//! the file back to its last extent in use (`give_back_tail`): the growth
+//! step reserved past it, and free extents at its end, are not kept.
 
 use super::BLOCK_ALIGN;
 use crate::error::Result;
