@@ -671,3 +671,72 @@ fn trailing_zero_bytes(path: &std::path::Path) -> u64 {
     let last = bytes.iter().rposition(|&b| b != 0).map_or(0, |at| at + 1);
     (bytes.len() - last) as u64
 }
+
+/// A writer that outruns GC waits for it once its table holds more than
+/// `max_space` versions per live one (`GcOptions::max_space`), and it
+/// never waits on a GC that can free nothing (a snapshot holds every
+/// block it retires).
+#[test]
+fn writers_wait_for_a_gc_that_falls_behind() {
+    common::each_seed(writer_stalls_with);
+}
+
+fn writer_stalls_with(seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let gc = GcOptions::default().max_space(1.2).space_target(1.2);
+    let options = Options::default().medium(MediumChoice::Auto).gc(gc);
+    let db = Database::open(dir.path(), options).unwrap();
+    let table = db.create_table("t", table_options()).unwrap();
+    let mut session = db.session().unwrap();
+    let keys = 256u32;
+    let mut model = load_keys(&mut session, &table, keys, &mut rng);
+    let mut update = |session: &mut Session, model: &mut BTreeMap<Vec<u8>, Vec<u8>>| {
+        let key = rng.gen_range(0..keys).to_be_bytes();
+        let v = value(&mut rng);
+        let mut txn = session.begin();
+        txn.update(&table, &key, &v).unwrap();
+        txn.commit().unwrap();
+        model.insert(key.to_vec(), v);
+    };
+    // The background thread's rounds raise the stall; how soon depends
+    // on scheduling, so the writer goes on until one has.
+    let mut commits = 0u64;
+    while db.stats().gc.writer_stalls == 0 && commits < 5_000_000 {
+        for _ in 0..1000 {
+            update(&mut session, &mut model);
+        }
+        commits += 1000;
+    }
+    let stalls = db.stats().gc.writer_stalls;
+    assert!(
+        stalls > 0,
+        "seed {seed}: no writer waited in {commits} commits"
+    );
+    assert_eq!(contents(&db, &table), model, "seed {seed}");
+
+    // A snapshot holds what GC would free: the blocks freed before it
+    // began go first, then the writer must not wait at all.
+    let mut reader = db.session().unwrap();
+    let snapshot = reader.begin_read_only();
+    for _ in 0..3 {
+        db.collect_garbage().unwrap();
+    }
+    let before = db.stats().gc.writer_stalls;
+    // Rounds of its own between the commits, so that the test does not
+    // depend on the background thread's timing: each relocates and
+    // retires blocks, none can free one.
+    for _ in 0..20 {
+        for _ in 0..1000 {
+            update(&mut session, &mut model);
+        }
+        db.collect_garbage().unwrap();
+    }
+    assert_eq!(
+        db.stats().gc.writer_stalls,
+        before,
+        "seed {seed}: writers waited for a GC that could free nothing"
+    );
+    drop(snapshot);
+    assert_eq!(contents(&db, &table), model, "seed {seed}");
+}

@@ -299,7 +299,12 @@ impl Engine {
     }
 
     pub fn gc_stats(&self) -> GcStats {
-        self.collector.lock().stats()
+        let (writer_stalls, writer_stall_time) = self.store.write_stall().totals();
+        GcStats {
+            writer_stalls,
+            writer_stall_time,
+            ..self.collector.lock().stats()
+        }
     }
 
     /// Claims a free session slot.
@@ -437,6 +442,7 @@ impl Engine {
     /// Stops accepting work and makes everything durable.
     pub fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
+        self.store.write_stall().set(false);
         self.stop_index_recovery_thread();
         if let Some(background) = self.background.lock().take() {
             background.stop();
@@ -661,6 +667,9 @@ impl Engine {
         };
         self.gc_backlog
             .store(matches!(gc, Ok(true)), Ordering::Relaxed);
+        if !matches!(gc, Ok(true)) {
+            self.store.write_stall().set(false);
+        }
         let reclaimed = match held {
             true => Ok(0),
             false => self.reclaim_dropped(),
@@ -742,13 +751,19 @@ impl Engine {
         // Candidates left: the copies are made durable (and their blocks
         // unlinked) now rather than when the pacing allows, so that redo
         // after a crash stays at one round's copies.
-        if collector.wants_checkpoint(&self.gc, now || left) {
+        // Writers waiting for space: the blocks go now too.
+        let behind = collector.over_bound();
+        if collector.wants_checkpoint(&self.gc, now || left || behind) {
             guard.persist_copies(self)?;
             collector.checkpoint_done(&self.store)?;
         }
         drop(guard);
-        collector.release(&self.store);
-        Ok(left)
+        // Writers wait only for a GC that frees something: one that can
+        // only retire blocks a snapshot still reads would hold them for
+        // nothing.
+        let progress = collector.release(&self.store) > 0;
+        self.store.write_stall().set(behind && progress);
+        Ok(left || (behind && progress))
     }
 }
 

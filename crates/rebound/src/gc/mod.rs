@@ -65,6 +65,11 @@ pub struct GcOptions {
     /// 90 % rule leaves cold keys holding old blocks, and the file grows
     /// without bound.
     pub space_target: f64,
+    /// While a table's blocks hold more than this many versions per live
+    /// one and GC is freeing blocks, writers wait for it after their
+    /// commits (at most a second each), as LSM engines stall writes
+    /// when compaction lags; 0: never.
+    pub max_space: f64,
     /// A round starts when this many blocks are candidates (the length of
     /// FIR's gc_array that triggers the GC thread).
     pub batch_blocks: usize,
@@ -83,7 +88,8 @@ impl Default for GcOptions {
         GcOptions {
             enabled: true,
             threshold: 0.9,
-            space_target: 2.0,
+            space_target: 1.5,
+            max_space: 1.5,
             batch_blocks: 4,
             max_blocks_per_round: 256,
             min_checkpoint_interval: Duration::from_millis(100),
@@ -98,8 +104,11 @@ setters!(GcOptions {
     /// (default 0.9, as in FIR).
     threshold: f64,
     /// Slots per live slot of a table past which half-obsolete blocks are
-    /// collected too (default 2).
+    /// collected too (default 1.5).
     space_target: f64,
+    /// Versions per live version of a table past which writers wait for
+    /// GC while it frees blocks (default 1.5; 0: never).
+    max_space: f64,
     /// Candidates needed before a background round starts (default 4).
     batch_blocks: usize,
     /// Most blocks relocated per round (default 256).
@@ -131,6 +140,10 @@ pub struct GcStats {
     /// Dropped tables whose blocks were all freed (their blocks and bytes
     /// count in `blocks_freed` and `bytes_freed`).
     pub dropped_tables_reclaimed: u64,
+    /// Commits that waited for GC because it fell behind (see
+    /// `GcOptions::max_space`), and the time they waited in all.
+    pub writer_stalls: u64,
+    pub writer_stall_time: Duration,
 }
 
 /// A block GC works on.
@@ -156,6 +169,8 @@ pub struct Collector {
     /// round, which comes within a millisecond when the round was cut
     /// short (finding candidates reads every block's bitmap).
     pending: Vec<BlockId>,
+    /// The last search for candidates found a table past `max_space`.
+    over_bound: bool,
     stats: GcStats,
 }
 
@@ -232,7 +247,11 @@ impl Collector {
             .collect();
         let candidates = match pending.len() >= min_candidates.max(1) {
             true => pending,
-            false => candidates(store, options),
+            false => {
+                let (found, over) = candidates(store, options);
+                self.over_bound = over;
+                found
+            }
         };
         if candidates.is_empty() || candidates.len() < min_candidates {
             return Ok((0, false));
@@ -278,6 +297,12 @@ impl Collector {
         self.stats.rounds += (retired > 0) as u64;
         self.stats.time += started.elapsed();
         Ok((retired, cut_short))
+    }
+
+    /// Whether the last search for candidates found a table holding more
+    /// than `max_space` versions per live one.
+    pub fn over_bound(&self) -> bool {
+        self.over_bound
     }
 
     /// Makes the next round look for candidates afresh rather than take
@@ -458,62 +483,81 @@ const SPACE_THRESHOLD: f64 = 0.5;
 /// Blocks past the threshold, most obsolete first. A table whose blocks
 /// hold more than `space_target` slots per live slot uses the lower
 /// `SPACE_THRESHOLD`.
-fn candidates(store: &Store, options: &GcOptions) -> Vec<BlockId> {
-    let mut found = Vec::new();
+/// Also says whether a table's blocks hold more than `max_space`
+/// versions per live one.
+fn candidates(store: &Store, options: &GcOptions) -> (Vec<BlockId>, bool) {
+    let (mut found, mut over) = (Vec::new(), false);
     for table in store.tables() {
         if table.is_loading() || table.is_damaged() || table.is_dropped() {
             continue;
         }
-        let heap = &table.heap;
-        let mut blocks = Vec::new();
-        let mut extent_blocks = Vec::new();
-        for (region_no, region) in heap.regions.iter().enumerate() {
-            let current = region.cursor.lock().block;
-            for block in region.present() {
-                if block.seq >= current || block.is_retired() {
-                    continue;
-                }
-                let obsolete = heap.obsolete_in(store.medium(), block);
-                let entries = heap.entries_in(store.medium(), block);
-                let id = BlockId {
-                    table: heap.def.id,
-                    region: region_no,
-                    seq: block.seq,
-                    offset: block.offset(),
-                };
-                if obsolete > 0 && heap.holds_extents(store.medium(), block) {
-                    extent_blocks.push((heap.block_usage(store.medium(), region_no, block), id));
-                }
-                blocks.push((obsolete.min(entries), entries, id));
+        let (table_found, table_over) = table_candidates(store, table, options);
+        found.extend(table_found);
+        over |= table_over;
+    }
+    found.sort_by_key(|&(obsolete, _)| std::cmp::Reverse(obsolete));
+    (found.into_iter().map(|(_, id)| id).collect(), over)
+}
+
+/// A table's candidates, with their obsolete slots, and whether it is
+/// past `max_space`.
+fn table_candidates(
+    store: &Store,
+    table: &TableRt,
+    options: &GcOptions,
+) -> (Vec<(u64, BlockId)>, bool) {
+    let (heap, medium) = (&table.heap, store.medium());
+    let mut blocks = Vec::new();
+    for (region_no, region) in heap.regions.iter().enumerate() {
+        let current = region.cursor.lock().block;
+        for block in region.present() {
+            if block.seq >= current || block.is_retired() {
+                continue;
             }
+            let id = BlockId {
+                table: heap.def.id,
+                region: region_no,
+                seq: block.seq,
+                offset: block.offset(),
+            };
+            let entries = heap.entries_in(medium, block);
+            let obsolete = heap.obsolete_in(medium, block).min(entries);
+            blocks.push((obsolete, entries, id, block));
         }
-        let total: u64 = blocks.iter().map(|b| b.1).sum();
-        let live = total - blocks.iter().map(|b| b.0).sum::<u64>();
-        let threshold = match total as f64 > options.space_target * live.max(1) as f64 {
-            true => options.threshold.min(SPACE_THRESHOLD),
-            false => options.threshold,
-        };
+    }
+    let total: u64 = blocks.iter().map(|b| b.1).sum();
+    let live = total - blocks.iter().map(|b| b.0).sum::<u64>();
+    let threshold = match total as f64 > options.space_target * live.max(1) as f64 {
+        true => options.threshold.min(SPACE_THRESHOLD),
+        false => options.threshold,
+    };
+    let over = options.max_space > 0.0 && total as f64 > options.max_space * live.max(1) as f64;
+    let by_bytes_threshold = threshold.min(SPACE_THRESHOLD);
+    let mut found = Vec::new();
+    for (obsolete, entries, id, block) in blocks {
         // Blocks hold as many versions as fit: each is judged by its own.
-        let enough = |&(obsolete, entries, _): &(u64, u64, BlockId)| {
-            obsolete >= (threshold * entries as f64).ceil().max(1.0) as u64
-        };
-        let (by_count, rest): (Vec<_>, Vec<_>) = blocks.into_iter().partition(enough);
-        found.extend(by_count.into_iter().map(|(o, _, id)| (o, id)));
+        let by_count = obsolete >= (threshold * entries as f64).ceil().max(1.0) as u64;
         // Out-of-line values make a few versions most of a block's bytes:
         // such a block is judged by the bytes its obsolete versions hold,
         // and taken once they are at least half (it copies no more than
         // it frees).
-        let by_bytes = |usage: &crate::heap::BlockUsage| {
-            usage.obsolete_bytes as f64 >= threshold.min(SPACE_THRESHOLD) * usage.bytes as f64
-        };
-        for (obsolete, _, id) in rest {
-            if extent_blocks.iter().any(|(u, b)| *b == id && by_bytes(u)) {
-                found.push((obsolete, id));
+        let by_bytes = || {
+            if obsolete == 0 || !heap.holds_extents(medium, block) {
+                return false;
             }
+            if let Some(enough) = block.bytes_verdict(obsolete) {
+                return enough;
+            }
+            let usage = heap.block_usage(medium, id.region, block);
+            let enough = usage.obsolete_bytes as f64 >= by_bytes_threshold * usage.bytes as f64;
+            block.note_bytes_verdict(obsolete, enough);
+            enough
+        };
+        if by_count || by_bytes() {
+            found.push((obsolete, id));
         }
     }
-    found.sort_by_key(|&(obsolete, _)| std::cmp::Reverse(obsolete));
-    found.into_iter().map(|(_, id)| id).collect()
+    (found, over)
 }
 
 /// Whether a block found as a candidate earlier is still one GC may

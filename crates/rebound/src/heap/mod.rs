@@ -260,6 +260,11 @@ pub struct Block {
     /// Obsolete slots + 1 when the block's dead extents were last freed
     /// (0: never): a sweep that would find the same bits is skipped.
     swept_obsolete: AtomicU32,
+    /// GC's last verdict on the bytes of its obsolete versions, with the
+    /// obsolete count it was reached at: `(obsolete + 1) << 1 | enough`
+    /// (0: none). Counting bytes walks every entry; bits that did not
+    /// change since give the same verdict.
+    bytes_verdict: AtomicU32,
 }
 
 impl Block {
@@ -273,6 +278,7 @@ impl Block {
             trusted: AtomicBool::new(false),
             closed_entries: AtomicU32::new(0),
             swept_obsolete: AtomicU32::new(0),
+            bytes_verdict: AtomicU32::new(0),
         }
     }
 
@@ -312,6 +318,18 @@ impl Block {
     pub fn note_swept(&self, obsolete: u64) -> bool {
         let mark = obsolete as u32 + 1;
         self.swept_obsolete.swap(mark, AcqRel) != mark
+    }
+
+    /// GC's verdict on the block's obsolete bytes, if one was reached at
+    /// `obsolete` obsolete slots.
+    pub fn bytes_verdict(&self, obsolete: u64) -> Option<bool> {
+        let verdict = self.bytes_verdict.load(Acquire);
+        (verdict >> 1 == obsolete as u32 + 1).then_some(verdict & 1 == 1)
+    }
+
+    pub fn note_bytes_verdict(&self, obsolete: u64, enough: bool) {
+        let verdict = ((obsolete as u32 + 1) << 1) | enough as u32;
+        self.bytes_verdict.store(verdict, Release);
     }
 
     /// Makes the next sweep of the block's dead extents run.
@@ -1205,10 +1223,14 @@ impl TableHeap {
             "a block holds its whole directory"
         );
         for slot in 0..capacity {
-            let at = offset + record::directory_end(slot);
-            medium.store(at, TXN_EMPTY);
-            medium.persist(at, 8);
+            medium.store(offset + record::directory_end(slot), TXN_EMPTY);
         }
+        // One write-back per line, not per word.
+        let first = offset + record::directory_end(0);
+        medium.persist(
+            first,
+            record::directory_end(capacity) - record::directory_end(0),
+        );
     }
 
     /// Touches every page of a fresh (zeroed) block so that it faults in.

@@ -61,6 +61,12 @@ pub fn encoded_tombstone(version: &[u8]) -> bool {
     flags.is_some_and(|f| u16::from_le_bytes(f) & FLAG_TOMBSTONE != 0)
 }
 
+/// Whether an encoded version's record points to an extent.
+pub fn encoded_out_of_line(version: &[u8]) -> bool {
+    let flags = version.get(14..16).and_then(|f| f.try_into().ok());
+    flags.is_some_and(|f| u16::from_le_bytes(f) & extent::FLAG_OUT_OF_LINE != 0)
+}
+
 /// Whether a record at `offset` taking `space` bytes can belong to entry
 /// `slot` of a block whose records so far start at `free_end`: it lies
 /// right below them, 8-aligned, clear of its own entry.
@@ -534,6 +540,10 @@ impl TableHeap {
         let Some(record) = version.get(8..) else {
             return false;
         };
+        assert!(
+            !encoded_out_of_line(version),
+            "a version going out of line is appended, never rewritten"
+        );
         // An extent belongs to one version for as long as its block
         // lives: a value going out of line, or one that was, moves on.
         let old = SlotHeader::read(medium, medium.load(entry), block.offset() + offset);
@@ -618,7 +628,8 @@ impl TableHeap {
         self.walk_directory(medium, block, |entry| {
             let addr = Addr::new(worker, block.seq, entry.slot);
             let live = matches!(entry.word, SlotWord::Written { hole: false, .. });
-            if !live || !self.is_obsolete(medium, addr) {
+            if !live || entry.space > self.pointer_record_space() || !self.is_obsolete(medium, addr)
+            {
                 return;
             }
             let Some(extent) = self.owned_extent(medium, addr) else {
@@ -638,6 +649,14 @@ impl TableHeap {
             space.free(medium, offset, len);
         }
         Ok((dead.iter().map(|&(_, len)| len).sum(), complete))
+    }
+
+    /// The most space a record pointing to an extent takes: it is written
+    /// once, in the space its key and pointer need (`rewrite` never
+    /// writes one), so a larger record is inline and its header need not
+    /// be read to know it.
+    fn pointer_record_space(&self) -> u64 {
+        record_space(RECORD_HEADER + self.def.max_key_len as u64 + POINTER_BYTES as u64)
     }
 
     /// Turns an aborted version into a hole that recovery skips.

@@ -55,6 +55,7 @@ mod relocate;
 mod sampler;
 mod secondary;
 mod snapshot;
+mod stall;
 
 pub use admission::{Admission, Permit};
 pub use changes::{Capture, ChangeLog, Changes, Committed};
@@ -138,6 +139,8 @@ pub struct Store {
     /// Timestamp of GC's running system transaction, 0 when none runs:
     /// writers that meet its locks wait for it instead of conflicting.
     gc_txn: AtomicU64,
+    /// Raised by GC while it falls behind the writers (see `stall`).
+    write_stall: Arc<stall::WriteStall>,
     /// Secondary index entries that may be stale (see `secondary`).
     index_garbage: parking_lot::Mutex<Vec<Stale>>,
     /// Versions committed since the last checkpoint (for delta ones).
@@ -276,6 +279,11 @@ impl Store {
         self.gc_txn.store(0, Release);
     }
 
+    /// Writers wait for GC while this is up (see `stall`).
+    pub fn write_stall(&self) -> &stall::WriteStall {
+        &self.write_stall
+    }
+
     /// Frees every table's extents held ready for its next blocks (see
     /// `heap/reserve.rs`); returns how many.
     pub fn release_reserves(&self) -> usize {
@@ -328,6 +336,7 @@ impl Store {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             gc_txn: AtomicU64::new(0),
+            write_stall: Arc::default(),
             index_garbage: parking_lot::Mutex::new(Vec::new()),
             changes: ChangeLog::new(crate::catalog::MAX_WORKERS),
             log: std::sync::OnceLock::new(),
@@ -563,6 +572,8 @@ impl Store {
 pub struct PendingCommit {
     pending: Pending,
     id: Option<u64>,
+    /// Set when the transaction wrote while GC had writers wait.
+    stall: Option<Arc<stall::WriteStall>>,
 }
 
 enum Pending {
@@ -577,11 +588,15 @@ impl PendingCommit {
     /// Waits until the commit is durable; an error means it may not be
     /// (the log failed or the database was closed first).
     pub fn wait(self) -> Result<()> {
-        match self.pending {
+        let durable = match self.pending {
             Pending::Durable => Ok(()),
             Pending::Record(log, ticket) => log.wait(ticket),
             Pending::Reads(log, newest_read) => log.wait_for_reads(newest_read),
+        };
+        if let Some(stall) = self.stall {
+            stall.wait();
         }
+        durable
     }
 
     /// The commit's place in the serial order of all commits: the id its
@@ -2047,7 +2062,8 @@ impl<'s> TxnState<'s> {
         let log = store.log().filter(|_| self.worker != catalog::GC_WORKER);
         let mut set = store.write_sets[self.worker].lock();
         let mut ticket = None;
-        if !set.writes.is_empty() {
+        let wrote = !set.writes.is_empty();
+        if wrote {
             assert_eq!(
                 set.ts, self.ts,
                 "the write set committed belongs to the committing transaction"
@@ -2103,9 +2119,12 @@ impl<'s> TxnState<'s> {
             (Some(log), Some(ticket)) => Pending::Record(log.clone(), ticket),
             (Some(log), None) => Pending::Reads(log.clone(), self.newest_read.get()),
         };
+        // GC's own copies never wait for GC.
+        let stalled = wrote && self.worker != catalog::GC_WORKER && store.write_stall.is_on();
         Ok(PendingCommit {
             pending,
             id: (!read_only_occ).then_some(self.ts),
+            stall: stalled.then(|| store.write_stall.clone()),
         })
     }
 
