@@ -120,20 +120,18 @@ fn header(owner: Owner, len: u64, crc: u32) -> [u8; EXTENT_HEADER as usize] {
     h
 }
 
-/// Writes `value` and its header for `owner` into the extent at `offset`
-/// (allocated by the caller for `extent_len(value.len())` bytes) and
-/// makes both durable.
-pub fn write(medium: &Medium, offset: u64, owner: Owner, value: &[u8]) -> Result<Pointer> {
-    let pointer = Pointer {
-        offset,
-        len: value.len() as u64,
-        crc: crc32c::crc32c(value),
-    };
-    medium.write_bytes(offset + EXTENT_HEADER, value);
-    medium.write_bytes(offset, &header(owner, pointer.len, pointer.crc));
-    medium.persist(offset, EXTENT_HEADER + pointer.len);
-    medium.fence()?;
-    Ok(pointer)
+/// Writes `value` and its header for `owner` into the extent `pointer`
+/// names (allocated by the caller for `extent_len(value.len())` bytes;
+/// its crc computed by the caller, once) and makes both durable.
+pub fn write(medium: &Medium, pointer: Pointer, owner: Owner, value: &[u8]) -> Result<()> {
+    debug_assert_eq!(pointer.len, value.len() as u64);
+    // Nobody reads an extent before its pointer is committed: the value
+    // goes in as one bulk copy.
+    medium.write_unshared(pointer.offset + EXTENT_HEADER, value)?;
+    let head = header(owner, pointer.len, pointer.crc);
+    medium.write_bytes(pointer.offset, &head);
+    medium.persist(pointer.offset, EXTENT_HEADER + pointer.len);
+    medium.fence()
 }
 
 /// Whether the extent `pointer` names is `owner`'s: in the data area,
