@@ -9,8 +9,8 @@ import sys
 
 
 def space_table(path):
-    print("| values | engine | live MB | after load | (open) | updates | after updates | (apparent) | (open) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| values | engine | live MB | after load | (open) | updates | after updates | (apparent) | (open) | writer stalls |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for f in sorted(glob.glob(os.path.join(path, "*.json"))):
         d = json.load(open(f))
         name = os.path.basename(f)[:-5]
@@ -20,8 +20,14 @@ def space_table(path):
         us = u.get("space", {})
         live = (s["live"]["key_bytes"] + s["live"]["value_bytes"]) / 1e6
         updates = u.get("run", {}).get("committed", "")
+        # Rebound's GC makes writers wait when it falls behind.
+        gc = (us.get("rebound") or {}).get("gc") or {}
+        stalls = ""
+        if "writer_stalls" in gc:
+            waited = gc["writer_stall_time"]["secs"] + gc["writer_stall_time"]["nanos"] / 1e9
+            stalls = f"{gc['writer_stalls']} ({waited:.1f} s)"
         print(f"| {case} | {engine} | {live:.1f} | {s['ratio']:.2f}x | {s['open_ratio']:.2f}x | {updates} "
-              f"| {us.get('ratio', 0):.2f}x | {us.get('apparent_ratio', 0):.2f}x | {us.get('open_ratio', 0):.2f}x |")
+              f"| {us.get('ratio', 0):.2f}x | {us.get('apparent_ratio', 0):.2f}x | {us.get('open_ratio', 0):.2f}x | {stalls} |")
 
 
 def blob_table(path):
