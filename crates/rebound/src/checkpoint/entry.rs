@@ -118,15 +118,15 @@ impl Decoder {
     /// Decodes the entry that starts `bytes`; returns its length, or
     /// `None` (and changes nothing) if it does not parse, does not fit
     /// `bytes`, or does not ascend from the previous one.
+    #[inline]
     pub fn decode(&mut self, bytes: &[u8]) -> Option<usize> {
         let mut at = 0;
-        let shared = varint(bytes, &mut at)?;
-        let len = varint(bytes, &mut at)?;
+        let shared = length(bytes, &mut at)?;
+        let len = length(bytes, &mut at)?;
         let most = if self.fresh { 0 } else { self.key.len() };
-        let shared = usize::try_from(shared).ok().filter(|&s| s <= most)?;
-        let len = usize::try_from(len)
-            .ok()
-            .filter(|&l| l <= MAX_KEY - shared)?;
+        if shared > most || len > MAX_KEY - shared {
+            return None;
+        }
         let suffix = bytes.get(at..at + len)?;
         at += len;
         if !self.fresh && !ascends(&self.key, shared, suffix) {
@@ -179,19 +179,43 @@ fn put_varint(out: &mut Vec<u8>, mut v: u128) {
     out.push(v as u8);
 }
 
+/// A key length or shared count: a varint up to `MAX_KEY`.
+#[inline]
+fn length(bytes: &[u8], at: &mut usize) -> Option<usize> {
+    varint(bytes, at)
+        .filter(|&v| v <= MAX_KEY as u128)
+        .map(|v| v as usize)
+}
+
 /// The varint at `*at` in `bytes`, at most `MAX_VARINT` bytes; advances
-/// `*at` past it.
+/// `*at` past it. Most are one byte: those take the short way.
+#[inline]
 fn varint(bytes: &[u8], at: &mut usize) -> Option<u128> {
-    let mut v = 0u128;
-    for i in 0..MAX_VARINT {
+    let first = *bytes.get(*at)?;
+    if first < 0x80 {
+        *at += 1;
+        return Some(u128::from(first));
+    }
+    varint_long(bytes, at)
+}
+
+fn varint_long(bytes: &[u8], at: &mut usize) -> Option<u128> {
+    // Nine bytes hold 63 bits: only a tenth needs the wider type.
+    let mut v = 0u64;
+    for i in 0..MAX_VARINT - 1 {
         let byte = *bytes.get(*at + i)?;
-        v |= u128::from(byte & 0x7F) << (7 * i);
+        v |= u64::from(byte & 0x7F) << (7 * i);
         if byte < 0x80 {
             *at += i + 1;
-            return Some(v);
+            return Some(u128::from(v));
         }
     }
-    None
+    let last = *bytes.get(*at + MAX_VARINT - 1)?;
+    if last >= 0x80 {
+        return None;
+    }
+    *at += MAX_VARINT;
+    Some(u128::from(v) | (u128::from(last) << 63))
 }
 
 #[cfg(test)]
