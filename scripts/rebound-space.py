@@ -3,7 +3,7 @@
 
 Usage: scripts/rebound-space.py DIR [LIVE_BYTES]
 
-Reads DIR/rebound.db (on-medium format 6, see docs/DESIGN.md) and splits
+Reads DIR/rebound.db (on-medium format 7, see docs/DESIGN.md) and splits
 its allocated bytes (st_blocks: holes take none) into the metadata area,
 the images of the checkpoint chain in force, the heap blocks its newest
 image lists (with what their directories hold: live records, obsolete
@@ -20,6 +20,9 @@ import sys
 DATA_FILE = "rebound.db"
 OFFSET_MASK = (1 << 56) - 1
 MAX_REGIONS = 128
+# Images of entries, and of index nodes (IACoW: no entries).
+ENTRIES_MAGIC = b"RBCKPT06"
+IMAGE_MAGICS = (ENTRIES_MAGIC, b"RBCKPN05")
 
 
 def u32(b, at):
@@ -103,8 +106,8 @@ def main():
     f = os.open(path, os.O_RDONLY)
     st = os.fstat(f)
     sb = pread(f, 0, 256)
-    if sb[:8] != b"REBOUND\0" or u32(sb, 8) != 6:
-        sys.exit(f"{path}: not a format-6 Rebound data file")
+    if sb[:8] != b"REBOUND\0" or u32(sb, 8) != 7:
+        sys.exit(f"{path}: not a format-7 Rebound data file")
     data_start, root = u64(sb, 40), u64(sb, 128) & OFFSET_MASK
     ranges = data_ranges(f, st.st_size)
     rows = []
@@ -118,9 +121,17 @@ def main():
     accounted = allocated_in(ranges, 0, data_start)
     images = chain(f, root)
     for at, length, depth, magic in images:
+        if magic not in IMAGE_MAGICS:
+            sys.exit(f"{path}: checkpoint image at {at} has magic {magic!r}")
         n = allocated_in(ranges, at, at + length)
         line(f"checkpoint image depth {depth} ({magic.decode()})", n)
         accounted += n
+        if magic == ENTRIES_MAGIC:
+            sections = table_sections(f, at, u32(pread(f, at, 64), 32))
+            count = sum(s[2] for s in sections)
+            entry_bytes = sum(s[3] for s in sections)
+            per = f"{length / count:.2f} B/entry, {entry_bytes / count:.2f} in entries" if count else "no entries"
+            line(f"  ({count} entries: {per})", 0)
     totals = [0] * 7
     # Blocks whose records are mostly obsolete by bytes but not by count:
     # GC judges a block by the share of its entries that are obsolete.

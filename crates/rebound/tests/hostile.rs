@@ -894,7 +894,7 @@ fn reseal_descriptor(image: &mut [u8]) {
 fn checkpoints(image: &[u8]) -> Vec<usize> {
     (DATA_START..image.len())
         .step_by(4096)
-        .filter(|&at| matches!(&image[at..at + 8], b"RBCKPT05" | b"RBCKPN05"))
+        .filter(|&at| matches!(&image[at..at + 8], b"RBCKPT06" | b"RBCKPN05"))
         .collect()
 }
 
@@ -1103,13 +1103,34 @@ fn file_targets(image: &[u8]) -> Vec<FileTarget> {
         }
         let mut e = entries_at;
         while e < fences_at {
-            let key = u16::from_le_bytes([image[e], image[e + 1]]) as usize;
-            push(e, 2, "entry key length", seal);
-            push(e + 2 + key, 8, "entry address", seal);
-            e += 10 + key;
+            for what in [
+                "entry shared key bytes",
+                "entry key suffix length",
+                "entry address",
+            ] {
+                let (value, width) = varint_at(image, e);
+                push(e, width, what, seal);
+                e += width;
+                if what == "entry key suffix length" && value > 0 {
+                    push(e, 1, "entry key suffix", seal);
+                    e += value as usize;
+                }
+            }
         }
     }
     out
+}
+
+/// The varint of a checkpoint entry at `at`, and its width in bytes.
+fn varint_at(b: &[u8], at: usize) -> (u64, usize) {
+    let mut value = 0;
+    for (i, &byte) in b[at..].iter().enumerate() {
+        value |= u64::from(byte & 0x7F) << (7 * i);
+        if byte < 0x80 {
+            return (value, i + 1);
+        }
+    }
+    unreachable!("an engine-written varint ends")
 }
 
 /// An entry's txn word gets the check bits of its (new) txn id and hole

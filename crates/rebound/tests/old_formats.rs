@@ -19,6 +19,13 @@
 //!   its block): written by a program against the engine of main at
 //!   3f5ca62 that created table "t" with the default options, inserted
 //!   the rows one transaction each and closed the database.
+//! - `format6-log-free.pages`: format 6 (values out of line, checkpoint
+//!   images `RBCKPT05` whose entries are stored whole: u16 key length,
+//!   key, u64 address): written by a program against the engine at
+//!   913c831 that opened the database with the default options, created
+//!   table "t" with the default options, inserted the rows one
+//!   transaction each and closed the database (its checkpoint image
+//!   holds the 20 entries).
 
 use rebound::{Database, Durability, Error, Options};
 use std::path::Path;
@@ -26,7 +33,7 @@ use std::path::Path;
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 /// This build's format versions: the log-free data file and `wal` log
 /// segments (snapshots keep format 3: their rows are keys and values).
-const FORMAT: u32 = 6;
+const FORMAT: u32 = 7;
 const SEGMENT_FORMAT: u32 = 3;
 const SNAPSHOT_FORMAT: u32 = 3;
 
@@ -105,6 +112,13 @@ fn a_format_5_data_file_is_refused_as_unsupported() {
     let dir = log_free_fixture("format5-log-free.pages");
     let what = "a format 5 data file";
     expect_refused(dir.path(), Options::default(), (5, FORMAT), what);
+}
+
+#[test]
+fn a_format_6_data_file_is_refused_as_unsupported() {
+    let dir = log_free_fixture("format6-log-free.pages");
+    let what = "a format 6 data file";
+    expect_refused(dir.path(), Options::default(), (6, FORMAT), what);
 }
 
 /// Its snapshot (format 2) is read first, and refused.

@@ -221,7 +221,7 @@ impl Chain {
         }
         reader.upper = upper.map(|u| (key_prefix(u), u.to_vec()));
         // Copying a lone base wholesale would not stop at `upper`.
-        reader.copy_encoded = false;
+        reader.copy_straight = false;
         reader
     }
 
@@ -359,8 +359,9 @@ pub struct ChainReader<'a> {
     /// Key buffers of entries that left the heap, for reuse.
     spare: Vec<Vec<u8>>,
     keep_tombstones: bool,
-    /// One image whose entries are all to be copied: copy them encoded.
-    copy_encoded: bool,
+    /// One image whose entries are all to be copied: copy them from its
+    /// reader, without the merge.
+    copy_straight: bool,
     /// The heap holds the newer readers' first keys.
     filled: bool,
     /// Keys from here on are left unread (`None`: read to the end), with
@@ -388,7 +389,7 @@ impl<'a> ChainReader<'a> {
     fn new(
         sections: Vec<&'a TableSection>,
         keep_tombstones: bool,
-        copy_encoded: bool,
+        copy_straight: bool,
     ) -> ChainReader<'a> {
         ChainReader {
             readers: sections
@@ -405,7 +406,7 @@ impl<'a> ChainReader<'a> {
             stale_top: false,
             spare: Vec::new(),
             keep_tombstones,
-            copy_encoded,
+            copy_straight,
             filled: false,
             upper: None,
         }
@@ -604,7 +605,7 @@ impl<'a> ChainReader<'a> {
         upper: Option<&[u8]>,
         run: &mut RunWriter,
     ) -> u64 {
-        if let ([only], true) = (self.readers.as_mut_slice(), self.copy_encoded) {
+        if let ([only], true) = (self.readers.as_mut_slice(), self.copy_straight) {
             return only.entries.copy_until(medium, upper, run);
         }
         let mut copied = 0;

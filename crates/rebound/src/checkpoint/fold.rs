@@ -17,10 +17,10 @@
 //! extent is free again at recovery, which rebuilds free space from the
 //! chain in force); what was replaced is freed only after the switch.
 
-use super::chain::Chain;
-use super::writer::{Builder, Horizons, Link};
+use super::chain::{Chain, ChainReader};
+use super::writer::{Builder, Horizons, Link, RunWriter};
 use super::{install, Checkpointer, Durable};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::txn::Store;
 
 /// A fold of the chain ending at image `top` into one base image.
@@ -48,9 +48,7 @@ impl FoldJob {
         let mut entries = 0;
         for section in newest.sections() {
             let mut run = image.begin_section(section.table, &section.block_lists);
-            entries += chain
-                .reader(section.table)
-                .copy_until(store.medium(), None, &mut run);
+            entries += copy_whole(store, chain.reader(section.table), &mut run)?;
             run.finish();
         }
         let bytes = image.finish();
@@ -76,6 +74,19 @@ fn horizons_of(image: &super::CheckpointImage, sequence: u64) -> Horizons {
     }
 }
 
+/// Copies all that `reader` reads into `run`; returns how many entries
+/// went in. A run whose entries stop decoding before its end is damage
+/// (its body checksum passed, so the writer's), not a shorter run.
+fn copy_whole(store: &Store, mut reader: ChainReader, run: &mut RunWriter) -> Result<u64> {
+    let copied = reader.copy_until(store.medium(), None, run);
+    match reader.at_end() {
+        true => Ok(copied),
+        false => Err(Error::Corrupt(
+            "checkpoint: a run does not decode to its end".into(),
+        )),
+    }
+}
+
 /// Writes one delta equal to the `newest` images of `chain`, linked to
 /// `onto`, and makes it the root; returns its extent and entry count.
 fn merge_newest(
@@ -90,10 +101,8 @@ fn merge_newest(
     let mut entries = 0;
     for section in top.sections() {
         let mut run = image.begin_section(section.table, &section.block_lists);
-        entries +=
-            chain
-                .newest_reader(section.table, newest)
-                .copy_until(store.medium(), None, &mut run);
+        let reader = chain.newest_reader(section.table, newest);
+        entries += copy_whole(store, reader, &mut run)?;
         run.finish();
     }
     Ok((install(store, &image.finish())?, entries))

@@ -2,10 +2,10 @@
 //! a chain of three images (tables in some images only, runs of many
 //! fence groups, block lists, tombstones) is written through the engine's
 //! own `Builder`, one field is set to a hostile value (lengths, counts,
-//! offsets, sequence numbers, table ids, depths, links, fences, key
-//! lengths, addresses), and every checksum is recomputed the way a reader
-//! finds its parts. Every reader of the chain must then answer or return
-//! `Corrupt`: never panic, never loop.
+//! offsets, sequence numbers, table ids, depths, links, fences, and
+//! every varint and key suffix of the entries), and every checksum is
+//! recomputed the way a reader finds its parts. Every reader of the
+//! chain must then answer or return `Corrupt`: never panic, never loop.
 //!
 //! `tests/hostile.rs` does the same through whole files; this target
 //! reaches the chain's on-demand lookups and merges directly, on runs of
@@ -102,6 +102,18 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
+/// The varint at `at` and its width in bytes.
+fn varint_at(b: &[u8], at: usize) -> (u64, usize) {
+    let mut value = 0;
+    for (i, &byte) in b[at..].iter().enumerate() {
+        value |= u64::from(byte & 0x7F) << (7 * i);
+        if byte < 0x80 {
+            return (value, i + 1);
+        }
+    }
+    unreachable!("an engine-written varint ends")
+}
+
 fn put_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
@@ -164,10 +176,15 @@ fn fields(bytes: &[u8], offsets: &[u64]) -> Vec<Field> {
             }
             let mut e = entries;
             while e < fences {
-                let len = u16::from_le_bytes([bytes[e], bytes[e + 1]]) as usize;
-                push(e, 2, "key length");
-                push(e + 2 + len, 8, "address");
-                e += 10 + len;
+                for what in ["shared key bytes", "key suffix length", "address"] {
+                    let (value, width) = varint_at(bytes, e);
+                    push(e, width, what);
+                    e += width;
+                    if what == "key suffix length" && value > 0 {
+                        push(e, 1, "key suffix");
+                        e += value as usize;
+                    }
+                }
             }
             section = fences + 16 * groups;
         }
@@ -336,4 +353,41 @@ fn a_fence_offset_near_the_end_of_the_range_is_refused() {
         medium.write_bytes(0, &bytes);
         read_everything(&medium, root).unwrap();
     }
+}
+
+/// An entry that shares more than its predecessor's key has, inside a
+/// group whose checksum was recomputed: the lookups and ranges that read
+/// the group are `Corrupt`, and the sequential reader stops short of the
+/// run's end (recovery then finds the entry count short).
+#[test]
+fn an_entry_sharing_more_than_its_predecessor_has_is_corrupt() {
+    let (pristine, offsets) = write_chain(&images());
+    let base = offsets[0];
+    let shared: Vec<Field> = fields(&pristine, &offsets)
+        .into_iter()
+        .filter(|f| f.what == "shared key bytes" && f.image == base as usize)
+        .collect();
+    // Table 3's second group: its third entry, key00066.
+    let field = shared[64 + 2];
+    let mut bytes = pristine.clone();
+    bytes[field.at] = 9;
+    reseal(&mut bytes, field.image);
+    let medium = Medium::volatile(MEDIUM, MEDIUM).unwrap();
+    medium.write_bytes(0, &bytes);
+    let image = super::image::CheckpointImage::open(&medium, base).unwrap();
+    image.verify(&medium).unwrap();
+    let section = image.table(3).unwrap();
+    assert!(matches!(
+        section.find(&medium, &key(70)),
+        Err(Error::Corrupt(_))
+    ));
+    assert_eq!(section.find(&medium, &key(10)).unwrap(), Some(10 << 16));
+    let range = section.range(&medium, Bound::Unbounded, Bound::Unbounded, 1000);
+    assert!(matches!(range, Err(Error::Corrupt(_))));
+    let mut reader = section.reader();
+    let mut read = 0;
+    while reader.next_entry(&medium).is_some() {
+        read += 1;
+    }
+    assert_eq!((read, reader.at_end()), (66, false));
 }

@@ -17,13 +17,14 @@
 
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
+use super::entry::{Decoder, MAX_ENTRY};
 use super::writer::RunWriter;
 use crate::catalog::MAX_WORKERS;
 use crate::error::{Error, Result};
 use crate::medium::Medium;
 use std::ops::Bound;
 
-pub(super) const MAGIC: [u8; 8] = *b"RBCKPT05";
+pub(super) const MAGIC: [u8; 8] = *b"RBCKPT06";
 /// An image whose table sections hold node images (IACoW) instead of
 /// entries; see [`NodePart`].
 pub(super) const NODES_MAGIC: [u8; 8] = *b"RBCKPN05";
@@ -425,30 +426,29 @@ impl TableSection {
         Some((u64_at(&bytes, 0), u32_at(&bytes, 8)))
     }
 
-    /// The key of the entry at `rel`, unverified: only steers the search
-    /// for a group, whose checksum is verified before any answer.
+    /// The key of the group's first entry at `rel`, unverified: only
+    /// steers the search for a group, whose checksum is verified before
+    /// any answer.
     fn key_at(&self, medium: &Medium, rel: u64) -> Option<Vec<u8>> {
-        let mut key = Vec::new();
-        self.key_at_into(medium, rel, &mut key).then_some(key)
+        let mut probe = Decoder::new();
+        self.key_at_into(medium, rel, &mut probe)
+            .then(|| probe.entry().0.to_vec())
     }
 
-    /// `key_at` into `key`'s buffer; false if no entry fits at `rel`.
-    /// `rel` comes from an unverified fence, so sums with it are checked:
-    /// one near `u64::MAX` would wrap past the bounds check.
-    fn key_at_into(&self, medium: &Medium, rel: u64, key: &mut Vec<u8>) -> bool {
-        let within = |len: u64| rel.checked_add(len).is_some_and(|e| e <= self.entries_len);
-        if !within(2) {
+    /// `key_at` into `probe`; false if no first entry decodes at `rel`.
+    /// `rel` comes from an unverified fence, so it is checked against
+    /// the entries' length before anything is read.
+    fn key_at_into(&self, medium: &Medium, rel: u64, probe: &mut Decoder) -> bool {
+        let Some(room) = self.entries_len.checked_sub(rel) else {
             return false;
-        }
-        let mut len = [0u8; 2];
-        medium.read_at(self.entries_at + rel, &mut len);
-        let key_len = u16::from_le_bytes(len) as u64;
-        if !within(10 + key_len) {
+        };
+        let mut bytes = [0u8; MAX_ENTRY];
+        let Some(window) = bytes.get_mut(..room.min(MAX_ENTRY as u64) as usize) else {
             return false;
-        }
-        key.resize(key_len as usize, 0);
-        medium.read_at(self.entries_at + rel + 2, key);
-        true
+        };
+        medium.read_at(self.entries_at + rel, window);
+        probe.restart();
+        probe.decode(window).is_some()
     }
 
     /// First keys of about `samples` groups spread evenly over the run,
@@ -472,13 +472,13 @@ impl TableSection {
     /// Index of the last group whose first key is ≤ `key` (0 if none is).
     fn group_for(&self, medium: &Medium, key: &[u8]) -> usize {
         let (mut lo, mut hi) = (0usize, self.fence_count);
-        let mut probe = Vec::new();
+        let mut probe = Decoder::new();
         while lo + 1 < hi {
             let mid = (lo + hi) / 2;
             let read = self
                 .fence(medium, mid)
                 .is_some_and(|f| self.key_at_into(medium, f.0, &mut probe));
-            match read && probe.as_slice() <= key {
+            match read && probe.entry().0 <= key {
                 true => lo = mid,
                 false => hi = mid,
             }
@@ -493,10 +493,12 @@ impl TableSection {
         if !self.group_bytes(medium, g, &mut bytes)? {
             return Ok(None);
         }
-        GroupEntries::new(&bytes)
-            .map(|entry| entry.map(|(key, addr)| (key.to_vec(), addr)))
-            .collect::<Result<Entries>>()
-            .map(Some)
+        let (mut entries, mut out) = (GroupEntries::new(&bytes), Vec::new());
+        while let Some(entry) = entries.next_entry() {
+            let (key, addr) = entry?;
+            out.push((key.to_vec(), addr));
+        }
+        Ok(Some(out))
     }
 
     /// Reads group `g`'s bytes into `bytes` and verifies them against its
@@ -530,10 +532,12 @@ impl TableSection {
         if !self.group_bytes(medium, g, &mut bytes)? {
             return Ok(None);
         }
-        let (mut found, mut after_first) = (None, false);
-        for (i, entry) in GroupEntries::new(&bytes).enumerate() {
+        let (mut found, mut after_first, mut first) = (None, false, true);
+        let mut entries = GroupEntries::new(&bytes);
+        while let Some(entry) = entries.next_entry() {
             let (k, addr) = entry?;
-            after_first |= i == 0 && k < key;
+            after_first |= first && k < key;
+            first = false;
             if k == key {
                 found = Some(addr);
             }
@@ -544,7 +548,7 @@ impl TableSection {
         // Absent only if the verified neighbours bracket the key: a
         // damaged fence key may have steered the search wrong.
         let before_next = match self.group_bytes(medium, g + 1, &mut bytes)? {
-            true => match GroupEntries::new(&bytes).next() {
+            true => match GroupEntries::new(&bytes).next_entry() {
                 Some(first) => key < first?.0,
                 None => false,
             },
@@ -645,15 +649,18 @@ impl TableSection {
 
     /// Sequential reader of all entries (callers verify the body first).
     pub fn reader(&self) -> EntryReader<'_> {
-        EntryReader::new(self, 0)
+        EntryReader::new(self, 0, 0)
     }
 
     /// Sequential reader of the entries with keys ≥ `lower` (callers
     /// verify the body first, fences included: the seek trusts them).
     pub fn reader_from(&self, medium: &Medium, lower: &[u8]) -> EntryReader<'_> {
         let g = self.group_for(medium, lower);
-        let start = self.fence(medium, g).map_or(0, |f| f.0);
-        let mut reader = EntryReader::new(self, start.min(self.entries_len));
+        let (start, index) = match self.fence(medium, g) {
+            Some((start, _)) => (start.min(self.entries_len), g as u64 * FENCE_EVERY),
+            None => (0, 0),
+        };
+        let mut reader = EntryReader::new(self, start, index);
         while reader
             .peek_entry(medium)
             .is_some_and(|(key, _)| key < lower)
@@ -685,163 +692,136 @@ fn within(key: &[u8], upper: Bound<&[u8]>) -> bool {
     }
 }
 
-/// The entries of a verified group, parsed in place; keys must ascend.
-/// After an error it yields nothing more.
+/// The entries of a verified group, decoded one after another; keys must
+/// ascend. After an error it yields nothing more.
 struct GroupEntries<'b> {
     rest: &'b [u8],
-    last: Option<&'b [u8]>,
+    decoder: Decoder,
 }
 
 impl<'b> GroupEntries<'b> {
     fn new(bytes: &'b [u8]) -> Self {
         GroupEntries {
             rest: bytes,
-            last: None,
+            decoder: Decoder::new(),
         }
     }
 
-    fn parse(&mut self) -> Option<(&'b [u8], u64)> {
-        let (len, rest) = self.rest.split_first_chunk::<2>()?;
-        let key_len = u16::from_le_bytes(*len) as usize;
-        let key = rest.get(..key_len)?;
-        let (addr, rest) = rest.get(key_len..)?.split_first_chunk::<8>()?;
-        if self.last.is_some_and(|last| last >= key) {
-            return None;
-        }
-        self.rest = rest;
-        self.last = Some(key);
-        Some((key, u64::from_le_bytes(*addr)))
-    }
-}
-
-impl<'b> Iterator for GroupEntries<'b> {
-    type Item = Result<(&'b [u8], u64)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+    /// The next entry (its key lent until the next call), `None` at the
+    /// group's end.
+    fn next_entry(&mut self) -> Option<Result<(&[u8], u64)>> {
         if self.rest.is_empty() {
             return None;
         }
-        let parsed = self.parse();
-        if parsed.is_none() {
+        let Some(len) = self.decoder.decode(self.rest) else {
             self.rest = &[];
-        }
-        Some(parsed.ok_or_else(|| corrupt("a group of run entries does not parse")))
+            return Some(Err(corrupt("a group of run entries does not decode")));
+        };
+        self.rest = self.rest.get(len..).unwrap_or_default();
+        Some(Ok(self.decoder.entry()))
     }
 }
 
-/// Reads a run front to back in large chunks. Yields `Err` if the run does
-/// not parse (the caller then reports corruption).
+/// Reads a run front to back in large chunks. Stops short of `at_end`
+/// where the run does not decode (the caller then reports corruption).
 pub struct EntryReader<'a> {
     section: &'a TableSection,
     /// Relative offset of `buf[0]`.
     buf_at: u64,
     buf: Vec<u8>,
-    /// Position of the next entry, relative to the run.
+    /// Position of the next entry, relative to the run, and its index.
     pos: u64,
-    /// `current`'s answer for `pos` once found: a merge asks for the same
-    /// entry several times before it moves on. Its offset into `buf` stays
-    /// valid because only `locate` refills `buf`, and `pos` only grows.
-    found: Option<(u64, usize, usize)>,
+    index: u64,
+    /// The entry at `pos` once decoded (`end` is then where it ends),
+    /// else the one before it, which the entry at `pos` is decoded
+    /// against: a merge asks for the same entry several times before it
+    /// moves on, and `pos` only grows.
+    decoder: Decoder,
+    end: Option<u64>,
 }
 
 impl<'a> EntryReader<'a> {
-    fn new(section: &'a TableSection, pos: u64) -> Self {
+    /// A reader from the entry of number `index` at `pos`, which starts
+    /// a group.
+    fn new(section: &'a TableSection, pos: u64, index: u64) -> Self {
         EntryReader {
             section,
             buf_at: pos,
             buf: Vec::new(),
             pos,
-            found: None,
+            index,
+            decoder: Decoder::new(),
+            end: None,
         }
     }
 
-    /// Makes `[pos, pos + need)` available in `buf`; false past the end.
-    fn ensure(&mut self, medium: &Medium, need: u64) -> bool {
+    /// Where `pos` is in `buf` once the longest entry that may start there
+    /// (up to the run's end) is in it; `None` at the end.
+    fn window(&mut self, medium: &Medium) -> Option<usize> {
         let end = self.section.entries_len;
-        if self.pos + need > end {
-            return false;
-        }
-        if self.pos + need > self.buf_at + self.buf.len() as u64 || self.pos < self.buf_at {
-            let len = (end - self.pos).min((CHUNK as u64).max(need)) as usize;
+        let need = end.checked_sub(self.pos).filter(|&n| n > 0)?;
+        let need = need.min(MAX_ENTRY as u64);
+        if self.pos < self.buf_at || self.pos + need > self.buf_at + self.buf.len() as u64 {
+            let len = (end - self.pos).min(CHUNK as u64) as usize;
             self.buf.resize(len, 0);
             medium.read_at(self.section.entries_at + self.pos, &mut self.buf);
             self.buf_at = self.pos;
         }
+        Some((self.pos - self.buf_at) as usize)
+    }
+
+    /// Decodes the entry at `pos`, once; false at the end or where the
+    /// run does not decode.
+    fn current(&mut self, medium: &Medium) -> bool {
+        if self.end.is_some() {
+            return true;
+        }
+        if self.index.is_multiple_of(FENCE_EVERY) {
+            self.decoder.restart();
+        }
+        let Some(at) = self.window(medium) else {
+            return false;
+        };
+        let bytes = self.buf.get(at..).unwrap_or_default();
+        self.end = self.decoder.decode(bytes).map(|n| self.pos + n as u64);
+        self.end.is_some()
+    }
+
+    /// Moves past the decoded entry; false if there is none.
+    fn consume(&mut self, medium: &Medium) -> bool {
+        if !self.current(medium) {
+            return false;
+        }
+        if let Some(end) = self.end.take() {
+            self.pos = end;
+            self.index += 1;
+        }
         true
     }
 
-    /// Where the next entry starts in `buf`, and its key length.
-    fn current(&mut self, medium: &Medium) -> Option<(usize, usize)> {
-        if let Some((pos, at, key_len)) = self.found {
-            if pos == self.pos {
-                return Some((at, key_len));
-            }
-        }
-        let found = self.locate(medium)?;
-        self.found = Some((self.pos, found.0, found.1));
-        Some(found)
-    }
-
-    fn locate(&mut self, medium: &Medium) -> Option<(usize, usize)> {
-        if !self.ensure(medium, 2) {
-            return None;
-        }
-        let at = (self.pos - self.buf_at) as usize;
-        let len = self.buf.get(at..at + 2)?;
-        let key_len = u16::from_le_bytes([*len.first()?, *len.get(1)?]) as usize;
-        if !self.ensure(medium, 10 + key_len as u64) {
-            return None;
-        }
-        Some(((self.pos - self.buf_at) as usize, key_len))
-    }
-
-    /// The encoded entry at `at` in `buf`: length, key, address.
-    fn encoded(&self, at: usize, key_len: usize) -> Option<&[u8]> {
-        self.buf.get(at..at + 10 + key_len)
-    }
-
     pub fn advance(&mut self, medium: &Medium) {
-        if let Some((_, key_len)) = self.current(medium) {
-            self.pos += 10 + key_len as u64;
-        }
+        self.consume(medium);
     }
 
     /// The next entry without consuming it.
     pub fn peek_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
-        let (at, key_len) = self.current(medium)?;
-        self.decoded(at, key_len)
+        self.current(medium).then(|| self.decoder.entry())
     }
 
-    /// The entry the last `peek_entry` returned, from the buffer alone.
+    /// The entry the last `peek_entry` returned, if the reader has not
+    /// moved since.
     pub fn peeked(&self) -> Option<(&[u8], u64)> {
-        if let Some((pos, at, key_len)) = self.found {
-            if pos == self.pos {
-                return self.decoded(at, key_len);
-            }
-        }
-        let at = usize::try_from(self.pos.checked_sub(self.buf_at)?).ok()?;
-        let len = self.buf.get(at..at + 2)?;
-        let key_len = u16::from_le_bytes([*len.first()?, *len.get(1)?]) as usize;
-        self.decoded(at, key_len)
-    }
-
-    fn decoded(&self, at: usize, key_len: usize) -> Option<(&[u8], u64)> {
-        let (key, addr) = self
-            .encoded(at, key_len)?
-            .get(2..)?
-            .split_at_checked(key_len)?;
-        Some((key, u64::from_le_bytes(addr.try_into().ok()?)))
+        self.end.map(|_| self.decoder.entry())
     }
 
     /// The next entry, or `None` at the end of the run.
     pub fn next_entry(&mut self, medium: &Medium) -> Option<(&[u8], u64)> {
-        let (at, key_len) = self.current(medium)?;
-        self.pos += 10 + key_len as u64;
-        self.decoded(at, key_len)
+        self.consume(medium).then(|| self.decoder.entry())
     }
 
     /// Copies the entries with keys below `upper` (all for `None`) into
-    /// `run` in their encoded form; returns how many went in.
+    /// `run`; returns how many went in. Each is encoded anew: the run's
+    /// groups need not start where this one's do.
     pub fn copy_until(
         &mut self,
         medium: &Medium,
@@ -849,16 +829,12 @@ impl<'a> EntryReader<'a> {
         run: &mut RunWriter,
     ) -> u64 {
         let mut copied = 0;
-        while let Some((at, key_len)) = self.current(medium) {
-            let Some(entry) = self.encoded(at, key_len) else {
-                break;
-            };
-            let key = entry.get(2..2 + key_len).unwrap_or_default();
+        while let Some((key, addr)) = self.peek_entry(medium) {
             if upper.is_some_and(|u| key >= u) {
                 break;
             }
-            copied += run.push_encoded(entry) as u64;
-            self.pos += 10 + key_len as u64;
+            copied += run.push(key, addr) as u64;
+            self.advance(medium);
         }
         copied
     }

@@ -41,7 +41,7 @@
 //!
 //! # Image layout (little-endian, at a 4096-aligned extent)
 //! ```text
-//! 0   [u8; 8]  magic "RBCKPT05"
+//! 0   [u8; 8]  magic "RBCKPT06"
 //! 8   u64      sequence number
 //! 16  u64      t_low: recovery redoes versions with txn id ≥ t_low
 //! 24  u64      image length in bytes
@@ -58,13 +58,18 @@
 //!       block lists: every listed block as (u64 sequence number, u64
 //!       offset), region by region, sequence numbers strictly ascending
 //!       (blocks GC emptied are not listed);
-//!       entries: u16 key length, key, u64 address (unaligned; u64::MAX
-//!       in a delta: deleted since the predecessor), strictly ascending by
-//!       key, in groups of 64;
+//!       entries, strictly ascending by key, in groups of 64, each
+//!       (see `entry`): varint shared: the longest prefix the key shares
+//!       with the previous key of its group (0 for a group's first);
+//!       varint suffix length; the key's bytes after the shared ones;
+//!       varint address tag: 0 for a tombstone (in a delta: deleted since
+//!       the predecessor), else 1 + zigzag(address − the group's previous
+//!       live address, 0 before its first), wrapping;
 //!       fences, one per group: u64 offset (relative to the entries) of
 //!       its first entry, u32 crc32c of the group's bytes, u32 reserved.
 //!     meta crc = crc32c(head with that field zero ++ lists); fences are
 //!     read on demand and never trusted (each group's crc is checked)
+//! varint: LEB128, 7 bits a byte, low first, at most 10 bytes.
 //! ```
 //! Header, meta and group checksums are verified before what they cover
 //! is used (see `image`), so a damaged image is `Corrupt`, never a block
@@ -73,6 +78,7 @@
 mod chain;
 mod cold;
 mod cost;
+mod entry;
 mod fold;
 #[cfg(test)]
 mod fuzz_tests;

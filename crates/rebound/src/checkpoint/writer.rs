@@ -2,6 +2,7 @@
 //! built in DRAM, sealed with its checksums, then written to a fresh
 //! extent by the checkpointer.
 
+use super::entry::{Encoder, MAX_KEY};
 use super::image::{
     header_crc, FENCE_EVERY, HEADER, LONG_PUBLISHED_AT, MAGIC, MAX_CHAIN, MAX_SEQUENCE, NODES_MAGIC,
 };
@@ -143,7 +144,7 @@ impl Builder {
             entries_at,
             count: 0,
             fences: Vec::new(),
-            last_at: 0,
+            encoder: Encoder::new(),
         }
     }
 
@@ -171,8 +172,7 @@ pub struct RunWriter<'a> {
     entries_at: usize,
     count: u64,
     fences: Vec<u64>,
-    /// Where the last entry starts in `bytes` (its key is compared in place).
-    last_at: usize,
+    encoder: Encoder,
 }
 
 impl RunWriter<'_> {
@@ -180,48 +180,21 @@ impl RunWriter<'_> {
     /// concurrent walk can report a range twice) and `false` returned.
     pub fn push(&mut self, key: &[u8], addr: u64) -> bool {
         assert!(
-            key.len() <= u16::MAX as usize,
-            "checkpoint run keys fit their u16 length: {}",
+            key.len() <= MAX_KEY,
+            "checkpoint run keys fit the key limit: {}",
             key.len()
         );
-        if !self.above_last(key) {
+        if self.count > 0 && key <= self.encoder.last() {
             return false;
         }
-        self.start_entry();
-        self.bytes
-            .extend_from_slice(&(key.len() as u16).to_le_bytes());
-        self.bytes.extend_from_slice(key);
-        self.bytes.extend_from_slice(&addr.to_le_bytes());
-        true
-    }
-
-    /// Appends an entry already in run encoding (copied from an earlier
-    /// image); same ordering rule as `push`.
-    pub fn push_encoded(&mut self, entry: &[u8]) -> bool {
-        if !self.above_last(&entry[2..entry.len() - 8]) {
-            return false;
-        }
-        self.start_entry();
-        self.bytes.extend_from_slice(entry);
-        true
-    }
-
-    fn above_last(&self, key: &[u8]) -> bool {
-        if self.count == 0 {
-            return true;
-        }
-        let at = self.last_at;
-        let len = u16::from_le_bytes([self.bytes[at], self.bytes[at + 1]]) as usize;
-        key > &self.bytes[at + 2..at + 2 + len]
-    }
-
-    fn start_entry(&mut self) {
-        let offset = self.bytes.len();
         if self.count.is_multiple_of(FENCE_EVERY) {
-            self.fences.push((offset - self.entries_at) as u64);
+            self.fences
+                .push((self.bytes.len() - self.entries_at) as u64);
+            self.encoder.restart();
         }
-        self.last_at = offset;
         self.count += 1;
+        self.encoder.push(key, addr, self.bytes);
+        true
     }
 
     /// Completes the section header, appends the fences with their
@@ -287,7 +260,10 @@ impl NodeWriter<'_> {
 mod tests {
     use super::*;
     use crate::catalog::MAX_WORKERS;
+    use crate::checkpoint::image::{CheckpointImage, TOMBSTONE};
     use crate::medium::Medium;
+    use proptest::prelude::*;
+    use std::ops::Bound;
 
     fn horizons(t_low: u64, long_t_low: u64) -> Horizons {
         Horizons {
@@ -339,6 +315,54 @@ mod tests {
         let bytes = image(Link::BASE);
         medium.write_bytes(8192, &bytes);
         super::super::image::assert_reads_back(&medium, 8192, &bytes);
+    }
+
+    /// Keys long and short, sharing much or nothing, with addresses near
+    /// and far apart and tombstones.
+    fn entries() -> impl Strategy<Value = Vec<(Vec<u8>, u64)>> {
+        let key = prop_oneof![
+            proptest::collection::vec(any::<u8>(), 1..10),
+            proptest::collection::vec(0u8..2, 1..30),
+            proptest::collection::vec(0u8..2, MAX_KEY - 2..=MAX_KEY),
+        ];
+        let addr = prop_oneof![any::<u64>(), 0u64..4096, Just(TOMBSTONE)];
+        proptest::collection::btree_map(key, addr, 0..400).prop_map(|m| m.into_iter().collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Lookups, ranges both ways and the sequential reader read back
+        /// what was pushed.
+        #[test]
+        fn entries_read_back_through_every_reader(entries in entries()) {
+            let medium = Medium::volatile(1 << 22, 1 << 22).unwrap();
+            let mut image = Builder::new(&horizons(10, 9), Link::BASE);
+            let mut run = image.begin_section(2, &vec![Vec::new(); MAX_WORKERS]);
+            for (key, addr) in &entries {
+                prop_assert!(run.push(key, *addr));
+            }
+            run.finish();
+            medium.write_bytes(8192, &image.finish());
+            let image = CheckpointImage::open(&medium, 8192).unwrap();
+            image.verify(&medium).unwrap();
+            let section = image.table(2).unwrap();
+            for (key, addr) in &entries {
+                prop_assert_eq!(section.find(&medium, key).unwrap(), Some(*addr));
+            }
+            let all = (Bound::Unbounded, Bound::Unbounded);
+            prop_assert_eq!(&section.range(&medium, all.0, all.1, usize::MAX).unwrap(), &entries);
+            let mut reversed = section.range_rev(&medium, all.0, all.1, usize::MAX).unwrap();
+            reversed.reverse();
+            prop_assert_eq!(&reversed, &entries);
+            let mut reader = section.reader();
+            let mut read = Vec::new();
+            while let Some((key, addr)) = reader.next_entry(&medium) {
+                read.push((key.to_vec(), addr));
+            }
+            prop_assert!(reader.at_end());
+            prop_assert_eq!(&read, &entries);
+        }
     }
 
     #[test]

@@ -462,7 +462,7 @@ impl FileMap {
             if &magic[..4] == b"BLK2" && !blocks.contains_key(&at) {
                 stale_blocks.insert(at);
             }
-            if magic == b"RBCKPT05" {
+            if magic == b"RBCKPT06" {
                 let counts_at = at + CKPT_HEADER + 24;
                 let n = (0..128).map(|r| u64_at(image, counts_at + 8 * r)).sum();
                 listed.insert(at, n);
