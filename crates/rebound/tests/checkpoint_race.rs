@@ -181,7 +181,16 @@ fn chain_rewrites_case(seed: u64, mode: CheckpointMode) {
         model.insert(key.to_be_bytes(), u64::MAX.to_le_bytes());
     }
     tx.commit().unwrap();
-    for round in 0..2000u64 {
+    // At least 2000 rounds, and more until the background thread showed
+    // what the chain does (how soon depends on scheduling on a busy
+    // machine, not on the engine).
+    let shown = |merges_seen: bool, rebased: bool| match mode {
+        CheckpointMode::IaCow => rebased,
+        _ => merges_seen,
+    };
+    let mut round = 0u64;
+    while round < 2000 || (!shown(merges_seen, rebased) && round < 20_000) {
+        round += 1;
         // `None` deletes.
         let writes: Vec<([u8; 8], Option<[u8; 8]>)> = (0..rng.gen_range(1..30))
             .map(|_| {
