@@ -1804,6 +1804,27 @@ mod tests {
     }
 
     #[test]
+    fn a_crash_after_small_appends_over_a_dropped_tail_of_large_records_recovers() {
+        let (heap, medium, space) = byte_bound_heap();
+        append_value(&heap, &medium, &space, 3, 100);
+        for _ in 0..3 {
+            append_value(&heap, &medium, &space, 5, 1000);
+        }
+        let (recovered, _) = recover(&heap.def, &medium, 4).unwrap();
+        // Small records take the dropped tail's slots and more: the
+        // directory grows past where the large records began.
+        let mut last = None;
+        for _ in 0..40 {
+            last = Some(append_value(&recovered, &medium, &space, 7, 1));
+        }
+        let next = record::entry_at(recovered.block(last.unwrap()).unwrap(), 41);
+        assert_eq!(medium.load(next), TXN_EMPTY, "past the last entry");
+        let (_, fates) = recover(&heap.def, &medium, 7).unwrap();
+        let redone = fates.0.iter().filter(|f| f.1 == "redo").count();
+        assert_eq!(redone, 41);
+    }
+
+    #[test]
     fn a_committed_entry_out_of_place_is_corrupt() {
         let (heap, medium, space) = byte_bound_heap();
         append_value(&heap, &medium, &space, 3, 100);

@@ -339,8 +339,11 @@ impl TableHeap {
     /// entry's record must lie right below the one before it; while the
     /// entries so far are placed so, the next position holds an entry or
     /// zero (records never reach below their own entry and room for one
-    /// more). In the tail, past an entry a crash left unplaced, the
-    /// positions up to the lowest placed record are only cleared.
+    /// more). In the tail, past an entry a crash left unplaced or where
+    /// the directory meets the tail's records, the positions up to where
+    /// the region continues are only cleared: appends after recovery
+    /// start there, and every position their entries may reach must read
+    /// as unwritten.
     fn scan_block(
         &self,
         medium: &Medium,
@@ -356,13 +359,18 @@ impl TableHeap {
         for s in 0..self.def.slots_per_block {
             let addr = Addr::new(worker, b, s);
             if record::directory_end(s + 1) > free_end {
-                return match scan.tail {
-                    None => Err(Error::Corrupt(format!(
+                let Some(tail) = scan.tail else {
+                    return Err(Error::Corrupt(format!(
                         "directory of table {} runs into its records at {addr:?}",
                         self.def.id
-                    ))),
-                    Some(_) => Ok(()),
+                    )));
                 };
+                // The tail's records are dropped: what lies below where
+                // the region continues is free, and cleared as such.
+                if record::directory_end(s + 1) > self.continues_below(tail, b) {
+                    return Ok(());
+                }
+                placed = false;
             }
             let entry = record::entry_at(block, s);
             if !placed {
@@ -479,6 +487,16 @@ impl TableHeap {
             }));
         }
         Ok(())
+    }
+
+    /// Where block `b`'s free space ends once the tail starting at `tail`
+    /// is dropped: the tail's start in its own block, the block's end in
+    /// the blocks after it.
+    fn continues_below(&self, tail: Cursor, b: u32) -> u64 {
+        match tail.block == b {
+            true => tail.free_end as u64,
+            false => self.def.block_size as u64,
+        }
     }
 
     /// Blocks after the tail's block were linked by a transaction that did
