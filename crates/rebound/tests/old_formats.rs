@@ -26,7 +26,7 @@ use std::path::Path;
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 /// This build's format versions: the log-free data file and `wal` log
 /// segments (snapshots keep format 3: their rows are keys and values).
-const FORMAT: u32 = 6;
+const FORMAT: u32 = 7;
 const SEGMENT_FORMAT: u32 = 3;
 const SNAPSHOT_FORMAT: u32 = 3;
 

@@ -73,11 +73,13 @@ pub use words::{
 };
 
 pub const MAGIC: [u8; 8] = *b"REBOUND\0";
-/// 6: values out of line in extents of their own (record flag bit 1,
-/// a block header's extents word). 5: variable-length versions in
-/// slotted blocks. 4 had fixed slots and table descriptors that may be
-/// `TABLE_DROPPED`; 3 had no drops.
-pub const FORMAT_VERSION: u32 = 6;
+/// 7: 12-byte directory entries in pairs (a record's space follows from
+/// the entry before; a seal is flagged in its place). 6: values out of
+/// line in extents of their own (record flag bit 1, a block header's
+/// extents word). 5: variable-length versions in slotted blocks. 4 had
+/// fixed slots and table descriptors that may be `TABLE_DROPPED`; 3 had
+/// no drops.
+pub const FORMAT_VERSION: u32 = 7;
 /// State word of a created table descriptor ("TABLE\0" + 0xA5 0x5A).
 pub const TABLE_CREATED: u64 = u64::from_le_bytes(*b"TABLE\0\xA5\x5A");
 /// State word of a dropped table's descriptor ("DROPT\0" + 0x5A 0xA5): its

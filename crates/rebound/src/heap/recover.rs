@@ -12,6 +12,7 @@
 //! (invariant 1): `Corrupt`.
 
 use super::record::{self, KEY_AT};
+use super::slot::HOLE_BIT;
 use super::{block, Addr, Block, Cursor, SlotWord, TableHeap, MAX_SEQ_GAP, MIN_TXN_AT};
 use crate::catalog::{self, MAX_TXN_ID};
 use crate::error::{Error, Result};
@@ -372,7 +373,6 @@ impl TableHeap {
                 }
                 placed = false;
             }
-            let entry = record::entry_at(block, s);
             if !placed {
                 self.undo(medium, addr);
                 visitor.visit(SlotFate::Undone {
@@ -382,14 +382,15 @@ impl TableHeap {
                 });
                 continue;
             }
-            let class = Class::of(medium.load(entry), min_txn, last_commit).ok_or_else(|| {
+            let word = medium.load(record::txn_at(block, s));
+            let class = Class::of(word, min_txn, last_commit).ok_or_else(|| {
                 Error::Corrupt(format!(
                     "slot {addr:?} of table {} has a damaged txn word",
                     self.def.id
                 ))
             })?;
-            let place = record::unpack_place(medium.load(entry + 8));
-            let is_placed = record::is_placed(s, place, free_end);
+            let place = record::load_place(medium, block, s);
+            let is_placed = record::is_placed(s, place, free_end, word & HOLE_BIT != 0).is_some();
             let misplaced = || {
                 Error::Corrupt(format!(
                     "record of {addr:?} of table {} is not where its entry and the one before say",
@@ -427,9 +428,9 @@ impl TableHeap {
                         return Err(misplaced());
                     }
                     visitor.visit(SlotFate::Hole { addr, txn });
-                    free_end = place.0;
-                    if place.1 == 0 {
-                        // A seal: the directory ends here.
+                    free_end = place.offset();
+                    if place.is_seal() {
+                        // The directory ends here.
                         return Ok(());
                     }
                     continue;
@@ -446,7 +447,7 @@ impl TableHeap {
                     // one's record ends; an unwritten or torn one does not.
                     placed = is_placed && held.is_current();
                     if placed {
-                        free_end = place.0;
+                        free_end = place.offset();
                     }
                     self.undo(medium, addr);
                     visitor.visit(SlotFate::Undone {
@@ -458,10 +459,11 @@ impl TableHeap {
                 }
                 (Class::Committed { txn }, false) => txn,
             };
-            if !is_placed || place.1 == 0 {
+            // A committed version is no hole, so never a seal.
+            if !is_placed {
                 return Err(misplaced());
             }
-            free_end = place.0;
+            free_end = place.offset();
             if txn < scan.newest {
                 return Err(Error::Corrupt(format!(
                     "committed version of txn {txn} at {addr:?} follows one of txn {}",
