@@ -23,6 +23,14 @@ MAX_REGIONS = 128
 # Images of entries, and of index nodes (IACoW: no entries).
 ENTRIES_MAGIC = b"RBCKPT06"
 IMAGE_MAGICS = (ENTRIES_MAGIC, b"RBCKPN05")
+FORMAT = 7
+# Directory entries: 12 bytes, in pairs of 24 (txn word, place, place,
+# txn word). A place is the record's offset (bits 0..30), a seal flag
+# (bit 30) and a tombstone flag (bit 31); a record ends where the one of
+# the entry before starts (the block's end for entry 0).
+ENTRY_BYTES = 12
+PLACE_OFFSET = (1 << 30) - 1
+SEAL = 1 << 30
 
 
 def u32(b, at):
@@ -79,24 +87,35 @@ def table_sections(f, image_at, tables):
     return sections
 
 
+def entry(block, i):
+    """Entry i's txn word and place."""
+    pair = 320 + 24 * (i // 2)
+    if i % 2 == 0:
+        return u64(block, pair), u32(block, pair + 8)
+    return u64(block, pair + 16), u32(block, pair + 12)
+
+
 def block_usage(f, at, size):
     """(entries, record bytes, obsolete entries, obsolete record bytes)."""
     block = pread(f, at, size)
     capacity = u32(block, 32)
     bitmap = block[64:320]
     entries = record = obsolete = obsolete_record = 0
+    end = size
     for i in range(capacity):
-        e = 320 + 16 * i
-        if u64(block, e) == 0:
+        word, place = entry(block, i)
+        if word == 0:
             break
-        space = u32(block, e + 12) & 0x7FFFFFFF
+        offset = place & PLACE_OFFSET
+        space = max(0, end - offset)
+        end = offset
         entries += 1
         record += space
         if bitmap[i // 8] >> (i % 8) & 1:
             obsolete += 1
             obsolete_record += space
-        if space == 0 and u64(block, e) >> 63:
-            break  # a seal: the directory ends here
+        if place & SEAL:
+            break  # the directory ends here
     return entries, record, obsolete, obsolete_record
 
 
@@ -106,8 +125,8 @@ def main():
     f = os.open(path, os.O_RDONLY)
     st = os.fstat(f)
     sb = pread(f, 0, 256)
-    if sb[:8] != b"REBOUND\0" or u32(sb, 8) != 7:
-        sys.exit(f"{path}: not a format-7 Rebound data file")
+    if sb[:8] != b"REBOUND\0" or u32(sb, 8) != FORMAT:
+        sys.exit(f"{path}: not a format-{FORMAT} Rebound data file")
     data_start, root = u64(sb, 40), u64(sb, 128) & OFFSET_MASK
     ranges = data_ranges(f, st.st_size)
     rows = []
@@ -152,10 +171,10 @@ def main():
     blocks, block_bytes, entries, record, obs, obs_rec, alloc = totals
     line("heap blocks listed by the checkpoint", alloc)
     line("  block headers and bitmaps (320 B each)", 320 * blocks)
-    line("  directory entries (16 B each)", 16 * entries)
+    line(f"  directory entries ({ENTRY_BYTES} B each)", ENTRY_BYTES * entries)
     line("  records of live versions", record - obs_rec)
     line("  records of obsolete versions", obs_rec)
-    line("  free space left in blocks", block_bytes - 320 * blocks - 16 * entries - record)
+    line("  free space left in blocks", block_bytes - 320 * blocks - ENTRY_BYTES * entries - record)
     line(f"  ({entries} versions, {obs} obsolete)", 0)
     line(f"  obsolete records in the {dead_by_bytes[0]} blocks over half obsolete by bytes, under half by count", dead_by_bytes[1])
     accounted += alloc

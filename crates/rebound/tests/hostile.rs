@@ -978,7 +978,7 @@ enum Seal {
     /// A secondary index slot of the descriptor: crc32c of bytes 12..112.
     IndexSlot(usize),
     /// A version: its directory entry's txn word check bits and its
-    /// record's checksum (entry offset, block offset).
+    /// record's checksum (slot, block offset).
     Slot(usize, usize),
     /// A node image of a node part: word 0 is crc32c of the rest; then
     /// the image holding it.
@@ -1050,14 +1050,14 @@ fn file_targets(image: &[u8]) -> Vec<FileTarget> {
         push(at + 32, 4, "block capacity", Seal::Block(at));
         push(at + 36, 4, "block size", Seal::Block(at));
         push(at + 40, 8, "block min txn", Seal::Packed);
-        for entry in (0..4).map(|i| at + 320 + 16 * i) {
-            let seal = Seal::Slot(entry, at);
-            push(entry, 8, "entry txn word", seal);
-            push(entry + 8, 4, "entry record offset", seal);
-            push(entry + 12, 4, "entry record space", seal);
-            let record = at + u32_at(image, entry + 8) as usize;
+        for slot in 0..4 {
+            let (word, place) = entry_fields(slot);
+            let seal = Seal::Slot(slot, at);
+            push(at + word, 8, "entry txn word", seal);
+            push(at + place, 4, "entry place", seal);
+            let record = at + place_offset(u32_at(image, at + place));
             let block_end = at + u32_at(image, at + 36) as usize;
-            if u64_at(image, entry) != 0 && record + 16 <= block_end.min(image.len()) {
+            if u64_at(image, at + word) != 0 && record + 16 <= block_end.min(image.len()) {
                 push(record + 4, 2, "record key length", seal);
                 push(record + 6, 2, "record flags", seal);
                 push(record + 8, 4, "record value length", seal);
@@ -1133,10 +1133,28 @@ fn varint_at(b: &[u8], at: usize) -> (u64, usize) {
     unreachable!("an engine-written varint ends")
 }
 
+/// Offsets in a block of entry `slot`'s txn word and place: entries go
+/// in pairs of 24 bytes (word, place, place, word).
+fn entry_fields(slot: usize) -> (usize, usize) {
+    let pair = 320 + 24 * (slot / 2);
+    match slot % 2 {
+        0 => (pair, pair + 8),
+        _ => (pair + 16, pair + 12),
+    }
+}
+
+/// The record offset a place holds (below its seal and tombstone bits).
+fn place_offset(place: u32) -> usize {
+    (place & 0x3FFF_FFFF) as usize
+}
+
 /// An entry's txn word gets the check bits of its (new) txn id and hole
 /// flag, and its record's checksum is recomputed if the record lies in
-/// the block and its lengths fit its space.
-fn reseal_file_slot(image: &mut [u8], (entry, block): (usize, usize)) {
+/// the block and its lengths fit its space (up to the record of the
+/// entry before).
+fn reseal_file_slot(image: &mut [u8], (slot, block): (usize, usize)) {
+    let (word_at, place_at) = entry_fields(slot);
+    let entry = block + word_at;
     let word = u64_at(image, entry);
     if word == 0 {
         return;
@@ -1150,14 +1168,18 @@ fn reseal_file_slot(image: &mut [u8], (entry, block): (usize, usize)) {
         txn | ((crc << 1 | parity) << 56) | (u64::from(hole) << 63),
     );
     let block_size = u32_at(image, block + 36) as usize;
-    let (offset, space) = (
-        u32_at(image, entry + 8) as usize,
-        u32_at(image, entry + 12) as usize,
-    );
-    let Some(record) = Some(block + offset).filter(|_| offset + space <= block_size && space >= 16)
+    let offset = place_offset(u32_at(image, block + place_at));
+    let end = match slot {
+        0 => block_size,
+        _ => place_offset(u32_at(image, block + entry_fields(slot - 1).1)),
+    };
+    let Some(space) = end
+        .checked_sub(offset)
+        .filter(|&space| end <= block_size && space >= 16)
     else {
         return;
     };
+    let record = block + offset;
     let key = u16::from_le_bytes([image[record + 4], image[record + 5]]) as usize;
     let value = u32_at(image, record + 8) as usize;
     let Some(end) = (12 + key).checked_add(value).filter(|&e| e <= space) else {

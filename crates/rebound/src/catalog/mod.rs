@@ -73,8 +73,10 @@ pub use words::{
 };
 
 pub const MAGIC: [u8; 8] = *b"REBOUND\0";
-/// 7: checkpoint images (`RBCKPT06`) whose entries share key prefixes
-/// and store address deltas within their fence group. 6: values out of
+/// 7: 12-byte directory entries in pairs (a record's space follows from
+/// the entry before; a seal is flagged in its place), and checkpoint
+/// images (`RBCKPT06`) whose entries share key prefixes and store address
+/// deltas within their fence group. 6: values out of
 /// line in extents of their own (record flag bit 1, a block header's
 /// extents word). 5: variable-length versions in slotted blocks. 4 had
 /// fixed slots and table descriptors that may be `TABLE_DROPPED`; 3 had

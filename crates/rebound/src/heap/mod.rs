@@ -27,33 +27,48 @@
 //!           one atomic store when a block left behind by a crash is reused
 //! 48   16 bytes reserved
 //! 64   [u8; 256] obsolete bitmap: bit i set = slot i has a committed successor
-//! 320  directory: entry i at 320 + 16·i
+//! 320  directory: entries in pairs of 24 bytes, entry i at 320 + 12·i
 //! ...  free space
 //! ...  records, the first entry's at the block's end, each next one
 //!      right below the one before (8-aligned, contiguous)
 //! ```
 //!
-//! # Directory entry (16 bytes, one per slot)
+//! # Directory entries (12 bytes each, in pairs of 24)
 //! ```text
-//! 0   u64  txn word: 0 = never written; else bits 0..56 the writer's txn
-//!          id, bit 63 the hole flag (the writer aborted), bits 56..63 a
-//!          check of both (see `SlotWord`): any single flipped bit of the
-//!          word makes it invalid, so a damaged word is `Corrupt`, never a
-//!          live version taken for a hole or a hole for a live version. An
-//!          entry whose txn id is below its block's min txn is left over
-//!          from earlier use of the space.
-//! 8   u32  record offset in the block (8-aligned)
-//! 12  u32  bits 0..31: record space in bytes, the record's length
-//!          rounded up to 8 (a rewrite by the same transaction may leave
-//!          more); a hole with space 0 is a *seal*: the directory ends
-//!          after it. Bit 31: the version is a tombstone, a copy of the
-//!          record's flag, so a writer learns it from the entry alone
-//!          (every verification of the record checks that they agree)
+//! 0   u64  txn word of entry 2k
+//! 8   u32  place of entry 2k        12  u32  place of entry 2k+1
+//! 16  u64  txn word of entry 2k+1
+//! ```
+//! Each entry's 12 bytes are contiguous (word then place, or place then
+//! word), so one range writes an entry back, and both places of a pair
+//! share a word: an odd entry's check against the entry before costs no
+//! second load. (Two txn words then two places would split an entry
+//! over a line more often: 3 in 16 entries against 2 in 16.)
+//! ```text
+//! txn word  0 = never written; else bits 0..56 the writer's txn id, bit
+//!           63 the hole flag (the writer aborted), bits 56..63 a check
+//!           of both (see `SlotWord`): any single flipped bit of the word
+//!           makes it invalid, so a damaged word is `Corrupt`, never a
+//!           live version taken for a hole or a hole for a live version.
+//!           An entry whose txn id is below its block's min txn is left
+//!           over from earlier use of the space.
+//! place     bits 0..30: the record's offset in the block (8-aligned);
+//!           bit 30: a *seal*, a hole that takes no space (its offset is
+//!           the record before's): the directory ends after it; bit 31:
+//!           the version is a tombstone, a copy of the record's flag, so
+//!           a writer learns it from the entry alone (every verification
+//!           of the record checks that they agree). 0 = never written.
 //! ```
 //! Entry i's record ends where entry i−1's starts (the block's end for
-//! entry 0) and starts after entry i's own end, so a flipped offset or
-//! space bit never goes unnoticed: every read checks an entry against the
-//! one before it (`record::is_placed`).
+//! entry 0): that is its space, at least its record's length rounded up
+//! to 8 (a rewrite by the same transaction may leave more). A record
+//! starts after its entry's own end and takes at least a record header,
+//! so a flipped offset bit never goes unnoticed: a read of a block from
+//! the medium checks an entry against the one before it
+//! (`record::is_placed`) and the entry after against it (a record moved
+//! down onto a later one of the same transaction would pass its
+//! checksum), and recovery's scan and the scrub check every entry
+//! against the one before as they walk.
 //!
 //! # Record (8-aligned)
 //! ```text
@@ -71,14 +86,16 @@
 //! leaves a vacant entry, so an address never names a different block.
 //!
 //! # Invariants
-//! * A block allocated from reused space has the txn word of every
-//!   directory entry it can hold zeroed before it is linked (old bytes
-//!   there may be anything: records, checkpoint images), so no old bytes
-//!   pass for an entry. As a second line, txn ids are leased ahead (see
-//!   catalog) and an entry below its block's min txn is ignored. Between
-//!   a block's last entry and its lowest record, every entry's txn word is
-//!   zero: appends write records only below the lowest one, and recovery
-//!   clears what a crash left there.
+//! * A block allocated from reused space has its whole directory (txn
+//!   words and places) zeroed before it is linked (old bytes there may be
+//!   anything: records, checkpoint images), so no old bytes pass for an
+//!   entry. As a second line, txn ids are leased ahead (see catalog) and
+//!   an entry below its block's min txn is ignored. Between a block's
+//!   last entry and its lowest record, every entry's txn word and place
+//!   are zero: appends write records only below the lowest one, and
+//!   recovery clears what a crash left there. A place is therefore set
+//!   only by the append (or seal) that wrote its entry: a crash that
+//!   keeps a word but loses its place leaves the place unset.
 //! * In a region, slots (directory entries) are written in increasing
 //!   txn-id order; the committed
 //!   slots (txn id ≤ LCTT[worker]) form a prefix, followed by at most one
@@ -168,12 +185,13 @@ pub const TOMBSTONE: u64 = u64::MAX;
 const BITMAP_OFFSET: u64 = 64;
 const BITMAP_BYTES: u64 = 256;
 const DIRECTORY_OFFSET: u64 = BLOCK_HEADER + BITMAP_BYTES;
-/// Bytes of a directory entry: the txn word and the record's place.
-const ENTRY_BYTES: u64 = 16;
+/// Bytes of a directory entry: the txn word and the record's place (a
+/// record's space is implied by the place of the entry before).
+const ENTRY_BYTES: u64 = 12;
 pub const MAX_SLOTS_PER_BLOCK: u32 = 2048;
 pub const MIN_SLOTS_PER_BLOCK: u32 = 4;
 /// Size of a default table's blocks: 2048 versions of 100-byte values
-/// (136 bytes each with their entries) need 272 KiB, so small rows fill
+/// (132 bytes each with their entries) need 264 KiB, so small rows fill
 /// a block by bytes before they run out of entries, and a block still
 /// holds values up to `DEFAULT_MAX_VALUE_BYTES`.
 pub const DEFAULT_BLOCK_BYTES: u64 = 256 << 10;
@@ -764,7 +782,14 @@ impl TableHeap {
         let Some(block) = self.block(addr) else {
             return;
         };
-        medium.prefetch(record::entry_at(block, addr.slot()), ENTRY_BYTES);
+        // A block from the medium bounds a record by the place before.
+        let slot = addr.slot();
+        let before = match block.is_trusted() {
+            true => 0,
+            false => slot.min(1),
+        };
+        let from = record::entry_at(block, slot - before);
+        medium.prefetch(from, ENTRY_BYTES * (1 + before) as u64);
         // Where the record is becomes known only once the entry is read;
         // a guess from the mean record space fetches its line meanwhile
         // (exact when a table's rows have one size, as YCSB's do).
@@ -940,35 +965,44 @@ impl TableHeap {
         // The place is stored under the lock: a reader of the next entry
         // (another thread may append it as soon as the lock is released)
         // checks it against this one.
-        let entry = record::entry_at(block, addr.slot());
         let tombstone = record::encoded_tombstone(version);
-        medium.store(entry + 8, record::pack_place(offset, needed, tombstone));
+        let place = record::Place::record(offset, tombstone);
+        record::store_place(medium, block, addr.slot(), place);
         drop(cursor);
         before_record(block, addr)?;
         // The record before the txn word: the word is what makes the
         // entry count (once the commit's fence is passed).
         medium.write_bytes(block.offset() + offset, record);
         medium.store(
-            entry,
+            record::txn_at(block, addr.slot()),
             u64::from_le_bytes(version.first_chunk().copied().unwrap_or_default()),
         );
-        self.assert_placed(medium, block, addr.slot(), offset + needed);
+        self.assert_placed(medium, block, addr.slot(), (offset, needed));
         // The region's next append writes there. The block was prepared
-        // (txn words zeroed and written back) out of this thread's cache,
-        // so its lines start coming now, an operation ahead, instead of
-        // stalling that append's stores (+6 % YCSB-A, +8 % TPC-C).
-        medium.prefetch(entry + ENTRY_BYTES, ENTRY_BYTES);
+        // (its directory zeroed and written back) out of this thread's
+        // cache, so its lines start coming now, an operation ahead,
+        // instead of stalling that append's stores (+6 % YCSB-A, +8 %
+        // TPC-C).
+        medium.prefetch(record::entry_at(block, addr.slot() + 1), ENTRY_BYTES);
         medium.prefetch(block.offset() + offset.saturating_sub(needed), needed);
         Ok(addr)
     }
 
     /// Where an append writes a directory entry, it reads back as placed:
     /// contiguous with the record before it and clear of the directory.
-    fn assert_placed(&self, medium: &Medium, block: &Block, slot: u32, upper: u64) {
-        let place = record::unpack_place(medium.load(record::entry_at(block, slot) + 8));
+    fn assert_placed(
+        &self,
+        medium: &Medium,
+        block: &Block,
+        slot: u32,
+        (offset, needed): (u64, u64),
+    ) {
+        let block_size = self.def.block_size as u64;
+        let (place, end) = record::place_and_end(medium, block, slot, block_size);
+        let space = record::is_placed(slot, place, end, false);
         assert!(
-            record::is_placed(slot, place, upper) && upper <= self.def.block_size as u64,
-            "records are contiguous: slot {slot} of block {} of table {} is at {place:?} below {upper}",
+            place.offset() == offset && space == Some(needed) && end <= block_size,
+            "records are contiguous: slot {slot} of block {} of table {} is at {place:?} below {end}",
             block.seq,
             self.def.id
         );
@@ -1033,7 +1067,8 @@ impl TableHeap {
     }
 
     /// Closes a block whose next record does not fit with a *seal*: a hole
-    /// of `txn` taking no space at the next entry, so that recovery knows
+    /// of `txn` taking no space at the next entry (its place flagged as
+    /// one, at the offset of the record before), so that recovery knows
     /// the directory ends there and does not take the unwritten entries
     /// for the start of the region's tail. Written back here; the fence
     /// before the next block is linked (or restamped) makes it durable
@@ -1042,20 +1077,18 @@ impl TableHeap {
         if cursor.slot >= self.def.slots_per_block {
             return;
         }
-        let entry = record::entry_at(block, cursor.slot);
+        let word = record::txn_at(block, cursor.slot);
         assert!(
             record::directory_end(cursor.slot + 1) <= cursor.free_end as u64
-                && medium.load(entry) == TXN_EMPTY,
+                && medium.load(word) == TXN_EMPTY,
             "a seal goes to an unwritten entry the records left room for: slot {} of block {}",
             cursor.slot,
             block.seq
         );
-        medium.store(
-            entry + 8,
-            record::pack_place(cursor.free_end as u64, 0, false),
-        );
-        medium.store(entry, SlotWord::encode(txn, true));
-        medium.persist(entry, ENTRY_BYTES);
+        let seal = record::Place::seal(cursor.free_end as u64);
+        record::store_place(medium, block, cursor.slot, seal);
+        medium.store(word, SlotWord::encode(txn, true));
+        medium.persist(record::entry_at(block, cursor.slot), ENTRY_BYTES);
         let (word, bit) = bitmap_bit(block, cursor.slot);
         medium.fetch_or(word, bit);
         medium.persist(word, 8);
@@ -1196,39 +1229,33 @@ impl TableHeap {
         }
     }
 
-    /// An extent for a block, its directory's txn words zeroed and
-    /// written back (not fenced) if the space was used before. With
+    /// An extent for a block, its directory zeroed and written back (not
+    /// fenced) if the space was used before. With
     /// `fault_in`, fresh space is touched too, so that its pages fault in
     /// here and not under the writes into the block.
     fn allocate_cleared(&self, medium: &Medium, space: &Space, fault_in: bool) -> Result<u64> {
         let (offset, fresh) = space.allocate(medium, self.def.block_size as u64)?;
         match (fresh, fault_in) {
-            (false, _) => self.clear_entry_words(medium, offset),
+            (false, _) => self.clear_directory(medium, offset),
             (true, true) => self.fault_in(medium, offset),
             (true, false) => {}
         }
         Ok(offset)
     }
 
-    /// Zeroes and writes back the txn word of every directory entry a
-    /// block can have, so that old bytes in reused space (earlier records,
-    /// checkpoint images) can never look like entries. The caller fences
-    /// before linking the block.
-    fn clear_entry_words(&self, medium: &Medium, offset: u64) {
-        let capacity = self.def.slots_per_block;
+    /// Zeroes and writes back every directory entry a block can have (txn
+    /// words and places), so that old bytes in reused space (earlier
+    /// records, checkpoint images) can never look like entries. The
+    /// caller fences before linking the block.
+    fn clear_directory(&self, medium: &Medium, offset: u64) {
+        // An odd capacity's last place shares a word with no entry.
+        let end = record::directory_end(self.def.slots_per_block).next_multiple_of(8);
         assert!(
-            record::directory_end(capacity) <= self.def.block_size as u64,
+            end <= self.def.block_size as u64,
             "a block holds its whole directory"
         );
-        for slot in 0..capacity {
-            medium.store(offset + record::directory_end(slot), TXN_EMPTY);
-        }
-        // One write-back per line, not per word.
-        let first = offset + record::directory_end(0);
-        medium.persist(
-            first,
-            record::directory_end(capacity) - record::directory_end(0),
-        );
+        medium.zero(offset + DIRECTORY_OFFSET, end - DIRECTORY_OFFSET);
+        medium.persist(offset + DIRECTORY_OFFSET, end - DIRECTORY_OFFSET);
     }
 
     /// Touches every page of a fresh (zeroed) block so that it faults in.
@@ -1269,7 +1296,7 @@ impl TableHeap {
             }
             // Invariant 2 for extents held ready: their first and last
             // slots (the pages were just faulted in) hold no txn id.
-            let last = offset + record::directory_end(self.def.slots_per_block - 1);
+            let last = offset + record::txn_offset(self.def.slots_per_block - 1);
             assert!(
                 medium.load(offset + DIRECTORY_OFFSET) == TXN_EMPTY
                     && medium.load(last) == TXN_EMPTY,
@@ -1780,7 +1807,8 @@ mod tests {
         assert_eq!(end, DirectoryEnd::Closed);
         assert_eq!(entries.len(), 4, "three records and the seal");
         let seal = entries[3];
-        assert!(record::is_seal(seal.word, seal.space));
+        assert!(matches!(seal.word, SlotWord::Written { hole: true, .. }) && seal.space == 0);
+        assert!(record::load_place(&medium, first, 3).is_seal());
         assert!(heap.is_obsolete(&medium, Addr::new(0, 0, 3)));
         assert_eq!(heap.entries_in(&medium, first), 4);
         let (recovered, fates) = recover(&heap.def, &medium, 6).unwrap();
@@ -1807,8 +1835,8 @@ mod tests {
         let block = heap.regions[0].get(0).unwrap();
         // A crash kept the word of slot 2 but not its place, and slot 5's
         // position holds bytes that look like a committed entry.
-        medium.store(record::entry_at(block, torn.slot()) + 8, 0);
-        let fake = record::entry_at(block, 5);
+        record::store_place(&medium, block, torn.slot(), record::Place::UNSET);
+        let fake = record::txn_at(block, 5);
         medium.store(fake, SlotWord::encode(3, false));
         let (recovered, fates) = recover(&heap.def, &medium, 4).unwrap();
         let kinds: Vec<&str> = fates.0.iter().map(|f| f.1).take(4).collect();
@@ -1824,14 +1852,73 @@ mod tests {
     }
 
     #[test]
+    fn a_crash_after_small_appends_over_a_dropped_tail_of_large_records_recovers() {
+        let (heap, medium, space) = byte_bound_heap();
+        append_value(&heap, &medium, &space, 3, 100);
+        for _ in 0..3 {
+            append_value(&heap, &medium, &space, 5, 1000);
+        }
+        let (recovered, _) = recover(&heap.def, &medium, 4).unwrap();
+        // Small records take the dropped tail's slots and more: the
+        // directory grows past where the large records began.
+        let mut last = None;
+        for _ in 0..40 {
+            last = Some(append_value(&recovered, &medium, &space, 7, 1));
+        }
+        let next = record::txn_at(recovered.block(last.unwrap()).unwrap(), 41);
+        assert_eq!(medium.load(next), TXN_EMPTY, "past the last entry");
+        let (_, fates) = recover(&heap.def, &medium, 7).unwrap();
+        let redone = fates.0.iter().filter(|f| f.1 == "redo").count();
+        assert_eq!(redone, 41);
+    }
+
+    #[test]
+    fn any_flipped_bit_of_a_place_is_corrupt() {
+        let (heap, medium, space) = byte_bound_heap();
+        // One transaction's records, so a record moved onto another one
+        // still passes its checksum; the large ones seal the first block.
+        let mut addrs = Vec::new();
+        for len in [100, 200, 64, 1000, 1000, 1000, 1000] {
+            addrs.push(append_value(&heap, &medium, &space, 3, len));
+        }
+        let first = heap.regions[0].get(0).unwrap();
+        let (entries, end) = heap.directory(&medium, first);
+        assert_eq!(end, DirectoryEnd::Closed);
+        assert!(entries.last().unwrap().space == 0, "sealed");
+        let (recovered, _) = recover(&heap.def, &medium, 3).unwrap();
+        let untrusted = recovered.regions[0].get(0).unwrap();
+        for entry in &entries {
+            let place = record::load_place(&medium, first, entry.slot);
+            for bit in 0..32 {
+                let flipped = record::Place::from_bits(place.bits() ^ (1 << bit));
+                record::store_place(&medium, first, entry.slot, flipped);
+                let what = format!("slot {} bit {bit}", entry.slot);
+                let recovery = recover(&heap.def, &medium, 3);
+                assert!(matches!(recovery, Err(Error::Corrupt(_))), "{what}");
+                let addr = Addr::new(0, 0, entry.slot);
+                let mut out = Vec::new();
+                if addrs.contains(&addr) {
+                    let read = recovered.read_live(&medium, addr, &mut out);
+                    assert!(matches!(read, SlotRead::Damaged), "{what}");
+                }
+                let mut damaged = Vec::new();
+                recovered.verify_block(&medium, 0, untrusted, |addr| damaged.push(addr));
+                assert!(!damaged.is_empty(), "{what}");
+            }
+            record::store_place(&medium, first, entry.slot, place);
+        }
+        assert!(recover(&heap.def, &medium, 3).is_ok());
+    }
+
+    #[test]
     fn a_committed_entry_out_of_place_is_corrupt() {
         let (heap, medium, space) = byte_bound_heap();
         append_value(&heap, &medium, &space, 3, 100);
         let second = append_value(&heap, &medium, &space, 3, 200);
         let block = heap.regions[0].get(0).unwrap();
-        let at = record::entry_at(block, second.slot()) + 8;
-        let (offset, space_taken) = record::unpack_place(medium.load(at));
-        medium.store(at, record::pack_place(offset - 8, space_taken, false));
+        let place = record::load_place(&medium, block, second.slot());
+        let moved = record::Place::record(place.offset() - 8, false);
+        record::store_place(&medium, block, second.slot(), moved);
         assert!(matches!(
             recover(&heap.def, &medium, 3),
             Err(Error::Corrupt(_))

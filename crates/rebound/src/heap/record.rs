@@ -1,9 +1,11 @@
 //! Versions in a slotted block: directory entries and the records they
-//! place (layouts in the module above). Every read finds a record through
-//! its entry and checks the place against the entry before it (records
-//! are contiguous from the block's end down), so a damaged offset or
-//! length is caught before anything is read or sized by it. Decoding is
-//! free of indexing and `unwrap` (denied by lint).
+//! place (layouts in the module above). Records are contiguous from the
+//! block's end down, so an entry holds only where its record starts: its
+//! space runs up to the record of the entry before. Every read finds a
+//! record through its entry and checks the place against the entry
+//! before it (and, in a block from the medium, the one after), so a
+//! damaged offset or length is caught before anything is read or sized
+//! by it. Decoding is free of indexing and `unwrap` (denied by lint).
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 use super::extent::{self, Owner, Pointer, POINTER_BYTES};
@@ -27,32 +29,125 @@ pub fn directory_end(entries: u32) -> u64 {
     DIRECTORY_OFFSET + entries as u64 * ENTRY_BYTES
 }
 
-/// Medium offset of the directory entry of slot `slot` of `block`.
+/// Medium offset of the first of the 12 bytes of entry `slot` of
+/// `block`: its txn word then its place for an even slot, the other way
+/// round for an odd one (see the module above).
 pub fn entry_at(block: &Block, slot: u32) -> u64 {
     block.offset() + directory_end(slot)
 }
 
-/// Bit of a directory entry's second word that says its version is a
-/// tombstone (a copy of the record's flag, so that a writer learns it
-/// without reading the record).
-const TOMBSTONE_BIT: u64 = 1 << 63;
-
-/// The second word of a directory entry: the record's offset in the
-/// block (bits 0..32), the bytes it takes (bits 32..63) and whether it is
-/// a tombstone (bit 63).
-pub fn pack_place(offset: u64, space: u64, tombstone: bool) -> u64 {
-    debug_assert!(offset <= u32::MAX as u64 && space < 1 << 31);
-    offset | (space << 32) | if tombstone { TOMBSTONE_BIT } else { 0 }
+/// Offset in a block of entry `slot`'s txn word (8-aligned).
+pub fn txn_offset(slot: u32) -> u64 {
+    directory_end(slot) + if slot % 2 == 1 { 4 } else { 0 }
 }
 
-/// The record's offset and space from an entry's second word.
-pub fn unpack_place(word: u64) -> (u64, u64) {
-    (word & 0xFFFF_FFFF, (word & !TOMBSTONE_BIT) >> 32)
+/// Medium offset of entry `slot`'s txn word.
+pub fn txn_at(block: &Block, slot: u32) -> u64 {
+    block.offset() + txn_offset(slot)
 }
 
-/// Whether an entry's second word says its version is a tombstone.
-pub fn place_says_tombstone(word: u64) -> bool {
-    word & TOMBSTONE_BIT != 0
+/// Offset in a block of entry `slot`'s place (4-aligned).
+pub fn place_offset(slot: u32) -> u64 {
+    directory_end(slot & !1) + 8 + 4 * (slot % 2) as u64
+}
+
+/// Medium offset of the word holding the places of entry `slot` and of
+/// the other entry of its pair, and the shift of `slot`'s place in it.
+fn place_word_at(block: &Block, slot: u32) -> (u64, u32) {
+    (block.offset() + place_offset(slot & !1), 32 * (slot % 2))
+}
+
+/// Bit of a place that says its version is a tombstone (a copy of the
+/// record's flag, so that a writer learns it without reading the record).
+const TOMBSTONE_BIT: u32 = 1 << 31;
+/// Bit of a place that makes a hole a seal: it takes no space, and the
+/// directory ends after it. A flag rather than "a hole of space 0" so
+/// that no single flipped offset bit turns the hole after an entry into
+/// a seal (it would end the directory early and pass the flip unseen).
+const SEAL_BIT: u32 = 1 << 30;
+/// Blocks are far smaller than the offset bits below the flags.
+const _: () = assert!(super::DEFAULT_BLOCK_BYTES < SEAL_BIT as u64);
+
+/// The second half of a directory entry: where its record starts in the
+/// block (bits 0..30; in bytes, as blocks take 18 bits and the always
+/// zero low three make a flip there visible), whether it is a seal (bit
+/// 30) and whether its version is a tombstone (bit 31). Its record ends
+/// where the record of the entry before starts; 0 = never written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place(u32);
+
+impl Place {
+    /// The place of an entry no append wrote.
+    pub const UNSET: Place = Place(0);
+
+    /// The place of a record at `offset` in its block.
+    pub fn record(offset: u64, tombstone: bool) -> Place {
+        debug_assert!(offset < SEAL_BIT as u64);
+        Place(offset as u32 | if tombstone { TOMBSTONE_BIT } else { 0 })
+    }
+
+    /// The place of a seal whose entry follows the record at `offset`.
+    pub fn seal(offset: u64) -> Place {
+        debug_assert!(offset < SEAL_BIT as u64);
+        Place(offset as u32 | SEAL_BIT)
+    }
+
+    pub fn offset(self) -> u64 {
+        (self.0 & !(TOMBSTONE_BIT | SEAL_BIT)) as u64
+    }
+
+    pub fn is_tombstone(self) -> bool {
+        self.0 & TOMBSTONE_BIT != 0
+    }
+
+    pub fn is_seal(self) -> bool {
+        self.0 & SEAL_BIT != 0
+    }
+
+    /// Whether no append stored it (positions are zeroed before use).
+    pub fn is_unset(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The place whose stored form is `bits`.
+    #[cfg(test)]
+    pub fn from_bits(bits: u32) -> Place {
+        Place(bits)
+    }
+
+    /// The stored form of the place.
+    #[cfg(test)]
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+/// Entry `slot`'s place.
+pub fn load_place(medium: &Medium, block: &Block, slot: u32) -> Place {
+    let (word, shift) = place_word_at(block, slot);
+    Place((medium.load(word) >> shift) as u32)
+}
+
+/// Stores entry `slot`'s place, leaving the other entry of its pair as it
+/// is (its writer may be changing it meanwhile).
+pub fn store_place(medium: &Medium, block: &Block, slot: u32, place: Place) {
+    let (word, shift) = place_word_at(block, slot);
+    medium.store_bits(word, 0xFFFF_FFFF << shift, (place.0 as u64) << shift);
+}
+
+/// Entry `slot`'s place, and where its record ends: where the record of
+/// the entry before starts (one load when they share a word), the block
+/// size for entry 0.
+pub fn place_and_end(medium: &Medium, block: &Block, slot: u32, block_size: u64) -> (Place, u64) {
+    let (word, shift) = place_word_at(block, slot);
+    let pair = medium.load(word);
+    let place = Place((pair >> shift) as u32);
+    let end = match (slot, shift) {
+        (0, _) => block_size,
+        (_, 0) => load_place(medium, block, slot - 1).offset(),
+        _ => Place(pair as u32).offset(),
+    };
+    (place, end)
 }
 
 /// Whether an encoded version (txn word, then record) is a tombstone.
@@ -67,17 +162,22 @@ pub fn encoded_out_of_line(version: &[u8]) -> bool {
     flags.is_some_and(|f| u16::from_le_bytes(f) & extent::FLAG_OUT_OF_LINE != 0)
 }
 
-/// Whether a record at `offset` taking `space` bytes can belong to entry
-/// `slot` of a block whose records so far start at `free_end`: it lies
-/// right below them, 8-aligned, clear of its own entry.
-pub fn is_placed(slot: u32, (offset, space): (u64, u64), free_end: u64) -> bool {
-    offset.is_multiple_of(8) && offset >= directory_end(slot + 1) && offset + space == free_end
-}
-
-/// A hole taking no space: the entry that closes a block whose next
-/// record did not fit (see `TableHeap::seal`).
-pub fn is_seal(word: SlotWord, space: u64) -> bool {
-    matches!(word, SlotWord::Written { hole: true, .. }) && space == 0
+/// The space entry `slot`'s record takes if `place` can be its place in
+/// a block whose records so far start at `free_end`: a record lies right
+/// below them, 8-aligned, clear of its own entry, and takes at least
+/// `MIN_RECORD_SPACE`; a seal (only where `seal_allowed`: the entry is a
+/// hole) takes none and sits at `free_end`. `None` if it cannot.
+pub fn is_placed(slot: u32, place: Place, free_end: u64, seal_allowed: bool) -> Option<u64> {
+    let offset = place.offset();
+    if !offset.is_multiple_of(8) || offset < directory_end(slot + 1) {
+        return None;
+    }
+    if place.is_seal() {
+        let seal = seal_allowed && !place.is_tombstone() && offset == free_end;
+        return seal.then_some(0);
+    }
+    let space = free_end.checked_sub(offset)?;
+    (space >= MIN_RECORD_SPACE).then_some(space)
 }
 
 /// How a walk over a block's directory ended.
@@ -123,24 +223,19 @@ impl TableHeap {
             if directory_end(slot + 1) > free_end {
                 return DirectoryEnd::Damaged { slot };
             }
-            let entry = entry_at(block, slot);
-            let word = SlotWord::decode(medium.load(entry));
-            let place = unpack_place(medium.load(entry + 8));
-            match word {
+            let word = SlotWord::decode(medium.load(txn_at(block, slot)));
+            let hole = match word {
                 SlotWord::Empty => return DirectoryEnd::Open { slot, free_end },
                 SlotWord::Invalid => return DirectoryEnd::Damaged { slot },
-                SlotWord::Written { .. } if !is_placed(slot, place, free_end) => {
-                    return DirectoryEnd::Damaged { slot }
-                }
-                SlotWord::Written { .. } => {}
-            }
-            visit(Entry {
-                slot,
-                word,
-                space: place.1,
-            });
-            free_end = place.0;
-            if is_seal(word, place.1) {
+                SlotWord::Written { hole, .. } => hole,
+            };
+            let place = load_place(medium, block, slot);
+            let Some(space) = is_placed(slot, place, free_end, hole) else {
+                return DirectoryEnd::Damaged { slot };
+            };
+            visit(Entry { slot, word, space });
+            free_end = place.offset();
+            if place.is_seal() {
                 return DirectoryEnd::Closed;
             }
         }
@@ -156,44 +251,57 @@ impl TableHeap {
 
     /// Finds the record of the slot at `addr` through its directory
     /// entry; `None` once its block was collected, or if the entry, the
-    /// one before it or the record header do not agree.
+    /// ones beside it or the record header do not agree.
     fn locate(&self, medium: &Medium, addr: Addr) -> Option<Located> {
         let block = self.block(addr)?;
         let slot = addr.slot();
-        let entry = entry_at(block, slot);
-        let place_word = medium.load(entry + 8);
-        let place = unpack_place(place_word);
-        if !self.in_place(medium, block, slot, place) {
+        let (place, space) = self.record_place(medium, block, slot)?;
+        if !block.is_trusted() && !self.next_agrees(medium, block, slot, place) {
             return None;
         }
-        let at = block.offset() + place.0;
-        let header = SlotHeader::read(medium, medium.load(entry), at);
-        let agrees = place_says_tombstone(place_word) == header.is_tombstone();
-        let fits = self.fits(&header) && header.record_len() <= place.1;
+        let at = block.offset() + place.offset();
+        let header = SlotHeader::read(medium, medium.load(txn_at(block, slot)), at);
+        let agrees = place.is_tombstone() == header.is_tombstone();
+        // A rewrite by the same transaction may leave more space than
+        // its record needs, never less.
+        let fits = self.fits(&header) && header.record_len() <= space;
         (agrees && fits).then_some(Located { at, header })
     }
 
-    /// Whether a record place can be entry `slot`'s: within the block,
-    /// clear of its entry, and (in a block from the medium) right below
-    /// the record of the entry before. A block this process wrote or
-    /// verified skips the last check, which costs a second directory line
-    /// on one read in four.
-    fn in_place(&self, medium: &Medium, block: &Block, slot: u32, place: (u64, u64)) -> bool {
+    /// Entry `slot`'s place and the space its record may take, if the
+    /// place lies right below the record of the entry before, within the
+    /// block. A block this process wrote or verified has no flipped bit
+    /// to catch: its record need only lie in the block, and the place
+    /// before (on another line for 1 read in 8) stays unread.
+    fn record_place(&self, medium: &Medium, block: &Block, slot: u32) -> Option<(Place, u64)> {
         let block_size = self.def.block_size as u64;
-        if place.1 < MIN_RECORD_SPACE {
-            return false;
-        }
-        if block.is_trusted() {
-            let end = place.0 + place.1;
-            return place.0.is_multiple_of(8)
-                && place.0 >= directory_end(slot + 1)
-                && end <= block_size;
-        }
-        let upper = match slot {
-            0 => block_size,
-            _ => unpack_place(medium.load(entry_at(block, slot) - 8)).0,
+        let (place, end) = match block.is_trusted() {
+            true => (load_place(medium, block, slot), block_size),
+            false => place_and_end(medium, block, slot, block_size),
         };
-        upper <= block_size && is_placed(slot, place, upper)
+        let space = is_placed(slot, place, end, false).filter(|_| end <= block_size)?;
+        Some((place, space))
+    }
+
+    /// Whether the entry after `slot`, if written, lies right below it.
+    /// A record's space is what lies between its place and the one
+    /// before, so a flipped offset bit that moves a record down (onto a
+    /// later record of the same transaction, whose checksum passes) is
+    /// caught here, one that moves it up by the check against the entry
+    /// before. An unset place is a crash's torn append, cleared by
+    /// recovery.
+    fn next_agrees(&self, medium: &Medium, block: &Block, slot: u32, place: Place) -> bool {
+        let next = slot + 1;
+        if next >= self.def.slots_per_block {
+            return true;
+        }
+        let hole = match SlotWord::decode(medium.load(txn_at(block, next))) {
+            SlotWord::Empty => return true,
+            SlotWord::Invalid => return false,
+            SlotWord::Written { hole, .. } => hole,
+        };
+        let next_place = load_place(medium, block, next);
+        next_place.is_unset() || is_placed(next, next_place, place.offset(), hole).is_some()
     }
 
     /// Whether a header's lengths fit this table's limits.
@@ -332,9 +440,8 @@ impl TableHeap {
         let block = self.block(addr)?;
         if block.is_trusted() {
             // The entry's copy of the flag: the record stays unread.
-            let place_word = medium.load(entry_at(block, addr.slot()) + 8);
-            let placed = self.in_place(medium, block, addr.slot(), unpack_place(place_word));
-            return placed.then_some(place_says_tombstone(place_word));
+            let (place, _) = self.record_place(medium, block, addr.slot())?;
+            return Some(place.is_tombstone());
         }
         let header = self.locate(medium, addr)?.header;
         if header.value_len > 0 {
@@ -486,7 +593,7 @@ impl TableHeap {
     /// The raw txn word of a slot's directory entry (see `SlotWord`).
     pub(super) fn slot_txn(&self, medium: &Medium, addr: Addr) -> u64 {
         self.block(addr)
-            .map_or(TXN_EMPTY, |block| medium.load(entry_at(block, addr.slot())))
+            .map_or(TXN_EMPTY, |block| medium.load(txn_at(block, addr.slot())))
     }
 
     /// The decoded txn word of a slot.
@@ -518,13 +625,13 @@ impl TableHeap {
     /// commit to write back; `None` once its block was collected.
     pub fn version_ranges(&self, medium: &Medium, addr: Addr) -> Option<[(u64, u64); 2]> {
         let block = self.block(addr)?;
-        let entry = entry_at(block, addr.slot());
         let block_size = self.def.block_size as u64;
-        let (offset, space) = unpack_place(medium.load(entry + 8));
-        // Never past the block, whatever the entry says.
-        let offset = offset.min(block_size);
-        let space = space.min(block_size - offset);
-        Some([(block.offset() + offset, space), (entry, ENTRY_BYTES)])
+        let (place, end) = place_and_end(medium, block, addr.slot(), block_size);
+        // Never past the block, whatever the entries say.
+        let offset = place.offset().min(block_size);
+        let space = end.min(block_size).saturating_sub(offset);
+        let entry = (entry_at(block, addr.slot()), ENTRY_BYTES);
+        Some([(block.offset() + offset, space), entry])
     }
 
     /// Writes `version` (encoded, by this transaction) over the version
@@ -535,8 +642,9 @@ impl TableHeap {
         let Some(block) = self.block(addr) else {
             return false;
         };
-        let entry = entry_at(block, addr.slot());
-        let (offset, space) = unpack_place(medium.load(entry + 8));
+        let slot = addr.slot();
+        let (place, end) = place_and_end(medium, block, slot, self.def.block_size as u64);
+        let offset = place.offset();
         let Some(record) = version.get(8..) else {
             return false;
         };
@@ -546,13 +654,17 @@ impl TableHeap {
         );
         // An extent belongs to one version for as long as its block
         // lives: a value going out of line, or one that was, moves on.
-        let old = SlotHeader::read(medium, medium.load(entry), block.offset() + offset);
-        if record.len() as u64 > space || old.is_out_of_line() {
+        let old = SlotHeader::read(
+            medium,
+            medium.load(txn_at(block, slot)),
+            block.offset() + offset,
+        );
+        if record.len() as u64 > end.saturating_sub(offset) || old.is_out_of_line() {
             return false;
         }
         medium.write_bytes(block.offset() + offset, record);
         let tombstone = encoded_tombstone(version);
-        medium.store(entry + 8, pack_place(offset, space, tombstone));
+        store_place(medium, block, slot, Place::record(offset, tombstone));
         true
     }
 
@@ -664,24 +776,29 @@ impl TableHeap {
         let Some(block) = self.block(addr) else {
             return;
         };
-        let at = entry_at(block, addr.slot());
-        medium.store(at, SlotWord::encode(txn, true));
+        medium.store(txn_at(block, addr.slot()), SlotWord::encode(txn, true));
         // The whole entry: recovery checks a hole's place too, and a
         // medium may make durable no more than the range asked for.
-        medium.persist(at, ENTRY_BYTES);
+        medium.persist(entry_at(block, addr.slot()), ENTRY_BYTES);
         self.set_obsolete(medium, addr);
     }
 
-    /// Clears the txn word of a slot written by a transaction that never
-    /// committed (or of a position past a region's tail).
+    /// Clears the entry of a slot written by a transaction that never
+    /// committed (or a position past a region's tail): its txn word, and
+    /// its place, so that a place is set only by the append that wrote it
+    /// (a crash that keeps a later append's word but not its place then
+    /// leaves the place unset, never an old one that looks right).
     pub(super) fn clear_slot(&self, medium: &Medium, addr: Addr) {
         let Some(block) = self.block(addr) else {
             return;
         };
-        let at = entry_at(block, addr.slot());
-        if medium.load(at) != TXN_EMPTY {
+        let slot = addr.slot();
+        let at = txn_at(block, slot);
+        let place_set = !load_place(medium, block, slot).is_unset();
+        if medium.load(at) != TXN_EMPTY || place_set {
             medium.store(at, TXN_EMPTY);
-            medium.persist(at, 8);
+            store_place(medium, block, slot, Place::UNSET);
+            medium.persist(entry_at(block, slot), ENTRY_BYTES);
         }
     }
 }

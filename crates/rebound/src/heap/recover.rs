@@ -12,6 +12,7 @@
 //! (invariant 1): `Corrupt`.
 
 use super::record::{self, KEY_AT};
+use super::slot::HOLE_BIT;
 use super::{block, Addr, Block, Cursor, SlotWord, TableHeap, MAX_SEQ_GAP, MIN_TXN_AT};
 use crate::catalog::{self, MAX_TXN_ID};
 use crate::error::{Error, Result};
@@ -339,8 +340,11 @@ impl TableHeap {
     /// entry's record must lie right below the one before it; while the
     /// entries so far are placed so, the next position holds an entry or
     /// zero (records never reach below their own entry and room for one
-    /// more). In the tail, past an entry a crash left unplaced, the
-    /// positions up to the lowest placed record are only cleared.
+    /// more). In the tail, past an entry a crash left unplaced or where
+    /// the directory meets the tail's records, the positions up to where
+    /// the region continues are only cleared: appends after recovery
+    /// start there, and every position their entries may reach must read
+    /// as unwritten.
     fn scan_block(
         &self,
         medium: &Medium,
@@ -356,15 +360,19 @@ impl TableHeap {
         for s in 0..self.def.slots_per_block {
             let addr = Addr::new(worker, b, s);
             if record::directory_end(s + 1) > free_end {
-                return match scan.tail {
-                    None => Err(Error::Corrupt(format!(
+                let Some(tail) = scan.tail else {
+                    return Err(Error::Corrupt(format!(
                         "directory of table {} runs into its records at {addr:?}",
                         self.def.id
-                    ))),
-                    Some(_) => Ok(()),
+                    )));
                 };
+                // The tail's records are dropped: what lies below where
+                // the region continues is free, and cleared as such.
+                if record::directory_end(s + 1) > self.continues_below(tail, b) {
+                    return Ok(());
+                }
+                placed = false;
             }
-            let entry = record::entry_at(block, s);
             if !placed {
                 self.undo(medium, addr);
                 visitor.visit(SlotFate::Undone {
@@ -374,14 +382,15 @@ impl TableHeap {
                 });
                 continue;
             }
-            let class = Class::of(medium.load(entry), min_txn, last_commit).ok_or_else(|| {
+            let word = medium.load(record::txn_at(block, s));
+            let class = Class::of(word, min_txn, last_commit).ok_or_else(|| {
                 Error::Corrupt(format!(
                     "slot {addr:?} of table {} has a damaged txn word",
                     self.def.id
                 ))
             })?;
-            let place = record::unpack_place(medium.load(entry + 8));
-            let is_placed = record::is_placed(s, place, free_end);
+            let place = record::load_place(medium, block, s);
+            let is_placed = record::is_placed(s, place, free_end, word & HOLE_BIT != 0).is_some();
             let misplaced = || {
                 Error::Corrupt(format!(
                     "record of {addr:?} of table {} is not where its entry and the one before say",
@@ -419,9 +428,9 @@ impl TableHeap {
                         return Err(misplaced());
                     }
                     visitor.visit(SlotFate::Hole { addr, txn });
-                    free_end = place.0;
-                    if place.1 == 0 {
-                        // A seal: the directory ends here.
+                    free_end = place.offset();
+                    if place.is_seal() {
+                        // The directory ends here.
                         return Ok(());
                     }
                     continue;
@@ -438,7 +447,7 @@ impl TableHeap {
                     // one's record ends; an unwritten or torn one does not.
                     placed = is_placed && held.is_current();
                     if placed {
-                        free_end = place.0;
+                        free_end = place.offset();
                     }
                     self.undo(medium, addr);
                     visitor.visit(SlotFate::Undone {
@@ -450,10 +459,11 @@ impl TableHeap {
                 }
                 (Class::Committed { txn }, false) => txn,
             };
-            if !is_placed || place.1 == 0 {
+            // A committed version is no hole, so never a seal.
+            if !is_placed {
                 return Err(misplaced());
             }
-            free_end = place.0;
+            free_end = place.offset();
             if txn < scan.newest {
                 return Err(Error::Corrupt(format!(
                     "committed version of txn {txn} at {addr:?} follows one of txn {}",
@@ -479,6 +489,16 @@ impl TableHeap {
             }));
         }
         Ok(())
+    }
+
+    /// Where block `b`'s free space ends once the tail starting at `tail`
+    /// is dropped: the tail's start in its own block, the block's end in
+    /// the blocks after it.
+    fn continues_below(&self, tail: Cursor, b: u32) -> u64 {
+        match tail.block == b {
+            true => tail.free_end as u64,
+            false => self.def.block_size as u64,
+        }
     }
 
     /// Blocks after the tail's block were linked by a transaction that did

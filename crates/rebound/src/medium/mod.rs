@@ -375,6 +375,17 @@ impl Medium {
         self.word(off).store(value, Ordering::Release)
     }
 
+    /// Replaces the bits of an aligned word that `mask` selects with those
+    /// of `value`, in one atomic step: the other bits keep whatever a
+    /// concurrent writer stores there (two fields sharing a word).
+    #[inline]
+    pub fn store_bits(&self, off: u64, mask: u64, value: u64) {
+        let replace = |old: u64| Some((old & !mask) | (value & mask));
+        let _ = self
+            .word(off)
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, replace);
+    }
+
     /// Sets bits in an aligned word.
     #[inline]
     pub fn fetch_or(&self, off: u64, bits: u64) -> u64 {

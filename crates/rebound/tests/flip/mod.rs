@@ -604,17 +604,23 @@ impl FileMap {
             48..=63 => "header reserved".into(),
             64..=319 => "obsolete bitmap bit".into(),
             _ => {
+                // Entries go in pairs of 24 bytes: word, place, place, word.
                 let s = rel - 320;
-                let (slot, r) = (s / 16, s % 16);
+                let (pair, r) = (s / 24, s % 24);
+                let (slot, field) = match r {
+                    0..=7 => (2 * pair, "txn word"),
+                    8..=11 => (2 * pair, "place"),
+                    12..=15 => (2 * pair + 1, "place"),
+                    _ => (2 * pair + 1, "txn word"),
+                };
                 if slot >= self.slots {
                     return "records or free space".into();
                 }
-                let field = match r {
-                    0..=7 if word_bit == 63 => "txn word bit 63 (hole bit)".to_string(),
-                    0..=7 if word_bit >= 56 => format!("txn word high byte bit {word_bit}"),
-                    0..=7 => format!("txn word bit {word_bit}"),
-                    8..=11 => "record offset".into(),
-                    _ => "record space".into(),
+                let field = match field {
+                    "txn word" if word_bit == 63 => "txn word bit 63 (hole bit)".to_string(),
+                    "txn word" if word_bit >= 56 => format!("txn word high byte bit {word_bit}"),
+                    "txn word" => format!("txn word bit {word_bit}"),
+                    _ => format!("place bit {}", word_bit % 32),
                 };
                 format!("directory entry {slot} {field} (or records)")
             }
