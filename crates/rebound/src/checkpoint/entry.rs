@@ -190,7 +190,7 @@ fn length(bytes: &[u8], at: &mut usize) -> Option<usize> {
 /// The varint at `*at` in `bytes`, at most `MAX_VARINT` bytes; advances
 /// `*at` past it. Most are one byte: those take the short way.
 #[inline]
-fn varint(bytes: &[u8], at: &mut usize) -> Option<u128> {
+pub(super) fn varint(bytes: &[u8], at: &mut usize) -> Option<u128> {
     let first = *bytes.get(*at)?;
     if first < 0x80 {
         *at += 1;

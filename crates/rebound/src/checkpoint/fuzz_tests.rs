@@ -104,14 +104,9 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// The varint at `at` and its width in bytes.
 fn varint_at(b: &[u8], at: usize) -> (u64, usize) {
-    let mut value = 0;
-    for (i, &byte) in b[at..].iter().enumerate() {
-        value |= u64::from(byte & 0x7F) << (7 * i);
-        if byte < 0x80 {
-            return (value, i + 1);
-        }
-    }
-    unreachable!("an engine-written varint ends")
+    let mut end = at;
+    let value = super::entry::varint(b, &mut end).expect("an engine-written varint ends");
+    (value as u64, end - at)
 }
 
 fn put_u32(b: &mut [u8], at: usize, v: u32) {
