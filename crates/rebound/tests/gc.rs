@@ -536,11 +536,7 @@ fn tombstones_superseded_after_a_checkpoint_keep_their_obsolete_bits_across_a_cr
 /// tmpfs (memory) and on a disk file system.
 #[test]
 fn freed_blocks_give_their_space_back_to_the_file_system() {
-    common::each_seed(|seed| {
-        for parent in ["/dev/shm", env!("CARGO_TARGET_TMPDIR")] {
-            freed_space_with(seed, parent);
-        }
-    });
+    each_seed_on_tmpfs_and_disk(freed_space_with);
 }
 
 fn freed_space_with(seed: u64, parent: &str) {
@@ -612,11 +608,7 @@ fn freed_space_with(seed: u64, parent: &str) {
 /// again as it needs, with every row intact.
 #[test]
 fn a_closed_file_gives_back_its_unused_tail() {
-    common::each_seed(|seed| {
-        for parent in ["/dev/shm", env!("CARGO_TARGET_TMPDIR")] {
-            closed_tail_with(seed, parent);
-        }
-    });
+    each_seed_on_tmpfs_and_disk(closed_tail_with);
 }
 
 fn closed_tail_with(seed: u64, parent: &str) {
@@ -739,4 +731,14 @@ fn writer_stalls_with(seed: u64) {
     );
     drop(snapshot);
     assert_eq!(contents(&db, &table), model, "seed {seed}");
+}
+
+/// Runs `case` for every seed in a directory on tmpfs (memory) and on the
+/// disk file system the build's target is on.
+fn each_seed_on_tmpfs_and_disk(case: fn(u64, &str)) {
+    common::each_seed(|seed| {
+        for parent in ["/dev/shm", env!("CARGO_TARGET_TMPDIR")] {
+            case(seed, parent);
+        }
+    });
 }
