@@ -922,6 +922,46 @@ impl DesignRecord {
     }
 }
 
+/// What GC did during a run, and the space it left (Rebound's log-free
+/// designs; zero elsewhere).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GcReport {
+    pub blocks_freed: u64,
+    pub versions_relocated: u64,
+    /// Commits that waited for GC, and the seconds they waited in all.
+    pub writer_stalls: u64,
+    pub writer_stall_s: f64,
+    /// Versions per live one in the heap at the end of the run.
+    pub versions_per_live: f64,
+}
+
+impl GcReport {
+    /// GC's work between two readings of `Database::stats`.
+    pub fn between(before: &rebound::Stats, after: &rebound::Stats) -> GcReport {
+        let (b, a) = (&before.gc, &after.gc);
+        let versions: u64 = after.tables.iter().map(|t| t.versions).sum();
+        let obsolete: u64 = after.tables.iter().map(|t| t.obsolete_versions).sum();
+        GcReport {
+            blocks_freed: a.blocks_freed - b.blocks_freed,
+            versions_relocated: a.versions_relocated - b.versions_relocated,
+            writer_stalls: a.writer_stalls - b.writer_stalls,
+            writer_stall_s: (a.writer_stall_time - b.writer_stall_time).as_secs_f64(),
+            versions_per_live: versions as f64 / versions.saturating_sub(obsolete).max(1) as f64,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "GC freed {} blocks, relocated {} versions; writers waited {} times ({:.2} s); {:.2} versions per live one",
+            self.blocks_freed,
+            self.versions_relocated,
+            self.writer_stalls,
+            self.writer_stall_s,
+            self.versions_per_live
+        )
+    }
+}
+
 /// What loading the initial data took.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct LoadStats {

@@ -642,6 +642,8 @@ pub struct YcsbResult {
     pub result: RunStats,
     #[serde(default)]
     pub backup: Option<BackupWindow>,
+    #[serde(default)]
+    pub gc: Option<crate::common::GcReport>,
 }
 
 pub fn run(args: YcsbArgs) -> BoxResult<()> {
@@ -677,6 +679,7 @@ fn run_engine<E: Engine>(args: &YcsbArgs, dir: &DbDir) -> BoxResult<()> {
         observer: &NoObserver,
         interval: crate::common::SAMPLE_INTERVAL,
     };
+    let gc_before = db.rebound().map(rebound::Database::stats);
     let (stats, backup) = std::thread::scope(|scope| -> BoxResult<_> {
         let (shared, path) = (&db, &dir.path);
         let backup = args
@@ -690,6 +693,12 @@ fn run_engine<E: Engine>(args: &YcsbArgs, dir: &DbDir) -> BoxResult<()> {
         Ok((stats, window))
     })?;
     println!("{}: {}", args.cfg.label(), describe(&stats));
+    let gc = gc_before
+        .zip(db.rebound())
+        .map(|(before, db)| crate::common::GcReport::between(&before, &db.stats()));
+    if let Some(gc) = &gc {
+        println!("{}: {}", args.cfg.label(), gc.describe());
+    }
     let backup = backup.map(|(start, seconds)| backup_window(&stats, start, seconds));
     let base = args.out.base(&format!("{}-{name}", args.cfg.label()));
     let result = YcsbResult {
@@ -700,6 +709,7 @@ fn run_engine<E: Engine>(args: &YcsbArgs, dir: &DbDir) -> BoxResult<()> {
         load,
         result: stats,
         backup,
+        gc,
         config: args.clone(),
     };
     db.close()?;

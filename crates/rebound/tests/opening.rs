@@ -64,6 +64,12 @@ fn options_no_database_can_run_with_are_refused_at_open() {
         defaults().gc(GcOptions::default().space_target(0.5)),
         "space_target",
     );
+    for bound in [0.5, -1.0, f64::NAN] {
+        expect_invalid(
+            defaults().gc(GcOptions::default().max_space(bound)),
+            "max_space",
+        );
+    }
 }
 
 /// An option that only another design reads, set away from its default,

@@ -156,6 +156,16 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = 0)]
     #[serde(default)]
     pub max_running: usize,
+    /// Rebound: versions per live one past which GC takes half-obsolete
+    /// blocks (`GcOptions::space_target`; default: the engine's).
+    #[arg(long)]
+    #[serde(default)]
+    pub gc_space_target: Option<f64>,
+    /// Rebound: versions per live one past which writers are slowed for
+    /// GC (`GcOptions::max_space`; 0: never; default: the engine's).
+    #[arg(long)]
+    #[serde(default)]
+    pub gc_max_space: Option<f64>,
 }
 
 impl EngineArgs {
@@ -163,6 +173,8 @@ impl EngineArgs {
     pub fn settings(&self, design: &str) -> Settings {
         Settings {
             max_running: self.max_running,
+            gc_space_target: self.gc_space_target,
+            gc_max_space: self.gc_max_space,
             ..Settings::new(!self.no_sync, design)
         }
     }
@@ -188,6 +200,10 @@ pub struct Settings {
     pub design: String,
     /// Rebound's `Options::max_running_transactions`.
     pub max_running: usize,
+    /// Rebound's `GcOptions::space_target` and `max_space`, when not the
+    /// engine's defaults.
+    pub gc_space_target: Option<f64>,
+    pub gc_max_space: Option<f64>,
 }
 
 impl Settings {
@@ -196,6 +212,8 @@ impl Settings {
             durable,
             design: design.to_owned(),
             max_running: 0,
+            gc_space_target: None,
+            gc_max_space: None,
         }
     }
 }

@@ -27,6 +27,12 @@ impl Engine for Database {
         let mut options = design_options(design)
             .map_err(|e| Error::Unsupported(e.to_string()))?
             .max_running_transactions(settings.max_running);
+        if let Some(target) = settings.gc_space_target {
+            options.gc.space_target = target;
+        }
+        if let Some(bound) = settings.gc_max_space {
+            options.gc.max_space = bound;
+        }
         // Tools such as valgrind cannot map the default 1 TiB reservation.
         if let Some(bytes) = std::env::var("REBOUND_MAX_SIZE")
             .ok()

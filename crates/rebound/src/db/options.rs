@@ -448,5 +448,13 @@ fn validate_gc(gc: &GcOptions) -> Result<()> {
             gc.space_target
         )));
     }
+    // Below one version per live one every table is "over": writers
+    // would wait on every round that frees a block.
+    if !(gc.max_space == 0.0 || gc.max_space >= 1.0) {
+        return Err(Error::InvalidOption(format!(
+            "gc max_space {} is neither 0 (never wait) nor at least 1",
+            gc.max_space
+        )));
+    }
     Ok(())
 }

@@ -68,7 +68,9 @@ pub struct GcOptions {
     /// While a table's blocks hold more than this many versions per live
     /// one and GC is freeing blocks, writers wait for it after their
     /// commits (at most a second each), as LSM engines stall writes
-    /// when compaction lags; 0: never.
+    /// when compaction lags; 0: never. Above `space_target`, so that GC
+    /// works harder first and writers wait only for a GC that could not
+    /// keep up by itself.
     pub max_space: f64,
     /// A round starts when this many blocks are candidates (the length of
     /// FIR's gc_array that triggers the GC thread).
@@ -89,7 +91,7 @@ impl Default for GcOptions {
             enabled: true,
             threshold: 0.9,
             space_target: 1.5,
-            max_space: 1.5,
+            max_space: 1.7,
             batch_blocks: 4,
             max_blocks_per_round: 256,
             min_checkpoint_interval: Duration::from_millis(100),
@@ -107,7 +109,7 @@ setters!(GcOptions {
     /// collected too (default 1.5).
     space_target: f64,
     /// Versions per live version of a table past which writers wait for
-    /// GC while it frees blocks (default 1.5; 0: never).
+    /// GC while it frees blocks (default 1.7; 0: never).
     max_space: f64,
     /// Candidates needed before a background round starts (default 4).
     batch_blocks: usize,
