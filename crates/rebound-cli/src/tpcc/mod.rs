@@ -291,6 +291,8 @@ pub struct TpccResult {
     pub load: load::LoadStats,
     pub result: RunStats,
     pub check: Option<check::CheckReport>,
+    #[serde(default)]
+    pub gc: Option<crate::common::GcReport>,
 }
 
 pub fn run(args: TpccArgs) -> BoxResult<()> {
@@ -335,8 +337,15 @@ fn run_engine<E: Engine>(args: &TpccArgs, dir: &DbDir) -> BoxResult<()> {
         observer: &crate::common::NoObserver,
         interval: crate::common::SAMPLE_INTERVAL,
     };
+    let gc_before = db.rebound().map(rebound::Database::stats);
     let stats = run_on(&db, &args.cfg, &spec, &shared)?;
     println!("tpcc: {}", describe(&stats));
+    let gc = gc_before
+        .zip(db.rebound())
+        .map(|(before, db)| crate::common::GcReport::between(&before, &db.stats()));
+    if let Some(gc) = &gc {
+        println!("tpcc: {}", gc.describe());
+    }
     for k in &stats.kinds {
         println!(
             "  {:<12} {:>9} committed {:>6} rolled back {:>8} conflicts  p50 {:>6} us  p99 {:>7} us",
@@ -358,6 +367,7 @@ fn run_engine<E: Engine>(args: &TpccArgs, dir: &DbDir) -> BoxResult<()> {
         load,
         result: stats,
         check: check.clone(),
+        gc,
         config: args.clone(),
     };
     db.close()?;
