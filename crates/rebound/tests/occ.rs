@@ -640,3 +640,45 @@ fn an_index_entry_outlives_the_vacuum_while_its_row_carries_it() {
         "the vacuum removed the entry of a row that has the key"
     );
 }
+
+/// Under MVTO, a conflict among more running transactions than cores
+/// lowers the admission limit to the cores (`Stats::admission_limit`):
+/// the next `begin` waits (here for the longest wait, since every running
+/// transaction is this thread's own), and a run of commits raises the
+/// limit again. Optimistic transactions hold nothing while they execute
+/// and stay unlimited.
+#[test]
+fn conflicts_among_more_transactions_than_cores_lower_the_admission_limit() {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let none = || Options::default().durability(Durability::None);
+    for (options, mvto) in [(none(), true), (occ(none()), false)] {
+        let db = Database::open("unused", options).unwrap();
+        let table = db.create_table("t", TableOptions::default()).unwrap();
+        let mut sessions: Vec<_> = (0..cores + 3).map(|_| db.session().unwrap()).collect();
+        let (last, running) = sessions.split_last_mut().unwrap();
+        let mut txns: Vec<_> = running.iter_mut().map(|s| s.begin()).collect();
+        assert_eq!(db.stats().admission_limit, None);
+        txns[0].put(&table, b"k", b"1").unwrap();
+        let second = txns[1].put(&table, b"k", b"2");
+        if mvto {
+            assert!(matches!(second, Err(Error::Conflict)), "{second:?}");
+        } else {
+            second.unwrap();
+            let mut txns = txns.drain(..2);
+            txns.next().unwrap().commit().unwrap();
+            let loser = txns.next().unwrap().commit();
+            assert!(matches!(loser, Err(Error::Conflict)), "{loser:?}");
+        }
+        let expected = mvto.then_some(cores);
+        assert_eq!(db.stats().admission_limit, expected);
+        drop(last.begin());
+        assert_eq!(db.stats().admission_overdue, u64::from(mvto));
+        drop(txns);
+        for i in 0..16 * (cores as u64) {
+            let mut tx = last.begin();
+            tx.put(&table, &i.to_be_bytes(), b"v").unwrap();
+            tx.commit().unwrap();
+        }
+        assert_eq!(db.stats().admission_limit, mvto.then_some(cores + 1));
+    }
+}

@@ -570,7 +570,12 @@ impl<'s> Transaction<'s> {
     /// Makes the transaction durable, then visible. `Ok` means it survives
     /// any crash the medium's [`Guarantee`] covers.
     pub fn commit(self) -> Result<()> {
-        self.state.commit()
+        let Transaction { state, _permit, .. } = self;
+        let pending = state.commit_deferred();
+        // Nothing is held while the commit becomes durable: the place goes
+        // to the next transaction.
+        drop(_permit);
+        pending?.wait()
     }
 
     /// Commits without waiting for durability: the transaction is visible

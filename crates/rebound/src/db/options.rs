@@ -62,6 +62,11 @@ pub struct Options {
     /// At most this many transactions run at once (0: no limit); others
     /// wait at `begin` (at most 10 ms, then they run regardless).
     pub max_running_transactions: usize,
+    /// Without `max_running_transactions`, under MVTO: when transactions
+    /// conflict while more of them run than there are cores, admit fewer
+    /// (down to the cores), and more again as they commit (see
+    /// `txn/admission.rs`).
+    pub adaptive_admission: bool,
     pub medium: MediumChoice,
     /// Injected latency per persisted 256-byte line, emulating slower NVM.
     pub persist_latency_ns: u64,
@@ -154,6 +159,7 @@ impl Default for Options {
             durability: Durability::LogFree,
             concurrency: Concurrency::Mvto,
             max_running_transactions: 0,
+            adaptive_admission: true,
             medium: MediumChoice::Auto,
             persist_latency_ns: 0,
             create_if_missing: true,
@@ -190,6 +196,9 @@ setters!(Options {
     /// About the number of cores suits a thread pool larger than that:
     /// a descheduled transaction then stalls no running one.
     max_running_transactions: usize,
+    /// Without a fixed `max_running_transactions`, under MVTO, admit
+    /// fewer transactions while many conflict (default: true).
+    adaptive_admission: bool,
     /// Where the data lives (default: [`MediumChoice::Auto`]).
     medium: MediumChoice,
     /// Injected latency per persisted 256-byte line, emulating slower NVM.
@@ -327,6 +336,7 @@ impl Options {
             index_recovery_in_background: self.index_recovery_in_background,
             concurrency: self.concurrency,
             max_running_transactions: self.max_running_transactions,
+            adaptive_admission: self.adaptive_admission,
             design,
         })
     }

@@ -37,6 +37,12 @@ pub struct Stats {
     pub poisoned: Option<String>,
     /// The log of the `wal` design (`None` for the other designs).
     pub wal: Option<WalStats>,
+    /// How many user transactions may run at once now (`None`: no limit;
+    /// see `Options::adaptive_admission`).
+    pub admission_limit: Option<usize>,
+    /// Transactions let in at `begin` after the longest wait (10 ms)
+    /// without a place.
+    pub admission_overdue: u64,
 }
 
 /// Open snapshots ([`Session::begin_read_only`](crate::Session::begin_read_only)).
@@ -160,6 +166,8 @@ pub(super) fn of(engine: &Engine) -> Stats {
             .collect(),
         gc: engine.gc_stats(),
         long_transactions: store.long_transactions_moved(),
+        admission_limit: store.admission_limit(),
+        admission_overdue: store.admission_overdue(),
         snapshots: SnapshotStats {
             reader_processes: engine.design().reader_processes() as u64,
             ..snapshot_stats(store)

@@ -148,7 +148,7 @@ impl Engine {
             read_only: config.read_only,
             store: parts
                 .store
-                .with_transaction_control(config.concurrency, config.max_running_transactions),
+                .with_transaction_control(config.concurrency, config.admission_limit()),
         })
     }
 

@@ -65,7 +65,28 @@ pub struct Config {
     pub index_recovery_in_background: bool,
     pub concurrency: crate::txn::Concurrency,
     pub max_running_transactions: usize,
+    pub adaptive_admission: bool,
     pub design: DesignConfig,
+}
+
+impl Config {
+    /// How many user transactions may run at once: a fixed number if
+    /// asked, else (under MVTO) adaptive down to the cores, else no
+    /// limit. An optimistic transaction holds nothing while it executes,
+    /// only its write set's locks during its commit, so one descheduled
+    /// stalls others only rarely (32 threads kept 0.85× of the best
+    /// thread count without a limit, and a limit cost it at 8).
+    pub fn admission_limit(&self) -> crate::txn::AdmissionLimit {
+        use crate::txn::{AdmissionLimit, Concurrency};
+        let mvto = self.concurrency == Concurrency::Mvto;
+        match (self.max_running_transactions, self.adaptive_admission) {
+            (0, true) if mvto => AdmissionLimit::Adaptive {
+                floor: std::thread::available_parallelism().map_or(1, usize::from),
+            },
+            (0, _) => AdmissionLimit::Open,
+            (n, _) => AdmissionLimit::Fixed(n),
+        }
+    }
 }
 
 /// The design to run, with the settings only it reads.

@@ -57,7 +57,7 @@ mod secondary;
 mod snapshot;
 mod stall;
 
-pub use admission::{Admission, Permit};
+pub use admission::{Admission, AdmissionLimit, Permit};
 pub use changes::{Capture, ChangeLog, Changes, Committed};
 pub use clock::Clock;
 pub use cursor::{prefix_end, Cursor, Order};
@@ -344,20 +344,30 @@ impl Store {
                 .map(|w| parking_lot::Mutex::new(WriteSet::new(w)))
                 .collect(),
             concurrency: Concurrency::Mvto,
-            admission: Admission::new(0),
+            admission: Admission::new(AdmissionLimit::Open),
         }
     }
 
-    /// The store with user transactions run under `concurrency`, at most
-    /// `max_running` at once (0: no limit).
+    /// The store with user transactions run under `concurrency`, as many
+    /// at once as `limit` admits.
     pub fn with_transaction_control(
         mut self,
         concurrency: Concurrency,
-        max_running: usize,
+        limit: AdmissionLimit,
     ) -> Store {
         self.concurrency = concurrency;
-        self.admission = Admission::new(max_running);
+        self.admission = Admission::new(limit);
         self
+    }
+
+    /// The admission limit in force now (`None`: open).
+    pub fn admission_limit(&self) -> Option<usize> {
+        self.admission.limit()
+    }
+
+    /// Transactions admitted past the longest wait without a place.
+    pub fn admission_overdue(&self) -> u64 {
+        self.admission.overdue()
     }
 
     /// Admission of a user transaction (see `admission`).
@@ -1363,6 +1373,9 @@ impl<'s> TxnState<'s> {
     /// Records a conflict so the transaction can only abort afterwards.
     fn guard<T>(&mut self, result: Result<T>) -> Result<T> {
         if let Err(Error::Conflict) = &result {
+            if self.poisoned.is_none() && self.worker != catalog::GC_WORKER {
+                self.store.admission.note_conflict();
+            }
             self.poisoned = Some(Error::Conflict);
             self.store.counters[self.worker]
                 .conflicts
@@ -2110,6 +2123,9 @@ impl<'s> TxnState<'s> {
         self.entered.clear();
         if !self.snapshot {
             store.counters[self.worker].commits.fetch_add(1, Relaxed);
+            if self.worker != catalog::GC_WORKER {
+                store.admission.note_commit();
+            }
         }
         // Acknowledged only once durable. A read-only transaction waits
         // only if it read a commit whose frame is still being written.
