@@ -27,7 +27,12 @@ pub fn relocate(txn: &mut TxnState<'_>, table: &TableRt, head: Addr) -> Result<b
     let Some(slot) = table.heap.decode_checked(medium, head) else {
         return Ok(false);
     };
-    if table.index.get(&slot.key) != Some(head.0) {
+    // The leaf found here is where the copy is entered: one descent for
+    // both (classify's lookup, before the batch, cannot lend it).
+    let Some((found, hint)) = table.index.get_for_update(&slot.key, txn.ts) else {
+        return Ok(false);
+    };
+    if found != head.0 {
         return Ok(false);
     }
     let header = txn.version(table, head)?;
@@ -48,7 +53,10 @@ pub fn relocate(txn: &mut TxnState<'_>, table: &TableRt, head: Addr) -> Result<b
     // with it. Marks made after our lock cannot exist: such readers
     // wait for us and then read the copy.
     let read = header.read.load(SeqCst);
-    let at = Target { head, hint: None };
+    let at = Target {
+        head,
+        hint: Some(&hint),
+    };
     let deleted = slot.tombstone;
     let copied = txn.append_successor(
         table,
