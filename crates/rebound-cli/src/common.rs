@@ -950,6 +950,18 @@ impl GcReport {
         }
     }
 
+    /// GC's work since `before` (read before the run, `None` for the
+    /// other engines), printed under `label`.
+    pub fn since<E: Engine>(
+        engine: &E,
+        before: Option<rebound::Stats>,
+        label: &str,
+    ) -> Option<GcReport> {
+        let report = GcReport::between(&before?, &engine.rebound()?.stats());
+        println!("{label}: {}", report.describe());
+        Some(report)
+    }
+
     pub fn describe(&self) -> String {
         format!(
             "GC freed {} blocks, relocated {} versions; writers waited {} times ({:.2} s); {:.2} versions per live one",

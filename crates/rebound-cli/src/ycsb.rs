@@ -693,12 +693,7 @@ fn run_engine<E: Engine>(args: &YcsbArgs, dir: &DbDir) -> BoxResult<()> {
         Ok((stats, window))
     })?;
     println!("{}: {}", args.cfg.label(), describe(&stats));
-    let gc = gc_before
-        .zip(db.rebound())
-        .map(|(before, db)| crate::common::GcReport::between(&before, &db.stats()));
-    if let Some(gc) = &gc {
-        println!("{}: {}", args.cfg.label(), gc.describe());
-    }
+    let gc = crate::common::GcReport::since(&db, gc_before, &args.cfg.label());
     let backup = backup.map(|(start, seconds)| backup_window(&stats, start, seconds));
     let base = args.out.base(&format!("{}-{name}", args.cfg.label()));
     let result = YcsbResult {

@@ -340,12 +340,7 @@ fn run_engine<E: Engine>(args: &TpccArgs, dir: &DbDir) -> BoxResult<()> {
     let gc_before = db.rebound().map(rebound::Database::stats);
     let stats = run_on(&db, &args.cfg, &spec, &shared)?;
     println!("tpcc: {}", describe(&stats));
-    let gc = gc_before
-        .zip(db.rebound())
-        .map(|(before, db)| crate::common::GcReport::between(&before, &db.stats()));
-    if let Some(gc) = &gc {
-        println!("tpcc: {}", gc.describe());
-    }
+    let gc = crate::common::GcReport::since(&db, gc_before, "tpcc");
     for k in &stats.kinds {
         println!(
             "  {:<12} {:>9} committed {:>6} rolled back {:>8} conflicts  p50 {:>6} us  p99 {:>7} us",

@@ -11,12 +11,11 @@
 //!
 //! The limit is fixed (`Options::max_running_transactions`) or adaptive
 //! (`Options::adaptive_admission`, the default under MVTO, whose
-//! transactions hold locks and read marks while they execute), as TCP
-//! paces a sender:
-//! open until transactions conflict while more of them run than there
-//! are cores, then halved (never below the cores) at each such conflict,
-//! and raised by one after a run of commits without one, until it is
-//! lifted again. A database whose transactions do not conflict, or whose
+//! transactions hold locks and read marks while they execute). An
+//! adaptive limit moves as TCP's window does: open until transactions
+//! conflict while more of them run than there are cores, then halved
+//! (never below the cores) at each such conflict, and raised by one after
+//! a run of commits without one, until it is lifted again. A database whose transactions do not conflict, or whose
 //! threads do not outnumber the cores, never waits.
 
 use parking_lot::{Condvar, Mutex};
