@@ -307,8 +307,12 @@ impl OccSet {
     }
 }
 
-/// Multiplicative hashing of the key's words (as FxHash does), folded so
-/// that the low bits, which pick the bucket, depend on every word.
+/// Multiplicative hashing of the key's words (as FxHash does), finished
+/// with MurmurHash3's 64-bit mixer. Keys are big-endian, so consecutive
+/// ones differ in the high bits of their last word read little-endian, and
+/// a multiplication carries differences only upwards, while the buckets
+/// are picked by the low bits: without the mixer, all such keys share one
+/// bucket and a large write set degrades into one chain.
 fn hash(table: u32, key: &[u8]) -> u64 {
     const K: u64 = 0x517c_c1b7_2722_0a95;
     let mut hash = u64::from(table).wrapping_mul(K);
@@ -317,7 +321,11 @@ fn hash(table: u32, key: &[u8]) -> u64 {
         word[..chunk.len()].copy_from_slice(chunk);
         hash = (hash.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
     }
-    hash ^ (hash >> 32)
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    hash ^ (hash >> 33)
 }
 
 fn as_ref(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
@@ -660,5 +668,50 @@ impl<'s> TxnState<'s> {
             upper,
             seen,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys are big-endian, so consecutive ones differ in their last
+    /// bytes; the buckets (the hash's low bits) must still tell them apart,
+    /// or a large write set degrades into one long chain.
+    #[test]
+    fn consecutive_big_endian_keys_spread_over_the_buckets() {
+        const BUCKETS: u64 = 1024;
+        for width in [8usize, 12, 16] {
+            let buckets: std::collections::HashSet<u64> = (0..BUCKETS)
+                .map(|n| {
+                    let mut key = vec![0u8; width];
+                    key[..8].copy_from_slice(&n.to_be_bytes());
+                    key.rotate_left(width - 8);
+                    hash(7, &key) & (BUCKETS - 1)
+                })
+                .collect();
+            assert!(
+                buckets.len() as u64 > BUCKETS / 2,
+                "{width}-byte keys: {} of {BUCKETS} buckets used",
+                buckets.len()
+            );
+        }
+    }
+
+    #[test]
+    fn a_large_write_set_finds_every_key_and_only_those() {
+        let mut set = OccSet::default();
+        let found = Found::Absent;
+        for n in 0u64..1000 {
+            set.buffer(3, &n.to_be_bytes(), Some(&n.to_le_bytes()), found);
+        }
+        for n in 0u64..1000 {
+            let at = set.find(3, &n.to_be_bytes()).expect("buffered key");
+            assert_eq!(set.key(&set.writes[at]), n.to_be_bytes());
+            assert_eq!(set.find(4, &n.to_be_bytes()), None);
+        }
+        assert_eq!(set.find(3, &1000u64.to_be_bytes()), None);
+        set.clear();
+        assert_eq!(set.find(3, &5u64.to_be_bytes()), None);
     }
 }
