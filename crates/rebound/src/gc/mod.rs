@@ -626,7 +626,7 @@ fn empty_block(store: &Store, id: BlockId, patience: Duration) -> Result<Emptied
     }
     let mut live = Vec::new();
     for slot in entries.iter().map(|entry| entry.slot) {
-        match classify(store, &table, &candidate, slot) {
+        match classify(store, &table, &candidate, slot, true) {
             Slot::Dead => {}
             Slot::Busy => return Ok(Emptied::Busy(0)),
             Slot::Live(addr) => live.push(addr),
@@ -685,7 +685,10 @@ fn relocate_batch(
         // waits (a pending write over it may still abort).
         if relocate(&mut txn, table, addr)? {
             copied.push(addr);
-        } else if !matches!(classify(store, table, candidate, addr.slot()), Slot::Dead) {
+        } else if !matches!(
+            classify(store, table, candidate, addr.slot(), false),
+            Slot::Dead
+        ) {
             return Ok(Batch::Busy);
         }
     }
@@ -751,16 +754,22 @@ fn others_younger_than(store: &Store, ts: u64, patience: Duration) -> bool {
 
 /// How a slot of a candidate stands, judged by the index (obsolete bits
 /// only chose the block); a slot that fails its checks is `Damaged`.
-fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u32) -> Slot {
+fn classify(
+    store: &Store,
+    table: &Arc<TableRt>,
+    candidate: &Candidate,
+    slot: u32,
+    trust_header: bool,
+) -> Slot {
     let Candidate { id, block, min_txn } = *candidate;
     let medium = store.medium();
     let heap = &table.heap;
     let addr = Addr::new(id.region, id.seq, slot);
-    match heap.slot_word(medium, addr) {
-        SlotWord::Written { txn, hole: false } if txn >= min_txn => {}
+    let txn = match heap.slot_word(medium, addr) {
+        SlotWord::Written { txn, hole: false } if txn >= min_txn => txn,
         SlotWord::Invalid => return Slot::Damaged,
         _ => return Slot::Dead,
-    }
+    };
     let header = &heap.tile(block)[slot as usize];
     if header.begin.load(Acquire) & PENDING != 0 {
         return Slot::Busy;
@@ -777,6 +786,14 @@ fn classify(store: &Store, table: &Arc<TableRt>, candidate: &Candidate, slot: u3
         // The DRAM header says so without the checksum and index lookup
         // below (most slots of a candidate block end here).
         return Slot::Dead;
+    }
+    if trust_header && store.clock().issued_here(txn) {
+        // Written in this process and never superseded, so its header
+        // would know of a successor: the head of its key. This can only
+        // call a slot live, never dead, and the relocation checks the
+        // index before it copies (and asks again here, untrusting, when
+        // the head is another).
+        return Slot::Live(addr);
     }
     // The obsolete bit chose the block; the index decides about the slot,
     // so one damaged bit can never make GC drop a key's newest version.

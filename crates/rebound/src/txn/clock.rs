@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const LEASE_STEP: u64 = 1 << 20;
 
 pub struct Clock {
+    /// The first id of this process: versions below it were recovered,
+    /// and their DRAM headers know nothing of their successors.
+    first: u64,
     next: AtomicU64,
     lease_end: AtomicU64,
     lease_lock: Mutex<()>,
@@ -24,6 +27,7 @@ impl Clock {
         let lease_end = start.saturating_add(LEASE_STEP).min(catalog::MAX_TXN_ID);
         catalog::set_txn_lease(medium, lease_end)?;
         Ok(Clock {
+            first: start,
             next: AtomicU64::new(start),
             lease_end: AtomicU64::new(lease_end),
             lease_lock: Mutex::new(()),
@@ -55,8 +59,30 @@ impl Clock {
         Ok(())
     }
 
+    /// Whether `ts` was handed out by this process (not recovered).
+    pub fn issued_here(&self, ts: u64) -> bool {
+        ts >= self.first
+    }
+
     /// The next id that would be handed out: every id below it is taken.
     pub fn peek(&self) -> u64 {
         self.next.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ids_from_the_recovered_lease_on_count_as_issued_here() {
+        let medium = Medium::volatile(1 << 24, catalog::DATA_START).unwrap();
+        catalog::format(&medium, 0).unwrap();
+        let clock = Clock::recover(&medium, 1000).unwrap();
+        assert!(!clock.issued_here(999), "an id of an earlier process");
+        let ts = clock.next(&medium).unwrap();
+        assert_eq!(ts, 1000);
+        assert!(clock.issued_here(ts));
+        assert!(clock.issued_here(clock.next(&medium).unwrap()));
     }
 }

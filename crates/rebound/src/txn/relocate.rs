@@ -27,8 +27,9 @@ pub fn relocate(txn: &mut TxnState<'_>, table: &TableRt, head: Addr) -> Result<b
     let Some(slot) = table.heap.decode_checked(medium, head) else {
         return Ok(false);
     };
-    // The leaf found here is where the copy is entered: one descent for
-    // both (classify's lookup, before the batch, cannot lend it).
+    // The index decides whether this is still the head (classify may have
+    // trusted the DRAM header), and the leaf found here is where the copy
+    // is entered: one descent for both.
     let Some((found, hint)) = table.index.get_for_update(&slot.key, txn.ts) else {
         return Ok(false);
     };
