@@ -65,8 +65,8 @@ pub struct GcOptions {
     /// 90 % rule leaves cold keys holding old blocks, and the file grows
     /// without bound.
     pub space_target: f64,
-    /// While a table's blocks hold more than this many versions per live
-    /// one and GC is freeing blocks, writers wait for it after their
+    /// While the store's tables hold more than this many versions per live
+    /// one (plus a few blocks' slack each) and GC is freeing blocks, writers wait for it after their
     /// commits (at most a second each), as LSM engines stall writes
     /// when compaction lags; 0: never. Above `space_target`, so that GC
     /// works harder first and writers wait only for a GC that could not
@@ -171,7 +171,7 @@ pub struct Collector {
     /// round, which comes within a millisecond when the round was cut
     /// short (finding candidates reads every block's bitmap).
     pending: Vec<BlockId>,
-    /// The last search for candidates found a table past `max_space`.
+    /// The last search for candidates found the tables past `max_space`.
     over_bound: bool,
     stats: GcStats,
 }
@@ -301,8 +301,8 @@ impl Collector {
         Ok((retired, cut_short))
     }
 
-    /// Whether the last search for candidates found a table holding more
-    /// than `max_space` versions per live one.
+    /// Whether the last search for candidates found the store's tables
+    /// holding more than `max_space` versions per live one.
     pub fn over_bound(&self) -> bool {
         self.over_bound
     }
@@ -489,29 +489,44 @@ const SPACE_THRESHOLD: f64 = 0.5;
 /// Blocks past the threshold, most obsolete first. A table whose blocks
 /// hold more than `space_target` slots per live slot uses the lower
 /// `SPACE_THRESHOLD`.
-/// Also says whether a table's blocks hold more than `max_space`
-/// versions per live one.
+/// Also says whether the store's blocks hold more than `max_space`
+/// versions per live one (with each table's slack): the bound is on the
+/// store's space, so a small table that GC empties every round (TPC-C's
+/// districts) does not stop the writers of all the others.
 fn candidates(store: &Store, options: &GcOptions) -> (Vec<BlockId>, bool) {
-    let (mut found, mut over) = (Vec::new(), false);
+    let mut found = Vec::new();
+    let mut sum = Versions::default();
     for table in store.tables() {
         if table.is_loading() || table.is_damaged() || table.is_dropped() {
             continue;
         }
-        let (table_found, table_over) = table_candidates(store, table, options);
+        let (table_found, versions) = table_candidates(store, table, options);
         found.extend(table_found);
-        over |= table_over;
+        sum.total += versions.total;
+        sum.live += versions.live;
+        sum.slack += versions.slack;
     }
     found.sort_by_key(|&(obsolete, _)| std::cmp::Reverse(obsolete));
+    let over = options.max_space > 0.0
+        && sum.total as f64 > options.max_space * sum.live.max(1) as f64 + sum.slack as f64;
     (found.into_iter().map(|(_, id)| id).collect(), over)
 }
 
-/// A table's candidates, with their obsolete slots, and whether it is
-/// past `max_space`.
+/// Versions in a table's blocks before their region's current one, and
+/// how many past `max_space` it may hold before writers wait for GC.
+#[derive(Default)]
+struct Versions {
+    total: u64,
+    live: u64,
+    slack: u64,
+}
+
+/// A table's candidates, with their obsolete slots, and its versions.
 fn table_candidates(
     store: &Store,
     table: &TableRt,
     options: &GcOptions,
-) -> (Vec<(u64, BlockId)>, bool) {
+) -> (Vec<(u64, BlockId)>, Versions) {
     let (heap, medium) = (&table.heap, store.medium());
     let mut blocks = Vec::new();
     for (region_no, region) in heap.regions.iter().enumerate() {
@@ -541,8 +556,6 @@ fn table_candidates(
     // (TPC-C's warehouse rows) holds many versions per live one between
     // rounds, and waiting for GC would buy nothing there.
     let slack = STALL_SLACK_BLOCKS * total / blocks.len().max(1) as u64;
-    let over = options.max_space > 0.0
-        && total as f64 > options.max_space * live.max(1) as f64 + slack as f64;
     let by_bytes_threshold = threshold.min(SPACE_THRESHOLD);
     let mut found = Vec::new();
     for (obsolete, entries, id, block) in blocks {
@@ -568,7 +581,7 @@ fn table_candidates(
             found.push((obsolete, id));
         }
     }
-    (found, over)
+    (found, Versions { total, live, slack })
 }
 
 /// Whether a block found as a candidate earlier is still one GC may

@@ -3,7 +3,7 @@
 //! versions faster than GC (one thread, sharing the cores) relocates and
 //! frees blocks, and the file then grows without a bound.
 //!
-//! GC raises the stall after a round in which a table's blocks held more
+//! GC raises the stall after a round in which the store's tables held more
 //! versions per live one than `GcOptions::max_space` *and* the round got
 //! somewhere (retired or freed blocks), and lowers it after any round
 //! that did not find both: a stall never waits on a GC that cannot free
