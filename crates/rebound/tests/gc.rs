@@ -56,6 +56,22 @@ fn load_keys(
     model
 }
 
+/// Replaces the value of a random key of `0..keys` in its own transaction.
+fn update_one(
+    session: &mut Session,
+    table: &Table,
+    keys: u32,
+    rng: &mut StdRng,
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+) {
+    let key = rng.gen_range(0..keys).to_be_bytes();
+    let v = value(rng);
+    let mut txn = session.begin();
+    txn.update(table, &key, &v).unwrap();
+    txn.commit().unwrap();
+    model.insert(key.to_vec(), v);
+}
+
 fn contents(db: &Database, table: &Table) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut session = db.session().unwrap();
     let mut txn = session.begin();
@@ -684,12 +700,7 @@ fn writer_stalls_with(seed: u64) {
     let keys = 256u32;
     let mut model = load_keys(&mut session, &table, keys, &mut rng);
     let mut update = |session: &mut Session, model: &mut BTreeMap<Vec<u8>, Vec<u8>>| {
-        let key = rng.gen_range(0..keys).to_be_bytes();
-        let v = value(&mut rng);
-        let mut txn = session.begin();
-        txn.update(&table, &key, &v).unwrap();
-        txn.commit().unwrap();
-        model.insert(key.to_vec(), v);
+        update_one(session, &table, keys, &mut rng, model)
     };
     // The background thread's rounds raise the stall; how soon depends
     // on scheduling, so the writer goes on until one has.
@@ -758,12 +769,7 @@ fn small_hot_table_with(seed: u64) {
     // versions: 3,000 updates put it far past 1.2 versions per live one,
     // while the store holds about 1.15 (23,004 for 20,004 live).
     let mut update = |session: &mut Session, model: &mut BTreeMap<Vec<u8>, Vec<u8>>| {
-        let key = rng.gen_range(0..hot_keys).to_be_bytes();
-        let v = value(&mut rng);
-        let mut txn = session.begin();
-        txn.update(&hot, &key, &v).unwrap();
-        txn.commit().unwrap();
-        model.insert(key.to_vec(), v);
+        update_one(session, &hot, hot_keys, &mut rng, model)
     };
     // Twice: a round frees the blocks an earlier one retired, and only a
     // round that frees something makes writers wait.
