@@ -66,11 +66,11 @@ pub struct GcOptions {
     /// without bound.
     pub space_target: f64,
     /// While the store's tables hold more than this many versions per live
-    /// one (plus a few blocks' slack each) and GC is freeing blocks, writers wait for it after their
-    /// commits (at most a second each), as LSM engines stall writes
-    /// when compaction lags; 0: never. Above `space_target`, so that GC
-    /// works harder first and writers wait only for a GC that could not
-    /// keep up by itself.
+    /// one (plus a few blocks' slack each) and GC is freeing blocks,
+    /// writers wait for it after their commits (at most a second each), as
+    /// LSM engines stall writes when compaction lags; 0: never. Above
+    /// `space_target`, so that GC works harder first and writers wait only
+    /// for a GC that could not keep up by itself.
     pub max_space: f64,
     /// A round starts when this many blocks are candidates (the length of
     /// FIR's gc_array that triggers the GC thread).
