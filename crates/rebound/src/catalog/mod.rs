@@ -68,8 +68,8 @@ pub use indexes::{
 };
 pub use superblock::{format, is_unformatted, validate_superblock};
 pub use words::{
-    checkpoint_root, gc_freed, last_commit, pack, set_checkpoint_root, set_gc_freed,
-    set_last_commit, set_txn_lease, txn_lease, unpack_checked,
+    checkpoint_root, gc_freed, last_commit, pack, prefetch_last_commit, set_checkpoint_root,
+    set_gc_freed, set_last_commit, set_txn_lease, txn_lease, unpack_checked,
 };
 
 pub const MAGIC: [u8; 8] = *b"REBOUND\0";

@@ -75,6 +75,12 @@ pub fn set_last_commit(medium: &Medium, worker: usize, txn: u64) {
     medium.persist(lctt_entry(worker), 8);
 }
 
+/// Starts loading `worker`'s LCTT line, which the write-back of its last
+/// commit may have evicted.
+pub fn prefetch_last_commit(medium: &Medium, worker: usize) {
+    medium.prefetch(lctt_entry(worker), 8);
+}
+
 /// The last committed transaction of `worker`, 0 if none.
 pub fn last_commit(medium: &Medium, worker: usize) -> Result<u64> {
     unpack_checked(medium.load(lctt_entry(worker)))
