@@ -253,8 +253,12 @@ impl TableHeap {
     /// entry; `None` once its block was collected, or if the entry, the
     /// ones beside it or the record header do not agree.
     fn locate(&self, medium: &Medium, addr: Addr) -> Option<Located> {
-        let block = self.block(addr)?;
-        let slot = addr.slot();
+        self.locate_in(medium, self.block(addr)?, addr.slot())
+    }
+
+    /// `locate` in a block the caller already found (every read does).
+    #[inline]
+    fn locate_in(&self, medium: &Medium, block: &Block, slot: u32) -> Option<Located> {
         let (place, space) = self.record_place(medium, block, slot)?;
         if !block.is_trusted() && !self.next_agrees(medium, block, slot, place) {
             return None;
@@ -273,6 +277,7 @@ impl TableHeap {
     /// block. A block this process wrote or verified has no flipped bit
     /// to catch: its record need only lie in the block, and the place
     /// before (on another line for 1 read in 8) stays unread.
+    #[inline]
     fn record_place(&self, medium: &Medium, block: &Block, slot: u32) -> Option<(Place, u64)> {
         let block_size = self.def.block_size as u64;
         let (place, end) = match block.is_trusted() {
@@ -336,7 +341,7 @@ impl TableHeap {
         let Some(block) = self.block(addr) else {
             return SlotRead::Gone;
         };
-        let Some(found) = self.locate(medium, addr) else {
+        let Some(found) = self.locate_in(medium, block, addr.slot()) else {
             return SlotRead::Damaged;
         };
         let header = &found.header;
