@@ -502,6 +502,15 @@ impl Tiles {
     }
 }
 
+/// A version a read found once (`TableHeap::find_for_read`): its block,
+/// and its DRAM header.
+#[derive(Clone, Copy)]
+pub struct VersionAt<'h> {
+    pub addr: Addr,
+    block: &'h Block,
+    pub header: &'h VersionHeader,
+}
+
 /// Where the next slot of a region goes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Cursor {
@@ -782,8 +791,38 @@ impl TableHeap {
         let Some(block) = self.block(addr) else {
             return;
         };
+        self.prefetch_record(medium, block, addr.slot());
+        let tile = block.tile.load(Acquire);
+        if tile != 0 {
+            if let Some(header) = self.tiles.header(tile - 1, addr.slot()) {
+                crate::medium::prefetch(header);
+            }
+        }
+    }
+
+    /// Finds the version at `addr` for a read, once, and starts loading
+    /// its header, its entry and (by guess) its record, so that their
+    /// misses overlap; `None` once its block was collected. The
+    /// visibility check and the copy of the value then look up neither
+    /// the block nor the tile again.
+    #[inline]
+    pub fn find_for_read(&self, medium: &Medium, addr: Addr) -> Option<VersionAt<'_>> {
+        let block = self.block(addr)?;
+        let header = self.tile(block).get(addr.slot() as usize)?;
+        crate::medium::prefetch(header);
+        self.prefetch_record(medium, block, addr.slot());
+        Some(VersionAt {
+            addr,
+            block,
+            header,
+        })
+    }
+
+    /// Starts loading the directory entry of `slot` and where its record
+    /// probably is.
+    #[inline]
+    fn prefetch_record(&self, medium: &Medium, block: &Block, slot: u32) {
         // A block from the medium bounds a record by the place before.
-        let slot = addr.slot();
         let before = match block.is_trusted() {
             true => 0,
             false => slot.min(1),
@@ -793,14 +832,8 @@ impl TableHeap {
         // Where the record is becomes known only once the entry is read;
         // a guess from the mean record space fetches its line meanwhile
         // (exact when a table's rows have one size, as YCSB's do).
-        if let Some(guess) = self.guess_record(block, addr.slot()) {
+        if let Some(guess) = self.guess_record(block, slot) {
             medium.prefetch(guess, self.mean_space.load(Relaxed) as u64);
-        }
-        let tile = block.tile.load(Acquire);
-        if tile != 0 {
-            if let Some(header) = self.tiles.header(tile - 1, addr.slot()) {
-                crate::medium::prefetch(header);
-            }
         }
     }
 

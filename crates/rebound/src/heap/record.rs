@@ -11,7 +11,7 @@
 use super::extent::{self, Owner, Pointer, POINTER_BYTES};
 use super::slot::{self, SlotHeader, FLAG_TOMBSTONE, RECORD_CHECKED_FROM, RECORD_HEADER};
 use super::space::Space;
-use super::{Addr, Block, SlotContent, SlotRead, SlotWord, TableHeap};
+use super::{Addr, Block, SlotContent, SlotRead, SlotWord, TableHeap, VersionAt};
 use super::{DIRECTORY_OFFSET, ENTRY_BYTES, TXN_EMPTY};
 use crate::catalog;
 use crate::medium::Medium;
@@ -338,9 +338,25 @@ impl TableHeap {
     /// The value lands in `out` (its earlier contents are dropped), so a
     /// reader that keeps one buffer reads without allocating.
     pub fn read_live(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> SlotRead {
-        let Some(block) = self.block(addr) else {
-            return SlotRead::Gone;
-        };
+        match self.block(addr) {
+            Some(block) => self.read_live_in(medium, block, addr, out),
+            None => SlotRead::Gone,
+        }
+    }
+
+    /// `read_live` of a version `find_for_read` found.
+    pub fn read_found(&self, medium: &Medium, version: &VersionAt, out: &mut Vec<u8>) -> SlotRead {
+        self.read_live_in(medium, version.block, version.addr, out)
+    }
+
+    #[inline]
+    fn read_live_in(
+        &self,
+        medium: &Medium,
+        block: &Block,
+        addr: Addr,
+        out: &mut Vec<u8>,
+    ) -> SlotRead {
         let Some(found) = self.locate_in(medium, block, addr.slot()) else {
             return SlotRead::Damaged;
         };

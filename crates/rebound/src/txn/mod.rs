@@ -73,7 +73,7 @@ pub use snapshot::{Anchor, FRESH_PATIENCE};
 use crate::catalog;
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
-use crate::heap::{Addr, SlotRead, SlotWord, Space, TableHeap, VersionHeader};
+use crate::heap::{Addr, SlotRead, SlotWord, Space, TableHeap, VersionAt, VersionHeader};
 use crate::index::{BTree, InsertError, UpdateHint};
 use crate::medium::Medium;
 use crossbeam_utils::CachePadded;
@@ -784,7 +784,21 @@ impl TableRt {
     /// The value of the version at `addr` into `out`; false if it is a
     /// deletion.
     pub fn read_value(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> Result<bool> {
-        match self.heap.read_live(medium, addr, out) {
+        self.value_read(self.heap.read_live(medium, addr, out), addr)
+    }
+
+    /// `read_value` of a version `TableHeap::find_for_read` found.
+    pub fn read_found(
+        &self,
+        medium: &Medium,
+        version: &VersionAt,
+        out: &mut Vec<u8>,
+    ) -> Result<bool> {
+        self.value_read(self.heap.read_found(medium, version, out), version.addr)
+    }
+
+    fn value_read(&self, read: SlotRead, addr: Addr) -> Result<bool> {
+        match read {
             SlotRead::Value => Ok(true),
             SlotRead::Deleted => Ok(false),
             SlotRead::Damaged => Err(Error::Corrupt(format!(
@@ -1456,15 +1470,19 @@ impl<'s> TxnState<'s> {
         if self.snapshot {
             return self.snapshot_read_key(table, key, out);
         }
+        let medium = &self.store.medium;
         loop {
-            let Some(head) = table.lookup_marking_gap(&self.store.medium, key, self.ts)? else {
+            let Some(head) = table.lookup_marking_gap(medium, key, self.ts)? else {
                 return Ok(false);
             };
-            table.heap.prefetch_version(&self.store.medium, Addr(head));
-            match self.visible(table, Addr(head))? {
+            let found = table.heap.find_for_read(medium, Addr(head));
+            match self.visible(table, Addr(head), found.map(|f| f.header))? {
                 Visible::Retry => continue,
                 Visible::Absent => return Ok(false),
-                Visible::Version(addr) => return self.live_value_into(table, addr, out),
+                Visible::Version(addr) => match found.filter(|f| f.addr == addr) {
+                    Some(head) => return table.read_found(medium, &head, out),
+                    None => return self.live_value_into(table, addr, out),
+                },
             }
         }
     }
@@ -1482,15 +1500,24 @@ impl<'s> TxnState<'s> {
         }
     }
 
-    /// Finds the version of a chain visible at `ts`, recording the read.
-    fn visible(&self, table: &TableRt, head: Addr) -> Result<Visible> {
+    /// Finds the version of a chain visible at `ts`, recording the read;
+    /// `head_header` is the head's header if the caller found it already.
+    fn visible(
+        &self,
+        table: &TableRt,
+        head: Addr,
+        head_header: Option<&VersionHeader>,
+    ) -> Result<Visible> {
         let mut addr = head;
         // Commit stamp of the newer committed version just passed: a chain
         // descends in commit order (a successor commits after its
         // predecessor's writer began, checked at publish).
         let mut newer = u64::MAX;
         loop {
-            let header = self.version(table, addr)?;
+            let header = match head_header.filter(|_| addr == head) {
+                Some(header) => header,
+                None => self.version(table, addr)?,
+            };
             let begin = header.begin.load(Acquire);
             if begin == PENDING | self.ts {
                 return Ok(Visible::Version(addr));
@@ -2039,7 +2066,7 @@ impl<'s> TxnState<'s> {
         }
         let visible = match self.snapshot {
             true => self.snapshot_visible(table, head)?,
-            false => self.visible(table, head)?,
+            false => self.visible(table, head, None)?,
         };
         match visible {
             Visible::Version(addr) => self.live_value_into(table, addr, out),

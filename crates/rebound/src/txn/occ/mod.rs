@@ -58,7 +58,7 @@ use super::cursor::Order;
 use super::{SecondaryRt, Store, TableRt, TxnState, WriteKind};
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, PENDING, REAPED};
-use crate::heap::Addr;
+use crate::heap::{Addr, VersionAt};
 use std::ops::Bound;
 use std::sync::atomic::Ordering::Acquire;
 use std::sync::Arc;
@@ -369,7 +369,7 @@ impl<'s> TxnState<'s> {
             return Ok(found);
         }
         if head != BUFFERED {
-            if let Some((live, _)) = self.observe(table, Addr(head), Some(out))? {
+            if let Some((live, _)) = self.observe(table, Addr(head), None, Some(out))? {
                 return Ok(live);
             }
         }
@@ -397,8 +397,8 @@ impl<'s> TxnState<'s> {
                 self.remember_absent(table, key);
                 return Ok(false);
             };
-            table.heap.prefetch_version(medium, Addr(head));
-            if let Some((live, _)) = self.observe(table, Addr(head), Some(out))? {
+            let found = table.heap.find_for_read(medium, Addr(head));
+            if let Some((live, _)) = self.observe(table, Addr(head), found, Some(out))? {
                 return Ok(live);
             }
         }
@@ -414,13 +414,19 @@ impl<'s> TxnState<'s> {
 
     /// Reads the version at `head` once it is committed and remembers its
     /// TID word; `None` when the index may have moved on: look again.
+    /// `found` is `head` if the caller found it already.
     fn observe(
         &self,
         table: &TableRt,
         head: Addr,
+        found: Option<VersionAt>,
         out: Option<&mut Vec<u8>>,
     ) -> Result<Option<(bool, u64)>> {
-        let header = self.version(table, head)?;
+        let found = found.filter(|f| f.addr == head);
+        let header = match found {
+            Some(found) => found.header,
+            None => self.version(table, head)?,
+        };
         let begin = header.begin.load(Acquire);
         if begin == ABORTED || header.end.load(Acquire) == REAPED {
             std::thread::yield_now();
@@ -431,9 +437,10 @@ impl<'s> TxnState<'s> {
             return Ok(None);
         }
         let medium = &self.store.medium;
-        let live = match out {
-            Some(out) => table.read_value(medium, head, out),
-            None => match table.heap.tombstone(medium, head) {
+        let live = match (out, found) {
+            (Some(out), Some(found)) => table.read_found(medium, &found, out),
+            (Some(out), None) => table.read_value(medium, head, out),
+            (None, _) => match table.heap.tombstone(medium, head) {
                 Some(deleted) => Ok(!deleted),
                 None => Err(Error::Conflict),
             },
@@ -547,8 +554,8 @@ impl<'s> TxnState<'s> {
                 return Ok((false, Found::Absent));
             };
             let head = Addr(head);
-            table.heap.prefetch_version(&store.medium, head);
-            let Some((live, begin)) = self.observe(table, head, None)? else {
+            let found = table.heap.find_for_read(&store.medium, head);
+            let Some((live, begin)) = self.observe(table, head, found, None)? else {
                 continue;
             };
             // Nodes of trees with node versions are recycled: a leaf held
