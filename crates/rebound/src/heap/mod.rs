@@ -502,7 +502,7 @@ impl Tiles {
     }
 }
 
-/// A version a read found once (`TableHeap::find_for_read`): its block,
+/// A version a read found once (`TableHeap::find_version`): its block,
 /// and its DRAM header.
 #[derive(Clone, Copy)]
 pub struct VersionAt<'h> {
@@ -806,7 +806,7 @@ impl TableHeap {
     /// visibility check and the copy of the value then look up neither
     /// the block nor the tile again.
     #[inline]
-    pub fn find_for_read(&self, medium: &Medium, addr: Addr) -> Option<VersionAt<'_>> {
+    pub fn find_version(&self, medium: &Medium, addr: Addr) -> Option<VersionAt<'_>> {
         let block = self.block(addr)?;
         let header = self.tile(block).get(addr.slot() as usize)?;
         crate::medium::prefetch(header);

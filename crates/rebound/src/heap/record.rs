@@ -344,7 +344,7 @@ impl TableHeap {
         }
     }
 
-    /// `read_live` of a version `find_for_read` found.
+    /// `read_live` of a version `find_version` found.
     pub fn read_found(&self, medium: &Medium, version: &VersionAt, out: &mut Vec<u8>) -> SlotRead {
         self.read_live_in(medium, version.block, version.addr, out)
     }

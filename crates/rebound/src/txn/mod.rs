@@ -787,7 +787,7 @@ impl TableRt {
         self.value_read(self.heap.read_live(medium, addr, out), addr)
     }
 
-    /// `read_value` of a version `TableHeap::find_for_read` found.
+    /// `read_value` of a version `TableHeap::find_version` found.
     pub fn read_found(
         &self,
         medium: &Medium,
@@ -1249,6 +1249,8 @@ impl WriteSet {
 struct Target<'h, 'i> {
     head: Addr,
     hint: Option<&'h UpdateHint<'i>>,
+    /// `head`'s DRAM header, if the lookup found it already.
+    header: Option<&'h VersionHeader>,
 }
 
 /// What a write should do to an existing key.
@@ -1475,7 +1477,7 @@ impl<'s> TxnState<'s> {
             let Some(head) = table.lookup_marking_gap(medium, key, self.ts)? else {
                 return Ok(false);
             };
-            let found = table.heap.find_for_read(medium, Addr(head));
+            let found = table.heap.find_version(medium, Addr(head));
             match self.visible(table, Addr(head), found.map(|f| f.header))? {
                 Visible::Retry => continue,
                 Visible::Absent => return Ok(false),
@@ -1694,10 +1696,11 @@ impl<'s> TxnState<'s> {
             // Inserting needs no gap mark: the pending index entry is what
             // later readers and writers of the key meet. Reporting a key as
             // missing is a read of the gap, so that path marks it.
-            let (head, hint) = match table.lookup_for_update(&self.store.medium, key, self.ts)? {
+            let medium = &self.store.medium;
+            let (head, hint, found) = match table.lookup_for_update(medium, key, self.ts)? {
                 Some((head, hint)) => {
-                    table.heap.prefetch_version(&self.store.medium, Addr(head));
-                    (Addr(head), Some(hint))
+                    let found = table.heap.find_version(medium, Addr(head));
+                    (Addr(head), Some(hint), found)
                 }
                 None if matches!(kind, WriteKind::Insert | WriteKind::Put) => {
                     match self.insert_fresh(table, key, value, set)? {
@@ -1705,14 +1708,15 @@ impl<'s> TxnState<'s> {
                         false => continue,
                     }
                 }
-                None => match table.lookup_marking_gap(&self.store.medium, key, self.ts)? {
-                    Some(head) => (Addr(head), None),
+                None => match table.lookup_marking_gap(medium, key, self.ts)? {
+                    Some(head) => (Addr(head), None, None),
                     None => return self.missing(kind),
                 },
             };
             let at = Target {
                 head,
                 hint: hint.as_ref(),
+                header: found.map(|f| f.header),
             };
             if let Some(existed) = self.write_over(table, key, value, kind, at, set)? {
                 return Ok(existed);
@@ -1734,10 +1738,13 @@ impl<'s> TxnState<'s> {
         key: &[u8],
         value: Option<&[u8]>,
         kind: WriteKind,
-        Target { head, hint }: Target<'_, '_>,
+        Target { head, hint, header }: Target<'_, '_>,
         set: &mut WriteSet,
     ) -> Result<Option<bool>> {
-        let header = self.version(table, head)?;
+        let header = match header {
+            Some(header) => header,
+            None => self.version(table, head)?,
+        };
         let begin = header.begin.load(Acquire);
         if begin == PENDING | self.ts {
             return self
@@ -1802,7 +1809,11 @@ impl<'s> TxnState<'s> {
             return answer.map(Some);
         }
         // Nobody can repoint a head we hold locked; fail safe if it happens.
-        let at = Target { head, hint };
+        let at = Target {
+            head,
+            hint,
+            header: Some(header),
+        };
         match self.append_successor(table, key, value, (at, header, deleted), 0, set)? {
             true => Ok(Some(existed)),
             false => Err(Error::Conflict),
@@ -1818,7 +1829,7 @@ impl<'s> TxnState<'s> {
         table: &TableRt,
         key: &[u8],
         value: Option<&[u8]>,
-        (Target { head, hint }, header, head_deleted): (Target<'_, '_>, &VersionHeader, bool),
+        (Target { head, hint, .. }, header, head_deleted): (Target<'_, '_>, &VersionHeader, bool),
         read: u64,
         set: &mut WriteSet,
     ) -> Result<bool> {

@@ -57,6 +57,7 @@ pub fn relocate(txn: &mut TxnState<'_>, table: &TableRt, head: Addr) -> Result<b
     let at = Target {
         head,
         hint: Some(&hint),
+        header: Some(header),
     };
     let deleted = slot.tombstone;
     let copied = txn.append_successor(

@@ -397,7 +397,7 @@ impl<'s> TxnState<'s> {
                 self.remember_absent(table, key);
                 return Ok(false);
             };
-            let found = table.heap.find_for_read(medium, Addr(head));
+            let found = table.heap.find_version(medium, Addr(head));
             if let Some((live, _)) = self.observe(table, Addr(head), found, Some(out))? {
                 return Ok(live);
             }
@@ -554,7 +554,7 @@ impl<'s> TxnState<'s> {
                 return Ok((false, Found::Absent));
             };
             let head = Addr(head);
-            let found = table.heap.find_for_read(&store.medium, head);
+            let found = table.heap.find_version(&store.medium, head);
             let Some((live, begin)) = self.observe(table, head, found, None)? else {
                 continue;
             };
