@@ -1833,15 +1833,8 @@ impl<'s> TxnState<'s> {
         read: u64,
         set: &mut WriteSet,
     ) -> Result<bool> {
-        let new = match self.append(table, key, value, set.region) {
-            Ok(new) => new,
-            Err(e) => {
-                header.end.store(0, Release);
-                return Err(e);
-            }
-        };
-        let new_header = match self.version(table, new) {
-            Ok(new_header) => new_header,
+        let (new, new_header) = match self.append_version(table, key, value, set.region) {
+            Ok(appended) => appended,
             Err(e) => {
                 header.end.store(0, Release);
                 return Err(e);
@@ -1950,8 +1943,7 @@ impl<'s> TxnState<'s> {
         set: &mut WriteSet,
     ) -> Result<()> {
         let own_header = self.version(table, own)?;
-        let new = self.append(table, key, value, set.region)?;
-        let new_header = self.version(table, new)?;
+        let (new, new_header) = self.append_version(table, key, value, set.region)?;
         new_header
             .read
             .store(own_header.read.load(Acquire), Release);
@@ -1990,8 +1982,7 @@ impl<'s> TxnState<'s> {
         value: Option<&[u8]>,
         set: &mut WriteSet,
     ) -> Result<bool> {
-        let new = self.append(table, key, value, set.region)?;
-        let header = self.version(table, new)?;
+        let (new, header) = self.append_version(table, key, value, set.region)?;
         header.prev.store(0, Release);
         header.begin.store(PENDING | self.ts, Release);
         match table.index.insert_if_absent(key, new.0, self.ts, self.ts) {
@@ -2010,17 +2001,8 @@ impl<'s> TxnState<'s> {
         }
     }
 
-    fn append(
-        &mut self,
-        table: &TableRt,
-        key: &[u8],
-        value: Option<&[u8]>,
-        region: usize,
-    ) -> Result<Addr> {
-        Ok(self.append_version(table, key, value, region)?.0)
-    }
-
-    /// `append`, also handing back the new version's header.
+    /// Appends a version of `key` to `region` (not yet pending: its
+    /// writer sets `begin`), and hands back its address and header.
     fn append_version<'t>(
         &mut self,
         table: &'t TableRt,
