@@ -502,8 +502,8 @@ impl Tiles {
     }
 }
 
-/// A version a read found once (`TableHeap::find_version`): its block,
-/// and its DRAM header.
+/// A version a lookup found once (`TableHeap::find_version`): its block,
+/// and its DRAM header, for the read or the write that follows.
 #[derive(Clone, Copy)]
 pub struct VersionAt<'h> {
     pub addr: Addr,
@@ -800,11 +800,11 @@ impl TableHeap {
         }
     }
 
-    /// Finds the version at `addr` for a read, once, and starts loading
-    /// its header, its entry and (by guess) its record, so that their
-    /// misses overlap; `None` once its block was collected. The
-    /// visibility check and the copy of the value then look up neither
-    /// the block nor the tile again.
+    /// Finds the version at `addr`, once, and starts loading its header,
+    /// its entry and (by guess) its record, so that their misses overlap;
+    /// `None` once its block was collected. The visibility check, the
+    /// copy of the value and a write's lock then look up neither the
+    /// block nor the tile again.
     #[inline]
     pub fn find_version(&self, medium: &Medium, addr: Addr) -> Option<VersionAt<'_>> {
         let block = self.block(addr)?;
