@@ -711,7 +711,7 @@ pub struct TableHeap {
     /// it first ran (0 once it is done).
     tiles_ahead: std::sync::OnceLock<AtomicU32>,
     /// Mean record space of the last block a region of this table closed
-    /// (0: none yet), for `prefetch_version`'s guess.
+    /// (0: none yet), for the guess of where a record is (`prefetch_record`).
     mean_space: AtomicU32,
 }
 
