@@ -1268,10 +1268,12 @@ impl TableHeap {
     /// here and not under the writes into the block.
     fn allocate_cleared(&self, medium: &Medium, space: &Space, fault_in: bool) -> Result<u64> {
         let (offset, fresh) = space.allocate(medium, self.def.block_size as u64)?;
-        match (fresh, fault_in) {
-            (false, _) => self.clear_directory(medium, offset),
-            (true, true) => self.fault_in(medium, offset),
-            (true, false) => {}
+        let cleared = match fresh {
+            true => 0,
+            false => self.clear_directory(medium, offset),
+        };
+        if fault_in {
+            self.fault_in(medium, offset, cleared);
         }
         Ok(offset)
     }
@@ -1279,8 +1281,9 @@ impl TableHeap {
     /// Zeroes and writes back every directory entry a block can have (txn
     /// words and places), so that old bytes in reused space (earlier
     /// records, checkpoint images) can never look like entries. The
-    /// caller fences before linking the block.
-    fn clear_directory(&self, medium: &Medium, offset: u64) {
+    /// caller fences before linking the block. Returns the end of the
+    /// directory: the pages below it are faulted in now.
+    fn clear_directory(&self, medium: &Medium, offset: u64) -> u64 {
         // An odd capacity's last place shares a word with no entry.
         let end = record::directory_end(self.def.slots_per_block).next_multiple_of(8);
         assert!(
@@ -1289,11 +1292,19 @@ impl TableHeap {
         );
         medium.zero(offset + DIRECTORY_OFFSET, end - DIRECTORY_OFFSET);
         medium.persist(offset + DIRECTORY_OFFSET, end - DIRECTORY_OFFSET);
+        end
     }
 
-    /// Touches every page of a fresh (zeroed) block so that it faults in.
-    fn fault_in(&self, medium: &Medium, offset: u64) {
-        for page in (0..self.def.block_size as u64).step_by(BLOCK_ALIGN as usize) {
+    /// Touches every page of a block from byte `from` on so that it
+    /// faults in here rather than under the writer that appends to it.
+    /// Freed space is discarded (`Space::free`), so a reused block's
+    /// records area is as unbacked as a fresh block: clearing its
+    /// directory faults in only the pages the directory spans. Nothing
+    /// reads the records area before an append writes it, so the zeros
+    /// stored need no write-back.
+    fn fault_in(&self, medium: &Medium, offset: u64, from: u64) {
+        let first = from.next_multiple_of(BLOCK_ALIGN);
+        for page in (first..self.def.block_size as u64).step_by(BLOCK_ALIGN as usize) {
             medium.store(offset + page, 0);
         }
     }
