@@ -784,22 +784,6 @@ impl TableHeap {
         }
     }
 
-    /// Starts loading a version's header (if its tile exists) and its slot,
-    /// so that the two misses of reading a version overlap.
-    #[inline]
-    pub fn prefetch_version(&self, medium: &Medium, addr: Addr) {
-        let Some(block) = self.block(addr) else {
-            return;
-        };
-        self.prefetch_record(medium, block, addr.slot());
-        let tile = block.tile.load(Acquire);
-        if tile != 0 {
-            if let Some(header) = self.tiles.header(tile - 1, addr.slot()) {
-                crate::medium::prefetch(header);
-            }
-        }
-    }
-
     /// Finds the version at `addr`, once, and starts loading its header,
     /// its entry and (by guess) its record, so that their misses overlap;
     /// `None` once its block was collected. The visibility check, the

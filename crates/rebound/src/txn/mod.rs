@@ -2058,7 +2058,7 @@ impl<'s> TxnState<'s> {
             return self.occ_read_at(table, key, head.0, out);
         }
         let visible = match self.snapshot {
-            true => self.snapshot_visible(table, head)?,
+            true => self.snapshot_visible(table, head, None)?,
             false => self.visible(table, head, None)?,
         };
         match visible {

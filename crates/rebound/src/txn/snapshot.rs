@@ -48,7 +48,7 @@
 
 use super::{Store, TableRt, TxnState, Visible};
 use crate::error::{Error, Result};
-use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
+use crate::heap::tile::{VersionHeader, ABORTED, LOCKED, PENDING, REAPED};
 use crate::heap::Addr;
 use crate::txn::Concurrency;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
@@ -323,21 +323,33 @@ impl<'s> TxnState<'s> {
             let Some(head) = table.lookup(medium, key)? else {
                 return Ok(false);
             };
-            table.heap.prefetch_version(medium, Addr(head));
-            match self.snapshot_visible(table, Addr(head))? {
+            let found = table.heap.find_version(medium, Addr(head));
+            match self.snapshot_visible(table, Addr(head), found.map(|f| f.header))? {
                 Visible::Retry => continue,
                 Visible::Absent => return Ok(false),
-                Visible::Version(addr) => return self.live_value_into(table, addr, out),
+                Visible::Version(addr) => match found.filter(|f| f.addr == addr) {
+                    Some(head) => return table.read_found(medium, &head, out),
+                    None => return self.live_value_into(table, addr, out),
+                },
             }
         }
     }
 
-    /// The version of the chain from `head` that the snapshot sees.
-    pub(super) fn snapshot_visible(&self, table: &TableRt, head: Addr) -> Result<Visible> {
+    /// The version of the chain from `head` that the snapshot sees;
+    /// `head_header` is the head's header if the caller found it already.
+    pub(super) fn snapshot_visible(
+        &self,
+        table: &TableRt,
+        head: Addr,
+        head_header: Option<&VersionHeader>,
+    ) -> Result<Visible> {
         let at = self.ts;
         let mut addr = head;
         loop {
-            let header = self.version(table, addr)?;
+            let header = match head_header.filter(|_| addr == head) {
+                Some(header) => header,
+                None => self.version(table, addr)?,
+            };
             let begin = header.begin.load(Acquire);
             if begin != ABORTED && begin & PENDING != 0 {
                 if begin & !PENDING < at {
