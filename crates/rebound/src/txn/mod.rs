@@ -1481,16 +1481,29 @@ impl<'s> TxnState<'s> {
             match self.visible(table, Addr(head), found.map(|f| f.header))? {
                 Visible::Retry => continue,
                 Visible::Absent => return Ok(false),
-                Visible::Version(addr) => match found.filter(|f| f.addr == addr) {
-                    Some(head) => return table.read_found(medium, &head, out),
-                    None => return self.live_value_into(table, addr, out),
-                },
+                Visible::Version(addr) => return self.read_chosen(table, found, addr, out),
             }
         }
     }
 
     fn live_value_into(&self, table: &TableRt, addr: Addr, out: &mut Vec<u8>) -> Result<bool> {
         table.read_value(&self.store.medium, addr, out)
+    }
+
+    /// Reads the version a visibility check chose at `addr`: through the
+    /// head `find_version` found if that is the one, so that neither its
+    /// block nor its tile is looked up again.
+    fn read_chosen(
+        &self,
+        table: &TableRt,
+        found: Option<VersionAt>,
+        addr: Addr,
+        out: &mut Vec<u8>,
+    ) -> Result<bool> {
+        match found.filter(|f| f.addr == addr) {
+            Some(head) => table.read_found(&self.store.medium, &head, out),
+            None => self.live_value_into(table, addr, out),
+        }
     }
 
     /// The header of a version this transaction reached (see `Gone`).

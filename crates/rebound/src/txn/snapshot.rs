@@ -327,10 +327,7 @@ impl<'s> TxnState<'s> {
             match self.snapshot_visible(table, Addr(head), found.map(|f| f.header))? {
                 Visible::Retry => continue,
                 Visible::Absent => return Ok(false),
-                Visible::Version(addr) => match found.filter(|f| f.addr == addr) {
-                    Some(head) => return table.read_found(medium, &head, out),
-                    None => return self.live_value_into(table, addr, out),
-                },
+                Visible::Version(addr) => return self.read_chosen(table, found, addr, out),
             }
         }
     }
