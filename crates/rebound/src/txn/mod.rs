@@ -1253,6 +1253,16 @@ struct Target<'h, 'i> {
     header: Option<&'h VersionHeader>,
 }
 
+/// A chain head this writer holds locked (its header's `end`), about to
+/// get a successor: where the index had it, its header, and whether it
+/// is a tombstone.
+struct LockedHead<'h, 'i> {
+    head: Addr,
+    hint: Option<&'h UpdateHint<'i>>,
+    header: &'h VersionHeader,
+    deleted: bool,
+}
+
 /// What a write should do to an existing key.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum WriteKind {
@@ -1822,12 +1832,13 @@ impl<'s> TxnState<'s> {
             return answer.map(Some);
         }
         // Nobody can repoint a head we hold locked; fail safe if it happens.
-        let at = Target {
+        let locked = LockedHead {
             head,
             hint,
-            header: Some(header),
+            header,
+            deleted,
         };
-        match self.append_successor(table, key, value, (at, header, deleted), 0, set)? {
+        match self.append_successor(table, key, value, locked, 0, set)? {
             true => Ok(Some(existed)),
             false => Err(Error::Conflict),
         }
@@ -1842,7 +1853,12 @@ impl<'s> TxnState<'s> {
         table: &TableRt,
         key: &[u8],
         value: Option<&[u8]>,
-        (Target { head, hint, .. }, header, head_deleted): (Target<'_, '_>, &VersionHeader, bool),
+        LockedHead {
+            head,
+            hint,
+            header,
+            deleted: head_deleted,
+        }: LockedHead<'_, '_>,
         read: u64,
         set: &mut WriteSet,
     ) -> Result<bool> {

@@ -9,7 +9,7 @@
 //! it runs, and a writer whose head GC copied after its lookup looks again,
 //! so a copy's timestamp never makes a user transaction conflict.
 
-use super::{TableRt, Target, TxnState};
+use super::{LockedHead, TableRt, TxnState};
 use crate::error::Result;
 use crate::heap::tile::{LOCKED, PENDING};
 use crate::heap::Addr;
@@ -54,20 +54,13 @@ pub fn relocate(txn: &mut TxnState<'_>, table: &TableRt, head: Addr) -> Result<b
     // with it. Marks made after our lock cannot exist: such readers
     // wait for us and then read the copy.
     let read = header.read.load(SeqCst);
-    let at = Target {
+    let locked = LockedHead {
         head,
         hint: Some(&hint),
-        header: Some(header),
+        header,
+        deleted: slot.tombstone,
     };
-    let deleted = slot.tombstone;
-    let copied = txn.append_successor(
-        table,
-        &slot.key,
-        value,
-        (at, header, deleted),
-        read,
-        &mut set,
-    )?;
+    let copied = txn.append_successor(table, &slot.key, value, locked, read, &mut set)?;
     if copied {
         // The copy is the original's content under a newer timestamp,
         // written over it (checked again once committed: `gc`).
