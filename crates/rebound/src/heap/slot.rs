@@ -87,8 +87,7 @@ impl SlotHeader {
     /// The header of the record at `at` (8-aligned, at least 16 bytes),
     /// whose directory entry holds `word`.
     pub fn read(medium: &Medium, word: u64, at: u64) -> SlotHeader {
-        let w0 = medium.load(at);
-        let w1 = medium.load(at + 8);
+        let [w0, w1] = medium.load_pair(at);
         SlotHeader {
             word,
             crc: (w0 & 0xFFFF_FFFF) as u32,

@@ -369,6 +369,19 @@ impl Medium {
         self.word(off).load(Ordering::Acquire)
     }
 
+    /// Loads the two aligned words at `off` with acquire ordering, bounds
+    /// checked once (a record header is two words, read on every read).
+    #[inline]
+    pub fn load_pair(&self, off: u64) -> [u64; 2] {
+        match self.map.words(off, 2) {
+            [first, second] => [
+                first.load(Ordering::Acquire),
+                second.load(Ordering::Acquire),
+            ],
+            _ => unreachable!("a run of two words"),
+        }
+    }
+
     /// Stores an aligned word with release ordering; crash-atomic.
     #[inline]
     pub fn store(&self, off: u64, value: u64) {
