@@ -901,7 +901,10 @@ impl TableHeap {
     /// Appends a version whose record does not fit a block: its value
     /// goes to an extent of its own, written and fenced (with the block's
     /// mark) after the entry is placed and before the record pointing to
-    /// it is written.
+    /// it is written. Cold: kept out of the inline append's code, which
+    /// runs on every write and should stay small in the instruction cache.
+    #[cold]
+    #[inline(never)]
     fn append_out_of_line(
         &self,
         medium: &Medium,
@@ -1040,7 +1043,9 @@ impl TableHeap {
 
     /// Seals the cursor's block (if it has one with entries left) and
     /// moves the cursor to the region's next block: one a crash left
-    /// linked, or a new one.
+    /// linked, or a new one. Once a block: out of the append's hot code.
+    #[cold]
+    #[inline(never)]
     fn next_block(
         &self,
         medium: &Medium,
