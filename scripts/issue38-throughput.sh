@@ -3,7 +3,8 @@
 # variable-length rows against the last fixed-slot engine, 1803dd4). The
 # order flips every round, with a pause before each run: a run that
 # follows another shares the machine with that process's teardown (its
-# mappings and files going), so a fixed order favours one build.
+# mappings and files going); flipping keeps either build from always
+# taking that place.
 # Usage: A=<binary> B=<binary> scripts/issue38-throughput.sh OUT_DIR [ROUNDS]
 # Prints "round workload A|B txn/s" lines, also written to OUT_DIR/runs.txt,
 # then each workload's medians and the median B/A ratio of its pairs.
