@@ -321,3 +321,59 @@ fn values_of_any_size_up_to_the_limit_round_trip_and_survive_a_crash() {
     assert_eq!(tx.get(&t, b"big").unwrap(), None);
     tx.commit().unwrap();
 }
+
+/// Point reads reach rows through a cache that hashes keys to words some
+/// keys share (`index::head_cache`): each read must still return its own
+/// row, also once rows changed, were deleted or came back, under both
+/// concurrency schemes.
+#[test]
+fn point_reads_of_many_keys_return_their_own_rows() {
+    for concurrency in [rebound::Concurrency::Mvto, rebound::Concurrency::Occ] {
+        let options = Options::default()
+            .durability(Durability::None)
+            .concurrency(concurrency);
+        let db = Database::open("unused", options).unwrap();
+        let t = db.create_table("t", TableOptions::default()).unwrap();
+        let mut s = db.session().unwrap();
+        let key = |i: u32| format!("key{i:05}").into_bytes();
+        let mut expected: Vec<Option<Vec<u8>>> = Vec::new();
+        let mut tx = s.begin();
+        for i in 0..5000u32 {
+            let value = format!("row {i}").into_bytes();
+            tx.insert(&t, &key(i), &value).unwrap();
+            expected.push(Some(value));
+        }
+        tx.commit().unwrap();
+        let check = |s: &mut rebound::Session, expected: &[Option<Vec<u8>>], round: &str| {
+            let mut tx = s.begin();
+            for (i, value) in expected.iter().enumerate() {
+                let got = tx.get(&t, &key(i as u32)).unwrap();
+                assert_eq!(&got, value, "{concurrency:?} {round}: key {i}");
+            }
+            tx.commit().unwrap();
+        };
+        check(&mut s, &expected, "first reads");
+        check(&mut s, &expected, "second reads");
+        let mut tx = s.begin();
+        for i in (0..5000u32).step_by(3) {
+            let value = format!("new {i}").into_bytes();
+            tx.update(&t, &key(i), &value).unwrap();
+            expected[i as usize] = Some(value);
+        }
+        for i in (0..5000u32).step_by(5) {
+            tx.delete(&t, &key(i)).unwrap();
+            expected[i as usize] = None;
+        }
+        tx.commit().unwrap();
+        check(&mut s, &expected, "after updates and deletes");
+        let mut tx = s.begin();
+        for i in (0..5000u32).step_by(10) {
+            let value = format!("back {i}").into_bytes();
+            tx.insert(&t, &key(i), &value).unwrap();
+            expected[i as usize] = Some(value);
+        }
+        tx.commit().unwrap();
+        check(&mut s, &expected, "after reinserts");
+        check(&mut s, &expected, "reads again");
+    }
+}

@@ -802,6 +802,23 @@ impl TableHeap {
         })
     }
 
+    /// `find_version` of a version whose block already has its tile, as
+    /// every version a transaction reached through the index has: an
+    /// address from a cache (`TableRt::cached_head`) makes no tile.
+    #[inline]
+    pub fn find_tiled(&self, medium: &Medium, addr: Addr) -> Option<VersionAt<'_>> {
+        let block = self.block(addr)?;
+        let tile = block.tile.load(Acquire).checked_sub(1)?;
+        let header = self.tiles.header(tile, addr.slot())?;
+        crate::medium::prefetch(header);
+        self.prefetch_record(medium, block, addr.slot());
+        Some(VersionAt {
+            addr,
+            block,
+            header,
+        })
+    }
+
     /// Starts loading the directory entry of `slot` and where its record
     /// probably is.
     #[inline]

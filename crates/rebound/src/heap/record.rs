@@ -498,6 +498,32 @@ impl TableHeap {
             .map(|(_, tombstone)| tombstone)
     }
 
+    /// Whether the record of a version `find_tiled` found holds `key`.
+    /// Unverified, like a trusted read: a read that follows verifies the
+    /// record where its block asks for that.
+    pub fn holds_key(&self, medium: &Medium, version: &VersionAt, key: &[u8]) -> bool {
+        let slot = version.addr.slot();
+        let Some(found) = self.locate_record(medium, version.block, slot, false) else {
+            return false;
+        };
+        if found.header.key_len != key.len() {
+            return false;
+        }
+        let mut at = found.at + RECORD_HEADER;
+        let mut buf = [0u8; 64];
+        for part in key.chunks(buf.len()) {
+            let Some(stored) = buf.get_mut(..part.len()) else {
+                return false;
+            };
+            medium.read_at(at, stored);
+            if stored != part {
+                return false;
+            }
+            at += part.len() as u64;
+        }
+        true
+    }
+
     /// Appends the key of the version at `addr` to `out`; returns its
     /// length (0 if its record cannot be found). Unverified: use
     /// `decode_checked` for versions read back from the medium.

@@ -175,6 +175,7 @@ pub fn key_prefix(key: &[u8]) -> u64 {
 }
 
 mod build;
+mod head_cache;
 mod iter;
 mod key;
 mod load;
@@ -194,6 +195,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crossbeam_utils::Backoff;
 
+use head_cache::HeadCache;
 use key::{InlineKey, KeyWords, ProbeKey};
 use node::{NoRoom, Node, ReadGuard, Restart, RootCell, SplitBias, WriteGuard};
 pub(crate) use node_memory::prepare_spare_chunk;
@@ -226,6 +228,9 @@ pub struct BTree {
     /// Nodes allocated; exact whenever no split is in flight, since nodes are
     /// only freed with the tree.
     nodes: AtomicUsize,
+    /// Point reads' shortcut past the descent (`head_cache.rs`); a table's
+    /// primary tree has one.
+    heads: Option<HeadCache>,
 }
 
 impl Default for BTree {
@@ -257,7 +262,22 @@ impl BTree {
             root,
             len: AtomicUsize::new(len),
             nodes: AtomicUsize::new(nodes),
+            heads: None,
         }
+    }
+
+    /// Gives the tree a head cache: point reads fill it, every change of a
+    /// value keeps it true, and [`cached`](Self::cached) answers from it.
+    pub fn cache_heads(&mut self) {
+        self.heads = Some(HeadCache::default());
+    }
+
+    /// The value the head cache holds under `key`'s hash: `key`'s value
+    /// or another key's (the caller tells them apart), never a value
+    /// replaced before this call began, except by a write it overlaps.
+    #[inline]
+    pub fn cached(&self, key: &[u8]) -> Option<u64> {
+        self.heads.as_ref()?.get(&ProbeKey::new(key)?)
     }
 
     /// Number of entries; exact when no insert or removal is in flight.
@@ -301,6 +321,10 @@ impl BTree {
             if found {
                 let value = leaf.node().value(slot);
                 leaf.validate()?;
+                if let Some(heads) = &self.heads {
+                    heads.fill(&key, value, || leaf.validate().is_ok());
+                    heads.grow_for(self.len());
+                }
                 return Ok(Some(value));
             }
             match gap_reader {
@@ -569,7 +593,7 @@ impl BTree {
         read: &ReadGuard<'a>,
         epoch: Option<&WriterEpoch<'_>>,
     ) -> Option<WriteGuard<'a>> {
-        let guard = read.upgrade()?;
+        let guard = read.upgrade()?.with_heads(self.heads.as_ref());
         match (self.root.versions(), epoch) {
             (Some(versions), Some(epoch)) => guard.with_versions(versions, epoch.epoch),
             _ => Some(guard),

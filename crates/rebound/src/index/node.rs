@@ -21,6 +21,7 @@ use std::sync::atomic::{fence, AtomicU64};
 
 use crossbeam_utils::Backoff;
 
+use super::head_cache::{hash_words, HeadCache};
 use super::key::{compare_stored, shortest_separator, tail_words, InlineKey, KeyWords};
 use super::node_memory::OwnedNode;
 use super::versions::{Entry, NodeVersions, Prepared};
@@ -737,6 +738,7 @@ impl<'a> ReadGuard<'a> {
             dirty: false,
             link: None,
             replaces: None,
+            heads: None,
         })
     }
 }
@@ -753,6 +755,8 @@ pub(crate) struct WriteGuard<'a> {
     link: Option<(&'a NodeVersions, u64)>,
     /// The version `node`, a copy, replaces when the guard drops.
     replaces: Option<Replaced<'a>>,
+    /// The tree's head cache, kept true by every change of a value.
+    heads: Option<&'a HeadCache>,
 }
 
 struct Replaced<'a> {
@@ -864,11 +868,28 @@ impl<'a> WriteGuard<'a> {
         self.node.slot_payload(slot)
     }
 
+    /// Joins the locked leaf to its tree's head cache (`head_cache.rs`).
+    pub(crate) fn with_heads(mut self, heads: Option<&'a HeadCache>) -> Self {
+        self.heads = heads;
+        self
+    }
+
     pub(crate) fn set_value(&mut self, slot: usize, value: u64) {
         self.assert_leaf();
         assert!(slot < self.node.count());
+        let old = self.node.slot_payload(slot);
         let node = self.begin_write();
         node.body[slot * SLOT_WORDS + 2].store(value, Relaxed);
+        if let Some(heads) = self.heads {
+            heads.replaced(self.slot_hash(slot), old, Some(value));
+        }
+    }
+
+    /// The head-cache hash of the key in `slot`, from its node words.
+    fn slot_hash(&self, slot: usize) -> u64 {
+        let (len, tail_offset) = self.node.slot_layout(slot);
+        let tail = (0..tail_words(len)).map(|index| self.node.word(tail_offset + index));
+        hash_words(len, std::iter::once(self.node.slot_head(slot)).chain(tail))
     }
 
     pub(crate) fn insert_entry(
@@ -1064,6 +1085,9 @@ impl<'a> WriteGuard<'a> {
         assert!(slot < header.count);
         let value = self.node.slot_payload(slot);
         let (len, _) = self.node.slot_layout(slot);
+        if let Some(heads) = self.heads {
+            heads.replaced(self.slot_hash(slot), value, None);
+        }
         let node = self.begin_write();
         for word in slot * SLOT_WORDS..(header.count - 1) * SLOT_WORDS {
             node.body[word].store(node.body[word + SLOT_WORDS].load(Relaxed), Relaxed);

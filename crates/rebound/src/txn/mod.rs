@@ -690,7 +690,8 @@ pub struct TableRt {
 }
 
 impl TableRt {
-    pub fn new(heap: TableHeap, index: BTree, instance: u64) -> TableRt {
+    pub fn new(heap: TableHeap, mut index: BTree, instance: u64) -> TableRt {
+        index.cache_heads();
         TableRt {
             heap,
             index,
@@ -865,6 +866,23 @@ impl TableRt {
             return None;
         }
         self.cold.read().clone()
+    }
+
+    /// `key`'s chain head as the index's head cache has it, found, while
+    /// it is the head still: nothing superseded, locked or reaped it (its
+    /// `end` is 0: every change of a key's head sets the old head's `end`
+    /// first) and its record holds `key` (a cache word may hold another
+    /// key's head). `None` sends the caller to the tree.
+    #[inline]
+    pub fn cached_head(&self, medium: &Medium, key: &[u8]) -> Option<VersionAt<'_>> {
+        let head = self.index.cached(key)?;
+        let version = self.heap.find_tiled(medium, Addr(head))?;
+        if version.header.end.load(Acquire) != 0 {
+            return None;
+        }
+        self.heap
+            .holds_key(medium, &version, key)
+            .then_some(version)
     }
 
     /// The index head of `key`, materializing a cold entry if needed.
@@ -1483,11 +1501,17 @@ impl<'s> TxnState<'s> {
             return self.snapshot_read_key(table, key, out);
         }
         let medium = &self.store.medium;
+        let mut cached = table.cached_head(medium, key);
         loop {
-            let Some(head) = table.lookup_marking_gap(medium, key, self.ts)? else {
-                return Ok(false);
+            let (head, found) = match cached.take() {
+                Some(found) => (found.addr.0, Some(found)),
+                None => {
+                    let Some(head) = table.lookup_marking_gap(medium, key, self.ts)? else {
+                        return Ok(false);
+                    };
+                    (head, table.heap.find_version(medium, Addr(head)))
+                }
             };
-            let found = table.heap.find_version(medium, Addr(head));
             match self.visible(table, Addr(head), found.map(|f| f.header))? {
                 Visible::Retry => continue,
                 Visible::Absent => return Ok(false),

@@ -392,6 +392,11 @@ impl<'s> TxnState<'s> {
     /// whether it is live), remembering it, or its absence.
     fn committed_read(&self, table: &TableRt, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         let medium = &self.store.medium;
+        if let Some(found) = table.cached_head(medium, key) {
+            if let Some((live, _)) = self.observe(table, found.addr, Some(found), Some(out))? {
+                return Ok(live);
+            }
+        }
         loop {
             let Some(head) = table.lookup(medium, key)? else {
                 self.remember_absent(table, key);
