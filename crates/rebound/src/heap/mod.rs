@@ -509,6 +509,8 @@ pub struct VersionAt<'h> {
     pub addr: Addr,
     block: &'h Block,
     pub header: &'h VersionHeader,
+    /// Its record, once a key check located it (`holds_key`).
+    record: Option<record::Located>,
 }
 
 /// Where the next slot of a region goes.
@@ -799,6 +801,7 @@ impl TableHeap {
             addr,
             block,
             header,
+            record: None,
         })
     }
 
@@ -816,6 +819,7 @@ impl TableHeap {
             addr,
             block,
             header,
+            record: None,
         })
     }
 

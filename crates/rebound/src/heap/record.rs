@@ -11,6 +11,7 @@
 use super::extent::{self, Owner, Pointer, POINTER_BYTES};
 use super::slot::{self, SlotHeader, FLAG_TOMBSTONE, RECORD_CHECKED_FROM, RECORD_HEADER};
 use super::space::Space;
+use super::tile::PENDING;
 use super::{Addr, Block, SlotContent, SlotRead, SlotWord, TableHeap, VersionAt};
 use super::{DIRECTORY_OFFSET, ENTRY_BYTES, TXN_EMPTY};
 use crate::catalog;
@@ -202,7 +203,8 @@ pub struct Entry {
 
 /// A version's record: where it is, and its header, its lengths checked
 /// against the table and the space its entry gives it.
-struct Located {
+#[derive(Clone, Copy)]
+pub(super) struct Located {
     at: u64,
     header: SlotHeader,
 }
@@ -359,26 +361,30 @@ impl TableHeap {
     /// reader that keeps one buffer reads without allocating.
     pub fn read_live(&self, medium: &Medium, addr: Addr, out: &mut Vec<u8>) -> SlotRead {
         match self.block(addr) {
-            Some(block) => self.read_live_in(medium, block, addr, out),
+            Some(block) => self.read_live_in(medium, (block, None), addr, out),
             None => SlotRead::Gone,
         }
     }
 
     /// `read_live` of a version `find_version` found.
     pub fn read_found(&self, medium: &Medium, version: &VersionAt, out: &mut Vec<u8>) -> SlotRead {
-        self.read_live_in(medium, version.block, version.addr, out)
+        let at = (version.block, version.record);
+        self.read_live_in(medium, at, version.addr, out)
     }
 
+    /// Reads the version at `addr` in `block`, from its record if the
+    /// caller located it already.
     #[inline]
     fn read_live_in(
         &self,
         medium: &Medium,
-        block: &Block,
+        (block, located): (&Block, Option<Located>),
         addr: Addr,
         out: &mut Vec<u8>,
     ) -> SlotRead {
         let trusted = block.is_trusted();
-        let Some(mut found) = self.locate_record(medium, block, addr.slot(), !trusted) else {
+        let located = located.or_else(|| self.locate_record(medium, block, addr.slot(), !trusted));
+        let Some(mut found) = located else {
             return SlotRead::Damaged;
         };
         let mut intact = match trusted {
@@ -498,30 +504,31 @@ impl TableHeap {
             .map(|(_, tombstone)| tombstone)
     }
 
-    /// Whether the record of a version `find_tiled` found holds `key`.
-    /// Unverified, like a trusted read: a read that follows verifies the
-    /// record where its block asks for that.
-    pub fn holds_key(&self, medium: &Medium, version: &VersionAt, key: &[u8]) -> bool {
+    /// Whether the record of a version `find_tiled` found holds `key`; if
+    /// it does and was committed, the version keeps where its record is,
+    /// for the read that follows (a pending version's writer may still
+    /// write its record over, with another value or as a deletion).
+    /// Unverified, like a trusted read: that read verifies the record
+    /// where its block asks for it.
+    pub fn holds_key(&self, medium: &Medium, version: &mut VersionAt, key: &[u8]) -> bool {
+        // Before the record is read: a committed record never changes.
+        let committed = version
+            .header
+            .begin
+            .load(std::sync::atomic::Ordering::Acquire)
+            & PENDING
+            == 0;
+        let with_word = !version.block.is_trusted();
         let slot = version.addr.slot();
-        let Some(found) = self.locate_record(medium, version.block, slot, false) else {
+        let Some(found) = self.locate_record(medium, version.block, slot, with_word) else {
             return false;
         };
-        if found.header.key_len != key.len() {
-            return false;
+        let holds =
+            found.header.key_len == key.len() && medium.equals_at(found.at + RECORD_HEADER, key);
+        if holds && committed {
+            version.record = Some(found);
         }
-        let mut at = found.at + RECORD_HEADER;
-        let mut buf = [0u8; 64];
-        for part in key.chunks(buf.len()) {
-            let Some(stored) = buf.get_mut(..part.len()) else {
-                return false;
-            };
-            medium.read_at(at, stored);
-            if stored != part {
-                return false;
-            }
-            at += part.len() as u64;
-        }
-        true
+        holds
     }
 
     /// Appends the key of the version at `addr` to `out`; returns its

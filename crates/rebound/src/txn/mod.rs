@@ -876,12 +876,12 @@ impl TableRt {
     #[inline]
     pub fn cached_head(&self, medium: &Medium, key: &[u8]) -> Option<VersionAt<'_>> {
         let head = self.index.cached(key)?;
-        let version = self.heap.find_tiled(medium, Addr(head))?;
+        let mut version = self.heap.find_tiled(medium, Addr(head))?;
         if version.header.end.load(Acquire) != 0 {
             return None;
         }
         self.heap
-            .holds_key(medium, &version, key)
+            .holds_key(medium, &mut version, key)
             .then_some(version)
     }
 
