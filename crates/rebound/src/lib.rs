@@ -66,6 +66,7 @@ pub use design::WalStats;
 pub use error::{Error, Result};
 pub use gc::{GcOptions, GcStats};
 pub use heap::TableOptions;
+pub use index::HeadCacheMode;
 pub use medium::{Guarantee, SimDevice};
 pub use txn::{Concurrency, Cursor, PendingCommit, FRESH_PATIENCE};
 pub use wal::{FileSystem, SimFault, SimFs, SimOp};

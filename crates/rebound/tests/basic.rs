@@ -331,7 +331,8 @@ fn point_reads_of_many_keys_return_their_own_rows() {
     for concurrency in [rebound::Concurrency::Mvto, rebound::Concurrency::Occ] {
         let options = Options::default()
             .durability(Durability::None)
-            .concurrency(concurrency);
+            .concurrency(concurrency)
+            .head_cache(rebound::HeadCacheMode::Always);
         let db = Database::open("unused", options).unwrap();
         let t = db.create_table("t", TableOptions::default()).unwrap();
         let mut s = db.session().unwrap();

@@ -13,7 +13,8 @@ mod common;
 
 use rand::{Rng, SeedableRng};
 use rebound::{
-    Concurrency, Database, Durability, Error, MediumChoice, Options, SimDevice, Table, TableOptions,
+    Concurrency, Database, Durability, Error, HeadCacheMode, MediumChoice, Options, SimDevice,
+    Table, TableOptions,
 };
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -228,17 +229,24 @@ fn check(history: Vec<Committed>) -> (usize, State) {
     (writers.len(), state)
 }
 
+/// Once reading through the head cache, once through the tree only
+/// (these tables are too small for the cache to turn on by itself).
 fn checked_history(options: Options, seed: u64) {
-    checked_history_at(std::path::Path::new("unused"), options, seed)
+    for mode in [HeadCacheMode::Always, HeadCacheMode::Auto] {
+        let options = options.clone().head_cache(mode);
+        checked_history_at(std::path::Path::new("unused"), options, seed)
+    }
 }
 
 /// Runs the threads, checks the history, and then checks that a reopened
 /// database holds the serial order's final state.
 fn checked_history_at(path: &std::path::Path, options: Options, seed: u64) {
+    // One table per cache mode: a simulated device is shared by both runs.
+    let name = format!("t-{:?}", options.head_cache);
     let db = Database::open(path, options.clone()).unwrap();
     let table = db
         .create_table(
-            "t",
+            &name,
             TableOptions::default().max_key_len(8).max_value_len(16),
         )
         .unwrap();
@@ -271,7 +279,7 @@ fn checked_history_at(path: &std::path::Path, options: Options, seed: u64) {
         db.close().unwrap();
         drop(db);
         let db = Database::open(path, options).unwrap();
-        let table = db.table("t").unwrap().unwrap();
+        let table = db.table(&name).unwrap().unwrap();
         let mut s = db.session().unwrap();
         let mut tx = s.begin();
         let rows = tx.scan::<&[u8]>(&table, .., usize::MAX).unwrap();
@@ -308,8 +316,10 @@ fn occ_histories_are_serializable_with_the_wal() {
         let options = Options::default()
             .durability(Durability::Wal)
             .wal_log_limit(64 << 10);
-        let db_dir = dir.path().join("db");
-        checked_history_at(&db_dir, occ(options), seed);
+        for mode in [HeadCacheMode::Always, HeadCacheMode::Auto] {
+            let db_dir = dir.path().join(format!("db-{mode:?}"));
+            checked_history_at(&db_dir, occ(options.clone()).head_cache(mode), seed);
+        }
     });
 }
 

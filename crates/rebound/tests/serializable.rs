@@ -66,10 +66,19 @@ fn concurrent_transfers_conserve_money_and_survive_a_crash() {
 }
 
 fn concurrent_transfers_with(seed: u64) {
+    // Through the head cache, and through the tree only.
+    for head_cache in [rebound::HeadCacheMode::Always, rebound::HeadCacheMode::Auto] {
+        concurrent_transfers_in(seed, head_cache);
+    }
+}
+
+fn concurrent_transfers_in(seed: u64, head_cache: rebound::HeadCacheMode) {
     let device = SimDevice::new(1 << 30);
     let db = Database::open(
         "unused",
-        Options::default().medium(MediumChoice::Simulated(device.clone())),
+        Options::default()
+            .medium(MediumChoice::Simulated(device.clone()))
+            .head_cache(head_cache),
     )
     .unwrap();
     let table = db

@@ -8,6 +8,7 @@ use crate::checkpoint::CheckpointMode;
 use crate::design::{Config, DesignConfig, LogFreeConfig, MediumKind, WalConfig};
 use crate::error::{Error, Result};
 use crate::gc::GcOptions;
+use crate::index::HeadCacheMode;
 use crate::medium::SimDevice;
 use crate::txn::Concurrency;
 use crate::wal::FileSystem;
@@ -59,6 +60,8 @@ pub struct Options {
     pub durability: Durability,
     /// How transactions are kept serializable.
     pub concurrency: Concurrency,
+    /// When tables' point reads go through a head cache.
+    pub head_cache: HeadCacheMode,
     /// At most this many transactions run at once (0: no limit); others
     /// wait at `begin` (at most 10 ms, then they run regardless).
     pub max_running_transactions: usize,
@@ -158,6 +161,7 @@ impl Default for Options {
         Options {
             durability: Durability::LogFree,
             concurrency: Concurrency::Mvto,
+            head_cache: HeadCacheMode::Auto,
             max_running_transactions: 0,
             adaptive_admission: true,
             medium: MediumChoice::Auto,
@@ -191,6 +195,11 @@ setters!(Options {
     /// [`Concurrency::Mvto`]; [`Concurrency::Occ`] is FOEDUS's optimistic
     /// scheme).
     concurrency: Concurrency,
+    /// When a table's point reads look up their row's chain head in a
+    /// hash-addressed cache before descending its tree (default:
+    /// [`HeadCacheMode::Auto`], once the tree's nodes take more than
+    /// 8 MiB). The cache takes 16 to 32 bytes of DRAM per key while on.
+    head_cache: HeadCacheMode,
     /// At most this many transactions run at once; the others wait at
     /// `Session::begin`, blocked, up to 10 ms (default: 0, no limit).
     /// About the number of cores suits a thread pool larger than that:
@@ -335,6 +344,7 @@ impl Options {
             index_recovery_threads: self.index_recovery_threads,
             index_recovery_in_background: self.index_recovery_in_background,
             concurrency: self.concurrency,
+            head_cache: self.head_cache,
             max_running_transactions: self.max_running_transactions,
             adaptive_admission: self.adaptive_admission,
             design,

@@ -148,7 +148,8 @@ impl Engine {
             read_only: config.read_only,
             store: parts
                 .store
-                .with_transaction_control(config.concurrency, config.admission_limit()),
+                .with_transaction_control(config.concurrency, config.admission_limit())
+                .with_head_cache(config.head_cache),
         })
     }
 
@@ -503,6 +504,7 @@ impl Engine {
             crate::wal::record::encode_table(buf, ts, &super::wal::table_spec(&def));
         })?;
         let rt = Arc::new(TableRt::new(heap, index, store.instance()));
+        rt.index().set_head_cache(store.head_cache());
         store.add_table(rt.clone());
         Ok(rt)
     }

@@ -64,6 +64,7 @@ pub struct Config {
     pub index_recovery_threads: usize,
     pub index_recovery_in_background: bool,
     pub concurrency: crate::txn::Concurrency,
+    pub head_cache: crate::index::HeadCacheMode,
     pub max_running_transactions: usize,
     pub adaptive_admission: bool,
     pub design: DesignConfig,

@@ -14,14 +14,23 @@
 //! are never in a block GC collects. Two rules keep it so:
 //!
 //! * **Writers** change a key's value only under its leaf's lock; while
-//!   they hold it, they replace the old value in the key's word (compare
-//!   and swap, so another key's value there stays) or, for a removal,
-//!   clear it (`WriteGuard::set_value`, `remove_entry`).
+//!   they hold it, they store the new value in the key's word (whatever
+//!   it held: another key's current value may give way) or, for a
+//!   removal, clear it (`WriteGuard::set_value`, `remove_entry`).
 //! * **Readers** fill a word after a validated tree read, then validate the
 //!   leaf again (`fill`): a writer that locked the leaf in between either
 //!   saw the fill (and replaced it) or is seen by the second validation
 //!   (and the fill is taken back). Both sides fence, so one of the two
 //!   always happens.
+//!
+//! A tree small enough to stay in the CPU's caches is descended about as
+//! fast as a random word of a large array is loaded, so the cache stays
+//! off (`active` false: no word is read, filled or kept) until the
+//! tree's nodes take more than `ACTIVE_FROM_BYTES`. Writers that saw it
+//! off wrote nothing, and need not have: the flag is set before the
+//! first fill, and a writer reads it after taking its leaf lock, so a
+//! fill that follows the flag either sees that lock at its validation or
+//! read the value the writer left.
 //!
 //! The cache grows with the tree: a new, empty generation of twice the
 //! words replaces the current one once the tree holds more keys than half
@@ -33,13 +42,45 @@
 
 use super::key::{tail_words, KeyWords};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
+
+/// When a table's primary index uses its head cache ([`Options::head_cache`](crate::Options::head_cache)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub enum HeadCacheMode {
+    /// Once the table's tree outgrows the CPU's caches (its nodes take
+    /// more than 8 MiB): smaller trees are descended as fast.
+    #[default]
+    Auto,
+    /// From the table's first read (tests use it to cover the cache with
+    /// a few keys).
+    Always,
+    /// Never: every point read descends the tree.
+    Off,
+}
+
+impl HeadCacheMode {
+    /// Tree node bytes beyond which the cache turns on.
+    fn active_from(self) -> usize {
+        match self {
+            HeadCacheMode::Auto => ACTIVE_FROM_BYTES,
+            HeadCacheMode::Always => 0,
+            HeadCacheMode::Off => usize::MAX,
+        }
+    }
+}
 
 /// The first generation's words (8 KiB).
 const FIRST_WORDS_LOG2: u32 = 10;
 /// The largest generation's words (32 MiB); beyond 2^21 keys the cache
 /// keeps its size and serves the keys that were filled last.
 const LAST_WORDS_LOG2: u32 = 22;
+/// Tree node memory beyond which the cache is used: about what a core's
+/// share of the last-level cache holds. Below it a descent hits in the
+/// CPU's caches, and the cache's words would only add lines to them
+/// (TPC-C's tables at one warehouse ran 6 % slower with it).
+pub(crate) const ACTIVE_FROM_BYTES: usize = 8 << 20;
 /// A word holds `value + 1`; zero is "nothing".
 const EMPTY: u64 = 0;
 
@@ -69,6 +110,10 @@ pub(crate) struct HeadCache {
     generations: boxcar::Vec<Generation>,
     /// Set while a generation is added, so that only one is.
     growing: AtomicBool,
+    /// Set once, when the tree outgrew `active_from`; never cleared.
+    active: AtomicBool,
+    /// Node bytes beyond which `active` is set (`HeadCacheMode`).
+    active_from: AtomicUsize,
 }
 
 impl Default for HeadCache {
@@ -78,6 +123,8 @@ impl Default for HeadCache {
         HeadCache {
             generations,
             growing: AtomicBool::new(false),
+            active: AtomicBool::new(false),
+            active_from: AtomicUsize::new(ACTIVE_FROM_BYTES),
         }
     }
 }
@@ -93,15 +140,31 @@ impl HeadCache {
     /// or (while a writer holds the leaf) the value it is replacing.
     #[inline]
     pub(crate) fn get(&self, key: &impl KeyWords) -> Option<u64> {
+        if !self.active.load(Relaxed) {
+            return None;
+        }
         match self.current().word(hash_key(key)).load(Acquire) {
             EMPTY => None,
             word => Some(word - 1),
         }
     }
 
+    /// Starts loading the word of `key`, which a writer is about to
+    /// replace: an optimistic commit replaces several in a row, and each
+    /// store's fence would otherwise wait for the line of the one before.
+    #[inline]
+    pub(crate) fn prefetch(&self, key: &impl KeyWords) {
+        if self.active.load(Relaxed) {
+            crate::medium::prefetch(self.current().word(hash_key(key)));
+        }
+    }
+
     /// Caches `value`, which a validated read of `key`'s leaf returned;
     /// `still_valid` validates that read again after the word is written.
     pub(crate) fn fill(&self, key: &impl KeyWords, value: u64, still_valid: impl FnOnce() -> bool) {
+        if !self.active.load(SeqCst) {
+            return;
+        }
         let word = self.current().word(hash_key(key));
         #[cfg(test)]
         if let Some(write) = tests::BEFORE_FILL.with(|hook| hook.borrow_mut().take()) {
@@ -117,17 +180,45 @@ impl HeadCache {
     }
 
     /// Under the leaf lock of the key whose stored words hash to `hash`:
-    /// its value went from `old` to `new` (`None`: the key was removed).
-    pub(crate) fn replaced(&self, hash: u64, old: u64, new: Option<u64>) {
+    /// its value is `new` now (`None`: the key was removed). The word
+    /// takes it whatever it held: another key's current value may give
+    /// way (that key's reads go to the tree), a stale one never stays.
+    /// A plain store, not a compare and swap: the word's line is usually
+    /// not in the cache, and a locked instruction would wait for it.
+    pub(crate) fn replaced(&self, hash: u64, new: Option<u64>) {
+        // Pairs with the fence in `fill` (see there).
         fence(SeqCst);
         let new = new.map_or(EMPTY, |value| value + 1);
-        let word = self.current().word(hash);
-        let _ = word.compare_exchange(old + 1, new, SeqCst, Relaxed);
+        self.current().word(hash).store(new, Relaxed);
+    }
+
+    /// Whether the cache is on; a writer asks after taking its leaf lock
+    /// (module docs), and keeps the word true only if it is.
+    #[inline]
+    pub(crate) fn is_active(&self) -> bool {
+        self.active.load(SeqCst)
+    }
+
+    /// Turns the cache on once the tree's nodes take more than the
+    /// mode's bytes (`node_bytes` now).
+    #[inline]
+    pub(crate) fn activate_for(&self, node_bytes: usize) {
+        if !self.active.load(Relaxed) && node_bytes >= self.active_from.load(Relaxed) {
+            self.active.store(true, SeqCst);
+        }
+    }
+
+    /// Sets when the cache turns on; a cache that is on stays on.
+    pub(crate) fn set_mode(&self, mode: HeadCacheMode) {
+        self.active_from.store(mode.active_from(), Relaxed);
     }
 
     /// Adds a generation of twice the words once the tree holds `keys`
     /// keys, more than half the current one's words.
     pub(crate) fn grow_for(&self, keys: usize) {
+        if !self.active.load(Relaxed) {
+            return;
+        }
         let words = self.current().words.len();
         if keys <= words / 2 || words >= 1 << LAST_WORDS_LOG2 {
             return;
@@ -215,6 +306,7 @@ mod tests {
     fn cached_tree() -> BTree {
         let mut tree = BTree::new();
         tree.cache_heads();
+        tree.set_head_cache(super::HeadCacheMode::Always);
         tree
     }
 

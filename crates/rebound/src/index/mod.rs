@@ -196,6 +196,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use crossbeam_utils::Backoff;
 
 use head_cache::HeadCache;
+pub use head_cache::HeadCacheMode;
 use key::{InlineKey, KeyWords, ProbeKey};
 use node::{NoRoom, Node, ReadGuard, Restart, RootCell, SplitBias, WriteGuard};
 pub(crate) use node_memory::prepare_spare_chunk;
@@ -272,6 +273,13 @@ impl BTree {
         self.heads = Some(HeadCache::default());
     }
 
+    /// When the head cache turns on (`cache_heads` made one).
+    pub fn set_head_cache(&self, mode: HeadCacheMode) {
+        if let Some(heads) = &self.heads {
+            heads.set_mode(mode);
+        }
+    }
+
     /// The value the head cache holds under `key`'s hash: `key`'s value
     /// or another key's (the caller tells them apart), never a value
     /// replaced before this call began, except by a write it overlaps.
@@ -322,6 +330,7 @@ impl BTree {
                 let value = leaf.node().value(slot);
                 leaf.validate()?;
                 if let Some(heads) = &self.heads {
+                    heads.activate_for(self.node_count() * node::NODE_BYTES);
                     heads.fill(&key, value, || leaf.validate().is_ok());
                     heads.grow_for(self.len());
                 }
@@ -346,6 +355,9 @@ impl BTree {
             let (slot, found) = leaf.node().search(&key);
             let value = leaf.node().value(slot);
             leaf.validate()?;
+            if let Some(heads) = self.heads.as_ref().filter(|_| found) {
+                heads.prefetch(&key);
+            }
             Ok(found.then_some((value, UpdateHint { leaf })))
         })
     }

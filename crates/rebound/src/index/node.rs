@@ -877,11 +877,10 @@ impl<'a> WriteGuard<'a> {
     pub(crate) fn set_value(&mut self, slot: usize, value: u64) {
         self.assert_leaf();
         assert!(slot < self.node.count());
-        let old = self.node.slot_payload(slot);
         let node = self.begin_write();
         node.body[slot * SLOT_WORDS + 2].store(value, Relaxed);
-        if let Some(heads) = self.heads {
-            heads.replaced(self.slot_hash(slot), old, Some(value));
+        if let Some(heads) = self.heads.filter(|heads| heads.is_active()) {
+            heads.replaced(self.slot_hash(slot), Some(value));
         }
     }
 
@@ -1085,8 +1084,8 @@ impl<'a> WriteGuard<'a> {
         assert!(slot < header.count);
         let value = self.node.slot_payload(slot);
         let (len, _) = self.node.slot_layout(slot);
-        if let Some(heads) = self.heads {
-            heads.replaced(self.slot_hash(slot), value, None);
+        if let Some(heads) = self.heads.filter(|heads| heads.is_active()) {
+            heads.replaced(self.slot_hash(slot), None);
         }
         let node = self.begin_write();
         for word in slot * SLOT_WORDS..(header.count - 1) * SLOT_WORDS {

@@ -74,7 +74,7 @@ use crate::catalog;
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
 use crate::heap::{Addr, SlotRead, SlotWord, Space, TableHeap, VersionAt, VersionHeader};
-use crate::index::{BTree, InsertError, UpdateHint};
+use crate::index::{BTree, HeadCacheMode, InsertError, UpdateHint};
 use crate::medium::Medium;
 use crossbeam_utils::CachePadded;
 use std::ops::{Bound, RangeBounds};
@@ -152,6 +152,8 @@ pub struct Store {
     log: std::sync::OnceLock<Arc<crate::wal::Log>>,
     /// How user transactions are kept serializable.
     concurrency: Concurrency,
+    /// When tables' point reads use their head cache.
+    head_cache: HeadCacheMode,
     /// How many user transactions may run at once.
     admission: Admission,
 }
@@ -347,6 +349,7 @@ impl Store {
                 .map(|w| parking_lot::Mutex::new(WriteSet::new(w)))
                 .collect(),
             concurrency: Concurrency::Mvto,
+            head_cache: HeadCacheMode::Auto,
             admission: Admission::new(AdmissionLimit::Open),
         }
     }
@@ -361,6 +364,20 @@ impl Store {
         self.concurrency = concurrency;
         self.admission = Admission::new(limit);
         self
+    }
+
+    /// The store with its tables' point reads using their head caches as
+    /// `mode` says (tables recovered already, and those created later).
+    pub fn with_head_cache(mut self, mode: HeadCacheMode) -> Store {
+        self.head_cache = mode;
+        for table in self.tables() {
+            table.index().set_head_cache(mode);
+        }
+        self
+    }
+
+    pub fn head_cache(&self) -> HeadCacheMode {
+        self.head_cache
     }
 
     /// The admission limit in force now (`None`: open).
