@@ -337,7 +337,7 @@ mod tests {
                 .unwrap();
         }
         for i in 0..200 {
-            assert_eq!(tree.get(&key(i)), Some(u64::from(i) * 10));
+            assert_eq!(tree.get_for_read(&key(i)), Some(u64::from(i) * 10));
         }
         let hits = (0..200)
             .filter(|&i| tree.cached(&key(i)) == Some(u64::from(i) * 10))
@@ -352,7 +352,7 @@ mod tests {
         let tree = cached_tree();
         for i in 0..300 {
             tree.insert_if_absent(&key(i), u64::from(i), 1, 1).unwrap();
-            tree.get(&key(i));
+            tree.get_for_read(&key(i));
         }
         for i in (0..300).step_by(3) {
             tree.compare_and_set(&key(i), u64::from(i), 1000 + u64::from(i), 2)
@@ -379,12 +379,12 @@ mod tests {
         let tree = cached_tree();
         for i in 0..5000 {
             tree.insert_if_absent(&key(i), u64::from(i), 1, 1).unwrap();
-            tree.get(&key(i));
+            tree.get_for_read(&key(i));
         }
         let words = tree.heads.as_ref().unwrap().current().words.len();
         assert!(words >= 8192, "5,000 keys in {words} words");
         for i in 0..5000 {
-            tree.get(&key(i));
+            tree.get_for_read(&key(i));
         }
         let hits = (0..5000)
             .filter(|&i| tree.cached(&key(i)) == Some(u64::from(i)))
@@ -407,7 +407,11 @@ mod tests {
                     false => assert_eq!(writer.upsert(&key(i), 2, 2), Some(1)),
                 }))
             });
-            assert_eq!(tree.get(&key(i)), Some(1), "the read validated first");
+            assert_eq!(
+                tree.get_for_read(&key(i)),
+                Some(1),
+                "the read validated first"
+            );
             assert_eq!(tree.cached(&key(i)), None, "key {i}: the fill stayed");
             assert_true_to(&tree);
         }
@@ -454,7 +458,7 @@ mod tests {
                 scope.spawn(move || {
                     let mut rng = StdRng::seed_from_u64(seed + 100 + thread);
                     for _ in 0..60_000 {
-                        tree.get(&key(rng.gen_range(0..KEYS)));
+                        tree.get_for_read(&key(rng.gen_range(0..KEYS)));
                     }
                 });
             }

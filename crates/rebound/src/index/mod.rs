@@ -311,16 +311,23 @@ impl BTree {
     }
 
     pub fn get(&self, key: &[u8]) -> Option<u64> {
-        self.lookup(key, None)
+        self.lookup(key, None, false)
+    }
+
+    /// [`get`](Self::get) for a point read, which fills the head cache
+    /// (other lookups, such as a validation's or GC's, would only fill it
+    /// with keys nobody reads by key).
+    pub fn get_for_read(&self, key: &[u8]) -> Option<u64> {
+        self.lookup(key, None, true)
     }
 
     /// Like [`get`](Self::get); when the key is absent, records `reader_ts`
     /// into the covering leaf's gap_read_ts.
     pub fn get_marking_gap(&self, key: &[u8], reader_ts: u64) -> Option<u64> {
-        self.lookup(key, Some(reader_ts))
+        self.lookup(key, Some(reader_ts), true)
     }
 
-    fn lookup(&self, key: &[u8], gap_reader: Option<u64>) -> Option<u64> {
+    fn lookup(&self, key: &[u8], gap_reader: Option<u64>, fill: bool) -> Option<u64> {
         // A key of illegal length can never be inserted, so no gap needs marking.
         let key = ProbeKey::new(key)?;
         retry(|| {
@@ -329,7 +336,7 @@ impl BTree {
             if found {
                 let value = leaf.node().value(slot);
                 leaf.validate()?;
-                if let Some(heads) = &self.heads {
+                if let Some(heads) = self.heads.as_ref().filter(|_| fill) {
                     heads.activate_for(self.node_count() * node::NODE_BYTES);
                     heads.fill(&key, value, || leaf.validate().is_ok());
                     heads.grow_for(self.len());

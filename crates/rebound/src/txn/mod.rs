@@ -906,11 +906,11 @@ impl TableRt {
     pub fn lookup(&self, medium: &Medium, key: &[u8]) -> Result<Option<u64>> {
         // Read before the miss: see `warm`.
         let loading = self.is_loading();
-        if let Some(head) = self.index.get(key) {
+        if let Some(head) = self.index.get_for_read(key) {
             return Ok(Some(head));
         }
         Ok(match self.warm(medium, key)? || loading {
-            true => self.index.get(key),
+            true => self.index.get_for_read(key),
             false => None,
         })
     }
@@ -937,7 +937,7 @@ impl TableRt {
     /// The index head of `key` for a read, materializing a cold entry if
     /// needed and recording the gap read when the key is absent.
     pub fn lookup_marking_gap(&self, medium: &Medium, key: &[u8], ts: u64) -> Result<Option<u64>> {
-        if let Some(head) = self.index.get(key) {
+        if let Some(head) = self.index.get_for_read(key) {
             return Ok(Some(head));
         }
         self.warm(medium, key)?;
