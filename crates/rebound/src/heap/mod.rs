@@ -795,14 +795,7 @@ impl TableHeap {
     pub fn find_version(&self, medium: &Medium, addr: Addr) -> Option<VersionAt<'_>> {
         let block = self.block(addr)?;
         let header = self.tile(block).get(addr.slot() as usize)?;
-        crate::medium::prefetch(header);
-        self.prefetch_record(medium, block, addr.slot());
-        Some(VersionAt {
-            addr,
-            block,
-            header,
-            record: None,
-        })
+        Some(self.start_loading(medium, (addr, block, header)))
     }
 
     /// `find_version` of a version whose block already has its tile, as
@@ -813,14 +806,24 @@ impl TableHeap {
         let block = self.block(addr)?;
         let tile = block.tile.load(Acquire).checked_sub(1)?;
         let header = self.tiles.header(tile, addr.slot())?;
+        Some(self.start_loading(medium, (addr, block, header)))
+    }
+
+    /// The version found, its header and record starting to load.
+    #[inline]
+    fn start_loading<'h>(
+        &'h self,
+        medium: &Medium,
+        (addr, block, header): (Addr, &'h Block, &'h VersionHeader),
+    ) -> VersionAt<'h> {
         crate::medium::prefetch(header);
         self.prefetch_record(medium, block, addr.slot());
-        Some(VersionAt {
+        VersionAt {
             addr,
             block,
             header,
             record: None,
-        })
+        }
     }
 
     /// Starts loading the directory entry of `slot` and where its record
