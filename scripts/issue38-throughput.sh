@@ -6,6 +6,10 @@
 # mappings and files going); flipping keeps either build from always
 # taking that place.
 # Usage: A=<binary> B=<binary> scripts/issue38-throughput.sh OUT_DIR [ROUNDS]
+# A_ARGS / B_ARGS: options added to that build's runs (e.g. B_ARGS="--head-cache
+# off" keeps the head cache, which the fixed-slot build lacks, out of a
+# comparison of the row layouts). ONLY: the workloads to run, by name
+# (default: all).
 # Prints "round workload A|B txn/s" lines, also written to OUT_DIR/runs.txt,
 # then each workload's medians and the median B/A ratio of its pairs.
 set -euo pipefail
@@ -24,13 +28,16 @@ workloads=(
 for round in $(seq 1 "$rounds"); do
   for w in "${workloads[@]}"; do
     name=${w%%:*}
+    if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then continue; fi
     read -r -a cmd <<<"${w#*:}"
     order="A B"
     if ((round % 2 == 0)); then order="B A"; fi
     for which in $order; do
       sleep 1
       bin=${!which}
-      rate=$("$bin" "${cmd[@]}" --out "$out/json" 2>&1 | grep -E 'txn/s' | head -1 |
+      extra=${which}_ARGS
+      read -r -a extra <<<"${!extra:-}"
+      rate=$("$bin" "${cmd[@]}" "${extra[@]}" --out "$out/json" 2>&1 | grep -E 'txn/s' | head -1 |
         sed -E 's/.*: ([0-9]+) txn\/s.*/\1/')
       echo "$round $name $which $rate" | tee -a "$out/runs.txt"
     done

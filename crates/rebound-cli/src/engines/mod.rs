@@ -166,6 +166,23 @@ pub struct EngineArgs {
     #[arg(long)]
     #[serde(default)]
     pub gc_max_space: Option<f64>,
+    /// Rebound: when a table's primary index answers point reads from its
+    /// head cache (`Options::head_cache`; default: the engine's, `auto`).
+    #[arg(long, value_enum)]
+    #[serde(default)]
+    pub head_cache: Option<HeadCache>,
+}
+
+/// `Options::head_cache` as the tool names it.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HeadCache {
+    /// Once a table's tree outgrows the CPU's caches.
+    Auto,
+    /// From the first read.
+    Always,
+    /// Never: every point read descends the tree.
+    Off,
 }
 
 impl EngineArgs {
@@ -175,6 +192,7 @@ impl EngineArgs {
             max_running: self.max_running,
             gc_space_target: self.gc_space_target,
             gc_max_space: self.gc_max_space,
+            head_cache: self.head_cache,
             ..Settings::new(!self.no_sync, design)
         }
     }
@@ -204,6 +222,8 @@ pub struct Settings {
     /// engine's defaults.
     pub gc_space_target: Option<f64>,
     pub gc_max_space: Option<f64>,
+    /// Rebound's `Options::head_cache`, when not the engine's default.
+    pub head_cache: Option<HeadCache>,
 }
 
 impl Settings {
@@ -214,6 +234,7 @@ impl Settings {
             max_running: 0,
             gc_space_target: None,
             gc_max_space: None,
+            head_cache: None,
         }
     }
 }

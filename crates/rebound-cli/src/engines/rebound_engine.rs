@@ -4,11 +4,11 @@
 
 use super::index::{self, Part};
 use super::{
-    Ack, Engine, EngineKind, Error, Guarantee, Index, IndexMode, IndexRow, IndexSpec, Result,
-    Session, Settings, Tx, VisitRow,
+    Ack, Engine, EngineKind, Error, Guarantee, HeadCache, Index, IndexMode, IndexRow, IndexSpec,
+    Result, Session, Settings, Tx, VisitRow,
 };
 use crate::common::design_options;
-use rebound::{Database, IndexOptions, Table, TableOptions, Transaction};
+use rebound::{Database, HeadCacheMode, IndexOptions, Table, TableOptions, Transaction};
 use std::ops::RangeBounds;
 use std::path::Path;
 
@@ -32,6 +32,13 @@ impl Engine for Database {
         }
         if let Some(bound) = settings.gc_max_space {
             options.gc.max_space = bound;
+        }
+        if let Some(mode) = settings.head_cache {
+            options.head_cache = match mode {
+                HeadCache::Auto => HeadCacheMode::Auto,
+                HeadCache::Always => HeadCacheMode::Always,
+                HeadCache::Off => HeadCacheMode::Off,
+            };
         }
         // Tools such as valgrind cannot map the default 1 TiB reservation.
         if let Some(bytes) = std::env::var("REBOUND_MAX_SIZE")

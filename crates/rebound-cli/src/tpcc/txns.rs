@@ -238,6 +238,7 @@ impl<T: Clone> TpccWorker<T> {
             })
             .collect();
         let all_local = lines.iter().all(|&(_, sw, _)| sw == w) as u8;
+        let without_inserts = self.cfg.without_inserts;
         let (t, rows) = (&self.t, &mut self.rows);
         let done = run_txn(session, |tx| {
             let Rows {
@@ -267,9 +268,11 @@ impl<T: Clone> TpccWorker<T> {
                 all_local,
             }
             .encode_into(order);
-            tx.insert(&t.order, &okey, order)?;
-            tx.index_insert(&t.order_by_customer, &okey, order)?;
-            tx.insert(&t.new_order, &okey, b"")?;
+            if !without_inserts {
+                tx.insert(&t.order, &okey, order)?;
+                tx.index_insert(&t.order_by_customer, &okey, order)?;
+                tx.insert(&t.new_order, &okey, b"")?;
+            }
             let mut total = 0i64;
             for (n, &(i, sw, q)) in lines.iter().enumerate() {
                 if !tx.get_into(&t.item, &k_item(i), item)? {
@@ -290,7 +293,9 @@ impl<T: Clone> TpccWorker<T> {
                     dist_info: Stock::dist(d).str(stock, 24),
                 }
                 .encode_into(line);
-                tx.insert(&t.order_line, &k_order_line(w, d, o, n as u8 + 1), line)?;
+                if !without_inserts {
+                    tx.insert(&t.order_line, &k_order_line(w, d, o, n as u8 + 1), line)?;
+                }
             }
             // The total the terminal would display (clause 2.4.2.2).
             let (discount, w_tax, d_tax) = (
@@ -320,6 +325,7 @@ impl<T: Clone> TpccWorker<T> {
         };
         let sel = self.customer_sel();
         let amount: i64 = self.rng.gen_range(100..=500_000);
+        let without_inserts = self.cfg.without_inserts;
         let (t, rows) = (&self.t, &mut self.rows);
         run_txn(session, |tx| {
             let Rows {
@@ -372,7 +378,9 @@ impl<T: Clone> TpccWorker<T> {
             }
             .encode_into(history);
             let txn = tx.id();
-            tx.insert(&t.history, &k_history(w, d, txn, 0), history)?;
+            if !without_inserts {
+                tx.insert(&t.history, &k_history(w, d, txn, 0), history)?;
+            }
             Ok(Flow::Commit(Outcome::Payment { w, d, amount, txn }))
         })
     }
