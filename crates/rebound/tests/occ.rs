@@ -408,6 +408,30 @@ fn a_key_read_absent_refuses_a_later_insert() {
     assert!(matches!(reader.commit(), Err(Error::Conflict)));
 }
 
+/// A write that finds its key absent and is refused (an update of a
+/// missing row) told the caller the key was absent: that is validated
+/// like any read. A buffered one is held absent by its placeholder.
+#[test]
+fn a_refused_write_keeps_its_absent_key_validated() {
+    let (db, table) = two_keys();
+    let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
+    let mut refused = s1.begin();
+    assert!(matches!(
+        refused.update(&table, b"carol", b"1"),
+        Err(Error::KeyNotFound)
+    ));
+    refused.put(&table, b"dave", b"1").unwrap();
+    let mut buffered = s2.begin();
+    buffered.insert(&table, b"erin", b"1").unwrap();
+    let mut inserter = db.session().unwrap();
+    let mut inserter = inserter.begin();
+    inserter.insert(&table, b"carol", b"2").unwrap();
+    inserter.insert(&table, b"erin", b"2").unwrap();
+    inserter.commit().unwrap();
+    assert!(matches!(refused.commit(), Err(Error::Conflict)));
+    assert!(matches!(buffered.commit(), Err(Error::Conflict)));
+}
+
 #[test]
 fn a_transaction_reads_its_own_buffered_writes_in_scans() {
     let (db, table) = two_keys();

@@ -11,7 +11,11 @@
 //! * A head another transaction is installing (`PENDING`) is waited for,
 //!   as Silo spins on a locked TID word.
 //! * Writes are buffered in the transaction. A write reads its key first
-//!   (remembered like any read) to answer insert, update or delete.
+//!   (remembered like any read) to answer insert, update or delete. A key
+//!   it finds absent is remembered only if the write is refused: a
+//!   buffered one enters a placeholder at commit, which holds the key
+//!   absent up to the commit id (step 1), so validating it again would
+//!   only repeat that descent.
 //! * A cursor fetch remembers the heads of the index entries it covered,
 //!   in key order, with the span of keys it covered; buffered writes
 //!   inside the span are merged into what the cursor returns.
@@ -478,15 +482,28 @@ impl<'s> TxnState<'s> {
             occ.find(id, key)
                 .map(|at| (occ.writes[at].value.is_some(), occ.writes[at].found))
         };
+        let read_now = buffered.is_none();
         let (existed, found) = match buffered {
             Some(done) => done,
             None => self.read_for_write(id, key)?,
         };
+        // A key this read found absent gets a placeholder at commit, which
+        // holds it absent up to the commit id (step 1): its absence needs
+        // validating only if the write is not buffered.
+        let unbuffered = |txn: &Self| {
+            if read_now && matches!(found, Found::Absent) {
+                txn.remember_absent(table, key);
+            }
+        };
         if let Some(answer) = self.refuse(kind, existed) {
+            unbuffered(self);
             return self.unless_stale(answer);
         }
         if table.secondaries.count() > 0 {
             let checked = self.check_unique_optimistically(table, (key, value), found);
+            if checked.is_err() {
+                unbuffered(self);
+            }
             self.unless_stale(checked)?;
         }
         self.occ_set().buffer(id, key, value, found);
@@ -555,7 +572,7 @@ impl<'s> TxnState<'s> {
         let table = store.table(table);
         loop {
             let Some((head, hint)) = table.lookup_for_update(&store.medium, key, self.ts)? else {
-                self.remember_absent(table, key);
+                // Remembered by the caller unless the write is buffered.
                 return Ok((false, Found::Absent));
             };
             let head = Addr(head);
