@@ -394,9 +394,11 @@ fn tile_place(index: u32, full_chunk: u32) -> (usize, u32, u32) {
         let chunk = (index + 1).ilog2();
         return (chunk as usize, index + 1 - (1 << chunk), 1 << chunk);
     }
+    // Shifts, not a division: `full_tiles` is a power of two the
+    // compiler cannot see, and every header lookup comes here.
     let past = index - growing_tiles;
-    let chunk = full_chunk + past / full_tiles;
-    (chunk as usize, past % full_tiles, full_tiles)
+    let chunk = full_chunk + (past >> full_chunk);
+    (chunk as usize, past & (full_tiles - 1), full_tiles)
 }
 
 /// The index of the first tile of chunk `chunk` (see `tile_place`).

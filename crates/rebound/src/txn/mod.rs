@@ -64,7 +64,7 @@ pub use cursor::{prefix_end, Cursor, Order};
 pub use index_build::{Collected, EntryRun};
 use obsolete_bits::ObsoleteBits;
 pub use occ::Concurrency;
-use occ::OccSet;
+use occ::{OccHeaders, OccSet};
 pub use relocate::relocate;
 pub use sampler::{Sample, UpdateSampler};
 pub use secondary::{Rows, SecondaryRt, Stale, DROPPED, READY};
@@ -1336,6 +1336,11 @@ pub struct TxnState<'s> {
     occ: Option<Box<std::cell::RefCell<OccSet>>>,
     /// Index leaves where its writes found their keys (`occ`).
     hints: Vec<UpdateHint<'s>>,
+    /// The DRAM headers of the versions in the OCC set's `reads`, in the
+    /// same order, and of the heads its commit locked, in lock order: a
+    /// version a running transaction can reach keeps its block and tile
+    /// (`heap::Tiles`), so validation and install need not find them again.
+    occ_headers: OccHeaders<'s>,
     /// A read-only transaction on the snapshot at `ts` (`snapshot`).
     snapshot: bool,
     /// How the snapshot opened (`snapshot`).
@@ -1373,6 +1378,9 @@ impl<'s> TxnState<'s> {
         };
         let mut txn = TxnState::idle(store, worker, ts, (buf, spare_keys));
         txn.poisoned = poisoned;
+        if let Some(occ) = &occ {
+            txn.occ_headers = OccHeaders::reusing(&mut occ.borrow_mut());
+        }
         txn.occ = occ;
         txn
     }
@@ -1397,6 +1405,7 @@ impl<'s> TxnState<'s> {
             began: ts,
             occ: None,
             hints: Vec::new(),
+            occ_headers: OccHeaders::default(),
             snapshot: false,
             snapshot_opened: snapshot::Opened::default(),
         }
@@ -2380,7 +2389,10 @@ impl<'s> TxnState<'s> {
         let store = self.store;
         let mut set = store.write_sets[self.worker].lock();
         if let Some(occ) = self.occ.take() {
-            occ.borrow_mut().clear();
+            let mut cleared = occ.borrow_mut();
+            cleared.clear();
+            std::mem::take(&mut self.occ_headers).give_back(&mut cleared);
+            drop(cleared);
             set.spare_occ = Some(occ);
         }
         if set.spare_buf.capacity() < self.buf.capacity() {

@@ -4,12 +4,12 @@
 use super::{Found, Installed, Lock, OccSet};
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
-use crate::heap::Addr;
+use crate::heap::{Addr, VersionHeader};
 use crate::index::{InsertError, UpdateHint};
 use crate::txn::{TableRt, TxnState};
 use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
 
-impl TxnState<'_> {
+impl<'s> TxnState<'s> {
     /// Commit steps 1 to 4 (module docs). After an error, `rollback`
     /// releases what is held.
     pub(in crate::txn) fn occ_prepare(&mut self) -> Result<()> {
@@ -50,8 +50,9 @@ impl TxnState<'_> {
             let write = &occ.writes[occ.order[i]];
             let table = self.store.table(write.table);
             let kv = (occ.key(write), occ.value(write));
-            let lock = self.lock_one(table, kv, write.found, region)?;
+            let (lock, header) = self.lock_one(table, kv, write.found, region)?;
             occ.locks.push(lock);
+            self.occ_headers.locked.push(header);
         }
         // Before the commit id, as placeholders: a lookup that validates
         // after we take it finds our entries.
@@ -78,18 +79,18 @@ impl TxnState<'_> {
             .then_some(value))
     }
 
-    /// Locks what a write found: the head, or, for a key that had none, a
-    /// placeholder. `Conflict` if that changed.
+    /// Locks what a write found: the head (with its header), or, for a
+    /// key that had none, a placeholder. `Conflict` if that changed.
     fn lock_one(
         &mut self,
-        table: &TableRt,
+        table: &'s TableRt,
         (key, value): (&[u8], Option<&[u8]>),
         found: Found,
         region: usize,
-    ) -> Result<Lock> {
+    ) -> Result<(Lock, Option<&'s VersionHeader>)> {
         let Found::Head { head, begin, hint } = found else {
             return match self.enter_placeholder(table, key, value, region)? {
-                Some(addr) => Ok(Lock::Placeholder(addr)),
+                Some(addr) => Ok((Lock::Placeholder(addr), None)),
                 None => Err(Error::Conflict),
             };
         };
@@ -126,28 +127,33 @@ impl TxnState<'_> {
             header.end.store(0, Release);
             return Err(Error::Conflict);
         }
-        Ok(Lock::Head {
+        let lock = Lock::Head {
             head: target.0,
             hint: target.1,
-        })
+        };
+        Ok((lock, Some(header)))
     }
 
-    /// Appends our version of `key` after `head` (locked by us) and points
-    /// the index at it, from the leaf the write found it in if unchanged.
+    /// Appends our version of `key` after `head` (locked by us, with
+    /// header `locked`) and points the index at it, from the leaf the
+    /// write found it in if unchanged.
     fn append_after(
         &mut self,
         table: &TableRt,
         (key, value): (&[u8], Option<&[u8]>),
-        head: Addr,
+        (head, locked): (Addr, &VersionHeader),
         (region, hint): (usize, Option<&UpdateHint<'_>>),
     ) -> Result<Addr> {
         let (new, header) = self.append_version(table, key, value, region)?;
         header.prev.store(head.0 + 1, Release);
         header.begin.store(PENDING | self.ts, Release);
         // Publish checks the lock under the id the versions carry.
-        self.version(table, head)?
-            .end
-            .store(LOCKED | self.ts, SeqCst);
+        let held = locked.end.swap(LOCKED | self.ts, SeqCst);
+        assert_eq!(
+            held,
+            LOCKED | self.began,
+            "a head stays locked by its committer until its successor is installed ({head:?})"
+        );
         let repointed = match hint {
             Some(hint) => table
                 .index
@@ -208,7 +214,9 @@ impl TxnState<'_> {
             let installed = match occ.locks[i] {
                 Lock::Head { head, hint } => {
                     let hint = hint.map(|at| &hints[at]);
-                    self.install_successor(table, kv, head, (set.region, hint))
+                    let locked = self.occ_headers.locked[i]
+                        .expect("a locked head's header was kept when it was locked");
+                    self.install_successor(table, kv, (head, locked), (set.region, hint))
                 }
                 Lock::Placeholder(new) => {
                     self.publish_placeholder(table, new).map(|bytes| Installed {
@@ -248,7 +256,7 @@ impl TxnState<'_> {
         &mut self,
         table: &TableRt,
         kv: (&[u8], Option<&[u8]>),
-        head: Addr,
+        (head, locked): (Addr, &VersionHeader),
         at: (usize, Option<&UpdateHint<'_>>),
     ) -> Result<Installed> {
         let deleted = table
@@ -260,7 +268,7 @@ impl TxnState<'_> {
                     table.heap.def.name
                 ))
             })?;
-        let new = self.append_after(table, kv, head, at)?;
+        let new = self.append_after(table, kv, (head, locked), at)?;
         Ok(Installed {
             new,
             prev: Some((head, deleted)),

@@ -15,9 +15,14 @@ impl TxnState<'_> {
     /// Step 3: `Conflict` unless everything read is as it was.
     pub(super) fn validate(&self, occ: &OccSet) -> Result<()> {
         let mine = LOCKED | self.ts;
-        for read in &occ.reads {
+        let headers = self.occ_headers.reads.borrow();
+        assert_eq!(
+            headers.len(),
+            occ.reads.len(),
+            "every read remembers its version's header"
+        );
+        for (read, header) in occ.reads.iter().zip(headers.iter()) {
             let table = self.store.table(read.table);
-            let header = self.version(table, read.head)?;
             let end = header.end.load(SeqCst);
             if header.begin.load(SeqCst) != read.begin {
                 return Err(Error::Conflict);
