@@ -6,22 +6,24 @@
 # DBx1000's TPC-C does (its inserts are commented out).
 # Needs DBx1000 built: ../shared/anchors/dbx1000/build.sh.
 # Usage: BIN=<rebound binary> scripts/issue37-silo.sh OUT_DIR [ROUNDS]
-# DESIGNS (default "log-free-occ log-free"), ANCHOR (the anchor's folder).
+# DESIGNS (default "log-free-occ log-free"), ANCHOR (the anchor's folder),
+# THREADS (1 or 2: the anchor builds Silo for both; default 1).
 set -euo pipefail
 out=${1:?usage: BIN=binary $0 OUT_DIR [ROUNDS]}
 rounds=${2:-3}
 : "${BIN:?BIN names the rebound binary}"
 anchor=${ANCHOR:-$(dirname "$0")/../../shared/anchors/dbx1000}
 read -r -a designs <<<"${DESIGNS:-log-free-occ log-free}"
+threads=${THREADS:-1}
 mkdir -p "$out"
 : >"$out/runs.txt"
-ycsb="--theta 0.9 --records 1048576 --threads 1 --duration 5"
-tpcc="tpcc --warehouses 1 --threads 1 --duration 5 --mix 50,50,0,0,0"
+ycsb="--theta 0.9 --records 1048576 --threads $threads --duration 5"
+tpcc="tpcc --warehouses 1 --threads $threads --duration 5 --mix 50,50,0,0,0"
 workloads=(
-  "ycsb-a:ycsb-a-silo-t1:ycsb --workload a $ycsb"
-  "ycsb-c:ycsb-c-silo-t1:ycsb --workload c $ycsb"
-  "no+p:tpcc-silo-t1:$tpcc"
-  "no+p-without-inserts:tpcc-silo-t1:$tpcc --without-inserts --no-check"
+  "ycsb-a:ycsb-a-silo-t$threads:ycsb --workload a $ycsb"
+  "ycsb-c:ycsb-c-silo-t$threads:ycsb --workload c $ycsb"
+  "no+p:tpcc-silo-t$threads:$tpcc"
+  "no+p-without-inserts:tpcc-silo-t$threads:$tpcc --without-inserts --no-check"
 )
 for round in $(seq 1 "$rounds"); do
   for w in "${workloads[@]}"; do
