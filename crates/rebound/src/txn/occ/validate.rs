@@ -22,7 +22,6 @@ impl TxnState<'_> {
             "every read remembers its version's header"
         );
         for (read, header) in occ.reads.iter().zip(headers.iter()) {
-            let table = self.store.table(read.table);
             let end = header.end.load(SeqCst);
             if header.begin.load(SeqCst) != read.begin {
                 return Err(Error::Conflict);
@@ -31,8 +30,10 @@ impl TxnState<'_> {
                 0 => true,
                 _ if end == mine => true,
                 // Background clean-up moved the read, not the row.
-                REAPED => self.still_absent(table, read.head),
-                _ => self.relocated_head(table, read.head).is_some(),
+                REAPED => self.still_absent(self.store.table(read.table), read.head),
+                _ => self
+                    .relocated_head(self.store.table(read.table), read.head)
+                    .is_some(),
             };
             if !holds {
                 return Err(Error::Conflict);
