@@ -356,8 +356,19 @@ impl BTree {
     /// [`compare_and_set_hinted`](Self::compare_and_set_hinted) lock the
     /// leaf without descending again while nobody changed it.
     pub fn get_for_update(&self, key: &[u8], ut: u64) -> Option<(u64, UpdateHint<'_>)> {
+        match self.probe_for_write(key, ut)? {
+            (Some(value), hint) => Some((value, hint)),
+            (None, _) => None,
+        }
+    }
+
+    /// [`get_for_update`](Self::get_for_update) that also hands back the
+    /// leaf of a key it finds absent, for
+    /// [`insert_if_absent_hinted`](Self::insert_if_absent_hinted); `None`
+    /// only for a key no index can hold.
+    pub fn probe_for_write(&self, key: &[u8], ut: u64) -> Option<(Option<u64>, UpdateHint<'_>)> {
         let key = ProbeKey::new(key)?;
-        retry(|| {
+        Some(retry(|| {
             let leaf = self.descend(Some(&key), |guard, _| guard.node().mark_update_time(ut))?;
             let (slot, found) = leaf.node().search(&key);
             let value = leaf.node().value(slot);
@@ -365,8 +376,8 @@ impl BTree {
             if let Some(heads) = self.heads.as_ref().filter(|_| found) {
                 heads.prefetch(&key);
             }
-            Ok(found.then_some((value, UpdateHint { leaf })))
-        })
+            Ok((found.then_some(value), UpdateHint { leaf }))
+        }))
     }
 
     /// [`compare_and_set`](Self::compare_and_set) starting from the leaf a
@@ -412,6 +423,49 @@ impl BTree {
         self.insert_or_else(key, value, (writer_ts, ut), |leaf, slot| {
             Err(InsertError::Exists(leaf.value(slot)))
         })
+    }
+
+    /// [`insert_if_absent`](Self::insert_if_absent) into the leaf where a
+    /// [`probe_for_write`](Self::probe_for_write) of the same key found it
+    /// absent, without descending again while nobody changed that leaf:
+    /// leaves never merge, so an unchanged leaf still covers the key. From
+    /// the root if it changed, or is full (a split needs the path).
+    ///
+    /// # Panics
+    /// As `insert_if_absent`.
+    /// Inserted from the hint, the answer says how it left the leaf, for
+    /// the hints taken from the leaf before to follow
+    /// ([`UpdateHint::follow`]).
+    ///
+    /// # Panics
+    /// As `insert_if_absent`.
+    pub fn insert_if_absent_hinted<'a>(
+        &'a self,
+        hint: &UpdateHint<'a>,
+        key: &[u8],
+        value: u64,
+        (writer_ts, ut): (u64, u64),
+    ) -> Result<Option<LeafMoved<'a>>, InsertError> {
+        let epoch = self.writer_epoch();
+        if let Some(mut leaf) = self.lock(&hint.leaf, epoch.as_ref()) {
+            let key = probe_to_store(key);
+            let (slot, found) = leaf.search(&key);
+            if found {
+                return Err(InsertError::Exists(leaf.value(slot)));
+            }
+            if leaf.gap_read_ts() > writer_ts {
+                return Err(InsertError::Phantom);
+            }
+            if self.insert_new(&mut leaf, slot, &key, value).is_ok() {
+                return Ok(Some(LeafMoved {
+                    before: hint.leaf,
+                    after: leaf.release(),
+                }));
+            }
+        }
+        drop(epoch);
+        self.insert_if_absent(key, value, writer_ts, ut)
+            .map(|()| None)
     }
 
     /// Inserts `key` with `value`, or raises an existing entry's value to
@@ -726,6 +780,39 @@ fn illegal_key(key: &[u8]) -> ! {
 /// its leaf, at the version the lookup validated.
 pub struct UpdateHint<'a> {
     leaf: ReadGuard<'a>,
+}
+
+impl<'a> UpdateHint<'a> {
+    /// Carries this hint over an insert into its leaf (in place: the leaf
+    /// covers the keys it covered) if it was taken from the leaf at the
+    /// version that insert started from. A writer whose inserts go to one
+    /// leaf one after the other, as a commit's do, then descends once.
+    pub fn follow(&mut self, moved: &LeafMoved<'a>) {
+        if self.leaf.same_read(&moved.before) {
+            self.leaf = moved.after;
+        }
+    }
+}
+
+/// A leaf a hinted insert changed in place: as the hint had it, and as the
+/// insert left it.
+pub struct LeafMoved<'a> {
+    before: ReadGuard<'a>,
+    after: ReadGuard<'a>,
+}
+
+impl<'a> LeafMoved<'a> {
+    /// The two moves as one, if `next` started where this one left the
+    /// leaf: hints taken before this one then follow both.
+    pub fn then(self, next: LeafMoved<'a>) -> LeafMoved<'a> {
+        match next.before.same_read(&self.after) {
+            true => LeafMoved {
+                before: self.before,
+                after: next.after,
+            },
+            false => next,
+        }
+    }
 }
 
 /// The optimistic reads of one root-to-leaf descent, kept so that a split

@@ -648,6 +648,11 @@ impl<'a> ReadGuard<'a> {
         }
     }
 
+    /// Whether both read the same node at the same version.
+    pub(crate) fn same_read(&self, other: &ReadGuard<'_>) -> bool {
+        std::ptr::eq(self.node, other.node) && self.version == other.version
+    }
+
     /// Records `reader_ts` as having read this leaf's gaps, then validates.
     ///
     /// Pairs with an inserter, which locks (a SeqCst CAS on the version) and
@@ -769,11 +774,7 @@ struct Replaced<'a> {
 
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
-        let next = if self.dirty || self.replaces.is_some() {
-            self.version.wrapping_add(VERSION_STEP)
-        } else {
-            self.version
-        };
+        let next = self.unlocked_version();
         self.node.version.store(next, Release);
         if let (Some(replaced), Some((versions, epoch))) = (self.replaces.take(), self.link) {
             versions.publish(replaced.entry, ptr::from_ref(self.node).cast_mut(), epoch);
@@ -792,6 +793,26 @@ pub(crate) struct SplitOff {
 }
 
 impl<'a> WriteGuard<'a> {
+    /// The version unlocking gives the node: a new one if anything changed.
+    fn unlocked_version(&self) -> u64 {
+        if self.dirty || self.replaces.is_some() {
+            self.version.wrapping_add(VERSION_STEP)
+        } else {
+            self.version
+        }
+    }
+
+    /// Unlocks, and hands back the node as read at the version the unlock
+    /// gave it: whoever changed the node knows exactly what it holds there.
+    pub(crate) fn release(self) -> ReadGuard<'a> {
+        let read = ReadGuard {
+            node: self.node,
+            version: self.unlocked_version(),
+        };
+        drop(self);
+        read
+    }
+
     /// Joins the locked node to its tree's node versions for a writer of
     /// `epoch`: if a freeze needs the node as it is, the guard moves to a
     /// copy that replaces it when the guard drops. `None` (unlocked

@@ -1564,6 +1564,133 @@ fn hinted_compare_and_set_survives_splits_of_its_leaf() {
     check_invariants(&tree);
 }
 
+/// Whether a hinted insert went in from its hint.
+fn in_place(answer: Result<Option<LeafMoved<'_>>, InsertError>) -> Result<bool, InsertError> {
+    answer.map(|moved| moved.is_some())
+}
+
+/// A hinted insert enters its key from the leaf the probe found it
+/// missing from while that leaf is unchanged (no descent: the path keeps
+/// the probe's marks), and from the root once other inserts changed or
+/// split it; either way it answers as the plain one would: a key entered
+/// meanwhile exists, a gap read after the probe is a phantom.
+#[test]
+fn hinted_insert_answers_like_the_plain_one_after_its_leaf_changes() {
+    let tree = BTree::new();
+    for i in 0..1000u64 {
+        tree.upsert(&(i * 4).to_be_bytes(), i, 1);
+    }
+    let key = |n: u64| n.to_be_bytes();
+    let (found, hint) = tree.probe_for_write(&key(1), 7).expect("a valid key");
+    assert_eq!(found, None);
+    assert!(path_marks(&tree, &key(1)).iter().all(|&(ut, _)| ut == 7));
+    assert_eq!(
+        in_place(tree.insert_if_absent_hinted(&hint, &key(1), 11, (9, 9))),
+        Ok(true)
+    );
+    assert!(
+        path_marks(&tree, &key(1)).iter().all(|&(ut, _)| ut == 7),
+        "an unchanged leaf takes the insert without a descent"
+    );
+    assert_eq!(tree.get(&key(1)), Some(11));
+    assert_eq!(
+        in_place(tree.insert_if_absent_hinted(&hint, &key(1), 12, (9, 9))),
+        Err(InsertError::Exists(11))
+    );
+
+    let (_, hint) = tree.probe_for_write(&key(2), 10).expect("a valid key");
+    tree.insert_if_absent(&key(2), 21, 10, 10).expect("absent");
+    assert_eq!(
+        in_place(tree.insert_if_absent_hinted(&hint, &key(2), 22, (10, 10))),
+        Err(InsertError::Exists(21))
+    );
+
+    let (_, hint) = tree.probe_for_write(&key(5), 12).expect("a valid key");
+    assert_eq!(tree.get_marking_gap(&key(6), 50), None);
+    assert_eq!(
+        in_place(tree.insert_if_absent_hinted(&hint, &key(5), 51, (20, 12))),
+        Err(InsertError::Phantom)
+    );
+    assert_eq!(tree.get(&key(5)), None);
+
+    // Every 4i + 3 probed, then others fill 4i + 2 and split every leaf.
+    let probes: Vec<_> = (0..1000u64)
+        .map(|i| {
+            (
+                i,
+                tree.probe_for_write(&key(i * 4 + 3), 60)
+                    .expect("a valid key"),
+            )
+        })
+        .collect();
+    for i in 1..1000u64 {
+        tree.upsert(&key(i * 4 + 2), i, 61);
+    }
+    for (i, (found, hint)) in &probes {
+        assert_eq!(*found, None);
+        assert!(
+            in_place(tree.insert_if_absent_hinted(hint, &key(i * 4 + 3), *i, (62, 62))).is_ok()
+        );
+    }
+    for i in 0..1000u64 {
+        assert_eq!(tree.get(&key(i * 4 + 3)), Some(i), "key {}", i * 4 + 3);
+    }
+    assert_eq!(check_invariants(&tree), 1000 + 1 + 1 + 999 + 1000);
+}
+
+/// Hints taken from one leaf before a run of inserts into it, as a
+/// commit's are, follow the inserts that went in from their hints, so
+/// the whole run enters without a descent; a change by anyone else, or
+/// a split, sends the rest to the root, where they still land right.
+#[test]
+fn hints_follow_a_run_of_inserts_into_their_leaf() {
+    let tree = BTree::new();
+    for i in 0..1000u64 {
+        tree.upsert(&(i * 8).to_be_bytes(), i, 1);
+    }
+    let key = |n: u64| n.to_be_bytes();
+    let probe = |n: u64| {
+        let (found, hint) = tree.probe_for_write(&key(n), 7).expect("a valid key");
+        assert_eq!(found, None);
+        hint
+    };
+    let mut run: Vec<_> = (4001..4008).map(|n| (n, probe(n))).collect();
+    let mut moved: Option<LeafMoved<'_>> = None;
+    for (n, hint) in &mut run {
+        if let Some(moved) = &moved {
+            hint.follow(moved);
+        }
+        let left = tree.insert_if_absent_hinted(hint, &key(*n), *n, (9, 9));
+        let left = left.expect("absent").expect("in place, from the hint");
+        moved = Some(match moved.take() {
+            Some(earlier) => earlier.then(left),
+            None => left,
+        });
+    }
+    assert!(
+        path_marks(&tree, &key(4001)).iter().all(|&(ut, _)| ut == 7),
+        "the run entered without a descent"
+    );
+
+    // Someone else's insert into the leaf breaks the chain.
+    let mut run: Vec<_> = (4009..4012).map(|n| (n, probe(n))).collect();
+    let (first, hint) = &run[0];
+    let moved = tree.insert_if_absent_hinted(hint, &key(*first), 1, (9, 9));
+    let moved = moved.expect("absent").expect("in place");
+    tree.upsert(&key(4015), 2, 10);
+    let (second, hint) = &mut run[1];
+    hint.follow(&moved);
+    assert_eq!(
+        in_place(tree.insert_if_absent_hinted(hint, &key(*second), 3, (11, 11))),
+        Ok(false),
+        "entered from the root"
+    );
+    for n in (4001..4008).chain([4009, 4010, 4015]) {
+        assert!(tree.get(&key(n)).is_some(), "key {n}");
+    }
+    assert_eq!(check_invariants(&tree), 1000 + 7 + 3);
+}
+
 proptest! {
     #![proptest_config(proptest_config(256))]
     /// Merging a sorted run into leaves that hold keys of every length,

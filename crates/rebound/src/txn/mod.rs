@@ -74,7 +74,7 @@ use crate::catalog;
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
 use crate::heap::{Addr, SlotRead, SlotWord, Space, TableHeap, VersionAt, VersionHeader};
-use crate::index::{BTree, HeadCacheMode, InsertError, UpdateHint};
+use crate::index::{BTree, HeadCacheMode, InsertError, LeafMoved, UpdateHint};
 use crate::medium::Medium;
 use crossbeam_utils::CachePadded;
 use std::ops::{Bound, RangeBounds};
@@ -686,6 +686,15 @@ pub trait ColdEntries: Send + Sync {
     }
 }
 
+/// What a write's lookup of its key found, with the index leaf it was
+/// found in (or found missing from), so that the write that follows
+/// need not descend again.
+pub enum WriteProbe<'a> {
+    Head(u64, UpdateHint<'a>),
+    /// No leaf for a key no index can hold.
+    Absent(Option<UpdateHint<'a>>),
+}
+
 /// A table at run time: its heap and its primary index.
 pub struct TableRt {
     pub heap: TableHeap,
@@ -922,16 +931,43 @@ impl TableRt {
         medium: &Medium,
         key: &[u8],
         ut: u64,
-    ) -> Result<Option<(u64, UpdateHint<'_>)>> {
+    ) -> Result<WriteProbe<'_>> {
         // Read before the miss: see `warm`.
         let loading = self.is_loading();
-        if let Some(found) = self.index.get_for_update(key, ut) {
-            return Ok(Some(found));
+        let probe = self.index.probe_for_write(key, ut);
+        if let Some((Some(head), hint)) = probe {
+            return Ok(WriteProbe::Head(head, hint));
         }
-        Ok(match self.warm(medium, key)? || loading {
-            true => self.index.get_for_update(key, ut),
-            false => None,
+        let probe = match self.warm(medium, key)? || loading {
+            true => self.index.probe_for_write(key, ut),
+            false => probe,
+        };
+        Ok(match probe {
+            Some((Some(head), hint)) => WriteProbe::Head(head, hint),
+            Some((None, hint)) => WriteProbe::Absent(Some(hint)),
+            None => WriteProbe::Absent(None),
         })
+    }
+
+    /// Enters a key its writer's `lookup_for_update` found absent, from
+    /// the leaf it found that in while nobody changed it. Trees with node
+    /// versions recycle nodes: a leaf held since could be another node.
+    pub fn insert_absent<'a>(
+        &'a self,
+        key: &[u8],
+        value: u64,
+        hint: Option<&UpdateHint<'a>>,
+        (writer_ts, ut): (u64, u64),
+    ) -> std::result::Result<Option<LeafMoved<'a>>, InsertError> {
+        match hint.filter(|_| !self.index.has_node_versions()) {
+            Some(hint) => self
+                .index
+                .insert_if_absent_hinted(hint, key, value, (writer_ts, ut)),
+            None => self
+                .index
+                .insert_if_absent(key, value, writer_ts, ut)
+                .map(|()| None),
+        }
     }
 
     /// The index head of `key` for a read, materializing a cold entry if
@@ -1771,17 +1807,17 @@ impl<'s> TxnState<'s> {
             // missing is a read of the gap, so that path marks it.
             let medium = &self.store.medium;
             let (head, hint, found) = match table.lookup_for_update(medium, key, self.ts)? {
-                Some((head, hint)) => {
+                WriteProbe::Head(head, hint) => {
                     let found = table.heap.find_version(medium, Addr(head));
                     (Addr(head), Some(hint), found)
                 }
-                None if matches!(kind, WriteKind::Insert | WriteKind::Put) => {
-                    match self.insert_fresh(table, key, value, set)? {
+                WriteProbe::Absent(hint) if matches!(kind, WriteKind::Insert | WriteKind::Put) => {
+                    match self.insert_fresh(table, (key, value), hint.as_ref(), set)? {
                         true => return Ok(false),
                         false => continue,
                     }
                 }
-                None => match table.lookup_marking_gap(medium, key, self.ts)? {
+                WriteProbe::Absent(_) => match table.lookup_marking_gap(medium, key, self.ts)? {
                     Some(head) => (Addr(head), None, None),
                     None => return self.missing(kind),
                 },
@@ -2057,15 +2093,15 @@ impl<'s> TxnState<'s> {
     fn insert_fresh(
         &mut self,
         table: &TableRt,
-        key: &[u8],
-        value: Option<&[u8]>,
+        (key, value): (&[u8], Option<&[u8]>),
+        hint: Option<&UpdateHint<'_>>,
         set: &mut WriteSet,
     ) -> Result<bool> {
         let (new, header) = self.append_version(table, key, value, set.region)?;
         header.prev.store(0, Release);
         header.begin.store(PENDING | self.ts, Release);
-        match table.index.insert_if_absent(key, new.0, self.ts, self.ts) {
-            Ok(()) => {
+        match table.insert_absent(key, new.0, hint, (self.ts, self.ts)) {
+            Ok(_) => {
                 let write = self.written(table, new, None, (key, value), set);
                 set.writes.push(write);
                 Ok(true)

@@ -5,7 +5,7 @@ use super::{Found, Installed, Lock, OccSet};
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, LOCKED, PENDING, REAPED};
 use crate::heap::{Addr, VersionHeader};
-use crate::index::{InsertError, UpdateHint};
+use crate::index::{InsertError, LeafMoved, UpdateHint};
 use crate::txn::{TableRt, TxnState};
 use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
 
@@ -46,14 +46,27 @@ impl<'s> TxnState<'s> {
         });
         occ.order = order;
         let region = self.store.write_sets[self.worker].lock().region;
+        let mut hints = std::mem::take(&mut self.hints);
+        let mut moved = None;
+        let mut locked = Ok(());
         for i in 0..occ.order.len() {
             let write = &occ.writes[occ.order[i]];
             let table = self.store.table(write.table);
             let kv = (occ.key(write), occ.value(write));
-            let (lock, header) = self.lock_one(table, kv, write.found, region)?;
-            occ.locks.push(lock);
-            self.occ_headers.locked.push(header);
+            let found = (write.found, &mut hints[..], &mut moved);
+            match self.lock_one(table, kv, found, region) {
+                Ok((lock, header)) => {
+                    occ.locks.push(lock);
+                    self.occ_headers.locked.push(header);
+                }
+                Err(e) => {
+                    locked = Err(e);
+                    break;
+                }
+            }
         }
+        self.hints = hints;
+        locked?;
         // Before the commit id, as placeholders: a lookup that validates
         // after we take it finds our entries.
         for i in 0..occ.order.len() {
@@ -81,18 +94,34 @@ impl<'s> TxnState<'s> {
 
     /// Locks what a write found: the head (with its header), or, for a
     /// key that had none, a placeholder. `Conflict` if that changed.
+    /// `moved` is the leaf the last placeholder went into, which the hint
+    /// of the next one, taken before, follows (`UpdateHint::follow`).
     fn lock_one(
         &mut self,
         table: &'s TableRt,
         (key, value): (&[u8], Option<&[u8]>),
-        found: Found,
+        (found, hints, moved): (Found, &mut [UpdateHint<'s>], &mut Option<LeafMoved<'s>>),
         region: usize,
     ) -> Result<(Lock, Option<&'s VersionHeader>)> {
-        let Found::Head { head, begin, hint } = found else {
-            return match self.enter_placeholder(table, key, value, region)? {
-                Some(addr) => Ok((Lock::Placeholder(addr), None)),
-                None => Err(Error::Conflict),
-            };
+        let (head, begin, hint) = match found {
+            Found::Head { head, begin, hint } => (head, begin, hint),
+            Found::Absent { hint } => {
+                let hint = hint.map(|at| {
+                    if let Some(moved) = moved.as_ref() {
+                        hints[at].follow(moved);
+                    }
+                    &hints[at]
+                });
+                let (placed, left) = self.enter_placeholder(table, (key, value), hint, region)?;
+                *moved = match (moved.take(), left) {
+                    (Some(earlier), Some(left)) => Some(earlier.then(left)),
+                    (_, left) => left,
+                };
+                return match placed {
+                    Some(addr) => Ok((Lock::Placeholder(addr), None)),
+                    None => Err(Error::Conflict),
+                };
+            }
         };
         let read = self.version(table, head)?;
         if read.begin.load(Acquire) != begin {
@@ -170,22 +199,23 @@ impl<'s> TxnState<'s> {
 
     /// Appends the new version of a key the index lacks and enters it,
     /// pending under our id; `None` if the key appeared meanwhile.
+    /// With the leaf the entry went into from the hint, if it did.
     fn enter_placeholder(
         &mut self,
-        table: &TableRt,
-        key: &[u8],
-        value: Option<&[u8]>,
+        table: &'s TableRt,
+        (key, value): (&[u8], Option<&[u8]>),
+        hint: Option<&UpdateHint<'s>>,
         region: usize,
-    ) -> Result<Option<Addr>> {
+    ) -> Result<(Option<Addr>, Option<LeafMoved<'s>>)> {
         let (new, header) = self.append_version(table, key, value, region)?;
         header.prev.store(0, Release);
         header.begin.store(PENDING | self.ts, Release);
         // Nobody marks gaps under OCC (GC reads no absent keys): no phantom.
-        match table.index.insert_if_absent(key, new.0, u64::MAX, self.ts) {
-            Ok(()) => Ok(Some(new)),
+        match table.insert_absent(key, new.0, hint, (u64::MAX, self.ts)) {
+            Ok(moved) => Ok((Some(new), moved)),
             Err(InsertError::Exists(_) | InsertError::Phantom) => {
                 self.discard(table, new)?;
-                Ok(None)
+                Ok((None, None))
             }
         }
     }

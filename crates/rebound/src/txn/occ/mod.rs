@@ -27,8 +27,11 @@
 //!    longer the head, or its `begin` changed (the slot was reused). A key
 //!    read absent gets a placeholder: its new version, PENDING under the
 //!    id, entered in the index, which every other reader and committer
-//!    waits for. A lock another committer holds is waited for, boundedly
-//!    (it is about to be released or published).
+//!    waits for; it goes into the leaf the read found the key missing
+//!    from, and a run of placeholders into one leaf carries the later
+//!    hints over the earlier inserts (`UpdateHint::follow`), so the run
+//!    descends no more. A lock another committer holds is waited for,
+//!    boundedly (it is about to be released or published).
 //! 2. Take the commit id from the clock: the serialization point. Every
 //!    version read or locked has a smaller id: its writer took its id
 //!    before publishing it, this transaction after reading or locking it.
@@ -59,10 +62,11 @@ mod commit;
 mod validate;
 
 use super::cursor::Order;
-use super::{SecondaryRt, Store, TableRt, TxnState, WriteKind};
+use super::{SecondaryRt, Store, TableRt, TxnState, WriteKind, WriteProbe};
 use crate::error::{Error, Result};
 use crate::heap::tile::{ABORTED, PENDING, REAPED};
 use crate::heap::{Addr, VersionAt, VersionHeader};
+use crate::index::UpdateHint;
 use std::ops::Bound;
 use std::sync::atomic::Ordering::Acquire;
 use std::sync::Arc;
@@ -106,7 +110,9 @@ struct Buffered {
 /// key up again (Silo keeps record pointers in its write set).
 #[derive(Clone, Copy)]
 enum Found {
-    Absent,
+    /// No entry, with where the index would have it (as `Head`'s hint),
+    /// for commit to enter its placeholder from there.
+    Absent { hint: Option<usize> },
     /// A committed head with its TID word, and where the index had it
     /// (a position in `TxnState::hints`), if that may be reused.
     Head {
@@ -538,7 +544,7 @@ impl<'s> TxnState<'s> {
         // holds it absent up to the commit id (step 1): its absence needs
         // validating only if the write is not buffered.
         let unbuffered = |txn: &Self| {
-            if read_now && matches!(found, Found::Absent) {
+            if read_now && matches!(found, Found::Absent { .. }) {
                 txn.remember_absent(table, key);
             }
         };
@@ -618,26 +624,34 @@ impl<'s> TxnState<'s> {
         let store: &'s Store = self.store;
         let table = store.table(table);
         loop {
-            let Some((head, hint)) = table.lookup_for_update(&store.medium, key, self.ts)? else {
+            let (head, hint) = match table.lookup_for_update(&store.medium, key, self.ts)? {
+                WriteProbe::Head(head, hint) => (Addr(head), hint),
                 // Remembered by the caller unless the write is buffered.
-                return Ok((false, Found::Absent));
+                WriteProbe::Absent(hint) => {
+                    let hint = hint.and_then(|hint| self.keep_hint(table, hint));
+                    return Ok((false, Found::Absent { hint }));
+                }
             };
-            let head = Addr(head);
             let found = table.heap.find_version(&store.medium, head);
             let Some((live, begin)) = self.observe(table, head, found, None)? else {
                 continue;
             };
-            // Nodes of trees with node versions are recycled: a leaf held
-            // for long could be another node by commit.
-            let hint = (!table.index.has_node_versions()).then(|| {
-                if self.hints.capacity() == 0 {
-                    self.hints.reserve(LINEAR_WRITES);
-                }
-                self.hints.push(hint);
-                self.hints.len() - 1
-            });
+            let hint = self.keep_hint(table, hint);
             return Ok((live, Found::Head { head, begin, hint }));
         }
+    }
+
+    /// Keeps the leaf a write found its key in (or missing from) for its
+    /// commit; its position in `hints`. Nodes of trees with node versions
+    /// are recycled: a leaf held for long could be another node by commit.
+    fn keep_hint(&mut self, table: &TableRt, hint: UpdateHint<'s>) -> Option<usize> {
+        (!table.index.has_node_versions()).then(|| {
+            if self.hints.capacity() == 0 {
+                self.hints.reserve(LINEAR_WRITES);
+            }
+            self.hints.push(hint);
+            self.hints.len() - 1
+        })
     }
 
     /// Remembers the span a cursor fetch covered and merges the buffered
@@ -777,7 +791,7 @@ mod tests {
     #[test]
     fn a_large_write_set_finds_every_key_and_only_those() {
         let mut set = OccSet::default();
-        let found = Found::Absent;
+        let found = Found::Absent { hint: None };
         for n in 0u64..1000 {
             set.buffer(3, &n.to_be_bytes(), Some(&n.to_le_bytes()), found);
         }
