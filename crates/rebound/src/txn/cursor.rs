@@ -75,17 +75,19 @@ impl<'t, 's> Cursor<'t, 's> {
         (lower, upper): (Bound<Vec<u8>>, Bound<Vec<u8>>),
         first_batch: usize,
     ) -> Self {
+        let front = std::mem::take(&mut txn.spares.entries);
+        let value = std::mem::take(&mut txn.spares.value);
         Cursor {
             txn,
             table,
             lower,
             upper,
-            front: VecDeque::new(),
+            front,
             back: VecDeque::new(),
             exhausted: false,
             batch: first_batch.clamp(MIN_BATCH, MAX_BATCH),
             failed: false,
-            value: Vec::new(),
+            value,
         }
     }
 
@@ -174,12 +176,19 @@ impl<'t, 's> Cursor<'t, 's> {
     fn fetch(&mut self, order: Order) -> Result<()> {
         let want = self.batch;
         self.batch = (want * 2).min(MAX_BATCH);
-        let mut batch = index_batch(
+        // Only an end with nothing left fetches: its buffer is reused.
+        let drained = match order {
+            Order::Ascending => std::mem::take(&mut self.front),
+            Order::Descending => std::mem::take(&mut self.back),
+        };
+        debug_assert!(drained.is_empty(), "a cursor end fetches once drained");
+        let mut batch = Vec::from(drained);
+        index_batch(
             self.txn,
             &self.table,
             (&self.lower, &self.upper),
-            want,
-            order,
+            (want, order),
+            &mut batch,
         )?;
         self.exhausted = batch.len() < want;
         let span = self.txn.is_occ().then(|| self.span(order, &batch));
@@ -242,29 +251,45 @@ impl DoubleEndedIterator for Cursor<'_, '_> {
 
 impl FusedIterator for Cursor<'_, '_> {}
 
-/// Keeps a returned or skipped entry's key buffer for the next index
-/// batch, up to one full batch of them.
-fn recycle_key(txn: &mut TxnState<'_>, key: Vec<u8>) {
-    if txn.spare_keys.len() < MAX_BATCH {
-        txn.spare_keys.push(key);
+impl Drop for Cursor<'_, '_> {
+    /// Hands the buffers to the transaction's next cursor: the keys
+    /// fetched but not returned, the larger entry buffer, the value's.
+    fn drop(&mut self) {
+        for (key, _) in self.front.drain(..).chain(self.back.drain(..)) {
+            recycle_key(self.txn, key);
+        }
+        let entries = match self.front.capacity() >= self.back.capacity() {
+            true => std::mem::take(&mut self.front),
+            false => std::mem::take(&mut self.back),
+        };
+        self.txn.spares.entries = entries;
+        self.txn.spares.value = std::mem::take(&mut self.value);
     }
 }
 
-/// Up to `want` index entries of the range from its `order` end,
-/// marking every leaf read (phantom protection).
+/// Keeps a returned or skipped entry's key buffer for the next index
+/// batch, up to one full batch of them.
+fn recycle_key(txn: &mut TxnState<'_>, key: Vec<u8>) {
+    if txn.spares.keys.len() < MAX_BATCH {
+        txn.spares.keys.push(key);
+    }
+}
+
+/// Up to `want` index entries of the range from its `order` end, into
+/// the empty `batch`, marking every leaf read (phantom protection).
 fn index_batch(
     txn: &mut TxnState<'_>,
     table: &TableRt,
     (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
-    want: usize,
-    order: Order,
-) -> Result<Vec<Entry>> {
+    (want, order): (usize, Order),
+    batch: &mut Vec<Entry>,
+) -> Result<()> {
     table.warm_range(&txn.store.medium, (lower, upper), want, order)?;
-    let mut batch = Vec::with_capacity(want);
+    batch.reserve(want);
     // Optimistic scans leave no marks (commit scans the span again), nor
     // do snapshots.
     let gap_mark = txn.marks_reads().then_some(txn.ts);
-    let spare_keys = &mut txn.spare_keys;
+    let spare_keys = &mut txn.spares.keys;
     let visit = |key: &[u8], head| {
         let mut owned = spare_keys.pop().unwrap_or_default();
         owned.clear();
@@ -277,7 +302,7 @@ fn index_batch(
         Order::Ascending => table.index.scan(lower, upper, gap_mark, visit),
         Order::Descending => table.index.scan_rev(lower, upper, gap_mark, visit),
     }
-    Ok(batch)
+    Ok(())
 }
 
 /// The least key above every key that starts with `prefix`; `None` when

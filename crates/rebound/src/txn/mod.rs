@@ -1272,9 +1272,9 @@ pub struct WriteSet {
     /// The slot-encoding buffer, kept between transactions so that writes
     /// do not allocate once it has grown.
     spare_buf: Vec<u8>,
-    /// Key buffers of entries scans have returned or skipped, kept between
-    /// transactions so that a scan does not allocate a key per entry.
-    spare_keys: Vec<Vec<u8>>,
+    /// Buffers scans and index maintenance reuse, kept between
+    /// transactions (see `Spares`).
+    spares: Spares,
     /// Bitmap words commits set obsolete bits in that are not written back
     /// yet; the next checkpoint takes them (see `obsolete_bits`).
     obsolete: ObsoleteBits,
@@ -1307,7 +1307,7 @@ impl WriteSet {
             writes: Vec::new(),
             rewrote: false,
             spare_buf: Vec::new(),
-            spare_keys: Vec::new(),
+            spares: Spares::default(),
             obsolete: ObsoleteBits::default(),
             keys: Vec::new(),
             spare_occ: None,
@@ -1350,14 +1350,48 @@ enum Visible {
     Retry,
 }
 
+/// Buffers a worker's transactions reuse, so that scans and index
+/// maintenance allocate nothing once they have grown.
+#[derive(Default)]
+pub(super) struct Spares {
+    /// Key buffers of entries scans have returned or skipped.
+    keys: Vec<Vec<u8>>,
+    /// A cursor's buffers: the value it lends and its fetched entries.
+    value: Vec<u8>,
+    entries: std::collections::VecDeque<(Vec<u8>, u64)>,
+    /// A write's secondary keys, new and old (`maintain_indexes`).
+    secondary_keys: (Vec<u8>, Vec<u8>),
+}
+
+impl Spares {
+    /// Keeps the larger of each of its buffers and `other`'s.
+    fn keep_larger(&mut self, other: Spares) {
+        if other.keys.len() > self.keys.len() {
+            self.keys = other.keys;
+        }
+        if other.value.capacity() > self.value.capacity() {
+            self.value = other.value;
+        }
+        if other.entries.capacity() > self.entries.capacity() {
+            self.entries = other.entries;
+        }
+        let (new, old) = &self.secondary_keys;
+        if other.secondary_keys.0.capacity() + other.secondary_keys.1.capacity()
+            > new.capacity() + old.capacity()
+        {
+            self.secondary_keys = other.secondary_keys;
+        }
+    }
+}
+
 /// A transaction's private state. Dropping it without commit aborts.
 pub struct TxnState<'s> {
     store: &'s Store,
     worker: usize,
     ts: u64,
     buf: Vec<u8>,
-    /// The worker's key buffers for scans (see `WriteSet::spare_keys`).
-    spare_keys: Vec<Vec<u8>>,
+    /// The worker's reusable buffers (see `WriteSet::spares`).
+    spares: Spares,
     poisoned: Option<Error>,
     /// Secondary index entries this transaction entered: (table, index, entry).
     entered: Vec<(u32, Arc<SecondaryRt>, Vec<u8>)>,
@@ -1394,7 +1428,7 @@ impl<'s> TxnState<'s> {
         };
         let optimistic = store.concurrency == Concurrency::Occ && worker != catalog::GC_WORKER;
         // Reset in place: the vectors keep their capacity between transactions.
-        let (buf, spare_keys, occ) = {
+        let (buf, spares, occ) = {
             let mut set = store.write_sets[worker].lock();
             // One transaction at a time per worker, ids from one counter:
             // the worker's slots are in txn-id order (invariant 1).
@@ -1408,11 +1442,11 @@ impl<'s> TxnState<'s> {
             set.writes.clear();
             set.keys.clear();
             set.rewrote = false;
-            let keys = std::mem::take(&mut set.spare_keys);
+            let spares = std::mem::take(&mut set.spares);
             let occ = optimistic.then(|| set.spare_occ.take().unwrap_or_default());
-            (std::mem::take(&mut set.spare_buf), keys, occ)
+            (std::mem::take(&mut set.spare_buf), spares, occ)
         };
-        let mut txn = TxnState::idle(store, worker, ts, (buf, spare_keys));
+        let mut txn = TxnState::idle(store, worker, ts, (buf, spares));
         txn.poisoned = poisoned;
         if let Some(occ) = &occ {
             txn.occ_headers = OccHeaders::reusing(&mut occ.borrow_mut());
@@ -1423,18 +1457,13 @@ impl<'s> TxnState<'s> {
 
     /// A transaction at `ts` that has done nothing yet, with the worker's
     /// reusable buffers.
-    fn idle(
-        store: &'s Store,
-        worker: usize,
-        ts: u64,
-        (buf, spare_keys): (Vec<u8>, Vec<Vec<u8>>),
-    ) -> Self {
+    fn idle(store: &'s Store, worker: usize, ts: u64, (buf, spares): (Vec<u8>, Spares)) -> Self {
         TxnState {
             store,
             worker,
             ts,
             buf,
-            spare_keys,
+            spares,
             poisoned: None,
             entered: Vec::new(),
             newest_read: std::cell::Cell::new(0),
@@ -2434,9 +2463,7 @@ impl<'s> TxnState<'s> {
         if set.spare_buf.capacity() < self.buf.capacity() {
             set.spare_buf = std::mem::take(&mut self.buf);
         }
-        if set.spare_keys.len() < self.spare_keys.len() {
-            set.spare_keys = std::mem::take(&mut self.spare_keys);
-        }
+        set.spares.keep_larger(std::mem::take(&mut self.spares));
         if set.writes.is_empty() {
             return;
         }

@@ -525,19 +525,31 @@ impl TxnState<'_> {
         old: Option<&[u8]>,
     ) -> Result<()> {
         self.queue_rewritten(table.heap.def.id, key);
-        let (mut new_key, mut old_key) = (Vec::new(), Vec::new());
+        let (mut new_key, mut old_key) = std::mem::take(&mut self.spares.secondary_keys);
+        let maintained = self.maintain_with(table, (key, value, old), (&mut new_key, &mut old_key));
+        self.spares.secondary_keys = (new_key, old_key);
+        maintained
+    }
+
+    /// `maintain_indexes` with buffers for the secondary keys.
+    fn maintain_with(
+        &mut self,
+        table: &TableRt,
+        (key, value, old): (&[u8], Option<&[u8]>, Option<&[u8]>),
+        (new_key, old_key): (&mut Vec<u8>, &mut Vec<u8>),
+    ) -> Result<()> {
         for (_, index) in table.secondaries.iter() {
             if index.is_dropped() {
                 continue;
             }
-            let has_new = value.is_some_and(|v| index.secondary_key(key, v, &mut new_key));
-            let has_old = old.is_some_and(|v| index.secondary_key(key, v, &mut old_key));
+            let has_new = value.is_some_and(|v| index.secondary_key(key, v, new_key));
+            let has_old = old.is_some_and(|v| index.secondary_key(key, v, old_key));
             // A version that keeps its predecessor's key needs no raise: the
             // writer that introduced the key raised the entry, and the vacuum
             // keeps an entry while a version that carries it may be seen.
             let kept = has_new && has_old && old_key == new_key;
             if has_new && !kept {
-                let entry = index.entry(&new_key, key);
+                let entry = index.entry(new_key, key);
                 if let Err(InsertError::Phantom) = index
                     .tree
                     .insert_or_raise(&entry, self.ts, self.ts, self.ts)
@@ -550,7 +562,7 @@ impl TxnState<'_> {
                 self.store.index_garbage.lock().push(Stale {
                     table: table.heap.def.id,
                     index: index.clone(),
-                    entry: index.entry(&old_key, key),
+                    entry: index.entry(old_key, key),
                 });
             }
         }

@@ -289,12 +289,12 @@ impl<'s> TxnState<'s> {
             Ok(opened) => (opened, None),
             Err(e) => (Opened::default(), Some(e)),
         };
-        let (buf, spare_keys) = {
+        let (buf, spares) = {
             let mut set = store.write_sets[worker].lock();
-            let keys = std::mem::take(&mut set.spare_keys);
-            (std::mem::take(&mut set.spare_buf), keys)
+            let spares = std::mem::take(&mut set.spares);
+            (std::mem::take(&mut set.spare_buf), spares)
         };
-        let mut txn = TxnState::idle(store, worker, opened.at, (buf, spare_keys));
+        let mut txn = TxnState::idle(store, worker, opened.at, (buf, spares));
         txn.poisoned = poisoned;
         txn.snapshot = true;
         txn.snapshot_opened = opened;
