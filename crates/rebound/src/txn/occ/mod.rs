@@ -276,6 +276,10 @@ impl OccSet {
 
     /// The buffered write of `key` (a key has at most one).
     fn find(&self, table: u32, key: &[u8]) -> Option<usize> {
+        // Most reads come before any write, or in read-only transactions.
+        if self.writes.is_empty() {
+            return None;
+        }
         let head = crate::index::key_prefix(key);
         let same = |w: &Buffered| w.head == head && w.table == table && self.key(w) == key;
         if self.writes.len() <= LINEAR_WRITES {

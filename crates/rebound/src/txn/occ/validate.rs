@@ -134,6 +134,12 @@ impl TxnState<'_> {
         let mut same = true;
         let (lower, upper) = (as_ref(&span.lower), as_ref(&span.upper));
         table.index.scan(lower, upper, None, |_, head| {
+            // The head seen: unchanged (no placeholder of ours is a head
+            // a scan saw), so no need to look at its header.
+            if seen.get(at) == Some(&head) {
+                at += 1;
+                return true;
+            }
             let Some(header) = table.heap.header(Addr(head)) else {
                 same = false;
                 return false;
