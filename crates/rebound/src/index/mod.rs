@@ -430,9 +430,6 @@ impl BTree {
     /// absent, without descending again while nobody changed that leaf:
     /// leaves never merge, so an unchanged leaf still covers the key. From
     /// the root if it changed, or is full (a split needs the path).
-    ///
-    /// # Panics
-    /// As `insert_if_absent`.
     /// Inserted from the hint, the answer says how it left the leaf, for
     /// the hints taken from the leaf before to follow
     /// ([`UpdateHint::follow`]).
