@@ -933,6 +933,14 @@ pub struct GcReport {
     pub writer_stall_s: f64,
     /// Versions per live one in the heap at the end of the run.
     pub versions_per_live: f64,
+    /// Rounds that relocated, blocks put off for a running transaction,
+    /// and seconds GC spent relocating and freeing (checkpoints excluded).
+    #[serde(default)]
+    pub rounds: u64,
+    #[serde(default)]
+    pub blocks_postponed: u64,
+    #[serde(default)]
+    pub gc_s: f64,
 }
 
 impl GcReport {
@@ -947,6 +955,9 @@ impl GcReport {
             writer_stalls: a.writer_stalls - b.writer_stalls,
             writer_stall_s: (a.writer_stall_time - b.writer_stall_time).as_secs_f64(),
             versions_per_live: versions as f64 / versions.saturating_sub(obsolete).max(1) as f64,
+            rounds: a.rounds - b.rounds,
+            blocks_postponed: a.blocks_postponed - b.blocks_postponed,
+            gc_s: (a.time - b.time).as_secs_f64(),
         }
     }
 
@@ -964,9 +975,12 @@ impl GcReport {
 
     pub fn describe(&self) -> String {
         format!(
-            "GC freed {} blocks, relocated {} versions; writers waited {} times ({:.2} s); {:.2} versions per live one",
+            "GC freed {} blocks, relocated {} versions in {} rounds ({:.2} s, {} blocks put off); writers waited {} times ({:.2} s); {:.2} versions per live one",
             self.blocks_freed,
             self.versions_relocated,
+            self.rounds,
+            self.gc_s,
+            self.blocks_postponed,
             self.writer_stalls,
             self.writer_stall_s,
             self.versions_per_live

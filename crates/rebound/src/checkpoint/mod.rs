@@ -717,6 +717,10 @@ fn write_incremental(
 /// Ties of timestamp (a transaction writing a key twice) go to the later
 /// record.
 fn write_delta(medium: &Medium, table: &TableRt, changed: &[Addr], out: &mut Collect) {
+    assert!(
+        u32::try_from(changed.len()).is_ok(),
+        "a delta's record order fits 32 bits: the change lists are bounded far below"
+    );
     let mut keys = Vec::new();
     let mut found: Vec<ChangedKey> = Vec::with_capacity(changed.len());
     for (order, &addr) in changed.iter().enumerate() {
@@ -728,22 +732,32 @@ fn write_delta(medium: &Medium, table: &TableRt, changed: &[Addr], out: &mut Col
         let deleted = table.heap.tombstone(medium, addr) != Some(false);
         found.push(ChangedKey {
             prefix: crate::index::key_prefix(&keys[at..at + len]),
+            newest_first: !(header.begin.load(Acquire) & !PENDING),
             at,
-            len,
-            newest_first: (!(header.begin.load(Acquire) & !PENDING), !order),
+            len: len as u32,
+            later_first: !(order as u32),
             addr: match deleted {
                 true => TOMBSTONE,
                 false => addr.0,
             },
         });
     }
-    let key = |c: &ChangedKey| &keys[c.at..c.at + c.len];
+    let key = |c: &ChangedKey| &keys[c.at..c.at + c.len as usize];
+    // Keys of up to 8 bytes are ordered by their zero-padded prefix and
+    // then their length (a shorter one is a prefix of a longer one): most
+    // comparisons, hot keys' repeats included, touch no key bytes. The
+    // sort took most of a checkpoint's time (a YCSB-A delta of 5 K
+    // versions: 130 instructions a comparison with the key slices).
     found.sort_unstable_by(|a, b| {
         (a.prefix.cmp(&b.prefix))
-            .then_with(|| key(a).cmp(key(b)))
-            .then_with(|| a.newest_first.cmp(&b.newest_first))
+            .then_with(|| match a.len <= 8 && b.len <= 8 {
+                true => a.len.cmp(&b.len),
+                false => key(a).cmp(key(b)),
+            })
+            .then(a.newest_first.cmp(&b.newest_first))
+            .then(a.later_first.cmp(&b.later_first))
     });
-    found.dedup_by(|later, newest| key(later) == key(newest));
+    found.dedup_by(|later, newest| later.prefix == newest.prefix && key(later) == key(newest));
     for entry in &found {
         out.stats.entries_resolved += out.run.push(key(entry), entry.addr) as u64;
     }
@@ -775,11 +789,12 @@ fn write_head_tree(head: Option<&BTree>, out: &mut Collect) {
 struct ChangedKey {
     /// First 8 key bytes, big-endian, zero padded: settles most comparisons.
     prefix: u64,
-    at: usize,
-    len: usize,
     /// Sorts the newest version of a key first: complemented timestamp,
-    /// then complemented record order.
-    newest_first: (u64, usize),
+    /// then (`later_first`) complemented record order.
+    newest_first: u64,
+    at: usize,
+    len: u32,
+    later_first: u32,
     addr: u64,
 }
 

@@ -1283,6 +1283,9 @@ pub struct WriteSet {
     keys: Vec<u8>,
     /// The worker's optimistic read and write sets between transactions.
     spare_occ: Option<Box<std::cell::RefCell<OccSet>>>,
+    /// Each written version's record and directory ranges, as the commit
+    /// persists them (kept so that a commit does not allocate).
+    durable_ranges: Vec<[(u64, u64); 2]>,
 }
 
 impl WriteSet {
@@ -1311,6 +1314,7 @@ impl WriteSet {
             obsolete: ObsoleteBits::default(),
             keys: Vec::new(),
             spare_occ: None,
+            durable_ranges: Vec::new(),
         }
     }
 }
@@ -2341,18 +2345,18 @@ impl<'s> TxnState<'s> {
         // order, then entries, so that neighbours merge into runs.
         // Each version's ranges are looked up once (two directory reads
         // each): TPC-C's New-Order writes two dozen versions.
-        let ranges: Vec<[(u64, u64); 2]> = set
-            .writes
-            .iter()
-            .filter_map(|w| {
-                let heap = &store.tables[w.table as usize].heap;
-                heap.version_ranges(&store.medium, w.new)
-            })
-            .collect();
+        let mut ranges = std::mem::take(&mut set.durable_ranges);
+        ranges.clear();
+        ranges.extend(set.writes.iter().filter_map(|w| {
+            let heap = &store.tables[w.table as usize].heap;
+            heap.version_ranges(&store.medium, w.new)
+        }));
         let records = ranges.iter().rev().map(|r| r[0]);
         let entries = ranges.iter().map(|r| r[1]);
         store.medium.persist_all(records.chain(entries));
-        store.medium.fence()?;
+        let fenced = store.medium.fence();
+        set.durable_ranges = ranges;
+        fenced?;
         // A moved transaction's versions are all in its long region, whose
         // LCTT entry decides them.
         catalog::set_last_commit(&store.medium, set.region, self.ts);
@@ -2367,7 +2371,7 @@ impl<'s> TxnState<'s> {
         // record, and a hot row's next reader (TPC-C's district) reads the
         // entry and the record's head again: start loading them now, while
         // the caller goes on, instead of missing in the next transaction.
-        for [(record, record_len), (entry, entry_len)] in &ranges {
+        for [(record, record_len), (entry, entry_len)] in &set.durable_ranges {
             store.medium.prefetch(*entry, 2 * entry_len);
             let head = (record_len + 1).min(REFETCHED_RECORD_BYTES);
             store.medium.prefetch(record.saturating_sub(1), head);
