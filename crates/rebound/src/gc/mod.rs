@@ -68,7 +68,9 @@ pub struct GcOptions {
     /// While the store's tables hold more than this many versions per live
     /// one (plus a few blocks' slack each) and GC is freeing blocks,
     /// writers wait for it after their commits (at most a second each), as
-    /// LSM engines stall writes when compaction lags; 0: never. Above
+    /// LSM engines stall writes when compaction lags; 0: never. While
+    /// others wait too, writers take turns running beside GC, up to one
+    /// fewer than the cores at once; a writer waiting alone stops. Above
     /// `space_target`, so that GC works harder first and writers wait only
     /// for a GC that could not keep up by itself.
     pub max_space: f64,
