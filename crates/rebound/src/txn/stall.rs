@@ -136,7 +136,11 @@ impl WriteStall {
         }
         turns.queue.push_back(me);
         // The writer at the front may pass now that another waits too.
-        self.lowered.notify_all();
+        // Only then: with many writers, waking them all at every arrival
+        // took the cores GC and the passing writer need.
+        if turns.passes.len() < self.passes {
+            self.lowered.notify_all();
+        }
         let waited = loop {
             if !self.is_on() {
                 break Waited::Lowered;
@@ -150,9 +154,14 @@ impl WriteStall {
             if now >= deadline {
                 break Waited::TimedOut;
             }
-            let wake = turns
-                .next_expiry()
-                .map_or(deadline, |ends| ends.min(deadline));
+            // The front watches for the end of a pass; the others wait
+            // for a notification (or their deadline).
+            let wake = match turns.queue.front() == Some(&me) {
+                true => turns
+                    .next_expiry()
+                    .map_or(deadline, |ends| ends.min(deadline)),
+                false => deadline,
+            };
             let _ = self.lowered.wait_until(&mut turns, wake);
         };
         turns.queue.retain(|&writer| writer != me);
@@ -162,7 +171,9 @@ impl WriteStall {
             self.passes
         );
         // The next in line may be let through now.
-        self.lowered.notify_all();
+        if turns.passes.len() < self.passes && turns.queue.len() >= 2 {
+            self.lowered.notify_all();
+        }
         drop(turns);
         self.stalls.fetch_add(1, Ordering::Relaxed);
         let waited_ns = started.elapsed().as_nanos().min(u64::MAX as u128) as u64;
