@@ -376,7 +376,8 @@ impl BTree {
             if let Some(heads) = self.heads.as_ref().filter(|_| found) {
                 heads.prefetch(&key);
             }
-            Ok((found.then_some(value), UpdateHint { leaf }))
+            let found_at = found.then_some(slot);
+            Ok((found.then_some(value), UpdateHint { leaf, found_at }))
         }))
     }
 
@@ -396,10 +397,23 @@ impl BTree {
             drop(epoch);
             return self.compare_and_set(key, expected, new, ut);
         };
-        let (slot, found) = leaf.search(&probe_to_store(key));
-        if !found {
-            return Err(None);
-        }
+        let key = probe_to_store(key);
+        // Locked at the version the lookup validated, the leaf holds the
+        // same words (a node version copies them): the key is where the
+        // lookup found it, without searching again.
+        let slot = match hint.found_at {
+            Some(slot) => {
+                assert!(
+                    leaf.holds_at(slot, &key),
+                    "a leaf locked at the version a lookup validated holds the key where it was found"
+                );
+                slot
+            }
+            None => match leaf.search(&key) {
+                (slot, true) => slot,
+                (_, false) => return Err(None),
+            },
+        };
         let current = leaf.value(slot);
         if current != expected {
             return Err(Some(current));
@@ -777,6 +791,9 @@ fn illegal_key(key: &[u8]) -> ! {
 /// its leaf, at the version the lookup validated.
 pub struct UpdateHint<'a> {
     leaf: ReadGuard<'a>,
+    /// The key's slot, if the lookup found it there: valid while the leaf
+    /// keeps the version `leaf` validated.
+    found_at: Option<usize>,
 }
 
 impl<'a> UpdateHint<'a> {
@@ -787,6 +804,8 @@ impl<'a> UpdateHint<'a> {
     pub fn follow(&mut self, moved: &LeafMoved<'a>) {
         if self.leaf.same_read(&moved.before) {
             self.leaf = moved.after;
+            // The insert moved the slots after its own.
+            self.found_at = None;
         }
     }
 }

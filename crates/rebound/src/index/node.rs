@@ -885,6 +885,12 @@ impl<'a> WriteGuard<'a> {
         self.node.find(key)
     }
 
+    /// Whether `slot` holds `key`: a check of one slot, where `search`
+    /// looks through the leaf.
+    pub(crate) fn holds_at(&self, slot: usize, key: &impl KeyWords) -> bool {
+        slot < self.node.count() && self.node.compare_slot(slot, key) == Ordering::Equal
+    }
+
     pub(crate) fn value(&self, slot: usize) -> u64 {
         self.node.slot_payload(slot)
     }

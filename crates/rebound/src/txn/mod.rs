@@ -2401,9 +2401,18 @@ impl<'s> TxnState<'s> {
         let counters = &store.counters[self.worker];
         counters.written.fetch_add(set.writes.len() as u64, Release);
         let mut deleted = Vec::new();
-        for w in &set.writes {
+        // An optimistic commit kept the headers it installed and locked.
+        let known = self.occ_headers.installed(set.writes.len());
+        for (i, w) in set.writes.iter().enumerate() {
             let heap = &store.tables[w.table as usize].heap;
-            if let Some(header) = heap.header(w.new) {
+            let (new, prev_header) = match known {
+                Some((installed, locked)) => (Some(installed[i]), locked[i]),
+                None => (
+                    heap.header(w.new),
+                    w.prev.and_then(|prev| heap.header(prev)),
+                ),
+            };
+            if let Some(header) = new {
                 // Durable (commit steps 1 and 2) and still this writer's
                 // pending version: only now may anyone see it committed.
                 let begin = header.begin.load(Acquire);
@@ -2419,7 +2428,7 @@ impl<'s> TxnState<'s> {
                 deleted.push((w.table, w.new));
             }
             if let Some(prev) = w.prev {
-                if let Some(header) = heap.header(prev) {
+                if let Some(header) = prev_header {
                     // Obsolete bits go only to versions this commit
                     // supersedes: locked by this writer since the write.
                     let (begin, end) = (header.begin.load(Acquire), header.end.load(Acquire));

@@ -103,8 +103,13 @@ impl<'s> TxnState<'s> {
         (found, hints, moved): (Found, &mut [UpdateHint<'s>], &mut Option<LeafMoved<'s>>),
         region: usize,
     ) -> Result<(Lock, Option<&'s VersionHeader>)> {
-        let (head, begin, hint) = match found {
-            Found::Head { head, begin, hint } => (head, begin, hint),
+        let (head, begin, (hint, deleted)) = match found {
+            Found::Head {
+                head,
+                begin,
+                hint,
+                deleted,
+            } => (head, begin, (hint, deleted)),
             Found::Absent { hint } => {
                 let hint = hint.map(|at| {
                     if let Some(moved) = moved.as_ref() {
@@ -159,6 +164,7 @@ impl<'s> TxnState<'s> {
         let lock = Lock::Head {
             head: target.0,
             hint: target.1,
+            deleted,
         };
         Ok((lock, Some(header)))
     }
@@ -166,13 +172,13 @@ impl<'s> TxnState<'s> {
     /// Appends our version of `key` after `head` (locked by us, with
     /// header `locked`) and points the index at it, from the leaf the
     /// write found it in if unchanged.
-    fn append_after(
+    fn append_after<'t>(
         &mut self,
-        table: &TableRt,
+        table: &'t TableRt,
         (key, value): (&[u8], Option<&[u8]>),
         (head, locked): (Addr, &VersionHeader),
         (region, hint): (usize, Option<&UpdateHint<'_>>),
-    ) -> Result<Addr> {
+    ) -> Result<(Addr, &'t VersionHeader)> {
         let (new, header) = self.append_version(table, key, value, region)?;
         header.prev.store(head.0 + 1, Release);
         header.begin.store(PENDING | self.ts, Release);
@@ -194,7 +200,7 @@ impl<'s> TxnState<'s> {
             self.discard(table, new)?;
             return Err(Error::Conflict);
         }
-        Ok(new)
+        Ok((new, header))
     }
 
     /// Appends the new version of a key the index lacks and enters it,
@@ -242,26 +248,40 @@ impl<'s> TxnState<'s> {
             let table = store.table(write.table);
             let kv = (occ.key(write), occ.value(write));
             let installed = match occ.locks[i] {
-                Lock::Head { head, hint } => {
+                Lock::Head {
+                    head,
+                    hint,
+                    deleted,
+                } => {
                     let hint = hint.map(|at| &hints[at]);
                     let locked = self.occ_headers.locked[i]
                         .expect("a locked head's header was kept when it was locked");
-                    self.install_successor(table, kv, (head, locked), (set.region, hint))
+                    let new = self.append_after(table, kv, (head, locked), (set.region, hint));
+                    new.map(|(new, header)| Installed {
+                        new,
+                        header,
+                        prev: Some((head, deleted)),
+                        placeholder_bytes: None,
+                    })
                 }
                 Lock::Placeholder(new) => {
-                    self.publish_placeholder(table, new).map(|bytes| Installed {
-                        new,
-                        prev: None,
-                        placeholder_bytes: Some(bytes),
-                    })
+                    self.publish_placeholder(table, new)
+                        .map(|(bytes, header)| Installed {
+                            new,
+                            header,
+                            prev: None,
+                            placeholder_bytes: Some(bytes),
+                        })
                 }
             };
             match installed {
                 Ok(Installed {
                     new,
+                    header,
                     prev,
                     placeholder_bytes,
                 }) => {
+                    self.occ_headers.installed.push(header);
                     let mut entry = self.written(table, new, prev, kv, &mut set);
                     // `written` measured the slot last encoded, not this one.
                     if let Some(bytes) = placeholder_bytes {
@@ -280,32 +300,6 @@ impl<'s> TxnState<'s> {
         result
     }
 
-    /// Our successor of a locked head: its address, and the head with
-    /// whether it was a deletion.
-    fn install_successor(
-        &mut self,
-        table: &TableRt,
-        kv: (&[u8], Option<&[u8]>),
-        (head, locked): (Addr, &VersionHeader),
-        at: (usize, Option<&UpdateHint<'_>>),
-    ) -> Result<Installed> {
-        let deleted = table
-            .heap
-            .tombstone(&self.store.medium, head)
-            .ok_or_else(|| {
-                Error::Corrupt(format!(
-                    "version at {head:?} of table {:?} is damaged",
-                    table.heap.def.name
-                ))
-            })?;
-        let new = self.append_after(table, kv, (head, locked), at)?;
-        Ok(Installed {
-            new,
-            prev: Some((head, deleted)),
-            placeholder_bytes: None,
-        })
-    }
-
     /// A placeholder's version under the commit id. Its slot keeps the
     /// begin id: rewriting it would put a larger id in a block before a
     /// block some later placeholder of ours may have started (block min
@@ -313,11 +307,14 @@ impl<'s> TxnState<'s> {
     /// key had no head since before we began (a tombstone is reaped only
     /// below every running transaction), and every later version of it
     /// commits above our commit id.
-    fn publish_placeholder(&mut self, table: &TableRt, addr: Addr) -> Result<u32> {
-        self.version(table, addr)?
-            .begin
-            .store(PENDING | self.ts, Release);
-        Ok(table.heap.slot_bytes(&self.store.medium, addr))
+    fn publish_placeholder<'t>(
+        &mut self,
+        table: &'t TableRt,
+        addr: Addr,
+    ) -> Result<(u32, &'t VersionHeader)> {
+        let header = self.version(table, addr)?;
+        header.begin.store(PENDING | self.ts, Release);
+        Ok((table.heap.slot_bytes(&self.store.medium, addr), header))
     }
 
     /// After a failed commit: undoes the locks not turned into entries of

@@ -114,11 +114,14 @@ enum Found {
     /// for commit to enter its placeholder from there.
     Absent { hint: Option<usize> },
     /// A committed head with its TID word, and where the index had it
-    /// (a position in `TxnState::hints`), if that may be reused.
+    /// (a position in `TxnState::hints`), if that may be reused; whether
+    /// it is a deletion (a committed record never changes, and a copy GC
+    /// makes of it says the same), so that commit need not read it again.
     Head {
         head: Addr,
         begin: u64,
         hint: Option<usize>,
+        deleted: bool,
     },
 }
 
@@ -157,8 +160,10 @@ enum SpanOf {
 
 /// A version step 4 made: where, the head it follows (and whether that
 /// was a deletion), and for a placeholder its slot's length.
-struct Installed {
+struct Installed<'t> {
     new: Addr,
+    /// The header of `new`, for publish.
+    header: &'t VersionHeader,
     prev: Option<(Addr, bool)>,
     placeholder_bytes: Option<u32>,
 }
@@ -166,6 +171,7 @@ struct Installed {
 type SpareHeaders = (
     Vec<&'static VersionHeader>,
     Vec<Option<&'static VersionHeader>>,
+    Vec<&'static VersionHeader>,
 );
 
 /// Headers a transaction found once and uses again (`TxnState::occ_headers`).
@@ -176,22 +182,40 @@ pub(in crate::txn) struct OccHeaders<'s> {
     /// Of the heads of `OccSet::locks`, same positions (`None` for a
     /// placeholder).
     locked: Vec<Option<&'s VersionHeader>>,
+    /// Of the versions commit installed, in the order of the write set's
+    /// entries (which only `install` fills under this scheme).
+    installed: Vec<&'s VersionHeader>,
 }
 
 impl<'s> OccHeaders<'s> {
     /// Empty vectors with the capacity an earlier transaction left in
     /// `occ` (growing them anew cost YCSB-A more than the lookups saved).
     pub(in crate::txn) fn reusing(occ: &mut OccSet) -> OccHeaders<'s> {
-        let (reads, locked) = std::mem::take(&mut occ.spare_headers);
+        let (reads, locked, installed) = std::mem::take(&mut occ.spare_headers);
         OccHeaders {
             reads: std::cell::RefCell::new(reads),
             locked,
+            installed,
         }
+    }
+
+    /// The headers of a write set's `count` entries, new and replaced, if
+    /// commit installed them all (else the caller finds them).
+    pub(in crate::txn) fn installed(
+        &self,
+        count: usize,
+    ) -> Option<(&[&'s VersionHeader], &[Option<&'s VersionHeader>])> {
+        (count > 0 && self.installed.len() == count && self.locked.len() == count)
+            .then_some((&self.installed, &self.locked))
     }
 
     /// Leaves the vectors' memory, emptied, to the next transaction.
     pub(in crate::txn) fn give_back(self, occ: &mut OccSet) {
-        occ.spare_headers = (emptied(self.reads.into_inner()), emptied(self.locked));
+        occ.spare_headers = (
+            emptied(self.reads.into_inner()),
+            emptied(self.locked),
+            emptied(self.installed),
+        );
     }
 }
 
@@ -209,8 +233,13 @@ fn emptied<A, B>(mut v: Vec<A>) -> Vec<B> {
 /// What commit step 1 holds for a buffered write (same position).
 #[derive(Clone, Copy)]
 enum Lock {
-    /// The head's `end` is LOCKED under our id; `hint` as in `Found`.
-    Head { head: Addr, hint: Option<usize> },
+    /// The head's `end` is LOCKED under our id; `hint` and `deleted` as
+    /// in `Found`.
+    Head {
+        head: Addr,
+        hint: Option<usize>,
+        deleted: bool,
+    },
     /// Our new version, entered in the index while the key had none.
     Placeholder(Addr),
 }
@@ -641,7 +670,16 @@ impl<'s> TxnState<'s> {
                 continue;
             };
             let hint = self.keep_hint(table, hint);
-            return Ok((live, Found::Head { head, begin, hint }));
+            let deleted = !live;
+            return Ok((
+                live,
+                Found::Head {
+                    head,
+                    begin,
+                    hint,
+                    deleted,
+                },
+            ));
         }
     }
 
