@@ -135,7 +135,7 @@ pub fn encode(buf: &mut Vec<u8>, txn: u64, key: &[u8], value: &[u8], tombstone: 
     let txn_crc = txn_crc(txn);
     lay_out(buf, (txn, txn_crc), key, value, tombstone);
     let rest = buf.get(CHECKED_FROM as usize..).unwrap_or_default();
-    let crc = crc32c::crc32c_append(txn_crc, rest);
+    let crc = crate::medium::checksum::crc32c_append(txn_crc, rest);
     if let Some(field) = buf.get_mut(8..12) {
         field.copy_from_slice(&crc.to_le_bytes());
     }
@@ -231,12 +231,12 @@ pub fn decode_bytes(bytes: &[u8]) -> Option<SlotBytes<'_>> {
 /// bits or hole flag) followed by the record from its key length on
 /// (bytes 12.. of an encoded version).
 pub fn crc(txn: u64, rest: &[u8]) -> u32 {
-    crc32c::crc32c_append(txn_crc(txn), rest)
+    crate::medium::checksum::crc32c_append(txn_crc(txn), rest)
 }
 
 /// The crc32c of a txn id as a little-endian u64.
 fn txn_crc(txn: u64) -> u32 {
-    crc32c::crc32c(&txn.to_le_bytes())
+    crate::medium::checksum::crc32c(&txn.to_le_bytes())
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@
 //! debug assertion in the hot-path variants that take already-validated offsets.
 #![allow(unsafe_code)]
 
+pub(crate) mod checksum;
 mod dram;
 mod file_view;
 mod flush;

@@ -22,7 +22,7 @@ pub struct Sample {
 impl UpdateSampler {
     #[inline]
     pub fn record(&self, key: &[u8]) {
-        let hash = crc32c::crc32c(key);
+        let hash = crate::medium::checksum::crc32c(key);
         if hash.is_multiple_of(SAMPLE_EVERY) {
             *self.counts.lock().entry(hash).or_insert(0) += 1;
         }
