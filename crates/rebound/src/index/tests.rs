@@ -1564,6 +1564,27 @@ fn hinted_compare_and_set_survives_splits_of_its_leaf() {
     check_invariants(&tree);
 }
 
+/// A hint keeps the slot its lookup found the key in; an insert that
+/// shifts the leaf's slots after the lookup changes the leaf's version,
+/// so the hinted compare-and-set searches again instead of writing the
+/// value of whatever slot now sits there.
+#[test]
+fn hinted_compare_and_set_after_slots_shifted_writes_its_own_key() {
+    let tree = BTree::new();
+    for i in 0..100u64 {
+        tree.upsert(&(i * 2).to_be_bytes(), i, 1);
+    }
+    let key = 100u64.to_be_bytes();
+    let (value, hint) = tree.get_for_update(&key, 2).expect("present");
+    assert_eq!(value, 50);
+    // Lands right before the key in the same leaf: the key's slot moves up.
+    tree.upsert(&99u64.to_be_bytes(), 1_000, 3);
+    assert_eq!(tree.compare_and_set_hinted(&hint, &key, 50, 51, 4), Ok(()));
+    assert_eq!(tree.get(&key), Some(51));
+    assert_eq!(tree.get(&99u64.to_be_bytes()), Some(1_000));
+    check_invariants(&tree);
+}
+
 /// Whether a hinted insert went in from its hint.
 fn in_place(answer: Result<Option<LeafMoved<'_>>, InsertError>) -> Result<bool, InsertError> {
     answer.map(|moved| moved.is_some())
