@@ -384,18 +384,21 @@ impl BTree {
     /// [`compare_and_set`](Self::compare_and_set) starting from the leaf a
     /// [`get_for_update`](Self::get_for_update) of the same key found; if
     /// that leaf changed since, from the root.
-    pub fn compare_and_set_hinted(
-        &self,
-        hint: &UpdateHint<'_>,
+    /// Set from the hint, the answer says how it left the leaf, for the
+    /// hints taken from the leaf before to follow ([`UpdateHint::follow`]):
+    /// a commit that sets several keys of one leaf then descends for none.
+    pub fn compare_and_set_hinted<'a>(
+        &'a self,
+        hint: &UpdateHint<'a>,
         key: &[u8],
         expected: u64,
         new: u64,
         ut: u64,
-    ) -> Result<(), Option<u64>> {
+    ) -> Result<Option<LeafMoved<'a>>, Option<u64>> {
         let epoch = self.writer_epoch();
         let Some(mut leaf) = self.lock(&hint.leaf, epoch.as_ref()) else {
             drop(epoch);
-            return self.compare_and_set(key, expected, new, ut);
+            return self.compare_and_set(key, expected, new, ut).map(|()| None);
         };
         let key = probe_to_store(key);
         // Locked at the version the lookup validated, the leaf holds the
@@ -419,7 +422,11 @@ impl BTree {
             return Err(Some(current));
         }
         leaf.set_value(slot, new);
-        Ok(())
+        Ok(Some(LeafMoved {
+            before: hint.leaf,
+            after: leaf.release(),
+            shifted: false,
+        }))
     }
 
     /// Inserts when absent. `Err(Exists(v))` if present; `Err(Phantom)` if the
@@ -471,6 +478,7 @@ impl BTree {
                 return Ok(Some(LeafMoved {
                     before: hint.leaf,
                     after: leaf.release(),
+                    shifted: true,
                 }));
             }
         }
@@ -797,24 +805,29 @@ pub struct UpdateHint<'a> {
 }
 
 impl<'a> UpdateHint<'a> {
-    /// Carries this hint over an insert into its leaf (in place: the leaf
-    /// covers the keys it covered) if it was taken from the leaf at the
-    /// version that insert started from. A writer whose inserts go to one
-    /// leaf one after the other, as a commit's do, then descends once.
+    /// Carries this hint over an insert or a value set in its leaf (in
+    /// place: the leaf covers the keys it covered) if it was taken from
+    /// the leaf at the version that change started from. A writer whose
+    /// changes go to one leaf one after the other, as a commit's do, then
+    /// descends once.
     pub fn follow(&mut self, moved: &LeafMoved<'a>) {
         if self.leaf.same_read(&moved.before) {
             self.leaf = moved.after;
-            // The insert moved the slots after its own.
-            self.found_at = None;
+            // An insert moves the slots after its own; a value set none.
+            if moved.shifted {
+                self.found_at = None;
+            }
         }
     }
 }
 
-/// A leaf a hinted insert changed in place: as the hint had it, and as the
-/// insert left it.
+/// A leaf a hinted insert or compare-and-set changed in place: as the
+/// hint had it, and as the change left it.
 pub struct LeafMoved<'a> {
     before: ReadGuard<'a>,
     after: ReadGuard<'a>,
+    /// Whether slots moved (an insert), or only a value changed.
+    shifted: bool,
 }
 
 impl<'a> LeafMoved<'a> {
@@ -825,6 +838,7 @@ impl<'a> LeafMoved<'a> {
             true => LeafMoved {
                 before: self.before,
                 after: next.after,
+                shifted: self.shifted || next.shifted,
             },
             false => next,
         }

@@ -1538,12 +1538,12 @@ fn hinted_compare_and_set_survives_splits_of_its_leaf() {
     assert_eq!(value, 500);
     assert!(path_marks(&tree, &key).iter().all(|&(ut, _)| ut >= 7));
     assert_eq!(
-        tree.compare_and_set_hinted(&hint, &key, 499, 9, 7),
+        set_from(tree.compare_and_set_hinted(&hint, &key, 499, 9, 7)),
         Err(Some(500))
     );
     assert_eq!(
-        tree.compare_and_set_hinted(&hint, &key, 500, 501, 7),
-        Ok(())
+        set_from(tree.compare_and_set_hinted(&hint, &key, 500, 501, 7)),
+        Ok(true)
     );
     let (_, stale) = tree.get_for_update(&key, 8).expect("present");
     // Odd keys around it split its leaf (and more) after the lookup.
@@ -1551,14 +1551,14 @@ fn hinted_compare_and_set_survives_splits_of_its_leaf() {
         tree.upsert(&(i * 2 + 1).to_be_bytes(), i, 9);
     }
     assert_eq!(
-        tree.compare_and_set_hinted(&stale, &key, 501, 502, 10),
-        Ok(())
+        set_from(tree.compare_and_set_hinted(&stale, &key, 501, 502, 10)),
+        Ok(false)
     );
     assert_eq!(tree.get(&key), Some(502));
     let absent = 3000u64.to_be_bytes();
     assert!(tree.get_for_update(&absent, 11).is_none());
     assert_eq!(
-        tree.compare_and_set_hinted(&stale, &absent, 1, 2, 11),
+        set_from(tree.compare_and_set_hinted(&stale, &absent, 1, 2, 11)),
         Err(None)
     );
     check_invariants(&tree);
@@ -1579,9 +1579,64 @@ fn hinted_compare_and_set_after_slots_shifted_writes_its_own_key() {
     assert_eq!(value, 50);
     // Lands right before the key in the same leaf: the key's slot moves up.
     tree.upsert(&99u64.to_be_bytes(), 1_000, 3);
-    assert_eq!(tree.compare_and_set_hinted(&hint, &key, 50, 51, 4), Ok(()));
+    assert_eq!(
+        set_from(tree.compare_and_set_hinted(&hint, &key, 50, 51, 4)),
+        Ok(false)
+    );
     assert_eq!(tree.get(&key), Some(51));
     assert_eq!(tree.get(&99u64.to_be_bytes()), Some(1_000));
+    check_invariants(&tree);
+}
+
+/// Whether a hinted compare-and-set went in from its hint.
+fn set_from(answer: Result<Option<LeafMoved<'_>>, Option<u64>>) -> Result<bool, Option<u64>> {
+    answer.map(|moved| moved.is_some())
+}
+
+/// Hints taken from one leaf before a commit sets several of its keys
+/// follow each set (`UpdateHint::follow`), so every set goes in from its
+/// hint; a hint that does not follow finds the leaf changed and goes from
+/// the root. Either way each key gets its own value.
+#[test]
+fn hints_of_one_leaf_follow_each_others_sets() {
+    let tree = BTree::new();
+    for i in 0..50u64 {
+        tree.upsert(&i.to_be_bytes(), i, 1);
+    }
+    let keys: Vec<[u8; 8]> = (10..15u64).map(u64::to_be_bytes).collect();
+    let mut hints: Vec<_> = keys
+        .iter()
+        .map(|key| tree.get_for_update(key, 2).expect("present").1)
+        .collect();
+    let mut moved: Option<LeafMoved<'_>> = None;
+    for (at, key) in keys.iter().enumerate() {
+        if let Some(moved) = moved.as_ref() {
+            hints[at].follow(moved);
+        }
+        let old = 10 + at as u64;
+        let left = tree
+            .compare_and_set_hinted(&hints[at], key, old, old + 100, 3)
+            .expect("the key holds its old value");
+        assert!(left.is_some(), "key {at} was set from its hint");
+        moved = match (moved.take(), left) {
+            (Some(earlier), Some(left)) => Some(earlier.then(left)),
+            (_, left) => left,
+        };
+    }
+    let (_, unfollowed) = tree.get_for_update(&keys[0], 4).expect("present");
+    tree.upsert(&keys[1], 7, 5);
+    assert_eq!(
+        set_from(tree.compare_and_set_hinted(&unfollowed, &keys[0], 110, 9, 6)),
+        Ok(false)
+    );
+    for (at, key) in keys.iter().enumerate() {
+        let expected = match at {
+            0 => 9,
+            1 => 7,
+            _ => 110 + at as u64,
+        };
+        assert_eq!(tree.get(key), Some(expected));
+    }
     check_invariants(&tree);
 }
 

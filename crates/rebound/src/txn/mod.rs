@@ -1994,7 +1994,8 @@ impl<'s> TxnState<'s> {
         let repointed = match hint {
             Some(hint) => table
                 .index
-                .compare_and_set_hinted(hint, key, head.0, new.0, self.ts),
+                .compare_and_set_hinted(hint, key, head.0, new.0, self.ts)
+                .map(|_| ()),
             None => table.index.compare_and_set(key, head.0, new.0, self.ts),
         };
         if repointed.is_err() {

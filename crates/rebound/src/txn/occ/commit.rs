@@ -172,13 +172,14 @@ impl<'s> TxnState<'s> {
     /// Appends our version of `key` after `head` (locked by us, with
     /// header `locked`) and points the index at it, from the leaf the
     /// write found it in if unchanged.
+    /// With how the hint's leaf was left, if the index was set from it.
     fn append_after<'t>(
         &mut self,
         table: &'t TableRt,
         (key, value): (&[u8], Option<&[u8]>),
         (head, locked): (Addr, &VersionHeader),
-        (region, hint): (usize, Option<&UpdateHint<'_>>),
-    ) -> Result<(Addr, &'t VersionHeader)> {
+        (region, hint): (usize, Option<&UpdateHint<'t>>),
+    ) -> Result<(Addr, &'t VersionHeader, Option<LeafMoved<'t>>)> {
         let (new, header) = self.append_version(table, key, value, region)?;
         header.prev.store(head.0 + 1, Release);
         header.begin.store(PENDING | self.ts, Release);
@@ -193,14 +194,19 @@ impl<'s> TxnState<'s> {
             Some(hint) => table
                 .index
                 .compare_and_set_hinted(hint, key, head.0, new.0, self.began),
-            None => table.index.compare_and_set(key, head.0, new.0, self.began),
+            None => table
+                .index
+                .compare_and_set(key, head.0, new.0, self.began)
+                .map(|()| None),
         };
-        if repointed.is_err() {
-            // Nothing repoints a head we hold locked; fail safe if it happens.
-            self.discard(table, new)?;
-            return Err(Error::Conflict);
+        match repointed {
+            Ok(moved) => Ok((new, header, moved)),
+            Err(_) => {
+                // Nothing repoints a head we hold locked; fail safe if it happens.
+                self.discard(table, new)?;
+                Err(Error::Conflict)
+            }
         }
-        Ok((new, header))
     }
 
     /// Appends the new version of a key the index lacks and enters it,
@@ -241,7 +247,11 @@ impl<'s> TxnState<'s> {
         let store = self.store;
         let mut set = store.write_sets[self.worker].lock();
         set.ts = commit_id;
-        let hints = std::mem::take(&mut self.hints);
+        let mut hints = std::mem::take(&mut self.hints);
+        // The leaf the last install set a value in: the next write's hint,
+        // taken from that leaf before, follows it (a Delivery sets ten
+        // order lines of one leaf).
+        let mut moved: Option<LeafMoved<'s>> = None;
         let mut result = Ok(());
         for i in 0..occ.locks.len() {
             let write = &occ.writes[occ.order[i]];
@@ -253,15 +263,26 @@ impl<'s> TxnState<'s> {
                     hint,
                     deleted,
                 } => {
-                    let hint = hint.map(|at| &hints[at]);
+                    let hint = hint.map(|at| {
+                        if let Some(moved) = moved.as_ref() {
+                            hints[at].follow(moved);
+                        }
+                        &hints[at]
+                    });
                     let locked = self.occ_headers.locked[i]
                         .expect("a locked head's header was kept when it was locked");
                     let new = self.append_after(table, kv, (head, locked), (set.region, hint));
-                    new.map(|(new, header)| Installed {
-                        new,
-                        header,
-                        prev: Some((head, deleted)),
-                        placeholder_bytes: None,
+                    new.map(|(new, header, left)| {
+                        moved = match (moved.take(), left) {
+                            (Some(earlier), Some(left)) => Some(earlier.then(left)),
+                            (_, left) => left,
+                        };
+                        Installed {
+                            new,
+                            header,
+                            prev: Some((head, deleted)),
+                            placeholder_bytes: None,
+                        }
                     })
                 }
                 Lock::Placeholder(new) => {
