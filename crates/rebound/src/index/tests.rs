@@ -1566,8 +1566,9 @@ fn hinted_compare_and_set_survives_splits_of_its_leaf() {
 
 /// A hint keeps the slot its lookup found the key in; an insert that
 /// shifts the leaf's slots after the lookup changes the leaf's version,
-/// so the hinted compare-and-set searches again instead of writing the
-/// value of whatever slot now sits there.
+/// so the hinted compare-and-set goes from the root instead of writing
+/// the value of whatever slot now sits there, and a hint that follows an
+/// insert (`UpdateHint::follow`) searches the leaf again.
 #[test]
 fn hinted_compare_and_set_after_slots_shifted_writes_its_own_key() {
     let tree = BTree::new();
@@ -1584,6 +1585,26 @@ fn hinted_compare_and_set_after_slots_shifted_writes_its_own_key() {
         Ok(false)
     );
     assert_eq!(tree.get(&key), Some(51));
+    assert_eq!(tree.get(&99u64.to_be_bytes()), Some(1_000));
+    // A hint that follows a hinted insert before its key into its leaf
+    // forgets the slot: set from the hint, by a search of the leaf.
+    let (_, hint) = tree.get_for_update(&key, 6).expect("present");
+    let (absent, gap) = tree
+        .probe_for_write(&97u64.to_be_bytes(), 6)
+        .expect("a valid key");
+    assert_eq!(absent, None);
+    let moved = tree
+        .insert_if_absent_hinted(&gap, &97u64.to_be_bytes(), 2_000, (7, 7))
+        .expect("absent")
+        .expect("inserted from its hint");
+    let mut hint = hint;
+    hint.follow(&moved);
+    assert_eq!(
+        set_from(tree.compare_and_set_hinted(&hint, &key, 51, 52, 8)),
+        Ok(true)
+    );
+    assert_eq!(tree.get(&key), Some(52));
+    assert_eq!(tree.get(&97u64.to_be_bytes()), Some(2_000));
     assert_eq!(tree.get(&99u64.to_be_bytes()), Some(1_000));
     check_invariants(&tree);
 }
