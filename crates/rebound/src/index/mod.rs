@@ -384,6 +384,7 @@ impl BTree {
     /// [`compare_and_set`](Self::compare_and_set) starting from the leaf a
     /// [`get_for_update`](Self::get_for_update) of the same key found; if
     /// that leaf changed since, from the root.
+    ///
     /// Set from the hint, the answer says how it left the leaf, for the
     /// hints taken from the leaf before to follow ([`UpdateHint::follow`]):
     /// a commit that sets several keys of one leaf then descends for none.
@@ -831,6 +832,16 @@ pub struct LeafMoved<'a> {
 }
 
 impl<'a> LeafMoved<'a> {
+    /// The moves so far with the next change's: as one where they chain
+    /// ([`then`](Self::then)), else the next alone; a change made from
+    /// the root (`None`) leaves nothing to follow.
+    pub fn chain(earlier: Option<Self>, next: Option<Self>) -> Option<Self> {
+        match (earlier, next) {
+            (Some(earlier), Some(next)) => Some(earlier.then(next)),
+            (_, next) => next,
+        }
+    }
+
     /// The two moves as one, if `next` started where this one left the
     /// leaf: hints taken before this one then follow both.
     pub fn then(self, next: LeafMoved<'a>) -> LeafMoved<'a> {

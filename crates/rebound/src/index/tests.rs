@@ -1639,10 +1639,7 @@ fn hints_of_one_leaf_follow_each_others_sets() {
             .compare_and_set_hinted(&hints[at], key, old, old + 100, 3)
             .expect("the key holds its old value");
         assert!(left.is_some(), "key {at} was set from its hint");
-        moved = match (moved.take(), left) {
-            (Some(earlier), Some(left)) => Some(earlier.then(left)),
-            (_, left) => left,
-        };
+        moved = LeafMoved::chain(moved.take(), left);
     }
     let (_, unfollowed) = tree.get_for_update(&keys[0], 4).expect("present");
     tree.upsert(&keys[1], 7, 5);

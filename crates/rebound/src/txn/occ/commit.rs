@@ -118,10 +118,7 @@ impl<'s> TxnState<'s> {
                     &hints[at]
                 });
                 let (placed, left) = self.enter_placeholder(table, (key, value), hint, region)?;
-                *moved = match (moved.take(), left) {
-                    (Some(earlier), Some(left)) => Some(earlier.then(left)),
-                    (_, left) => left,
-                };
+                *moved = LeafMoved::chain(moved.take(), left);
                 return match placed {
                     Some(addr) => Ok((Lock::Placeholder(addr), None)),
                     None => Err(Error::Conflict),
@@ -171,8 +168,8 @@ impl<'s> TxnState<'s> {
 
     /// Appends our version of `key` after `head` (locked by us, with
     /// header `locked`) and points the index at it, from the leaf the
-    /// write found it in if unchanged.
-    /// With how the hint's leaf was left, if the index was set from it.
+    /// write found it in if unchanged; with how that leaf was left, if the
+    /// index was set from it.
     fn append_after<'t>(
         &mut self,
         table: &'t TableRt,
@@ -273,10 +270,7 @@ impl<'s> TxnState<'s> {
                         .expect("a locked head's header was kept when it was locked");
                     let new = self.append_after(table, kv, (head, locked), (set.region, hint));
                     new.map(|(new, header, left)| {
-                        moved = match (moved.take(), left) {
-                            (Some(earlier), Some(left)) => Some(earlier.then(left)),
-                            (_, left) => left,
-                        };
+                        moved = LeafMoved::chain(moved.take(), left);
                         Installed {
                             new,
                             header,
