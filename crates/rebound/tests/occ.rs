@@ -491,6 +491,33 @@ fn an_aborted_commit_leaves_nothing_behind() {
     );
 }
 
+/// A commit whose read a committed write has superseded gives up before
+/// its lock phase: its insert's placeholder is never appended, so the
+/// heap holds no hole for it (one does if the commit locks first and fails
+/// validation).
+#[test]
+fn a_commit_with_a_superseded_read_gives_up_before_locking() {
+    let (db, table) = two_keys();
+    let (mut s1, mut s2) = (db.session().unwrap(), db.session().unwrap());
+    let mut loser = s1.begin();
+    assert_eq!(loser.get(&table, b"alice").unwrap(), Some(b"1".to_vec()));
+    loser.insert(&table, b"aaron", b"9").unwrap();
+    loser.update(&table, b"bob", b"9").unwrap();
+    let mut winner = s2.begin();
+    winner.update(&table, b"alice", b"2").unwrap();
+    winner.commit().unwrap();
+    let versions = db.stats().tables[0].versions;
+    assert!(matches!(loser.commit(), Err(Error::Conflict)));
+    assert_eq!(
+        db.stats().tables[0].versions,
+        versions,
+        "the failed commit appended a version"
+    );
+    let mut tx = s1.begin();
+    assert_eq!(tx.get(&table, b"aaron").unwrap(), None);
+    assert_eq!(tx.get(&table, b"bob").unwrap(), Some(b"1".to_vec()));
+}
+
 /// A table of people with a unique index on their first value byte.
 fn people() -> (Database, Table, rebound::Index) {
     let (db, table) = two_keys();

@@ -28,6 +28,11 @@ impl<'s> TxnState<'s> {
         if occ.writes.is_empty() {
             return self.validate(occ);
         }
+        // Step 3 would fail whatever step 1 did: give up before the lock
+        // phase appends and enters placeholders that an abort must undo.
+        if self.read_superseded(occ) {
+            return Err(Error::Conflict);
+        }
         self.lock_write_set(occ)?;
         let commit_id = self.store.clock.next(&self.store.medium)?;
         self.validate(occ)?;

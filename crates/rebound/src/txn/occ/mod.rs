@@ -21,6 +21,8 @@
 //!   inside the span are merged into what the cursor returns.
 //!
 //! # Commit
+//! 0. A writing commit whose read is superseded already (step 3 must
+//!    fail) gives up before it appends anything (`read_superseded`).
 //! 1. Lock the write set in (table, key) order, so committers never
 //!    deadlock: CAS the `end` of the head the write read 0 → LOCKED|id,
 //!    where id is the begin timestamp (unique); `Conflict` if it is no

@@ -64,6 +64,28 @@ impl TxnState<'_> {
         Ok(())
     }
 
+    /// Whether a read is superseded already, so that step 3 must fail:
+    /// its slot was reused, or a committed successor that is not GC's
+    /// copy ended it. Neither can be undone. A read that another
+    /// committer holds locked does not count: it may yet be released.
+    /// Under contention (TPC-C's New-Order reads the warehouse row every
+    /// Payment writes) most failed validations are known here, before
+    /// the lock phase.
+    pub(super) fn read_superseded(&self, occ: &OccSet) -> bool {
+        let headers = self.occ_headers.reads.borrow();
+        occ.reads.iter().zip(headers.iter()).any(|(read, header)| {
+            if header.begin.load(Acquire) != read.begin {
+                return true;
+            }
+            let end = header.end.load(Acquire);
+            end != 0
+                && end & LOCKED == 0
+                && self
+                    .relocated_head(self.store.table(read.table), read.head)
+                    .is_none()
+        })
+    }
+
     /// The current head of `version`'s key if all that superseded it are
     /// GC's copies of it (FIR 4.5: same content, in GC's region), and that
     /// head is neither locked by another nor superseded: reads of the
