@@ -20,6 +20,10 @@ pub struct Stats {
     pub checkpoints: u64,
     /// Size of the medium (the data file) in bytes.
     pub medium_bytes: u64,
+    /// Freed bytes kept backed for the next blocks (at most 16 MiB, given
+    /// back once writes pause or at `collect_garbage`): the file occupies
+    /// the live data and this.
+    pub warm_bytes: u64,
     pub tables: Vec<TableStats>,
     pub gc: GcStats,
     /// Transactions that ran past `long_transaction_after` and moved their
@@ -159,6 +163,7 @@ pub(super) fn of(engine: &Engine) -> Stats {
         versions_written: store.versions_written(),
         checkpoints: engine.checkpoints(),
         medium_bytes: store.medium().len(),
+        warm_bytes: store.space().warm_bytes(),
         tables: store
             .tables()
             .filter(|t| !t.is_dropped())

@@ -712,6 +712,7 @@ impl Engine {
             ));
         }
         self.gc_round(1, u64::MAX, true)?;
+        self.store.space().cool(self.store.medium());
         Ok(self.gc_stats())
     }
 
@@ -894,6 +895,7 @@ fn block_loop(engine: Weak<Engine>, stop: Arc<(Mutex<bool>, Condvar)>) {
                 tiles_pending |= table.heap.prepare_tiles_ahead();
             }
         }
+        space.cool_idle(medium, RESERVE_IDLE_AFTER);
         // Off the workers: a worker that fills its index chunk takes this
         // one instead of waiting for the kernel to zero a new one.
         crate::index::prepare_spare_chunk();
