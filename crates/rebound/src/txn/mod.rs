@@ -459,11 +459,11 @@ impl Store {
     /// commit that was publishing holds its write-set lock, so the take
     /// waits for it and takes its words.
     pub fn write_back_obsolete_bits(&self) {
-        let mut taken = ObsoleteBits::default();
+        let mut taken = Vec::new();
         for set in self.write_sets.iter() {
             set.lock().obsolete.move_into(&mut taken);
         }
-        taken.write_back(&self.medium);
+        obsolete_bits::write_back_lines(&self.medium, &mut taken);
     }
 
     /// Redo horizons for a checkpoint: (t_low for session and GC regions,
