@@ -89,16 +89,16 @@ impl ObsoleteBits {
     /// Starts writing back every remembered line, once per line, and
     /// forgets them; the caller fences.
     pub(crate) fn write_back(&mut self, medium: &Medium) {
-        for word in self.lines.drain() {
+        self.lines.drain(|word| {
             assert_bitmap_word(word);
             medium.persist(word, 8);
-        }
+        });
     }
 
     /// Moves every remembered word into `into`, leaving this one empty
     /// with its capacity.
     pub(crate) fn move_into(&mut self, into: &mut Vec<u64>) {
-        into.extend(self.lines.drain());
+        self.lines.drain(|word| into.push(word));
         into.append(&mut self.next_commit);
     }
 
@@ -149,13 +149,15 @@ impl LineSet {
         self.slots.iter().copied().filter(|&w| w != EMPTY)
     }
 
-    /// Every word, once per line; the set is empty afterwards.
-    fn drain(&mut self) -> impl Iterator<Item = u64> + '_ {
+    /// Hands every word to `take`, once per line, and empties the set.
+    fn drain(&mut self, mut take: impl FnMut(u64)) {
+        for slot in &mut self.slots {
+            let word = std::mem::replace(slot, EMPTY);
+            if word != EMPTY {
+                take(word);
+            }
+        }
         self.len = 0;
-        self.slots
-            .iter_mut()
-            .filter(|w| **w != EMPTY)
-            .map(|w| std::mem::replace(w, EMPTY))
     }
 }
 
